@@ -1,0 +1,54 @@
+#pragma once
+// Allocator interface and the CPU allocator.
+//
+// Every Storage owns its bytes through an Allocator. The CPU allocator hands out 64-byte
+// aligned blocks (one cache line, and the widest AVX-512 load) and counts what it hands out.
+// The CUDA caching allocator (kernels/cuda, a later issue) implements the same interface.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "device.h"
+
+namespace ember {
+
+struct AllocatorStats {
+  int64_t bytes_in_use = 0;      // currently allocated by users
+  int64_t peak_bytes_in_use = 0; // high-water mark of bytes_in_use
+  int64_t allocation_count = 0;  // total successful allocate() calls
+  int64_t free_count = 0;        // total deallocate() calls
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns a block of at least `bytes` bytes (nullptr for 0 bytes). Throws ember::Error on failure.
+  virtual void* allocate(size_t bytes) = 0;
+  // Returns a block obtained from allocate(ptr, bytes). Never throws.
+  virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
+  virtual Device device() const = 0;
+  virtual AllocatorStats stats() const = 0;
+  virtual void reset_peak() = 0;
+};
+
+class CpuAllocator final : public Allocator {
+ public:
+  static constexpr size_t kAlignment = 64;
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) noexcept override;
+  Device device() const override { return Device::cpu(); }
+  AllocatorStats stats() const override;
+  void reset_peak() override;
+
+ private:
+  std::atomic<int64_t> in_use_{0}, peak_{0}, allocs_{0}, frees_{0};
+};
+
+// The process-wide CPU allocator (a function-local static: no global constructors in headers).
+CpuAllocator& cpu_allocator();
+
+// The allocator for a device: the CPU allocator, or the CUDA allocator of device n.
+Allocator& allocator_for(Device d);
+
+}  // namespace ember

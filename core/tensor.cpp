@@ -1,0 +1,387 @@
+// Tensor metadata, copies, conversion and factories. Views are in views.cpp, printing in print.cpp.
+
+#include "tensor.h"
+
+#include <cmath>
+
+#include "../kernels/cpu/elementwise.h"
+#include "../layers/op_helpers.h"
+#include "autograd.h"
+
+namespace ember {
+
+// ---- helpers for all ops ----------------------------------------------------------------------
+
+namespace detail {
+
+kernels::IterShape iter_shape(const Shape& shape) {
+  kernels::IterShape s;
+  s.ndim = shape.size();
+  for (int i = 0; i < shape.size(); ++i) s.sizes[i] = shape[i];
+  return s;
+}
+
+kernels::Operand operand(const Tensor& t, const Shape& shape) {
+  kernels::Operand op;
+  op.data = t.data();
+  const int n = shape.size(), tn = t.dim();
+  for (int i = 0; i < n; ++i) {
+    const int ti = tn - n + i;
+    op.strides[i] = (ti < 0 || t.shape()[ti] == 1) ? 0 : t.strides()[ti];
+  }
+  return op;
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  EMBER_CHECK(a.device() == b.device(), op, ": expected all tensors on one device, got ", a.device(), " and ",
+              b.device());
+}
+
+void check_floating(const char* op, const Tensor& t) {
+  EMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op,
+              ": expected a floating-point tensor (float32 or float64), got ", describe(t));
+}
+
+[[noreturn]] void cuda_unavailable(const char* op) {
+  EMBER_THROW(op, ": no CUDA kernel in this build (CUDA tensors need a build with -DEMBER_CUDA=ON)");
+}
+
+}  // namespace detail
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined tensor";
+  std::ostringstream os;
+  os << t.shape() << ' ' << t.dtype() << ' ' << t.device();
+  return os.str();
+}
+
+// ---- metadata ---------------------------------------------------------------------------------
+
+int64_t Tensor::size(int64_t dim) const { return shape()[normalize_dim(dim, this->dim(), "size")]; }
+int64_t Tensor::stride(int64_t dim) const { return strides()[normalize_dim(dim, this->dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+void* Tensor::data() const {
+  return static_cast<char*>(impl().storage->data()) + impl().offset * dtype_size(impl().dtype);
+}
+
+Tensor make_tensor(std::shared_ptr<Storage> storage, const Shape& shape, const Strides& strides, int64_t offset,
+                   DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+// ---- factories --------------------------------------------------------------------------------
+
+Tensor empty(const Shape& shape, TensorOptions opt) {
+  for (int64_t d : shape) EMBER_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  const int64_t n = numel_of(shape);
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(n * dtype_size(opt.dtype)), opt.device);
+  Tensor t = make_tensor(std::move(storage), shape, contiguous_strides(shape), 0, opt.dtype);
+  if (opt.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor full(const Shape& shape, double value, TensorOptions opt) {
+  const bool rg = opt.requires_grad;
+  opt.requires_grad = false;
+  Tensor t = empty(shape, opt);
+  t.fill_(value);
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+Tensor zeros(const Shape& shape, TensorOptions opt) { return full(shape, 0.0, opt); }
+Tensor ones(const Shape& shape, TensorOptions opt) { return full(shape, 1.0, opt); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
+Tensor full_like(const Tensor& t, double v) { return full(t.shape(), v, {.dtype = t.dtype(), .device = t.device()}); }
+Tensor scalar_tensor(double value, TensorOptions opt) { return full(Shape{}, value, opt); }
+
+// Factories that compute values fill a CPU tensor and move it to the target device.
+namespace {
+template <typename F>
+Tensor fill_by_index(const Shape& shape, TensorOptions opt, F value_at) {
+  const Device target = opt.device;
+  const bool rg = opt.requires_grad;
+  Tensor t = empty(shape, {.dtype = DType::f64});
+  double* p = t.data_ptr<double>();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) p[i] = value_at(i);
+  Tensor r = t.to(target, opt.dtype);
+  if (rg) r.requires_grad_(true);
+  return r;
+}
+}  // namespace
+
+Tensor arange(double start, double end, double step, TensorOptions opt) {
+  EMBER_CHECK(step != 0, "arange: step must be nonzero");
+  EMBER_CHECK((end - start) / step >= 0 || start == end, "arange: the range [", start, ", ", end,
+              ") is empty in the direction of step ", step);
+  const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  return fill_by_index({std::max<int64_t>(n, 0)}, opt, [=](int64_t i) { return start + step * static_cast<double>(i); });
+}
+Tensor arange(double end, TensorOptions opt) { return arange(0, end, 1, opt); }
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions opt) {
+  EMBER_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
+  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
+  // Like PyTorch: the first half counts up from start, the second half down from end, so both
+  // endpoints are exact.
+  return fill_by_index({steps}, opt, [=](int64_t i) {
+    return i < steps / 2 ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
+  });
+}
+
+Tensor eye(int64_t n, TensorOptions opt) {
+  EMBER_CHECK(n >= 0, "eye: n must be non-negative, got ", n);
+  return fill_by_index({n, n}, opt, [=](int64_t i) { return i / n == i % n ? 1.0 : 0.0; });
+}
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions opt) {
+  EMBER_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape), "from_vector: ", values.size(),
+              " values do not fill shape ", shape, " (", numel_of(shape), " elements)");
+  // Wrap the vector's memory, then convert/copy into a tensor of the requested dtype and device.
+  auto* raw = const_cast<T*>(values.data());
+  Tensor src = from_blob(raw, shape, dtype_of<T>::value);
+  Tensor r = empty(shape, {.dtype = opt.dtype, .device = opt.device});
+  r.copy_(src);
+  if (opt.requires_grad) r.requires_grad_(true);
+  return r;
+}
+template Tensor from_vector(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<int32_t>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<int64_t>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<uint8_t>&, const Shape&, TensorOptions);
+
+// std::vector<bool> is bit-packed: go through bytes.
+template <>
+Tensor from_vector(const std::vector<bool>& values, const Shape& shape, TensorOptions opt) {
+  std::vector<uint8_t> bytes(values.begin(), values.end());
+  Tensor b = from_vector(bytes, shape, {.dtype = DType::u8});
+  Tensor r = b.to(DType::boolean).to(opt.device, opt.dtype);
+  if (opt.requires_grad) r.requires_grad_(true);
+  return r;
+}
+
+Tensor from_blob(void* data, const Shape& shape, const Strides& strides, DType dtype, Device device,
+                 std::function<void(void*)> deleter) {
+  EMBER_CHECK(strides.size() == shape.size(), "from_blob: ", strides.size(), " strides for shape ", shape);
+  int64_t extent = 1;
+  for (int i = 0; i < shape.size(); ++i) {
+    EMBER_CHECK(shape[i] >= 0 && strides[i] >= 0, "from_blob: negative size or stride");
+    if (shape[i] == 0) extent = 0;
+  }
+  if (extent != 0)
+    for (int i = 0; i < shape.size(); ++i) extent += (shape[i] - 1) * strides[i];
+  auto storage = std::make_shared<Storage>(data, static_cast<size_t>(extent * dtype_size(dtype)), device,
+                                           std::move(deleter));
+  return make_tensor(std::move(storage), shape, strides, 0, dtype);
+}
+
+Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device, std::function<void(void*)> deleter) {
+  return from_blob(data, shape, contiguous_strides(shape), dtype, device, std::move(deleter));
+}
+
+// ---- copies and conversion --------------------------------------------------------------------
+
+namespace {
+// Refuses an in-place write that autograd could not track.
+void check_inplace(const char* op, const Tensor& self) {
+  EMBER_CHECK(!(grad_mode_enabled() && self.requires_grad()), op, ": in-place operation on a tensor of shape ",
+              self.shape(), " that requires grad; wrap it in NoGradGuard (optimizer updates) or use the "
+              "out-of-place op");
+}
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace("copy_", *this);
+  EMBER_CHECK(!(grad_mode_enabled() && src.requires_grad()), "copy_: source of shape ", src.shape(),
+              " requires grad; copy_ is not differentiable (use clone() or to())");
+  EMBER_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_: source of shape ", src.shape(),
+              " cannot be broadcast to destination shape ", shape());
+  // A source that shares memory with the destination in a different layout (x.copy_(x.t()))
+  // would be overwritten while it is read: copy it out first.
+  if (src.is_same_storage(*this) && (src.offset() != offset() || src.strides() != strides() ||
+                                     src.shape() != shape() || src.dtype() != dtype())) {
+    NoGradGuard g;
+    return copy_(src.clone());
+  }
+  if (device().is_cpu() && src.device().is_cpu()) {
+    kernels::cpu::copy(detail::iter_shape(shape()), dtype(), detail::operand(*this), src.dtype(),
+                       detail::operand(src, shape()));
+  } else {
+    detail::cuda_unavailable("copy_");
+  }
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace("fill_", *this);
+  switch (device().type) {
+    case DeviceType::CPU: kernels::cpu::fill(dtype(), detail::iter_shape(shape()), detail::operand(*this), value); break;
+    case DeviceType::CUDA: detail::cuda_unavailable("fill_");
+  }
+  bump_version();
+  return *this;
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), {.dtype = dtype(), .device = device()});
+  {
+    NoGradGuard g;
+    out.copy_(*this);
+  }
+  if (any_requires_grad({this})) {
+    record("CloneBackward", {*this}, {out}, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  }
+  return out;
+}
+
+Tensor Tensor::to(DType dt) const { return to(device(), dt); }
+Tensor Tensor::to(Device d) const { return to(d, dtype()); }
+
+Tensor Tensor::to(Device d, DType dt) const {
+  if (d == device() && dt == dtype()) return *this;
+  if (d.is_cuda()) allocator_for(d);  // throws a clear error in a CPU-only build
+  Tensor out = empty(shape(), {.dtype = dt, .device = d});
+  {
+    NoGradGuard g;
+    out.copy_(*this);
+  }
+  if (any_requires_grad({this})) {
+    EMBER_CHECK(is_floating(dt), "to: a tensor that requires grad cannot be converted to ", dt);
+    const DType src_dtype = dtype();
+    const Device src_device = device();
+    record("ToCopyBackward", {*this}, {out}, [src_dtype, src_device](const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{g[0].to(src_device, src_dtype)};
+    });
+  }
+  return out;
+}
+
+double Tensor::item() const {
+  EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
+              shape(), ")");
+  Tensor c = to(Device::cpu(), DType::f64);
+  return *static_cast<const double*>(c.data());
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  NoGradGuard g;
+  Tensor c = to(Device::cpu(), dtype_of<T>::value).contiguous();
+  const T* p = static_cast<const T*>(c.data());
+  return std::vector<T>(p, p + c.numel());
+}
+template std::vector<float> Tensor::to_vector() const;
+template std::vector<double> Tensor::to_vector() const;
+template std::vector<int32_t> Tensor::to_vector() const;
+template std::vector<int64_t> Tensor::to_vector() const;
+template std::vector<uint8_t> Tensor::to_vector() const;
+
+template <>
+std::vector<bool> Tensor::to_vector() const {
+  std::vector<uint8_t> b = to(DType::u8).to_vector<uint8_t>();
+  return std::vector<bool>(b.begin(), b.end());
+}
+
+// ---- in-place arithmetic ------------------------------------------------------------------------
+
+namespace {
+template <typename F>
+Tensor& inplace_binary(const char* op, Tensor& self, const Tensor& other, F kernel) {
+  check_inplace(op, self);
+  detail::check_same_device(op, self, other);
+  detail::check_floating(op, self);
+  EMBER_CHECK(broadcast_shapes(other.shape(), self.shape(), op) == self.shape(), op, ": operand of shape ",
+              other.shape(), " cannot be broadcast to shape ", self.shape());
+  Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());
+  switch (self.device().type) {
+    case DeviceType::CPU:
+      kernel(detail::iter_shape(self.shape()), detail::operand(self), detail::operand(o, self.shape()));
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable(op);
+  }
+  self.bump_version();
+  return self;
+}
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  const DType dt = dtype();
+  return inplace_binary("add_", *this, other, [&](auto shape, auto out, auto in) {
+    kernels::cpu::binary(kernels::BinaryOp::Add, dt, shape, out, out, in, alpha);
+  });
+}
+
+Tensor& Tensor::mul_(const Tensor& other) {
+  const DType dt = dtype();
+  return inplace_binary("mul_", *this, other, [&](auto shape, auto out, auto in) {
+    kernels::cpu::binary(kernels::BinaryOp::Mul, dt, shape, out, out, in, 1.0);
+  });
+}
+
+Tensor& Tensor::div_(const Tensor& other) {
+  const DType dt = dtype();
+  return inplace_binary("div_", *this, other, [&](auto shape, auto out, auto in) {
+    kernels::cpu::binary(kernels::BinaryOp::Div, dt, shape, out, out, in, 1.0);
+  });
+}
+
+namespace {
+Tensor& inplace_unary(const char* op, Tensor& self, kernels::UnaryOp k, double alpha) {
+  check_inplace(op, self);
+  detail::check_floating(op, self);
+  switch (self.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::unary(k, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
+                          detail::operand(self), alpha);
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable(op);
+  }
+  self.bump_version();
+  return self;
+}
+}  // namespace
+
+Tensor& Tensor::add_(double value) { return inplace_unary("add_", *this, kernels::UnaryOp::AddScalar, value); }
+Tensor& Tensor::mul_(double value) { return inplace_unary("mul_", *this, kernels::UnaryOp::MulScalar, value); }
+
+Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
+  check_inplace("clamp_", *this);
+  detail::check_floating("clamp_", *this);
+  switch (device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::clamp(dtype(), detail::iter_shape(shape()), detail::operand(*this), detail::operand(*this),
+                          lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0));
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable("clamp_");
+  }
+  bump_version();
+  return *this;
+}
+
+}  // namespace ember

@@ -1,0 +1,33 @@
+#include "parallel.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+
+#include <cblas.h>
+
+namespace ember {
+
+namespace {
+int initial_threads() {
+  if (const char* v = std::getenv("EMBER_NUM_THREADS")) {
+    const int n = std::atoi(v);
+    if (n > 0) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc > 0 ? static_cast<int>(hc) : 1;
+}
+std::atomic<int>& thread_count() {
+  static std::atomic<int> n{initial_threads()};
+  return n;
+}
+}  // namespace
+
+int get_num_threads() { return thread_count().load(std::memory_order_relaxed); }
+
+void set_num_threads(int n) {
+  thread_count().store(n > 0 ? n : 1);
+  openblas_set_num_threads(n > 0 ? n : 1);
+}
+
+}  // namespace ember

@@ -1,0 +1,42 @@
+#pragma once
+// Splitting loops across the CPU's cores (OpenMP underneath).
+//
+// parallel_for(begin, end, grain, f) calls f(lo, hi) on disjoint chunks covering [begin, end);
+// it runs inline when the range is smaller than `grain` (threads cost ~µs to wake) or when
+// already inside a parallel region.
+
+#include <algorithm>
+#include <cstdint>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace ember {
+
+// Threads used by ember's CPU kernels (and OpenBLAS). Default: all cores, or EMBER_NUM_THREADS.
+int get_num_threads();
+void set_num_threads(int n);
+
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+#ifdef _OPENMP
+  const int threads = get_num_threads();
+  if (n > grain && threads > 1 && !omp_in_parallel()) {
+    const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+#pragma omp parallel num_threads(static_cast<int>(chunks))
+    {
+      const int64_t t = omp_get_thread_num();
+      const int64_t per = (n + chunks - 1) / chunks;
+      const int64_t lo = begin + t * per, hi = std::min(end, lo + per);
+      if (lo < hi) f(lo, hi);
+    }
+    return;
+  }
+#endif
+  f(begin, end);
+}
+
+}  // namespace ember

@@ -1,0 +1,159 @@
+#pragma once
+// Elementwise math written once: __host__ __device__ functors shared by the CPU loop
+// (kernels/cpu/elementwise.cpp) and the CUDA kernels (kernels/cuda, a later issue).
+//
+// Each unary op is a struct with
+//   fwd(x, a)         -> y              (a: the op's scalar parameter, e.g. the leaky slope)
+//   bwd(g, x, y, a)   -> dL/dx          given g = dL/dy, the input x and the output y
+// Each binary op has fwd(a, b) and, where differentiable, da(g, a, b, y) and db(g, a, b, y).
+
+#include <cmath>
+
+#include "../core/dtype.h"  // EMBER_HD
+
+namespace ember::kernels {
+
+enum class UnaryOp {
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, LeakyRelu, Sigmoid, Tanh, Gelu, GeluTanh, Silu,
+  AddScalar, MulScalar, RsubScalar, PowScalar,
+};
+
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
+
+enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
+
+namespace ops {
+
+template <typename T>
+EMBER_HD inline T sign(T x) {
+  return static_cast<T>((x > T(0)) - (x < T(0)));
+}
+
+struct Neg {
+  template <typename T> EMBER_HD static T fwd(T x, T) { return -x; }
+  template <typename T> EMBER_HD static T bwd(T g, T, T, T) { return -g; }
+};
+struct Exp {
+  template <typename T> EMBER_HD static T fwd(T x, T) { return std::exp(x); }
+  template <typename T> EMBER_HD static T bwd(T g, T, T y, T) { return g * y; }
+};
+struct Log {
+  template <typename T> EMBER_HD static T fwd(T x, T) { return std::log(x); }
+  template <typename T> EMBER_HD static T bwd(T g, T x, T, T) { return g / x; }
+};
+struct Sqrt {
+  template <typename T> EMBER_HD static T fwd(T x, T) { return std::sqrt(x); }
+  template <typename T> EMBER_HD static T bwd(T g, T, T y, T) { return g / (T(2) * y); }
+};
+struct Rsqrt {
+  template <typename T> EMBER_HD static T fwd(T x, T) { return T(1) / std::sqrt(x); }
+  // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
+  template <typename T> EMBER_HD static T bwd(T g, T, T y, T) { return T(-0.5) * g * y * y * y; }
+};
+struct Abs {
+  template <typename T> EMBER_HD static T fwd(T x, T) { return std::abs(x); }
+  template <typename T> EMBER_HD static T bwd(T g, T x, T, T) { return g * sign(x); }
+};
+struct Relu {
+  // x > 0 ? x : 0, with NaN propagating (NaN > 0 is false, so test the other way round).
+  template <typename T> EMBER_HD static T fwd(T x, T) { return x <= T(0) ? T(0) : x; }
+  template <typename T> EMBER_HD static T bwd(T g, T, T y, T) { return y > T(0) ? g : T(0); }
+};
+struct LeakyRelu {
+  template <typename T> EMBER_HD static T fwd(T x, T a) { return x > T(0) ? x : x * a; }
+  template <typename T> EMBER_HD static T bwd(T g, T x, T, T a) { return x > T(0) ? g : g * a; }
+};
+struct Sigmoid {
+  // Written to avoid overflow for large |x|: exp of a non-positive number only.
+  template <typename T> EMBER_HD static T fwd(T x, T) {
+    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+    const T e = std::exp(x);
+    return e / (T(1) + e);
+  }
+  template <typename T> EMBER_HD static T bwd(T g, T, T y, T) { return g * y * (T(1) - y); }
+};
+struct Tanh {
+  template <typename T> EMBER_HD static T fwd(T x, T) { return std::tanh(x); }
+  template <typename T> EMBER_HD static T bwd(T g, T, T y, T) { return g * (T(1) - y * y); }
+};
+struct Gelu {  // exact: x * Phi(x)
+  template <typename T> EMBER_HD static T fwd(T x, T) {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  }
+  template <typename T> EMBER_HD static T bwd(T g, T x, T, T) {
+    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    const T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);  // 1/sqrt(2 pi)
+    return g * (cdf + x * pdf);
+  }
+};
+struct GeluTanh {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  template <typename T> EMBER_HD static T fwd(T x, T) {
+    const T k = T(0.79788456080286535588);
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+  }
+  template <typename T> EMBER_HD static T bwd(T g, T x, T, T) {
+    const T k = T(0.79788456080286535588);
+    const T inner = k * (x + T(0.044715) * x * x * x);
+    const T t = std::tanh(inner);
+    const T dinner = k * (T(1) + T(3) * T(0.044715) * x * x);
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner);
+  }
+};
+struct Silu {  // x * sigmoid(x)
+  template <typename T> EMBER_HD static T fwd(T x, T a) { return x * Sigmoid::fwd(x, a); }
+  template <typename T> EMBER_HD static T bwd(T g, T x, T, T a) {
+    const T s = Sigmoid::fwd(x, a);
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
+struct AddScalar {
+  template <typename T> EMBER_HD static T fwd(T x, T a) { return x + a; }
+  template <typename T> EMBER_HD static T bwd(T g, T, T, T) { return g; }
+};
+struct MulScalar {
+  template <typename T> EMBER_HD static T fwd(T x, T a) { return x * a; }
+  template <typename T> EMBER_HD static T bwd(T g, T, T, T a) { return g * a; }
+};
+struct RsubScalar {
+  template <typename T> EMBER_HD static T fwd(T x, T a) { return a - x; }
+  template <typename T> EMBER_HD static T bwd(T g, T, T, T) { return -g; }
+};
+struct PowScalar {
+  template <typename T> EMBER_HD static T fwd(T x, T a) {
+    if (a == T(2)) return x * x;
+    return std::pow(x, a);
+  }
+  template <typename T> EMBER_HD static T bwd(T g, T x, T, T a) {
+    if (a == T(0)) return T(0);
+    return g * a * std::pow(x, a - T(1));
+  }
+};
+
+// Binary ops. da/db return the gradient contributions for a and b.
+struct Add {
+  template <typename T> EMBER_HD static T fwd(T a, T b) { return a + b; }
+};
+struct Sub {
+  template <typename T> EMBER_HD static T fwd(T a, T b) { return a - b; }
+};
+struct Mul {
+  template <typename T> EMBER_HD static T fwd(T a, T b) { return a * b; }
+};
+struct Div {
+  template <typename T> EMBER_HD static T fwd(T a, T b) { return a / b; }
+};
+struct Pow {
+  template <typename T> EMBER_HD static T fwd(T a, T b) { return std::pow(a, b); }
+  // d/da a^b = b a^(b-1);  d/db a^b = a^b ln a (0 where a == 0 and b >= 0, as PyTorch)
+  template <typename T> EMBER_HD static T da(T g, T a, T b, T) { return b == T(0) ? T(0) : g * b * std::pow(a, b - T(1)); }
+  template <typename T> EMBER_HD static T db(T g, T a, T, T y) { return a == T(0) ? T(0) : g * y * std::log(a); }
+};
+struct Maximum {
+  template <typename T> EMBER_HD static T fwd(T a, T b) { return (a != a || a > b) ? a : (b != b ? b : (a == b ? a : b)); }
+};
+struct Minimum {
+  template <typename T> EMBER_HD static T fwd(T a, T b) { return (a != a || a < b) ? a : (b != b ? b : (a == b ? a : b)); }
+};
+
+}  // namespace ops
+}  // namespace ember::kernels

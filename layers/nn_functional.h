@@ -1,0 +1,69 @@
+#pragma once
+// Neural-network functions with autograd: softmax, convolution, pooling, normalization,
+// dropout, losses. Image tensors are NCHW.
+
+#include <optional>
+#include <utility>
+
+#include "../core/generator.h"
+#include "../core/tensor.h"
+
+namespace ember {
+
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+struct Conv2dOptions {
+  std::pair<int64_t, int64_t> stride{1, 1};
+  std::pair<int64_t, int64_t> padding{0, 0};
+  std::pair<int64_t, int64_t> dilation{1, 1};
+  int64_t groups = 1;
+};
+// x: (N, C_in, H, W); weight: (C_out, C_in / groups, kH, kW); bias: (C_out) or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& opt = {});
+
+struct Pool2dOptions {
+  std::pair<int64_t, int64_t> kernel{2, 2};
+  std::pair<int64_t, int64_t> stride{0, 0};  // {0, 0} means = kernel
+  std::pair<int64_t, int64_t> padding{0, 0};
+  std::pair<int64_t, int64_t> dilation{1, 1};  // max pool only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg pool only
+};
+// (values, indices): indices are int64 positions within each (H*W) input plane, as PyTorch.
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& opt);
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt);
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt);
+Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_size);
+
+// Batch norm over (N, C, ...) per channel C. In training, uses the batch statistics and, when
+// running_mean/var are given, updates them in place:
+//   running = (1 - momentum) * running + momentum * batch_stat (running_var gets the unbiased var).
+// In eval, normalizes with the running statistics. weight/bias may be undefined.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+
+// Zeroes each element with probability p (mask from Philox via `gen`) and scales the rest by
+// 1 / (1 - p). Identity when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
+
+enum class Reduction { None, Mean, Sum };
+
+struct CrossEntropyOptions {
+  Tensor weight;                 // (C) class weights, or undefined
+  Reduction reduction = Reduction::Mean;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+// logits: (N, C) or (N, C, d1, ...); target: int64 class indices (N) / (N, d1, ...).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opt = {});
+struct NllLossOptions {
+  Tensor weight;
+  Reduction reduction = Reduction::Mean;
+  int64_t ignore_index = -100;
+};
+// log_probs: (N, C) or (N, C, d1, ...); target int64.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& opt = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+}  // namespace ember

@@ -1,0 +1,32 @@
+#pragma once
+// Helpers shared by the op implementations in layers/ (internal; not part of the public API).
+//
+// Dispatch convention: every op's entry point checks its arguments, then switches explicitly on
+// the device type:
+//   switch (x.device().type) {
+//     case DeviceType::CPU: kernels::cpu::...(...); break;
+//     case DeviceType::CUDA: kernels::cuda::...(...); break;   // cuda_unavailable(op) until the CUDA issue
+//   }
+
+#include "../core/autograd.h"
+#include "../core/tensor.h"
+#include "../kernels/strided.h"
+
+namespace ember::detail {
+
+// The iteration shape for kernels.
+kernels::IterShape iter_shape(const Shape& shape);
+// An operand reading `t` broadcast to `shape` (stride 0 along broadcast dims). t's shape must
+// broadcast to `shape` (checked by the caller).
+kernels::Operand operand(const Tensor& t, const Shape& shape);
+// An operand over t in its own shape.
+inline kernels::Operand operand(const Tensor& t) { return operand(t, t.shape()); }
+
+// Throws: "<op>: expected all tensors on one device, got cpu and cuda:0".
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+// Throws: "<op>: expected a floating-point tensor (float32 or float64), got int64 ...".
+void check_floating(const char* op, const Tensor& t);
+// Throws "<op>: ... CUDA" for ops whose CUDA kernel does not exist in this build.
+[[noreturn]] void cuda_unavailable(const char* op);
+
+}  // namespace ember::detail

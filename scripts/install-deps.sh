@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ember builds against, only those that are missing.
+# Idempotent: a second run installs nothing. Needs root (or sudo) for apt-get.
+set -euo pipefail
+
+packages=(
+  build-essential cmake         # compiler and build system
+  libopenblas-dev               # CPU GEMM (cblas_sgemm / cblas_dgemm)
+  catch2                        # test framework (v2, header-only)
+  zlib1g-dev                    # gzipped dataset files
+  libomp-dev                    # not required by g++ (libgomp ships with it); kept for clang builds
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: everything is installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,46 @@
+#pragma once
+// One list of op cases drives the f64 finite-difference gradchecks (tests/test_gradcheck.cpp),
+// the contiguous-vs-strided checks, and — with the CUDA backend — CPU-vs-CUDA parity.
+//
+// A case names its differentiable inputs (their shapes and the range their values are drawn
+// from) and a function that builds the op's output from them. Inputs are float64 leaves filled
+// from Philox with a seed derived from the case name, so every run sees the same numbers.
+// Non-differentiable arguments (indices, labels, masks) are built inside `fn` from fixed values.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ember/ember.h>
+
+namespace ember::testing {
+
+struct OpCase {
+  std::string name;                                        // "family/variant", e.g. "add/broadcast"
+  std::vector<Shape> inputs;                               // shapes of the differentiable inputs
+  std::function<Tensor(const std::vector<Tensor>&)> fn;    // builds the output from the inputs
+  double lo = -1.0, hi = 1.0;                              // inputs are drawn from U[lo, hi)
+  // Optional: adjusts freshly drawn inputs (moves values away from kinks or ties). Runs on
+  // contiguous float64 CPU tensors before they become leaves.
+  std::function<void(std::vector<Tensor>&)> prepare;
+  // Whether the strided variant applies (inputs made non-contiguous with the same values).
+  bool strided = true;
+  // Finite differences: step and the tolerance on max |analytic - numeric| / max(1, |numeric|).
+  double eps = 1e-6;
+  double tol = 1e-6;
+};
+
+// Each family adds its cases (tests/cases/<family>_cases.cpp).
+void add_elementwise_cases(std::vector<OpCase>& cases);
+void add_view_cases(std::vector<OpCase>& cases);
+void add_reduce_cases(std::vector<OpCase>& cases);
+void add_linalg_cases(std::vector<OpCase>& cases);
+void add_conv_cases(std::vector<OpCase>& cases);
+void add_pool_norm_cases(std::vector<OpCase>& cases);
+void add_shape_cases(std::vector<OpCase>& cases);
+void add_loss_cases(std::vector<OpCase>& cases);
+
+// All cases, in family order.
+std::vector<OpCase> all_op_cases();
+
+}  // namespace ember::testing
