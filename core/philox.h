@@ -31,11 +31,11 @@ EMBER_HD inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32
   lo = static_cast<uint32_t>(p);
 }
 
-EMBER_HD inline Philox4 philox4x32_10(uint64_t counter, uint64_t seed) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+// The full generator: a 128-bit counter and a 64-bit key (two words), ten rounds.
+EMBER_HD inline Philox4 philox4x32_10(Philox4 ctr, uint32_t k0, uint32_t k1) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // Weyl key increments
+  uint32_t c0 = ctr.v[0], c1 = ctr.v[1], c2 = ctr.v[2], c3 = ctr.v[3];
   for (int round = 0; round < 10; ++round) {
     uint32_t hi0, lo0, hi1, lo1;
     philox_mulhilo(kM0, c0, hi0, lo0);
@@ -49,6 +49,12 @@ EMBER_HD inline Philox4 philox4x32_10(uint64_t counter, uint64_t seed) {
     k1 += kW1;
   }
   return Philox4{{c0, c1, c2, c3}};
+}
+
+// ember's use: counter = (c lo, c hi, 0, 0), key = (seed lo, seed hi).
+EMBER_HD inline Philox4 philox4x32_10(uint64_t counter, uint64_t seed) {
+  return philox4x32_10(Philox4{{static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u}},
+                       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 // [0, 1) with 24 random bits.

@@ -16,6 +16,7 @@ namespace {
 struct Format {
   bool integral = false;
   bool scientific = false;
+  bool whole = false;  // floats that are all whole numbers print as "1." like PyTorch
   int precision = 4;
   int width = 0;
 };
@@ -26,6 +27,8 @@ std::string format_value(double v, const Format& f) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   if (f.integral) {
     os << static_cast<int64_t>(v);
+  } else if (f.whole) {
+    os << static_cast<int64_t>(v) << '.';
   } else if (f.scientific) {
     os << std::scientific << std::setprecision(f.precision) << v;
   } else {
@@ -77,31 +80,16 @@ std::string Tensor::str() const {
     if (x != std::floor(x)) all_int = false;
   }
   if (!f.integral && (max_abs >= 1e8 || (min_abs < 1e-4 && min_abs != INFINITY))) f.scientific = true;
-  if (!f.integral && all_int && !f.scientific) f.precision = 0;
+  f.whole = !f.integral && all_int && !f.scientific;
   for (double x : v) f.width = std::max<int>(f.width, static_cast<int>(format_value(x, f).size()));
-  if (!f.integral && all_int && !f.scientific) f.width += 1;  // room for the trailing '.'
 
   std::ostringstream os;
   os << "tensor(";
   if (dim() == 0) {
-    os << format_value(v[0], f) << (!f.integral && all_int && !f.scientific ? "." : "");
+    os << format_value(v[0], f);
   } else {
-    std::ostringstream body;
     int64_t pos = 0;
-    print_rec(body, v, shape(), 0, pos, f, 7);
-    std::string b = body.str();
-    if (!f.integral && all_int && !f.scientific) {
-      // "1" -> "1." as PyTorch prints whole floats
-      std::string r;
-      for (size_t i = 0; i < b.size(); ++i) {
-        r += b[i];
-        if (std::isdigit(static_cast<unsigned char>(b[i])) &&
-            (i + 1 == b.size() || !(std::isdigit(static_cast<unsigned char>(b[i + 1])) || b[i + 1] == '.')))
-          r += '.';
-      }
-      b = r;
-    }
-    os << b;
+    print_rec(os, v, shape(), 0, pos, f, 7);
   }
   os << ", shape=" << shape() << ", dtype=" << dtype() << ", device=" << device();
   if (grad_fn()) {

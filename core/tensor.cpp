@@ -143,6 +143,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opt) {
   // Like PyTorch: the first half counts up from start, the second half down from end, so both
   // endpoints are exact.
   return fill_by_index({steps}, opt, [=](int64_t i) {
+    if (steps == 1) return start;
     return i < steps / 2 ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
   });
 }
