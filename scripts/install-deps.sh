@@ -8,6 +8,9 @@ packages=(
   libopenblas-dev               # CPU GEMM (cblas_sgemm / cblas_dgemm)
   catch2                        # test framework (v2, header-only)
   zlib1g-dev                    # gzipped dataset files
+  nlohmann-json3-dev            # safetensors headers, training-state files, metrics
+  libcli11-dev                  # the ember command line
+  dataset-fashion-mnist         # the default dataset of `ember train`
   libomp-dev                    # not required by g++ (libgomp ships with it); kept for clang builds
 )
 
