@@ -2,6 +2,9 @@
 
 #include "reduce.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "../kernels/cpu/reduce.h"
 #include "elementwise.h"
 #include "op_helpers.h"
@@ -78,8 +81,167 @@ Tensor mean(const Tensor& x, const Dims& dims0, bool keepdim) {
   return div(sum(x, dims, keepdim), static_cast<double>(count));
 }
 
-}  // namespace ember
+// ---- var ----------------------------------------------------------------------------------------
 
-namespace ember {
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { EMBER_THROW("argmax: not implemented yet"); }
+Tensor var(const Tensor& x, const Dims& dims0, int64_t correction, bool keepdim) {
+  detail::check_floating("var", x);
+  const Dims dims = reduction_dims(x, dims0, "var");
+  const Shape kept = reduced_shape(x.shape(), dims, true);
+  Tensor out = empty(kept, {.dtype = x.dtype(), .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::var(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x), detail::operand(out, x.shape()),
+                        detail::iter_shape(kept), correction);
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable("var");
+  }
+  out = out.reshape(reduced_shape(x.shape(), dims, keepdim));
+  if (any_requires_grad({&x})) {
+    int64_t count = 1;
+    for (int64_t d : dims) count *= x.shape()[static_cast<int>(d)];
+    // d var / d x_i = 2 (x_i - mean) / (n - correction); a zero divisor gives inf, as the forward.
+    const double scale = 2.0 / static_cast<double>(std::max<int64_t>(0, count - correction));
+    SavedTensor sx(x, "VarBackward");
+    record("VarBackward", {x}, {out}, [=](const std::vector<Tensor>& g) {
+      const Tensor& xv = sx.get();
+      Tensor centered = sub(xv, mean(xv, dims, true));
+      return std::vector<Tensor>{mul(mul(centered, g[0].to(xv.dtype()).reshape(kept)), scale)};
+    });
+  }
+  return out;
+}
+
+// ---- max / min / amax / amin / argmax / argmin ----------------------------------------------------
+
+namespace {
+
+using kernels::cpu::Extremum;
+
+// The dtypes with an ordering kernel.
+void check_ordered(const char* op, const Tensor& x) {
+  const DType t = x.dtype();
+  EMBER_CHECK(t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::i64 || t == DType::u8, op,
+              ": expected a float32, float64, int32, int64 or uint8 tensor, got ", describe(x));
+}
+
+// max/min have no identity: reducing over a zero-size dim is an error (as PyTorch).
+void check_nonempty(const char* op, const Tensor& x, const Dims& dims) {
+  for (int64_t d : dims)
+    EMBER_CHECK(x.shape()[static_cast<int>(d)] != 0, op, ": cannot reduce over dim ", d, " of size 0 (input ",
+                describe(x), "); ", op, " of an empty set is undefined");
+}
+
+// amax/amin (and max/min of all elements): the extreme value over `dims`, gradient split evenly
+// between ties.
+Tensor extremum_reduce(Extremum kind, const char* op, const char* node, const Tensor& x, const Dims& dims0,
+                       bool keepdim) {
+  check_ordered(op, x);
+  const Dims dims = reduction_dims(x, dims0, op);
+  check_nonempty(op, x, dims);
+  const Shape kept = reduced_shape(x.shape(), dims, true);
+  Tensor out = empty(kept, {.dtype = x.dtype(), .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                             detail::operand(out, x.shape()), detail::iter_shape(kept));
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable(op);
+  }
+  Tensor value = out;  // kept shape, for the backward
+  out = out.reshape(reduced_shape(x.shape(), dims, keepdim));
+  if (any_requires_grad({&x})) {
+    // Save a detached alias of the result: saving `out` itself would make a cycle out -> node -> out.
+    SavedTensor sx(x, node), sv(value.detach(), node);
+    record(node, {x}, {out}, [=](const std::vector<Tensor>& g) {
+      const Tensor& xv = sx.get();
+      const Tensor gk = g[0].to(xv.dtype()).reshape(kept);
+      Tensor gi = empty(xv.shape(), {.dtype = xv.dtype(), .device = xv.device()});
+      switch (xv.device().type) {
+        case DeviceType::CPU:
+          kernels::cpu::extremum_backward(xv.dtype(), detail::iter_shape(xv.shape()), detail::operand(gi),
+                                          detail::operand(xv), detail::operand(sv.get(), xv.shape()),
+                                          detail::operand(gk, xv.shape()), detail::iter_shape(kept));
+          break;
+        case DeviceType::CUDA: detail::cuda_unavailable(op);
+      }
+      return std::vector<Tensor>{gi};
+    });
+  }
+  return out;
+}
+
+// (values, indices) of the first extreme element along `dim`, or over all elements when
+// `all_dims` (indices then count row-major over the whole tensor). Values are skipped (undefined)
+// unless `want_values`; when they are returned they carry the gradient to the chosen element.
+std::pair<Tensor, Tensor> arg_extremum_op(Extremum kind, const char* op, const char* node, const Tensor& x,
+                                          std::optional<int64_t> dim, bool keepdim, bool want_values) {
+  check_ordered(op, x);
+  const Dims dims = dim ? reduction_dims(x, {*dim}, op) : reduction_dims(x, {}, op);
+  EMBER_CHECK(dim || x.numel() > 0, op, ": cannot take the ", op, " of an empty tensor ", describe(x));
+  check_nonempty(op, x, dims);
+  const Shape kept = reduced_shape(x.shape(), dims, true);
+  Tensor values = want_values ? empty(kept, {.dtype = x.dtype(), .device = x.device()}) : Tensor();
+  Tensor indices = empty(kept, {.dtype = DType::i64, .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::arg_extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                                 want_values ? detail::operand(values, x.shape()) : kernels::Operand{},
+                                 detail::operand(indices, x.shape()), detail::iter_shape(kept));
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable(op);
+  }
+  const Shape out_shape = reduced_shape(x.shape(), dims, keepdim);
+  Tensor saved_indices = indices;  // kept shape
+  indices = indices.reshape(out_shape);
+  if (!want_values) return {Tensor(), indices};
+  values = values.reshape(out_shape);
+  if (any_requires_grad({&x})) {
+    const Shape in_shape = x.shape();
+    const DType dtype = x.dtype();
+    SavedTensor si(saved_indices, node);
+    record(node, {x}, {values}, [=](const std::vector<Tensor>& g) {
+      const Tensor& iv = si.get();
+      const Tensor gk = g[0].to(dtype).reshape(kept);
+      Tensor gi = empty(in_shape, {.dtype = gk.dtype(), .device = gk.device()});
+      switch (gk.device().type) {
+        case DeviceType::CPU:
+          kernels::cpu::index_backward(gk.dtype(), detail::iter_shape(in_shape), detail::operand(gi),
+                                       detail::operand(gk, in_shape), detail::operand(iv, in_shape),
+                                       detail::iter_shape(kept));
+          break;
+        case DeviceType::CUDA: detail::cuda_unavailable(op);
+      }
+      return std::vector<Tensor>{gi};
+    });
+  }
+  return {values, indices};
+}
+
+}  // namespace
+
+Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) {
+  return extremum_reduce(Extremum::Max, "amax", "AmaxBackward", x, dims, keepdim);
+}
+Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) {
+  return extremum_reduce(Extremum::Min, "amin", "AminBackward", x, dims, keepdim);
+}
+Tensor max(const Tensor& x) { return extremum_reduce(Extremum::Max, "max", "MaxBackward", x, {}, false); }
+Tensor min(const Tensor& x) { return extremum_reduce(Extremum::Min, "min", "MinBackward", x, {}, false); }
+
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_extremum_op(Extremum::Max, "max", "MaxBackward", x, dim, keepdim, true);
+}
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_extremum_op(Extremum::Min, "min", "MinBackward", x, dim, keepdim, true);
+}
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_extremum_op(Extremum::Max, "argmax", "", x, dim, keepdim, false).second;
+}
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_extremum_op(Extremum::Min, "argmin", "", x, dim, keepdim, false).second;
+}
+Tensor argmax(const Tensor& x) {
+  return arg_extremum_op(Extremum::Max, "argmax", "", x, std::nullopt, false, false).second;
+}
+
 }  // namespace ember

@@ -1,61 +1,187 @@
 // CPU reductions.
 //
 // The reference strategy: iterate over output positions (in parallel), and for each one walk the
-// reduced sub-space of the input with an odometer. Accumulation is in double, so float32 sums of
-// millions of elements stay accurate.
+// reduced sub-space of the input (ReduceIndexer maps positions to strided offsets). Accumulation
+// is in double, so float32 sums of millions of elements stay accurate. Each output position is
+// computed by one thread in a fixed order, so results do not depend on the thread count.
 
 #include "reduce.h"
+
+#include <cmath>
+#include <type_traits>
 
 #include "../../core/error.h"
 #include "parallel.h"
 
+// The dtypes max/min/argmax accept: the arithmetic floats and the integer types.
+#define EMBER_DISPATCH_ORDERED(DTYPE, NAME, ...)                                                          \
+  do {                                                                                                    \
+    switch (DTYPE) {                                                                                      \
+      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                           \
+      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                          \
+      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                                         \
+      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                                         \
+      EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                                                          \
+      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32, float64, int32, " \
+                           "int64 or uint8)");                                                            \
+    }                                                                                                     \
+  } while (0)
+
 namespace ember::kernels::cpu {
+
+namespace {
+
+// NaN test that also compiles for integer types (where it is always false).
+template <typename T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  else return false;
+}
+
+// Whether `v` replaces the current best `best`: strictly better (so the first occurrence wins a
+// tie), or NaN (NaN propagates: once best is NaN nothing replaces it).
+template <typename T>
+bool better(Extremum kind, T v, T best) {
+  if (is_nan(best)) return false;
+  if (is_nan(v)) return true;
+  return kind == Extremum::Max ? v > best : v < best;
+}
+
+}  // namespace
 
 void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape) {
   EMBER_DISPATCH_FLOAT(dtype, "sum", [&] {
     using T = scalar_t;
-    const int nd = in_shape.ndim;
-    // Split dims into kept (out_shape[d] == in_shape[d]) and reduced (out_shape[d] == 1 < in).
-    int kept[kMaxDims], red[kMaxDims];
-    int nk = 0, nr = 0;
-    for (int d = 0; d < nd; ++d) {
-      if (out_shape.sizes[d] == in_shape.sizes[d]) kept[nk++] = d;
-      else red[nr++] = d;
-    }
-    int64_t n_out = 1, n_red = 1;
-    for (int i = 0; i < nk; ++i) n_out *= in_shape.sizes[kept[i]];
-    for (int i = 0; i < nr; ++i) n_red *= in_shape.sizes[red[i]];
-    // Output strides over the kept shape are contiguous (out is freshly allocated, row-major).
+    const ReduceIndexer ix(in_shape, out_shape);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(n_red, 1));
-    parallel_for(0, n_out, grain, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, ix.n_out, ix.grain(), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
-        // Input offset of output position o, and output offset.
-        int64_t rem = o, base = 0, out_off = 0;
-        for (int i = nk - 1; i >= 0; --i) {
-          const int d = kept[i];
-          const int64_t idx = rem % in_shape.sizes[d];
-          rem /= in_shape.sizes[d];
-          base += idx * in.strides[d];
-          out_off += idx * out.strides[d];
-        }
+        const T* x = src + ix.base(o, in);
         double acc = 0;
-        if (nr == 1) {
-          const int64_t st = in.strides[red[0]];
-          for (int64_t j = 0; j < n_red; ++j) acc += static_cast<double>(src[base + j * st]);
-        } else {
-          for (int64_t j = 0; j < n_red; ++j) {
-            int64_t r = j, off = base;
-            for (int i = nr - 1; i >= 0; --i) {
-              const int d = red[i];
-              off += (r % in_shape.sizes[d]) * in.strides[d];
-              r /= in_shape.sizes[d];
-            }
-            acc += static_cast<double>(src[off]);
+        for (int64_t j = 0; j < ix.n_red; ++j) acc += static_cast<double>(x[ix.offset(j, in)]);
+        dst[ix.base(o, out)] = static_cast<T>(acc);
+      }
+    });
+  });
+}
+
+void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape,
+         int64_t correction) {
+  EMBER_DISPATCH_FLOAT(dtype, "var", [&] {
+    using T = scalar_t;
+    const ReduceIndexer ix(in_shape, out_shape);
+    const T* src = static_cast<const T*>(in.data);
+    T* dst = static_cast<T*>(out.data);
+    // Two passes (mean, then squared deviations) rather than sum and sum of squares: the
+    // one-pass formula cancels catastrophically when the mean is large against the spread.
+    const double divisor = static_cast<double>(std::max<int64_t>(0, ix.n_red - correction));
+    parallel_for(0, ix.n_out, ix.grain(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const T* x = src + ix.base(o, in);
+        double total = 0;
+        for (int64_t j = 0; j < ix.n_red; ++j) total += static_cast<double>(x[ix.offset(j, in)]);
+        const double mean = total / static_cast<double>(ix.n_red);  // NaN when n_red == 0
+        double ss = 0;
+        for (int64_t j = 0; j < ix.n_red; ++j) {
+          const double d = static_cast<double>(x[ix.offset(j, in)]) - mean;
+          ss += d * d;
+        }
+        dst[ix.base(o, out)] = static_cast<T>(ix.n_red == 0 ? NAN : ss / divisor);
+      }
+    });
+  });
+}
+
+void extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in, Operand out,
+              const IterShape& out_shape) {
+  EMBER_DISPATCH_ORDERED(dtype, kind == Extremum::Max ? "amax" : "amin", [&] {
+    using T = scalar_t;
+    const ReduceIndexer ix(in_shape, out_shape);
+    EMBER_CHECK(ix.n_red > 0 || ix.n_out == 0, "extremum: empty reduction");
+    const T* src = static_cast<const T*>(in.data);
+    T* dst = static_cast<T*>(out.data);
+    parallel_for(0, ix.n_out, ix.grain(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const T* x = src + ix.base(o, in);
+        T best = x[0];
+        for (int64_t j = 1; j < ix.n_red; ++j) {
+          const T v = x[ix.offset(j, in)];
+          if (better(kind, v, best)) best = v;
+        }
+        dst[ix.base(o, out)] = best;
+      }
+    });
+  });
+}
+
+void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand x, Operand value,
+                       Operand grad_out, const IterShape& out_shape) {
+  EMBER_DISPATCH_FLOAT(dtype, "amax backward", [&] {
+    using T = scalar_t;
+    const ReduceIndexer ix(in_shape, out_shape);
+    T* gi = static_cast<T*>(grad_in.data);
+    const T* xs = static_cast<const T*>(x.data);
+    const T* vs = static_cast<const T*>(value.data);
+    const T* go = static_cast<const T*>(grad_out.data);
+    parallel_for(0, ix.n_out, ix.grain(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const T v = vs[ix.base(o, value)];
+        const T* xo = xs + ix.base(o, x);
+        T* gio = gi + ix.base(o, grad_in);
+        auto matches = [&](T e) { return e == v || (std::isnan(e) && std::isnan(v)); };
+        int64_t count = 0;
+        for (int64_t j = 0; j < ix.n_red; ++j) count += matches(xo[ix.offset(j, x)]) ? 1 : 0;
+        const T share = count > 0 ? go[ix.base(o, grad_out)] / static_cast<T>(count) : T(0);
+        for (int64_t j = 0; j < ix.n_red; ++j)
+          gio[ix.offset(j, grad_in)] = matches(xo[ix.offset(j, x)]) ? share : T(0);
+      }
+    });
+  });
+}
+
+void arg_extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in, Operand values,
+                  Operand indices, const IterShape& out_shape) {
+  EMBER_DISPATCH_ORDERED(dtype, kind == Extremum::Max ? "argmax" : "argmin", [&] {
+    using T = scalar_t;
+    const ReduceIndexer ix(in_shape, out_shape);
+    EMBER_CHECK(ix.n_red > 0 || ix.n_out == 0, "arg_extremum: empty reduction");
+    const T* src = static_cast<const T*>(in.data);
+    T* val = static_cast<T*>(values.data);  // may be null
+    int64_t* idx = static_cast<int64_t*>(indices.data);
+    parallel_for(0, ix.n_out, ix.grain(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const T* x = src + ix.base(o, in);
+        T best = x[0];
+        int64_t best_j = 0;
+        for (int64_t j = 1; j < ix.n_red; ++j) {
+          const T v = x[ix.offset(j, in)];
+          if (better(kind, v, best)) {
+            best = v;
+            best_j = j;
           }
         }
-        dst[out_off] = static_cast<T>(acc);
+        idx[ix.base(o, indices)] = best_j;
+        if (val) val[ix.base(o, values)] = best;
+      }
+    });
+  });
+}
+
+void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand grad_out, Operand indices,
+                    const IterShape& out_shape) {
+  EMBER_DISPATCH_FLOAT(dtype, "max backward", [&] {
+    using T = scalar_t;
+    const ReduceIndexer ix(in_shape, out_shape);
+    T* gi = static_cast<T*>(grad_in.data);
+    const T* go = static_cast<const T*>(grad_out.data);
+    const int64_t* idx = static_cast<const int64_t*>(indices.data);
+    parallel_for(0, ix.n_out, ix.grain(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const int64_t chosen = idx[ix.base(o, indices)];
+        const T g = go[ix.base(o, grad_out)];
+        T* gio = gi + ix.base(o, grad_in);
+        for (int64_t j = 0; j < ix.n_red; ++j) gio[ix.offset(j, grad_in)] = j == chosen ? g : T(0);
       }
     });
   });

@@ -1,0 +1,257 @@
+// softmax, log_softmax and the losses (cross_entropy, nll_loss, mse_loss), with autograd.
+// Declared in nn_functional.h.
+//
+// Note [Class-index losses]
+// cross_entropy and nll_loss follow PyTorch exactly:
+//   - logits / log-probs are (N, C) or (N, C, d1, ...) (or (C) with a 0-d target); targets are
+//     int64 class indices of shape (N) / (N, d1, ...);
+//   - a target equal to ignore_index contributes nothing (loss 0, weight 0, gradient 0); any
+//     other target outside [0, C) is an error;
+//   - 'mean' divides the summed loss by the summed weight w[target] of the non-ignored samples
+//     (the count when there are no weights), so it is NaN when every target is ignored;
+//   - label smoothing eps mixes in the uniform target: per sample
+//       (1 - eps) * (-w[t] logp[t]) + eps / C * (-sum_c w[c] logp[c]),
+//     and 'mean' divides this whole sum by the same sum of w[target].
+// The kernels take the (N, C, S) contiguous layout (S = d1 * d2 * ...): inputs are made
+// contiguous here, which copies only when they are not. Weight and target get no gradient.
+
+#include <cmath>
+
+#include "../kernels/cpu/loss.h"
+#include "../kernels/cpu/softmax.h"
+#include "elementwise.h"
+#include "nn_functional.h"
+#include "op_helpers.h"
+#include "reduce.h"
+
+namespace ember {
+
+namespace {
+
+using kernels::cpu::ClassLayout;
+using kernels::cpu::SoftmaxKind;
+
+// ---- softmax ------------------------------------------------------------------------------------
+
+// (outer, n, inner) sizes of x around dim d (a 0-d tensor is one line of one element).
+struct LineShape {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+LineShape line_shape(const Tensor& x, int d) {
+  LineShape l;
+  if (x.dim() == 0) return l;
+  for (int i = 0; i < d; ++i) l.outer *= x.shape()[i];
+  l.n = x.shape()[d];
+  for (int i = d + 1; i < x.dim(); ++i) l.inner *= x.shape()[i];
+  return l;
+}
+
+Tensor softmax_op(SoftmaxKind kind, const char* op, const char* node, const Tensor& x0, int64_t dim) {
+  detail::check_floating(op, x0);
+  const int d = normalize_dim(dim, x0.dim(), op);
+  const LineShape l = line_shape(x0, d);
+  const Tensor x = x0.detach().contiguous();  // detached: the copy needs no graph of its own
+  Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU: kernels::cpu::softmax_forward(kind, x.dtype(), l.outer, l.n, l.inner, x.data(), y.data()); break;
+    case DeviceType::CUDA: detail::cuda_unavailable(op);
+  }
+  if (any_requires_grad({&x0})) {
+    // The backward reads only the output; save a detached alias (saving y itself is a cycle).
+    SavedTensor sy(y.detach(), node);
+    record(node, {x0}, {y}, [=](const std::vector<Tensor>& g) {
+      const Tensor& yv = sy.get();
+      const Tensor gy = g[0].to(yv.dtype()).contiguous();
+      Tensor gx = empty(yv.shape(), {.dtype = yv.dtype(), .device = yv.device()});
+      switch (yv.device().type) {
+        case DeviceType::CPU:
+          kernels::cpu::softmax_backward(kind, yv.dtype(), l.outer, l.n, l.inner, gx.data(), gy.data(), yv.data());
+          break;
+        case DeviceType::CUDA: detail::cuda_unavailable(op);
+      }
+      return std::vector<Tensor>{gx};
+    });
+  }
+  return y;
+}
+
+// ---- class-index losses ---------------------------------------------------------------------------
+
+// Checks scores / target / weight (Note [Class-index losses]) and returns the (N, C, S) layout.
+ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor& target, const Tensor& weight,
+                             int64_t ignore_index) {
+  detail::check_floating(op, scores);
+  EMBER_CHECK(scores.dim() >= 1, op, ": expected input of shape (N, C) or (N, C, d1, ...), got ", describe(scores));
+  EMBER_CHECK(target.dtype() == DType::i64, op, ": expected int64 class indices as target, got ", describe(target),
+              " (class probabilities are not supported)");
+  detail::check_same_device(op, scores, target);
+  ClassLayout l;
+  Shape expected_target;  // scores' shape without the class dim
+  if (scores.dim() == 1) {
+    l.n = 1;
+    l.c = scores.shape()[0];
+  } else {
+    l.n = scores.shape()[0];
+    l.c = scores.shape()[1];
+    expected_target.push_back(l.n);
+    for (int i = 2; i < scores.dim(); ++i) {
+      l.s *= scores.shape()[i];
+      expected_target.push_back(scores.shape()[i]);
+    }
+  }
+  EMBER_CHECK(target.shape() == expected_target, op, ": target of shape ", target.shape(),
+              " does not match input of shape ", scores.shape(), " (expected target shape ", expected_target, ")");
+  if (weight.defined()) {
+    detail::check_same_device(op, scores, weight);
+    detail::check_floating(op, weight);
+    EMBER_CHECK(weight.dim() == 1 && weight.shape()[0] == l.c, op, ": weight should have one entry per class (",
+                l.c, "), got ", describe(weight));
+  }
+  // Validate the class indices before any kernel runs (kernels cannot throw from their threads).
+  switch (target.device().type) {
+    case DeviceType::CPU: {
+      const Tensor t = target.contiguous();
+      const int64_t bad = kernels::cpu::find_invalid_target(t.data_ptr<int64_t>(), t.numel(), l.c, ignore_index);
+      EMBER_CHECK(bad < 0, op, ": target ", t.data_ptr<int64_t>()[bad], " (at flat position ", bad,
+                  ") is out of bounds for ", l.c, " classes (expected 0 to ", l.c - 1, ", or ignore_index ",
+                  ignore_index, ")");
+      break;
+    }
+    case DeviceType::CUDA: detail::cuda_unavailable(op);
+  }
+  return l;
+}
+
+// The per-sample losses reduced: None -> target's shape, Sum -> sum, Mean -> sum / sum of weights.
+// Returns the loss in `dtype` and, for the backward, the factor that scales the incoming gradient.
+std::pair<Tensor, double> reduce_loss(const Tensor& per_sample, const Tensor& target_weight, Reduction reduction,
+                                      const Shape& target_shape, DType dtype) {
+  NoGradGuard ng;
+  switch (reduction) {
+    case Reduction::None: return {per_sample.reshape(target_shape).to(dtype), 1.0};
+    case Reduction::Sum: return {sum(per_sample).to(dtype), 1.0};
+    case Reduction::Mean: {
+      // 0 / 0 = NaN when every target is ignored, as PyTorch.
+      const double total_weight = sum(target_weight).item();
+      return {div(sum(per_sample), total_weight).to(dtype), 1.0 / total_weight};
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_op(SoftmaxKind::Softmax, "softmax", "SoftmaxBackward", x, dim);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_op(SoftmaxKind::LogSoftmax, "log_softmax", "LogSoftmaxBackward", x, dim);
+}
+
+Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEntropyOptions& opt) {
+  const ClassLayout l = check_class_loss("cross_entropy", logits0, target0, opt.weight, opt.ignore_index);
+  EMBER_CHECK(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0,
+              "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", opt.label_smoothing);
+  // Detached: the kernels read raw data; this op records its own node.
+  const Tensor logits = logits0.detach().contiguous(), target = target0.contiguous();
+  const Tensor weight = opt.weight.defined() ? opt.weight.detach().to(logits.dtype()).contiguous() : Tensor();
+  const TensorOptions f64{.dtype = DType::f64, .device = logits.device()};
+  Tensor per_sample = empty({l.samples()}, f64), target_weight = empty({l.samples()}, f64),
+         lse = empty({l.samples()}, f64);
+  switch (logits.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::cross_entropy_forward(logits.dtype(), l, logits.data(), target.data_ptr<int64_t>(),
+                                          weight.defined() ? weight.data() : nullptr, opt.ignore_index,
+                                          opt.label_smoothing, per_sample.data_ptr<double>(),
+                                          target_weight.data_ptr<double>(), lse.data_ptr<double>());
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable("cross_entropy");
+  }
+  auto [out, grad_factor] = reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), logits.dtype());
+  const double factor = grad_factor;  // a plain local: the backward closure captures it
+  if (any_requires_grad({&logits0})) {
+    const char* node = "CrossEntropyBackward";
+    SavedTensor sx(logits, node), st(target, node), sw(weight, node), sl(lse, node);
+    const int64_t ignore_index = opt.ignore_index;
+    const double eps = opt.label_smoothing;
+    const bool per_sample_grad = opt.reduction == Reduction::None;
+    record(node, {logits0}, {out}, [=](const std::vector<Tensor>& g) {
+      const Tensor& x = sx.get();
+      const Tensor gl = g[0].to(x.dtype()).contiguous();
+      Tensor gx = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+      switch (x.device().type) {
+        case DeviceType::CPU:
+          kernels::cpu::cross_entropy_backward(x.dtype(), l, gx.data(), x.data(), st.get().data_ptr<int64_t>(),
+                                               sw.defined() ? sw.get().data() : nullptr, ignore_index, eps,
+                                               sl.get().data_ptr<double>(), gl.data(), per_sample_grad ? 1 : 0,
+                                               factor);
+          break;
+        case DeviceType::CUDA: detail::cuda_unavailable("cross_entropy backward");
+      }
+      return std::vector<Tensor>{gx};
+    });
+  }
+  return out;
+}
+
+Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOptions& opt) {
+  const ClassLayout l = check_class_loss("nll_loss", input0, target0, opt.weight, opt.ignore_index);
+  const Tensor input = input0.detach().contiguous(), target = target0.contiguous();
+  const Tensor weight = opt.weight.defined() ? opt.weight.detach().to(input.dtype()).contiguous() : Tensor();
+  const TensorOptions f64{.dtype = DType::f64, .device = input.device()};
+  Tensor per_sample = empty({l.samples()}, f64), target_weight = empty({l.samples()}, f64);
+  switch (input.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::nll_loss_forward(input.dtype(), l, input.data(), target.data_ptr<int64_t>(),
+                                     weight.defined() ? weight.data() : nullptr, opt.ignore_index,
+                                     per_sample.data_ptr<double>(), target_weight.data_ptr<double>());
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable("nll_loss");
+  }
+  auto [out, grad_factor] = reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), input.dtype());
+  const double factor = grad_factor;
+  if (any_requires_grad({&input0})) {
+    const char* node = "NllLossBackward";
+    SavedTensor st(target, node), sw(weight, node);
+    const int64_t ignore_index = opt.ignore_index;
+    const bool per_sample_grad = opt.reduction == Reduction::None;
+    const Shape shape = input.shape();
+    const DType dtype = input.dtype();
+    record(node, {input0}, {out}, [=](const std::vector<Tensor>& g) {
+      const Tensor gl = g[0].to(dtype).contiguous();
+      Tensor gx = empty(shape, {.dtype = dtype, .device = gl.device()});
+      switch (gl.device().type) {
+        case DeviceType::CPU:
+          kernels::cpu::nll_loss_backward(dtype, l, gx.data(), st.get().data_ptr<int64_t>(),
+                                          sw.defined() ? sw.get().data() : nullptr, ignore_index, gl.data(),
+                                          per_sample_grad ? 1 : 0, factor);
+          break;
+        case DeviceType::CUDA: detail::cuda_unavailable("nll_loss backward");
+      }
+      return std::vector<Tensor>{gx};
+    });
+  }
+  return out;
+}
+
+// Composed from differentiable ops (so it is differentiable in both input and target).
+// Unlike PyTorch, which broadcasts mismatched shapes with a warning, a shape mismatch is an
+// error here: an (N, 1) prediction against an (N) target silently becomes an (N, N) loss.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  detail::check_floating("mse_loss", input);
+  detail::check_floating("mse_loss", target);
+  detail::check_same_device("mse_loss", input, target);
+  EMBER_CHECK(input.shape() == target.shape(), "mse_loss: input ", describe(input), " and target ", describe(target),
+              " must have the same shape");
+  const Tensor d = sub(input, target);
+  const Tensor sq = mul(d, d);
+  switch (reduction) {
+    case Reduction::None: return sq;
+    case Reduction::Sum: return sum(sq);
+    case Reduction::Mean: return mean(sq);
+  }
+  return sq;
+}
+
+}  // namespace ember
