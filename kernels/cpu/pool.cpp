@@ -1,0 +1,259 @@
+// CPU pooling: the readable reference. One loop nest per op, parallel over planes; every output
+// cell walks its window directly (windows are small, so no sliding-window tricks).
+
+#include "pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "../../core/error.h"
+#include "parallel.h"
+
+namespace ember::kernels::cpu {
+
+namespace {
+
+// A plane is at least a few hundred operations; let small batches still split across threads.
+int64_t plane_grain(const Pool2dGeometry& g) {
+  const int64_t work = std::max<int64_t>(1, g.in_h * g.in_w + g.out_h * g.out_w);
+  return std::max<int64_t>(1, 32768 / work);
+}
+
+// Floor division for possibly negative numerators (C++ '/' truncates toward zero).
+int64_t div_floor(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+}  // namespace
+
+int64_t pool_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
+  const int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  int64_t out = div_floor(span, stride) + 1;
+  // The ceil-mode rule: a last window that would start in the right padding is dropped.
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// ---- max -----------------------------------------------------------------------------------------
+
+namespace {
+
+template <typename T>
+void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indices) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * in_plane;
+      T* op = out + p * out_plane;
+      int64_t* ip = indices + p * out_plane;
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        int64_t h0 = oh * g.stride_h - g.pad_h;
+        const int64_t h1 = std::min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
+        while (h0 < 0) h0 += g.dilation_h;  // first tap that is not padding
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          int64_t w0 = ow * g.stride_w - g.pad_w;
+          const int64_t w1 = std::min(w0 + (g.kernel_w - 1) * g.dilation_w + 1, g.in_w);
+          while (w0 < 0) w0 += g.dilation_w;
+          // PyTorch's rule: start from -inf at the first tap; a strictly larger value or a NaN
+          // takes over, so ties keep the first position in row-major order (and NaN propagates).
+          int64_t best = h0 * g.in_w + w0;
+          T best_v = -std::numeric_limits<T>::infinity();
+          for (int64_t ih = h0; ih < h1; ih += g.dilation_h) {
+            for (int64_t iw = w0; iw < w1; iw += g.dilation_w) {
+              const int64_t i = ih * g.in_w + iw;
+              const T v = xp[i];
+              if (v > best_v || std::isnan(v)) {
+                best_v = v;
+                best = i;
+              }
+            }
+          }
+          op[oh * g.out_w + ow] = best_v;
+          ip[oh * g.out_w + ow] = best;
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void max_backward_impl(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices, T* grad_in) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gi = grad_in + p * in_plane;
+      const T* go = grad_out + p * out_plane;
+      const int64_t* ip = indices + p * out_plane;
+      std::fill(gi, gi + in_plane, T(0));
+      // Overlapping windows (stride < kernel) can pick the same input: accumulate.
+      // The range test guards against a window with no tap inside the input (impossible with
+      // the checked padding <= kernel / 2, but a bad index must not write out of bounds).
+      for (int64_t o = 0; o < out_plane; ++o)
+        if (ip[o] >= 0 && ip[o] < in_plane) gi[ip[o]] += go[o];
+    }
+  });
+}
+
+}  // namespace
+
+void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out, int64_t* indices) {
+  EMBER_DISPATCH_FLOAT(dtype, "max_pool2d", [&] {
+    max_forward_impl<scalar_t>(g, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), indices);
+  });
+}
+
+void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
+                         void* grad_in) {
+  EMBER_DISPATCH_FLOAT(dtype, "max_pool2d backward", [&] {
+    max_backward_impl<scalar_t>(g, static_cast<const scalar_t*>(grad_out), indices, static_cast<scalar_t*>(grad_in));
+  });
+}
+
+// ---- average -------------------------------------------------------------------------------------
+
+namespace {
+
+// The in-bounds part of one average window and its divisor.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1;
+  int64_t divisor;
+};
+
+AvgWindow avg_window(const Pool2dGeometry& g, bool count_include_pad, int64_t oh, int64_t ow) {
+  int64_t h0 = oh * g.stride_h - g.pad_h, w0 = ow * g.stride_w - g.pad_w;
+  // A ceil_mode window may reach past the right padding; those positions never count.
+  int64_t h1 = std::min(h0 + g.kernel_h, g.in_h + g.pad_h), w1 = std::min(w0 + g.kernel_w, g.in_w + g.pad_w);
+  const int64_t padded_size = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0);
+  w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, g.in_h);
+  w1 = std::min(w1, g.in_w);
+  const int64_t inside = std::max<int64_t>(0, h1 - h0) * std::max<int64_t>(0, w1 - w0);
+  return {h0, h1, w0, w1, count_include_pad ? padded_size : inside};
+}
+
+template <typename T>
+void avg_forward_impl(const Pool2dGeometry& g, bool count_include_pad, const T* x, T* out) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * in_plane;
+      T* op = out + p * out_plane;
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          const AvgWindow w = avg_window(g, count_include_pad, oh, ow);
+          double acc = 0;  // double even for float32: windows are summed exactly enough
+          for (int64_t ih = w.h0; ih < w.h1; ++ih)
+            for (int64_t iw = w.w0; iw < w.w1; ++iw) acc += static_cast<double>(xp[ih * g.in_w + iw]);
+          // An empty window (only possible with padding) averages to 0, as PyTorch.
+          op[oh * g.out_w + ow] = w.divisor > 0 && w.h0 < w.h1 && w.w0 < w.w1 ? static_cast<T>(acc / w.divisor) : T(0);
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void avg_backward_impl(const Pool2dGeometry& g, bool count_include_pad, const T* grad_out, T* grad_in) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gi = grad_in + p * in_plane;
+      const T* go = grad_out + p * out_plane;
+      std::fill(gi, gi + in_plane, T(0));
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          const AvgWindow w = avg_window(g, count_include_pad, oh, ow);
+          if (w.divisor <= 0) continue;
+          const T share = go[oh * g.out_w + ow] / static_cast<T>(w.divisor);
+          for (int64_t ih = w.h0; ih < w.h1; ++ih)
+            for (int64_t iw = w.w0; iw < w.w1; ++iw) gi[ih * g.in_w + iw] += share;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out) {
+  EMBER_DISPATCH_FLOAT(dtype, "avg_pool2d", [&] {
+    avg_forward_impl<scalar_t>(g, count_include_pad, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out));
+  });
+}
+
+void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* grad_out,
+                         void* grad_in) {
+  EMBER_DISPATCH_FLOAT(dtype, "avg_pool2d backward", [&] {
+    avg_backward_impl<scalar_t>(g, count_include_pad, static_cast<const scalar_t*>(grad_out),
+                                static_cast<scalar_t*>(grad_in));
+  });
+}
+
+// ---- adaptive average ----------------------------------------------------------------------------
+
+namespace {
+
+// [floor(i * in / out), ceil((i + 1) * in / out)): neighbouring cells may overlap by one.
+int64_t adaptive_start(int64_t i, int64_t out, int64_t in) { return (i * in) / out; }
+int64_t adaptive_end(int64_t i, int64_t out, int64_t in) { return ((i + 1) * in + out - 1) / out; }
+
+template <typename T>
+void adaptive_forward_impl(const Pool2dGeometry& g, const T* x, T* out) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * in_plane;
+      T* op = out + p * out_plane;
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        const int64_t h0 = adaptive_start(oh, g.out_h, g.in_h), h1 = adaptive_end(oh, g.out_h, g.in_h);
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          const int64_t w0 = adaptive_start(ow, g.out_w, g.in_w), w1 = adaptive_end(ow, g.out_w, g.in_w);
+          double acc = 0;
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) acc += static_cast<double>(xp[ih * g.in_w + iw]);
+          op[oh * g.out_w + ow] = static_cast<T>(acc / static_cast<double>((h1 - h0) * (w1 - w0)));
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void adaptive_backward_impl(const Pool2dGeometry& g, const T* grad_out, T* grad_in) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gi = grad_in + p * in_plane;
+      const T* go = grad_out + p * out_plane;
+      std::fill(gi, gi + in_plane, T(0));
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        const int64_t h0 = adaptive_start(oh, g.out_h, g.in_h), h1 = adaptive_end(oh, g.out_h, g.in_h);
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          const int64_t w0 = adaptive_start(ow, g.out_w, g.in_w), w1 = adaptive_end(ow, g.out_w, g.in_w);
+          const T share = go[oh * g.out_w + ow] / static_cast<T>((h1 - h0) * (w1 - w0));
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) gi[ih * g.in_w + iw] += share;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out) {
+  EMBER_DISPATCH_FLOAT(dtype, "adaptive_avg_pool2d", [&] {
+    adaptive_forward_impl<scalar_t>(g, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out));
+  });
+}
+
+void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, void* grad_in) {
+  EMBER_DISPATCH_FLOAT(dtype, "adaptive_avg_pool2d backward", [&] {
+    adaptive_backward_impl<scalar_t>(g, static_cast<const scalar_t*>(grad_out), static_cast<scalar_t*>(grad_in));
+  });
+}
+
+}  // namespace ember::kernels::cpu

@@ -1,0 +1,121 @@
+// Batch normalization with autograd.
+//
+// Note [Batch norm running statistics]
+// In training, the output is normalized with the batch statistics (biased variance), and the
+// running statistics, when given, are updated in place with the unbiased variance:
+//   running_mean = (1 - momentum) * running_mean + momentum * mean
+//   running_var  = (1 - momentum) * running_var  + momentum * var * M / (M - 1)
+// where M = N * (product of the dims after C). The update is buffer bookkeeping, not part of the
+// computation graph: it runs under NoGradGuard, and the running tensors are never saved for
+// backward, so a later update cannot invalidate a pending backward. In eval the running
+// statistics are copied at call time and normalization is an affine map of x.
+
+#include "../kernels/cpu/batchnorm.h"
+#include "elementwise.h"
+#include "nn_functional.h"
+#include "op_helpers.h"
+
+namespace ember {
+
+namespace {
+
+// A per-channel vector argument (weight, bias, running stats): undefined, or C elements.
+void check_channel_vector(const char* what, const Tensor& t, const Tensor& x, int64_t channels) {
+  if (!t.defined()) return;
+  EMBER_CHECK(t.dim() == 1 && t.numel() == channels, "batch_norm: ", what, " must have shape ", Shape{channels},
+              " for input ", describe(x), ", got ", describe(t));
+  detail::check_same_device("batch_norm", x, t);
+  EMBER_CHECK(is_floating(t.dtype()), "batch_norm: ", what, " must be floating-point, got ", describe(t));
+}
+
+// t (or undefined) as a contiguous tensor of dtype dt, cut from the graph.
+Tensor plain(const Tensor& t, DType dt) { return t.defined() ? t.detach().to(dt).contiguous() : Tensor(); }
+
+void* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  EMBER_CHECK(x0.dim() >= 2, "batch_norm: expected an input of shape (N, C, ...), got ", describe(x0));
+  detail::check_floating("batch_norm", x0);
+  const DType dt = x0.dtype();
+  const int64_t channels = x0.size(1);
+  check_channel_vector("weight", weight, x0, channels);
+  check_channel_vector("bias", bias, x0, channels);
+  check_channel_vector("running_mean", running_mean, x0, channels);
+  check_channel_vector("running_var", running_var, x0, channels);
+  EMBER_CHECK(running_mean.defined() == running_var.defined(),
+              "batch_norm: running_mean and running_var must both be given or both be undefined");
+  EMBER_CHECK(training || running_mean.defined(),
+              "batch_norm: running_mean and running_var are required in eval mode (training = false)");
+  EMBER_CHECK(eps >= 0, "batch_norm: eps must be non-negative, got ", eps);
+
+  kernels::cpu::BatchNormShape sh{x0.size(0), channels, 1};
+  for (int d = 2; d < x0.dim(); ++d) sh.s *= x0.size(d);
+  const int64_t count = sh.n * sh.s;  // elements per channel
+  EMBER_CHECK(!training || count > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
+              describe(x0));
+
+  const Tensor x = x0.detach().contiguous();
+  const Tensor w = plain(weight, dt), b = plain(bias, dt);
+  Tensor mean, invstd;
+  {
+    NoGradGuard no_grad;
+    if (training) {
+      mean = empty({channels}, {.dtype = dt, .device = x.device()});
+      Tensor var = empty({channels}, {.dtype = dt, .device = x.device()});
+      switch (x.device().type) {
+        case DeviceType::CPU: kernels::cpu::batch_norm_stats(dt, sh, x.data(), mean.data(), var.data()); break;
+        case DeviceType::CUDA: detail::cuda_unavailable("batch_norm");
+      }
+      invstd = rsqrt(add(var, eps));
+      if (running_mean.defined()) {  // Note [Batch norm running statistics]
+        Tensor rm = running_mean, rv = running_var;
+        const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+        rm.mul_(1.0 - momentum).add_(mean, momentum);
+        rv.mul_(1.0 - momentum).add_(var, momentum * unbias);
+      }
+    } else {
+      mean = running_mean.detach().to(dt).clone();
+      invstd = rsqrt(add(running_var.detach().to(dt), eps));
+    }
+  }
+
+  Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::batch_norm_apply(dt, sh, x.data(), mean.data(), invstd.data(), data_or_null(w), data_or_null(b),
+                                     y.data());
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable("batch_norm");
+  }
+
+  if (any_requires_grad({&x0, &weight, &bias})) {
+    const bool need_x = x0.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
+               need_b = bias.defined() && bias.requires_grad();
+    const DType dw = weight.defined() ? weight.dtype() : dt, db = bias.defined() ? bias.dtype() : dt;
+    SavedTensor sx(x, "BatchNormBackward"), smean(mean, "BatchNormBackward"), sinv(invstd, "BatchNormBackward"),
+        sw(w, "BatchNormBackward");
+    record("BatchNormBackward", {x0, weight, bias}, {y}, [=](const std::vector<Tensor>& grads) {
+      if (!grads[0].defined()) return std::vector<Tensor>(3);
+      const Tensor gy = grads[0].to(dt).contiguous();
+      const Tensor& xs = sx.get();
+      Tensor gx = need_x ? empty(xs.shape(), {.dtype = dt, .device = xs.device()}) : Tensor();
+      Tensor gw = need_w ? empty({channels}, {.dtype = dt, .device = xs.device()}) : Tensor();
+      Tensor gb = need_b ? empty({channels}, {.dtype = dt, .device = xs.device()}) : Tensor();
+      switch (xs.device().type) {
+        case DeviceType::CPU:
+          kernels::cpu::batch_norm_backward(dt, sh, training, xs.data(), gy.data(), smean.get().data(),
+                                            sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
+                                            data_or_null(gx), data_or_null(gw), data_or_null(gb));
+          break;
+        case DeviceType::CUDA: detail::cuda_unavailable("batch_norm backward");
+      }
+      return std::vector<Tensor>{gx, need_w ? gw.to(dw) : Tensor(), need_b ? gb.to(db) : Tensor()};
+    });
+  }
+  return y;
+}
+
+}  // namespace ember

@@ -1,0 +1,164 @@
+// 2-D pooling with autograd: max (with indices), average, adaptive average.
+// Inputs are (N, C, H, W) or unbatched (C, H, W); the kernels see N * C contiguous planes.
+
+#include "../kernels/cpu/pool.h"
+#include "nn_functional.h"
+#include "op_helpers.h"
+
+namespace ember {
+
+namespace {
+
+using kernels::cpu::Pool2dGeometry;
+
+// Checks x for a pooling op: 3-D or 4-D, float32/float64, non-empty planes.
+void check_pool_input(const char* op, const Tensor& x) {
+  EMBER_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ",
+              describe(x));
+  detail::check_floating(op, x);
+  EMBER_CHECK(x.size(-1) > 0 && x.size(-2) > 0, op, ": expected non-empty spatial dims, got ", describe(x));
+}
+
+// The output shape: x's shape with the last two dims replaced.
+Shape pooled_shape(const Tensor& x, int64_t out_h, int64_t out_w) {
+  Shape s = x.shape();
+  s[s.size() - 2] = out_h;
+  s[s.size() - 1] = out_w;
+  return s;
+}
+
+// Validates the options and computes the window geometry (PyTorch's pool2d_shape_check).
+Pool2dGeometry pool_geometry(const char* op, const Tensor& x, const Pool2dOptions& opt, bool is_max) {
+  check_pool_input(op, x);
+  Pool2dGeometry g;
+  g.in_h = x.size(-2);
+  g.in_w = x.size(-1);
+  g.planes = x.numel() / (g.in_h * g.in_w);
+  g.kernel_h = opt.kernel.first;
+  g.kernel_w = opt.kernel.second;
+  g.stride_h = opt.stride.first == 0 ? g.kernel_h : opt.stride.first;
+  g.stride_w = opt.stride.second == 0 ? g.kernel_w : opt.stride.second;
+  g.pad_h = opt.padding.first;
+  g.pad_w = opt.padding.second;
+  g.dilation_h = opt.dilation.first;
+  g.dilation_w = opt.dilation.second;
+  EMBER_CHECK(g.kernel_h > 0 && g.kernel_w > 0, op, ": kernel size must be positive, got (", g.kernel_h, ", ",
+              g.kernel_w, ")");
+  EMBER_CHECK(g.stride_h > 0 && g.stride_w > 0, op, ": stride must be positive (0 means = kernel), got (",
+              opt.stride.first, ", ", opt.stride.second, ")");
+  EMBER_CHECK(g.dilation_h > 0 && g.dilation_w > 0, op, ": dilation must be positive, got (", g.dilation_h, ", ",
+              g.dilation_w, ")");
+  EMBER_CHECK(is_max || (g.dilation_h == 1 && g.dilation_w == 1), op, ": dilation is not supported (got (",
+              g.dilation_h, ", ", g.dilation_w, "))");
+  // Padding beyond half the kernel would allow windows that see nothing but padding.
+  EMBER_CHECK(g.pad_h >= 0 && g.pad_w >= 0 && g.pad_h <= g.kernel_h / 2 && g.pad_w <= g.kernel_w / 2, op,
+              ": padding should be non-negative and at most half of the kernel size, got padding (", g.pad_h, ", ",
+              g.pad_w, ") for kernel (", g.kernel_h, ", ", g.kernel_w, ")");
+  g.out_h = kernels::cpu::pool_output_size(g.in_h, g.kernel_h, g.pad_h, g.stride_h, g.dilation_h, opt.ceil_mode);
+  g.out_w = kernels::cpu::pool_output_size(g.in_w, g.kernel_w, g.pad_w, g.stride_w, g.dilation_w, opt.ceil_mode);
+  EMBER_CHECK(g.out_h > 0 && g.out_w > 0, op, ": input ", describe(x), " is too small for kernel (", g.kernel_h,
+              ", ", g.kernel_w, ") with padding (", g.pad_h, ", ", g.pad_w, ") and dilation (", g.dilation_h, ", ",
+              g.dilation_w, "): the output would be ", g.out_h, "x", g.out_w);
+  return g;
+}
+
+// The incoming gradient as a contiguous tensor of dtype dt.
+Tensor contiguous_grad(const Tensor& g, DType dt) { return g.to(dt).contiguous(); }
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2dOptions& opt) {
+  const Pool2dGeometry g = pool_geometry("max_pool2d", x0, opt, true);
+  const Tensor x = x0.contiguous();
+  const Shape out_shape = pooled_shape(x, g.out_h, g.out_w);
+  Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
+  Tensor indices = empty(out_shape, {.dtype = DType::i64, .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::max_pool2d_forward(x.dtype(), g, x.data(), out.data(), indices.data_ptr<int64_t>());
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable("max_pool2d");
+  }
+  if (any_requires_grad({&x0})) {
+    SavedTensor si(indices, "MaxPool2dBackward");
+    const Shape in_shape = x0.shape();
+    const DType dt = x0.dtype();
+    record("MaxPool2dBackward", {x0}, {out}, [=](const std::vector<Tensor>& grads) {
+      if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
+      const Tensor go = contiguous_grad(grads[0], dt);
+      const Tensor& idx = si.get();
+      Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
+      switch (go.device().type) {
+        case DeviceType::CPU:
+          kernels::cpu::max_pool2d_backward(dt, g, go.data(), idx.contiguous().data_ptr<int64_t>(), gi.data());
+          break;
+        case DeviceType::CUDA: detail::cuda_unavailable("max_pool2d backward");
+      }
+      return std::vector<Tensor>{gi};
+    });
+  }
+  return {out, indices};
+}
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) { return max_pool2d_with_indices(x, opt).first; }
+
+Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
+  const Pool2dGeometry g = pool_geometry("avg_pool2d", x0, opt, false);
+  const bool include_pad = opt.count_include_pad;
+  const Tensor x = x0.contiguous();
+  Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU: kernels::cpu::avg_pool2d_forward(x.dtype(), g, include_pad, x.data(), out.data()); break;
+    case DeviceType::CUDA: detail::cuda_unavailable("avg_pool2d");
+  }
+  if (any_requires_grad({&x0})) {
+    const Shape in_shape = x0.shape();
+    const DType dt = x0.dtype();
+    record("AvgPool2dBackward", {x0}, {out}, [=](const std::vector<Tensor>& grads) {
+      if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
+      const Tensor go = contiguous_grad(grads[0], dt);
+      Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
+      switch (go.device().type) {
+        case DeviceType::CPU: kernels::cpu::avg_pool2d_backward(dt, g, include_pad, go.data(), gi.data()); break;
+        case DeviceType::CUDA: detail::cuda_unavailable("avg_pool2d backward");
+      }
+      return std::vector<Tensor>{gi};
+    });
+  }
+  return out;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x0, std::pair<int64_t, int64_t> output_size) {
+  check_pool_input("adaptive_avg_pool2d", x0);
+  EMBER_CHECK(output_size.first > 0 && output_size.second > 0,
+              "adaptive_avg_pool2d: output size must be positive, got (", output_size.first, ", ", output_size.second, ")");
+  const Tensor x = x0.contiguous();
+  Pool2dGeometry g;
+  g.in_h = x.size(-2);
+  g.in_w = x.size(-1);
+  g.planes = x.numel() / (g.in_h * g.in_w);
+  g.out_h = output_size.first;
+  g.out_w = output_size.second;
+  Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU: kernels::cpu::adaptive_avg_pool2d_forward(x.dtype(), g, x.data(), out.data()); break;
+    case DeviceType::CUDA: detail::cuda_unavailable("adaptive_avg_pool2d");
+  }
+  if (any_requires_grad({&x0})) {
+    const Shape in_shape = x0.shape();
+    const DType dt = x0.dtype();
+    record("AdaptiveAvgPool2dBackward", {x0}, {out}, [=](const std::vector<Tensor>& grads) {
+      if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
+      const Tensor go = contiguous_grad(grads[0], dt);
+      Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
+      switch (go.device().type) {
+        case DeviceType::CPU: kernels::cpu::adaptive_avg_pool2d_backward(dt, g, go.data(), gi.data()); break;
+        case DeviceType::CUDA: detail::cuda_unavailable("adaptive_avg_pool2d backward");
+      }
+      return std::vector<Tensor>{gi};
+    });
+  }
+  return out;
+}
+
+}  // namespace ember

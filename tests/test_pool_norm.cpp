@@ -1,0 +1,348 @@
+// Known-value, edge-case and error tests for pooling, batch norm and dropout
+// (layers/nn_functional.h). Expected numbers are worked out by hand in the comments.
+
+#include <catch2/catch.hpp>
+#include <ember/ember.h>
+
+#include <cmath>
+
+using namespace ember;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
+
+Tensor f64(const std::vector<double>& v, const Shape& shape, bool requires_grad = false) {
+  return from_vector<double>(v, shape, {.dtype = DType::f64, .requires_grad = requires_grad});
+}
+
+// The message of the ember::Error that f throws, or a marker that makes the check fail.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no ember::Error thrown>";
+}
+
+void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double tol = 1e-12) {
+  REQUIRE(actual.size() == expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    INFO("element " << i);
+    CHECK(actual[i] == Approx(expected[i]).margin(tol));
+  }
+}
+
+Pool2dOptions opts(int64_t k, int64_t s = 0, int64_t p = 0, bool ceil_mode = false, bool include_pad = true) {
+  return {.kernel = {k, k}, .stride = {s, s}, .padding = {p, p}, .ceil_mode = ceil_mode,
+          .count_include_pad = include_pad};
+}
+
+}  // namespace
+
+// ---- max pool ---------------------------------------------------------------------------------------
+
+TEST_CASE("max_pool2d: 4x4 input, 2x2 windows", "[pool]") {
+  //  1  5 |  2  0        windows: {1,5,3,4} -> 5 at 1    {2,0,8,7} -> 8 at 6
+  //  3  4 |  8  7                 {9,6,10,11} -> 11 at 13 {-1,-2,12,-3} -> 12 at 14
+  //  9  6 | -1 -2
+  // 10 11 | 12 -3
+  Tensor x = f64({1, 5, 2, 0, 3, 4, 8, 7, 9, 6, -1, -2, 10, 11, 12, -3}, {1, 1, 4, 4}, true);
+  auto [y, idx] = max_pool2d_with_indices(x, opts(2));
+  CHECK(y.shape() == Shape{1, 1, 2, 2});
+  CHECK(vec(y) == std::vector<double>{5, 8, 11, 12});
+  CHECK(idx.dtype() == DType::i64);
+  CHECK(idx.to_vector<int64_t>() == std::vector<int64_t>{1, 6, 13, 14});
+  sum(y).backward();
+  CHECK(vec(x.grad()) == std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0});
+  CHECK(vec(max_pool2d(x, opts(2))) == vec(y));
+}
+
+TEST_CASE("max_pool2d: overlapping windows accumulate the gradient of a shared max", "[pool]") {
+  // 3x3 with the max in the centre: all four 2x2 windows (stride 1) pick it.
+  Tensor x = f64({1, 2, 3, 4, 9, 5, 6, 7, 8}, {1, 1, 3, 3}, true);
+  Tensor y = max_pool2d(x, opts(2, 1));
+  CHECK(vec(y) == std::vector<double>{9, 9, 9, 9});
+  sum(y).backward();
+  CHECK(vec(x.grad()) == std::vector<double>{0, 0, 0, 0, 4, 0, 0, 0, 0});
+}
+
+TEST_CASE("max_pool2d: padding never wins, indices are plane positions, planes independent", "[pool]") {
+  // All negative values: with -inf padding semantics the max is still an input element.
+  Tensor x = f64({-5, -4, -3, -2, -1, -6, -7, -8, -9, /* plane 2: */ -1, -2, -3, -4, -5, -6, -7, -8, -9},
+                 {1, 2, 3, 3});
+  auto [y, idx] = max_pool2d_with_indices(x, opts(2, 2, 1));
+  // out 2x2: windows rows {-1..0},{1..2} x cols {-1..0},{1..2}
+  CHECK(y.shape() == Shape{1, 2, 2, 2});
+  CHECK(vec(y) == std::vector<double>{-5, -3, -2, -1, -1, -2, -4, -5});
+  CHECK(idx.to_vector<int64_t>() == std::vector<int64_t>{0, 2, 3, 4, 0, 1, 3, 4});
+}
+
+TEST_CASE("max_pool2d: ties pick the first position, NaN propagates", "[pool]") {
+  Tensor x = f64({2, 2, 2, 2}, {1, 1, 2, 2});
+  auto [y, idx] = max_pool2d_with_indices(x, opts(2));
+  CHECK(idx.to_vector<int64_t>() == std::vector<int64_t>{0});
+  Tensor n = f64({1, NAN, 3, 0}, {1, 1, 2, 2});
+  auto [yn, in] = max_pool2d_with_indices(n, opts(2));
+  CHECK(std::isnan(vec(yn)[0]));
+  CHECK(in.to_vector<int64_t>() == std::vector<int64_t>{1});
+}
+
+TEST_CASE("max_pool2d: output sizes follow PyTorch, including the ceil_mode rule", "[pool]") {
+  Tensor x = zeros({1, 1, 6, 5});
+  // floor((6 - 3) / 2) + 1 = 2; ceil gives 3 (the last window starts at 4 < 6).
+  CHECK(max_pool2d(x, opts(3, 2)).shape() == Shape{1, 1, 2, 2});
+  CHECK(max_pool2d(x, opts(3, 2, 0, true)).shape() == Shape{1, 1, 3, 2});
+  // in 5, k 2, s 2, pad 1: floor (5 + 2 - 2) / 2 + 1 = 3; ceil would give 4, but that window
+  // would start at 6 >= 5 + 1 (in the right padding), so it is dropped: 3.
+  Tensor z = zeros({1, 1, 5, 5});
+  CHECK(max_pool2d(z, opts(2, 2, 1)).shape() == Shape{1, 1, 3, 3});
+  CHECK(max_pool2d(z, opts(2, 2, 1, true)).shape() == Shape{1, 1, 3, 3});
+  // Dilation 2, k 3 spans 5: (7 - 5) / 1 + 1 = 3.
+  Pool2dOptions d{.kernel = {3, 3}, .stride = {1, 1}, .dilation = {2, 2}};
+  CHECK(max_pool2d(zeros({2, 7, 7}), d).shape() == Shape{2, 3, 3});
+  // Batch of zero images.
+  CHECK(max_pool2d(zeros({0, 3, 4, 4}), opts(2)).shape() == Shape{0, 3, 2, 2});
+}
+
+TEST_CASE("max_pool2d: float32 and a non-contiguous input", "[pool]") {
+  Tensor x = arange(16, {.dtype = DType::f32}).reshape({1, 1, 4, 4}).transpose(2, 3);  // x[h][w] = 4w + h
+  Tensor y = max_pool2d(x, opts(2));
+  CHECK(y.dtype() == DType::f32);
+  CHECK(vec(y) == std::vector<double>{5, 13, 7, 15});
+}
+
+TEST_CASE("max_pool2d: errors name the op", "[pool]") {
+  CHECK_THAT(error_of([] { max_pool2d(zeros({4, 4}), opts(2)); }), Contains("max_pool2d") && Contains("4-D"));
+  CHECK_THAT(error_of([] { max_pool2d(zeros({1, 1, 4, 4}), opts(2, 2, 2)); }),
+             Contains("max_pool2d") && Contains("half of the kernel"));
+  CHECK_THAT(error_of([] { max_pool2d(zeros({1, 1, 2, 2}), opts(3)); }),
+             Contains("max_pool2d") && Contains("too small"));
+  CHECK_THAT(error_of([] { max_pool2d(zeros({1, 1, 4, 4}), opts(0)); }), Contains("max_pool2d") && Contains("kernel"));
+  CHECK_THAT(error_of([] { max_pool2d(zeros({1, 1, 4, 4}, {.dtype = DType::i64}), opts(2)); }),
+             Contains("max_pool2d") && Contains("int64"));
+  CHECK_THAT(error_of([] { max_pool2d(zeros({1, 1, 4, 4}), {.kernel = {2, 2}, .stride = {-1, 1}}); }),
+             Contains("max_pool2d") && Contains("stride"));
+}
+
+// ---- avg pool ---------------------------------------------------------------------------------------
+
+TEST_CASE("avg_pool2d: padding counted or not", "[pool]") {
+  // x = 1..9 in 3x3; k 2, s 2, pad 1 -> 2x2 windows:
+  //   TL {1} (3 pad cells)  TR {2,3} (2 pad)  BL {4,7} (2 pad)  BR {5,6,8,9}
+  Tensor x = f64({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3}, true);
+  Tensor inc = avg_pool2d(x, opts(2, 2, 1, false, true));
+  check_close(vec(inc), {0.25, 1.25, 2.75, 7});
+  Tensor exc = avg_pool2d(x, opts(2, 2, 1, false, false));
+  check_close(vec(exc), {1, 2.5, 5.5, 7});
+  // d sum(exc) / dx: each element gets 1 / (in-bounds count of its window).
+  sum(exc).backward();
+  check_close(vec(x.grad()), {1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.5, 0.25, 0.25});
+}
+
+TEST_CASE("avg_pool2d: ceil_mode windows past the padding are not counted", "[pool]") {
+  // x = 0..24 in 5x5, k 2, s 2, ceil -> 3x3. The last column/row windows hold one element; the
+  // divisor stops at in + pad = 5 even with count_include_pad, as PyTorch.
+  Tensor x = arange(25, {.dtype = DType::f64}).reshape({1, 1, 5, 5});
+  Tensor y = avg_pool2d(x, opts(2, 2, 0, true, true));
+  CHECK(y.shape() == Shape{1, 1, 3, 3});
+  check_close(vec(y), {3, 5, 6.5, 13, 15, 16.5, 20.5, 22.5, 24});
+}
+
+TEST_CASE("avg_pool2d: errors name the op", "[pool]") {
+  Pool2dOptions dil{.kernel = {2, 2}, .dilation = {2, 2}};
+  CHECK_THAT(error_of([&] { avg_pool2d(zeros({1, 1, 5, 5}), dil); }), Contains("avg_pool2d") && Contains("dilation"));
+  CHECK_THAT(error_of([] { avg_pool2d(zeros({1, 1, 5, 5}), opts(3, 1, 2)); }), Contains("avg_pool2d"));
+}
+
+// ---- adaptive avg pool ------------------------------------------------------------------------------
+
+TEST_CASE("adaptive_avg_pool2d: 5 -> 3 cells overlap", "[pool]") {
+  // cells: [0, 2), [1, 4), [3, 5) -> means 1.5, 3, 4.5
+  Tensor x = f64({1, 2, 3, 4, 5}, {1, 1, 1, 5}, true);
+  Tensor y = adaptive_avg_pool2d(x, {1, 3});
+  check_close(vec(y), {1.5, 3, 4.5});
+  sum(y).backward();
+  check_close(vec(x.grad()), {0.5, 0.5 + 1.0 / 3, 1.0 / 3, 1.0 / 3 + 0.5, 0.5});
+}
+
+TEST_CASE("adaptive_avg_pool2d: 5x5 -> 3x3 is separable; global pooling is the mean", "[pool]") {
+  Tensor x = arange(25, {.dtype = DType::f64}).reshape({1, 5, 5});  // x = 5 h + w
+  // Row cells average h to 0.5, 2, 3.5; column cells w likewise: out = 5 mean_h + mean_w.
+  Tensor y = adaptive_avg_pool2d(x, {3, 3});
+  const double m[3] = {0.5, 2, 3.5};
+  std::vector<double> expected;
+  for (double h : m)
+    for (double w : m) expected.push_back(5 * h + w);
+  check_close(vec(y), expected);
+  Tensor r = rand({2, 3, 4, 5}, {.dtype = DType::f64});
+  check_close(vec(adaptive_avg_pool2d(r, {1, 1})), vec(mean(r, {2, 3}, true)));
+  CHECK_THAT(error_of([] { adaptive_avg_pool2d(zeros({1, 1, 4, 4}), {0, 2}); }),
+             Contains("adaptive_avg_pool2d") && Contains("positive"));
+}
+
+// ---- batch norm -------------------------------------------------------------------------------------
+
+TEST_CASE("batch_norm: training on a tiny batch, running stats by hand", "[norm]") {
+  // x (3, 2): channel 0 = {1, 2, 3}: mean 2, biased var 2/3, unbiased 1
+  //           channel 1 = {4, 4, 10}: mean 6, biased var 8, unbiased 12
+  Tensor x = f64({1, 4, 2, 4, 3, 10}, {3, 2});
+  Tensor rm = zeros({2}, {.dtype = DType::f64}), rv = ones({2}, {.dtype = DType::f64});
+  Tensor w = f64({2, 0.5}, {2}), b = f64({1, -1}, {2});
+  const double eps = 1e-5;
+  Tensor y = batch_norm(x, rm, rv, w, b, true, 0.1, eps);
+  const double s0 = std::sqrt(2.0 / 3 + eps), s1 = std::sqrt(8 + eps);
+  check_close(vec(y), {2 * (1 - 2) / s0 + 1, 0.5 * (4 - 6) / s1 - 1, 2 * (2 - 2) / s0 + 1, 0.5 * (4 - 6) / s1 - 1,
+                       2 * (3 - 2) / s0 + 1, 0.5 * (10 - 6) / s1 - 1});
+  // running = 0.9 running + 0.1 stat: mean (0.2, 0.6), var 0.9 + 0.1 * (1, 12) = (1.0, 2.1)
+  check_close(vec(rm), {0.2, 0.6});
+  check_close(vec(rv), {1.0, 2.1});
+  // A second step moves them again: 0.9 * 0.2 + 0.1 * 2 = 0.38, 0.9 * 1.0 + 0.1 * 1 = 1.0
+  batch_norm(x, rm, rv, w, b, true, 0.1, eps);
+  check_close(vec(rm), {0.38, 0.9 * 0.6 + 0.6});
+  check_close(vec(rv), {1.0, 0.9 * 2.1 + 1.2});
+}
+
+TEST_CASE("batch_norm: eval uses the running stats", "[norm]") {
+  Tensor x = f64({3, 5, -1, 0.6}, {2, 2});
+  Tensor rm = f64({0.2, 0.6}, {2}), rv = f64({1.0, 2.1}, {2});
+  Tensor w = f64({2, 0.5}, {2}), b = f64({1, -1}, {2});
+  Tensor y = batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5);
+  const double s0 = std::sqrt(1.0 + 1e-5), s1 = std::sqrt(2.1 + 1e-5);
+  check_close(vec(y), {2 * 2.8 / s0 + 1, 0.5 * 4.4 / s1 - 1, 2 * -1.2 / s0 + 1, -1});
+  check_close(vec(rm), {0.2, 0.6});  // untouched in eval
+  check_close(vec(rv), {1.0, 2.1});
+  // Eval with one sample per channel is fine (training would refuse it).
+  CHECK(batch_norm(f64({1, 2}, {1, 2}), rm, rv, Tensor(), Tensor(), false).shape() == Shape{1, 2});
+}
+
+TEST_CASE("batch_norm: 4-D input matches the per-channel formula, float32 too", "[norm]") {
+  Tensor x = rand({3, 2, 4, 5}, {.dtype = DType::f64});
+  Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  Tensor m = mean(x, {0, 2, 3}, true);
+  Tensor v = mean(pow(x - m, 2.0), {0, 2, 3}, true);
+  check_close(vec(y), vec((x - m) / sqrt(v + 1e-5)), 1e-10);
+  // The normalized output of each channel has mean 0 and biased variance ~1.
+  check_close(vec(mean(y, {0, 2, 3})), {0, 0}, 1e-12);
+  Tensor y32 = batch_norm(x.to(DType::f32), Tensor(), Tensor(), Tensor(), Tensor(), true);
+  CHECK(y32.dtype() == DType::f32);
+  check_close(vec(y32), vec(y), 1e-5);
+}
+
+TEST_CASE("batch_norm: backward of sum(y) without affine is zero; grads for weight and bias", "[norm]") {
+  Tensor x = f64({1, 4, 2, 4, 3, 10, 0, 1}, {4, 2}, true);
+  Tensor w = f64({2, 0.5}, {2}, true), b = f64({1, -1}, {2}, true);
+  Tensor rm = zeros({2}, {.dtype = DType::f64}), rv = ones({2}, {.dtype = DType::f64});
+  Tensor y = batch_norm(x, rm, rv, w, b, true);
+  sum(y).backward();
+  // sum over a channel of xhat is 0, so d sum(y) / dx = 0 and d / dweight = 0; d / dbias = N.
+  check_close(vec(x.grad()), std::vector<double>(8, 0.0), 1e-10);
+  check_close(vec(w.grad()), {0, 0}, 1e-10);
+  check_close(vec(b.grad()), {4, 4});
+  CHECK_FALSE(rm.requires_grad());
+  CHECK_FALSE(rv.requires_grad());
+  // The buffers were updated in place.
+  CHECK(vec(rm)[0] == Approx(0.1 * 1.5));
+}
+
+TEST_CASE("batch_norm: errors name the op", "[norm]") {
+  CHECK_THAT(error_of([] { batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true); }),
+             Contains("batch_norm") && Contains("more than 1 value per channel"));
+  CHECK_THAT(error_of([] { batch_norm(zeros({4, 3}), Tensor(), Tensor(), Tensor(), Tensor(), false); }),
+             Contains("batch_norm") && Contains("eval"));
+  CHECK_THAT(error_of([] { batch_norm(zeros({4, 3}), Tensor(), Tensor(), ones({2}), Tensor(), true); }),
+             Contains("batch_norm") && Contains("weight") && Contains("(3,)"));
+  CHECK_THAT(error_of([] { batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); }),
+             Contains("batch_norm") && Contains("(N, C, ...)"));
+}
+
+// ---- dropout ----------------------------------------------------------------------------------------
+
+TEST_CASE("dropout: keeps about 1 - p, scales kept values, reproducible per seed", "[dropout]") {
+  const int64_t n = 100000;
+  const double p = 0.3;
+  Tensor x = ones({n}, {.dtype = DType::f64});
+  Generator g1(1234);
+  Tensor y = dropout(x, p, true, g1);
+  const std::vector<double> v = vec(y);
+  int64_t kept = 0;
+  bool values_ok = true;
+  for (double e : v) {
+    if (e != 0) {
+      ++kept;
+      values_ok = values_ok && std::abs(e - 1 / (1 - p)) < 1e-12;
+    }
+  }
+  CHECK(values_ok);
+  // Binomial std of the kept fraction is sqrt(0.21 / 1e5) ~ 0.0014: 0.01 is 7 sigma.
+  CHECK(static_cast<double>(kept) / n == Approx(1 - p).margin(0.01));
+
+  Generator g2(1234);
+  CHECK(vec(dropout(x, p, true, g2)) == v);
+  Generator g3(999);
+  CHECK(vec(dropout(x, p, true, g3)) != v);
+  // Consecutive calls on one generator draw new masks.
+  CHECK(vec(dropout(x, p, true, g1)) != v);
+}
+
+TEST_CASE("dropout: the mask is the documented Philox uniform below 1 - p", "[dropout]") {
+  Tensor x = ones({1000});
+  Generator g(77), ref(77);
+  const std::vector<double> y = vec(dropout(x, 0.4, true, g));
+  const std::vector<double> u = vec(rand({1000}, {}, ref));
+  for (size_t i = 0; i < y.size(); ++i) {
+    INFO("element " << i);
+    CHECK((y[i] != 0) == (u[i] < static_cast<float>(0.6)));
+  }
+  CHECK(g.offset() == ref.offset());
+}
+
+TEST_CASE("dropout: backward multiplies by the same scaled mask", "[dropout]") {
+  Tensor x = f64({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}, true);
+  Generator g(5);
+  Tensor y = dropout(x, 0.5, true, g);
+  sum(y).backward();
+  const std::vector<double> yv = vec(y), xv = vec(x.detach()), gv = vec(x.grad());
+  for (size_t i = 0; i < yv.size(); ++i) CHECK(gv[i] == Approx(yv[i] / xv[i]));
+}
+
+TEST_CASE("dropout: identity in eval or with p = 0; p = 1 drops everything; p is checked", "[dropout]") {
+  Tensor x = rand({3, 4});
+  CHECK(dropout(x, 0.5, false).is_same(x));
+  CHECK(dropout(x, 0.0, true).is_same(x));
+  Tensor leaf = rand({3, 4}, {.requires_grad = true});
+  Tensor z = dropout(leaf, 1.0, true);
+  CHECK(vec(z) == std::vector<double>(12, 0.0));
+  sum(z).backward();
+  CHECK(vec(leaf.grad()) == std::vector<double>(12, 0.0));
+  CHECK_THAT(error_of([&] { dropout(x, 1.5, true); }), Contains("dropout") && Contains("1.5"));
+  CHECK_THAT(error_of([&] { dropout(x, -0.1, false); }), Contains("dropout"));
+  CHECK_THAT(error_of([] { dropout(zeros({2}, {.dtype = DType::i64}), 0.5, true); }), Contains("dropout"));
+}
+
+// ---- threading ----------------------------------------------------------------------------------------
+
+TEST_CASE("pool and batch_norm: results do not depend on the thread count", "[pool][norm]") {
+  Generator gen(3);
+  Tensor x = rand({8, 16, 40, 40}, {.dtype = DType::f32}, gen);  // big enough to split every loop
+  Tensor w = rand({16}, {.dtype = DType::f32}, gen);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    Tensor xl = x.detach();
+    xl.requires_grad_(true);
+    Tensor y = max_pool2d(xl, opts(3, 2, 1)) + avg_pool2d(xl, opts(3, 2, 1, false, false)) +
+               adaptive_avg_pool2d(xl, {20, 20});
+    Tensor z = batch_norm(y, Tensor(), Tensor(), w, Tensor(), true);
+    sum(z * z).backward();
+    return std::make_pair(vec(z), vec(xl.grad()));
+  };
+  const int saved = get_num_threads();
+  auto one = run(1);
+  auto many = run(4);
+  set_num_threads(saved);
+  CHECK(one.first == many.first);
+  CHECK(one.second == many.second);
+}
