@@ -1,9 +1,254 @@
-// Matrix products (to be implemented: mm, bmm, matmul, linear through OpenBLAS).
+// Matrix products with autograd: mm, bmm, matmul, linear.
+//
+// Note [Strided operands to BLAS]
+// BLAS takes a matrix as (pointer, leading dimension, transpose flag): a row-major matrix with
+// unit column stride, or — flagged CblasTrans — a column-major one (unit row stride). So a.t()
+// and x.transpose(-1, -2) of contiguous tensors go to BLAS as they are; backward's g @ b^T and
+// a^T @ g (views) cost no copy either. Any other layout (a slice with a column step, an expanded
+// row) is copied to contiguous first. Batched operands may repeat a matrix (stride 0 along a
+// broadcast batch dim): every product reads its own pointer, so broadcasting costs no copy.
 
 #include "linalg.h"
 
+#include <vector>
+
+#include "../kernels/cpu/gemm.h"
+#include "elementwise.h"
+#include "op_helpers.h"
+#include "reduce.h"
+
 namespace ember {
 
-Tensor matmul(const Tensor& a, const Tensor& b) { EMBER_THROW("matmul: not implemented yet"); }
+namespace {
+
+using kernels::cpu::Transpose;
+
+// How a (rows, cols) matrix with element strides (rs, cs) can be passed to BLAS, if at all.
+struct BlasLayout {
+  bool ok = false;
+  Transpose trans = Transpose::No;
+  int64_t ld = 0;
+};
+
+BlasLayout blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  // A stride along a size-1 dim is never used, so it constrains nothing.
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= std::max<int64_t>(1, cols)))
+    return {true, Transpose::No, rows == 1 ? std::max<int64_t>(1, cols) : rs};
+  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= std::max<int64_t>(1, rows)))
+    return {true, Transpose::Yes, cols == 1 ? std::max<int64_t>(1, rows) : cs};
+  return {};
+}
+
+BlasLayout layout_of(const Tensor& t) {
+  return blas_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1));
+}
+
+// The number of rows when all but the last dim are folded together (no -1: the last dim may be 0).
+int64_t leading_rows(const Tensor& t) {
+  int64_t r = 1;
+  for (int d = 0; d + 1 < t.dim(); ++d) r *= t.shape()[d];
+  return r;
+}
+
+void check_operands(const char* op, const Tensor& a, const Tensor& b) {
+  EMBER_CHECK(a.defined() && b.defined(), op, ": got an undefined tensor");
+  detail::check_same_device(op, a, b);
+  EMBER_CHECK((a.dtype() == DType::f32 || a.dtype() == DType::f64) && b.dtype() == a.dtype(), op,
+              ": expected two float32 or two float64 tensors, got ", describe(a), " and ", describe(b));
+}
+
+[[noreturn]] void throw_mismatch(const char* op, const Tensor& a, const Tensor& b, int64_t ka, int64_t kb) {
+  EMBER_THROW(op, ": shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied (", ka, " != ", kb, ")");
+}
+
+// out (*batch, n, m) [= or +=] a (*batch, n, k) @ b (*batch, k, m).
+// a and b have exactly out's batch dims (expanded views allowed); out is contiguous and does
+// not overlap a or b. beta = 0 overwrites out, beta = 1 accumulates into it. No autograd.
+void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double beta) {
+  a = a.detach();
+  b = b.detach();
+  const int nd = out.dim();
+  const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
+  BlasLayout la = layout_of(a), lb = layout_of(b);
+  if (!la.ok) {
+    a = a.contiguous();
+    la = layout_of(a);
+  }
+  if (!lb.ok) {
+    b = b.contiguous();
+    lb = layout_of(b);
+  }
+  // One pointer per product: walk the batch dims with an odometer over each operand's strides.
+  int64_t batch = 1;
+  for (int d = 0; d < nd - 2; ++d) batch *= out.shape()[d];
+  std::vector<int64_t> off_a(batch), off_b(batch);
+  {
+    Dims idx(nd - 2, 0);
+    int64_t oa = 0, ob = 0;
+    for (int64_t i = 0; i < batch; ++i) {
+      off_a[i] = oa;
+      off_b[i] = ob;
+      for (int d = nd - 3; d >= 0; --d) {
+        if (++idx[d] < out.shape()[d]) {
+          oa += a.strides()[d];
+          ob += b.strides()[d];
+          break;
+        }
+        oa -= (idx[d] - 1) * a.strides()[d];
+        ob -= (idx[d] - 1) * b.strides()[d];
+        idx[d] = 0;
+      }
+    }
+  }
+  switch (out.device().type) {
+    case DeviceType::CPU:
+      EMBER_DISPATCH_FLOAT(out.dtype(), op, [&] {
+        using T = scalar_t;
+        const T* pa = static_cast<const T*>(a.data());
+        const T* pb = static_cast<const T*>(b.data());
+        T* pc = static_cast<T*>(out.data());
+        std::vector<const T*> va(batch), vb(batch);
+        std::vector<T*> vc(batch);
+        for (int64_t i = 0; i < batch; ++i) {
+          va[i] = pa + off_a[i];
+          vb[i] = pb + off_b[i];
+          vc[i] = pc + i * n * m;
+        }
+        kernels::cpu::gemm_batched(la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(), lb.ld, T(beta),
+                                   vc.data(), std::max<int64_t>(1, m), batch);
+      });
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable(op);
+  }
+}
+
+// a (*ba, n, k) @ b (*bb, k, m) with the batch dims broadcast; both at least 2-D, k checked.
+// Returns a new contiguous (*batch, n, m) tensor. No autograd.
+Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, op);
+  Shape sa = batch, sb = batch, so = batch;
+  sa.push_back(a.size(-2));
+  sa.push_back(a.size(-1));
+  sb.push_back(b.size(-2));
+  sb.push_back(b.size(-1));
+  so.push_back(a.size(-2));
+  so.push_back(b.size(-1));
+  Tensor out = empty(so, {.dtype = a.dtype(), .device = a.device()});
+  // Fix a non-BLAS layout before broadcasting, so the copy holds one matrix, not one per product.
+  const Tensor a0 = layout_of(a).ok ? a.detach() : a.detach().contiguous();
+  const Tensor b0 = layout_of(b).ok ? b.detach() : b.detach().contiguous();
+  product_into(op, a0.expand(sa), b0.expand(sb), out, 0.0);
+  return out;
+}
+
+// The differentiable product behind mm, bmm and matmul.
+//   d(a @ b)/da: g @ b^T,  d(a @ b)/db: a^T @ g   (summed over broadcast batch dims)
+// b^T and a^T are transposed views: BLAS reads them with CblasTrans, no copy.
+Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& b) {
+  Tensor out = product_forward(op, a, b);
+  if (!any_requires_grad({&a, &b})) return out;
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  SavedTensor sa(need_b ? a : Tensor(), node), sb(need_a ? b : Tensor(), node);
+  const Shape shape_a = a.shape(), shape_b = b.shape();
+  const DType dt = a.dtype();
+  record(node, {a, b}, {out}, [=](const std::vector<Tensor>& g) {
+    if (!g[0].defined()) return std::vector<Tensor>{Tensor(), Tensor()};
+    const Tensor go = g[0].to(dt);
+    Tensor ga = need_a ? sum_to(product_forward(op, go, sb.get().transpose(-1, -2)), shape_a) : Tensor();
+    Tensor gb = need_b ? sum_to(product_forward(op, sa.get().transpose(-1, -2), go), shape_b) : Tensor();
+    return std::vector<Tensor>{ga, gb};
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_operands("mm", a, b);
+  EMBER_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got ", describe(a), " and ", describe(b));
+  if (a.size(1) != b.size(0)) throw_mismatch("mm", a, b, a.size(1), b.size(0));
+  return product("mm", "MmBackward", a, b);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_operands("bmm", a, b);
+  EMBER_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got ", describe(a), " and ", describe(b));
+  EMBER_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ in ", a.shape(), " and ", b.shape(), " (", a.size(0),
+              " != ", b.size(0), ")");
+  if (a.size(2) != b.size(1)) throw_mismatch("bmm", a, b, a.size(2), b.size(1));
+  return product("bmm", "BmmBackward", a, b);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_operands("matmul", a, b);
+  EMBER_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got ", describe(a),
+              " and ", describe(b));
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  if (ka != kb) throw_mismatch("matmul", a, b, ka, kb);
+  // 1-D operands become a row (left) or a column (right) and the added dim is removed after,
+  // as NumPy: (k) @ (k) -> (), (k) @ (k, m) -> (m), (*, n, k) @ (k) -> (*, n).
+  if (b.dim() == 2 && a.dim() >= 3) {
+    // (*, n, k) @ (k, m): one tall GEMM over the folded rows instead of a batch of small ones
+    // (and the weight gradient becomes one GEMM too, not a batch of them summed).
+    Shape out_shape = a.shape();
+    out_shape[out_shape.size() - 1] = b.size(1);
+    return product("matmul", "MatmulBackward", a.reshape({leading_rows(a), ka}), b).view(out_shape);
+  }
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  Tensor r = product("matmul", "MatmulBackward", a2, b2);
+  if (b.dim() == 1) r = r.squeeze(-1);
+  if (a.dim() == 1) r = r.squeeze(b.dim() == 1 ? -1 : -2);
+  return r;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  EMBER_CHECK(x.defined() && weight.defined(), "linear: got an undefined input or weight");
+  check_operands("linear", x, weight);
+  EMBER_CHECK(x.dim() >= 1 && weight.dim() == 2, "linear: expected input (*, in_features) and weight (out_features, ",
+              "in_features), got ", describe(x), " and ", describe(weight));
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  EMBER_CHECK(x.size(-1) == in, "linear: input ", x.shape(), " and weight ", weight.shape(),
+              " do not match (in_features ", x.size(-1), " != ", in, ")");
+  const bool has_bias = bias.defined();
+  if (has_bias) {
+    check_operands("linear", x, bias);
+    EMBER_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias must have shape (", out_features,
+                "), got ", describe(bias));
+  }
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out_features;
+  Tensor y = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
+  {
+    // y (rows, out) = [bias] + x (rows, in) @ weight^T (in, out)
+    const Tensor x2 = x.detach().reshape({leading_rows(x), in});
+    Tensor y2 = y.view({x2.size(0), out_features});
+    if (has_bias) y2.copy_(bias.detach());  // broadcast over the rows; the GEMM then adds onto it
+    product_into("linear", x2, weight.detach().t(), y2, has_bias ? 1.0 : 0.0);
+  }
+  if (!any_requires_grad({&x, &weight, &bias})) return y;
+
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = has_bias && bias.requires_grad();
+  SavedTensor sx(need_w ? x : Tensor(), "LinearBackward"), sw(need_x ? weight : Tensor(), "LinearBackward");
+  const Shape x_shape = x.shape();
+  const DType dt = x.dtype();
+  record("LinearBackward", {x, weight, bias}, {y}, [=](const std::vector<Tensor>& g) {
+    if (!g[0].defined()) return std::vector<Tensor>{Tensor(), Tensor(), Tensor()};
+    const Tensor g2 = g[0].to(dt).reshape({leading_rows(g[0]), out_features});  // (rows, out)
+    Tensor gx, gw, gb;
+    if (need_x) {
+      gx = empty(x_shape, {.dtype = dt, .device = g2.device()});
+      product_into("linear backward", g2, sw.get(), gx.view({g2.size(0), in}), 0.0);  // (rows, out) @ (out, in)
+    }
+    if (need_w) {
+      gw = empty({out_features, in}, {.dtype = dt, .device = g2.device()});
+      product_into("linear backward", g2.t(), sx.get().reshape({g2.size(0), in}), gw, 0.0);  // (out, rows) @ (rows, in)
+    }
+    if (need_b) gb = sum(g2, {0});
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+  return y;
+}
 
 }  // namespace ember

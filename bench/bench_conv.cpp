@@ -1,0 +1,60 @@
+// bench_conv: conv2d forward and backward (im2col + OpenBLAS sgemm) on an airbench/ResNet-like
+// layer: input (64, 32, 28, 28) f32, 64 output channels, 3x3 kernel, padding 1, with bias.
+//
+//   ./build/bench/bench_conv
+//
+// One JSON line per thread count (1 and 2):
+//   {"bench":"conv2d","n":64,"c_in":32,"h":28,"w":28,"c_out":64,"k":3,"padding":1,"threads":1,
+//    "reps":5,"forward_ms":...,"backward_ms":...,"total_ms":...,"gflops":...}
+// forward_ms: conv2d with autograd recording; backward_ms: y.backward(dy) computing dx, dw and db.
+// Medians over `reps` iterations after one warm-up. gflops counts 3 x 2 N C_out OH OW C_in k^2
+// (forward, backward data, backward weight) over total_ms.
+
+#include <cstdio>
+#include <vector>
+
+#include <ember/ember.h>
+
+#include "bench_util.h"
+
+using namespace ember;
+
+int main() {
+  const int64_t n = 64, c_in = 32, h = 28, w = 28, c_out = 64, k = 3, pad = 1;
+  const int reps = 7;
+  Generator gen(42);
+  Tensor x = randn({n, c_in, h, w}, {}, gen).requires_grad_();
+  Tensor weight = (randn({c_out, c_in, k, k}, {}, gen) * 0.05).detach().requires_grad_();
+  Tensor bias = zeros({c_out}).requires_grad_();
+  Tensor dy = randn({n, c_out, h, w}, {}, gen);
+  const double flops = 3.0 * 2.0 * n * c_out * h * w * c_in * k * k;
+  const int saved_threads = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    std::vector<double> fwd, bwd, total;
+    for (int r = 0; r <= reps; ++r) {  // r == 0 is the warm-up
+      x.set_grad(Tensor());
+      weight.set_grad(Tensor());
+      bias.set_grad(Tensor());
+      Tensor y;
+      const double tf = bench::time_s([&] { y = conv2d(x, weight, bias, {.padding = {pad, pad}}); });
+      const double tb = bench::time_s([&] { y.backward(dy); });
+      if (r == 0) continue;
+      fwd.push_back(tf);
+      bwd.push_back(tb);
+      total.push_back(tf + tb);
+    }
+    const double t = bench::median(total);
+    std::printf(
+        "{\"bench\":\"conv2d\",\"n\":%lld,\"c_in\":%lld,\"h\":%lld,\"w\":%lld,\"c_out\":%lld,\"k\":%lld,"
+        "\"padding\":%lld,\"dtype\":\"float32\",\"threads\":%d,\"reps\":%d,\"forward_ms\":%.2f,\"backward_ms\":%.2f,"
+        "\"total_ms\":%.2f,\"gflops\":%.1f}\n",
+        static_cast<long long>(n), static_cast<long long>(c_in), static_cast<long long>(h),
+        static_cast<long long>(w), static_cast<long long>(c_out), static_cast<long long>(k),
+        static_cast<long long>(pad), threads, reps, bench::median(fwd) * 1e3, bench::median(bwd) * 1e3, t * 1e3,
+        flops / t / 1e9);
+    std::fflush(stdout);
+  }
+  set_num_threads(saved_threads);
+  return 0;
+}

@@ -1,0 +1,68 @@
+#pragma once
+// Small helpers shared by the benchmarks: wall-clock timing, medians, and the machine's
+// nominal clock and core count as /proc/cpuinfo reports them.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ember::bench {
+
+// Seconds taken by f().
+template <typename F>
+double time_s(const F& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct CpuInfo {
+  int logical_cpus = 1;  // "processor" entries (hardware_concurrency when /proc/cpuinfo is missing)
+  double ghz = 0;        // the highest "cpu MHz" listed / 1000: the nominal clock, not a turbo clock
+  std::string model;
+  bool avx512f = false;  // "avx512f" among the flags: BLAS may run 512-bit FMAs (twice the AVX2 peak)
+};
+
+inline CpuInfo read_cpuinfo() {
+  CpuInfo info;
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  int processors = 0;
+  while (std::getline(f, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "processor") ++processors;
+    if (key == "cpu MHz") info.ghz = std::max(info.ghz, std::atof(value.c_str()) / 1000.0);
+    if (key == "model name" && info.model.empty()) info.model = value;
+    if (key == "flags" && (" " + value + " ").find(" avx512f ") != std::string::npos) info.avx512f = true;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  info.logical_cpus = processors > 0 ? processors : (hc > 0 ? static_cast<int>(hc) : 1);
+  return info;
+}
+
+// Escapes a string for a JSON value (quotes and backslashes; cpuinfo has nothing else).
+inline std::string json_str(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    r += c;
+  }
+  return r + "\"";
+}
+
+}  // namespace ember::bench

@@ -1,0 +1,370 @@
+// CPU 2-D convolution: im2col + GEMM, and the direct references. See Note [im2col] in conv.h.
+
+#include "conv.h"
+
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <vector>
+
+#include "../../core/error.h"
+#include "gemm.h"
+#include "parallel.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace ember::kernels::cpu {
+
+int64_t conv2d_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  const int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  // Floor division (span may be negative for an input smaller than the dilated kernel).
+  return (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
+}
+
+namespace {
+
+// ---- im2col / col2im ---------------------------------------------------------------------------
+
+// The output columns ox whose input column ox*stride + x_off lies inside [0, w).
+struct ValidRange {
+  int64_t lo, hi;
+};
+ValidRange valid_range(int64_t x_off, int64_t stride, int64_t w, int64_t out_w) {
+  const int64_t lo = x_off >= 0 ? 0 : (-x_off + stride - 1) / stride;
+  const int64_t last = w - 1 - x_off;  // ox * stride <= last
+  const int64_t hi = last < 0 ? 0 : std::min(out_w, last / stride + 1);
+  return {std::min(lo, hi), hi};
+}
+
+template <typename T>
+void im2col_impl(const Conv2dGeometry& g, const T* x, T* col) {
+  const int64_t ohw = g.out_h * g.out_w;
+  for (int64_t c = 0; c < g.c_in; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * ohw;
+        const int64_t x_off = j * g.dil_w - g.pad_w;
+        const ValidRange r = valid_range(x_off, g.stride_w, g.w, g.out_w);
+        for (int64_t oy = 0; oy < g.out_h; ++oy) {
+          T* dst = row + oy * g.out_w;
+          const int64_t iy = oy * g.stride_h - g.pad_h + i * g.dil_h;
+          if (iy < 0 || iy >= g.h) {
+            std::fill(dst, dst + g.out_w, T(0));
+            continue;
+          }
+          // Input column of output column ox: ox * stride_w + x_off (in range for ox in [lo, hi)).
+          const T* src = x + (c * g.h + iy) * g.w;
+          std::fill(dst, dst + r.lo, T(0));
+          if (g.stride_w == 1) {
+            if (r.lo < r.hi) std::copy(src + (r.lo + x_off), src + (r.hi + x_off), dst + r.lo);
+          } else {
+            for (int64_t ox = r.lo; ox < r.hi; ++ox) dst[ox] = src[ox * g.stride_w + x_off];
+          }
+          std::fill(dst + r.hi, dst + g.out_w, T(0));
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void col2im_impl(const Conv2dGeometry& g, const T* col, T* x) {
+  const int64_t ohw = g.out_h * g.out_w;
+  for (int64_t c = 0; c < g.c_in; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * ohw;
+        const int64_t x_off = j * g.dil_w - g.pad_w;
+        const ValidRange r = valid_range(x_off, g.stride_w, g.w, g.out_w);
+        for (int64_t oy = 0; oy < g.out_h; ++oy) {
+          const int64_t iy = oy * g.stride_h - g.pad_h + i * g.dil_h;
+          if (iy < 0 || iy >= g.h) continue;
+          const T* src = row + oy * g.out_w;
+          T* dst = x + (c * g.h + iy) * g.w;
+          for (int64_t ox = r.lo; ox < r.hi; ++ox) dst[ox * g.stride_w + x_off] += src[ox];
+        }
+      }
+    }
+  }
+}
+
+// ---- the per-image driver ----------------------------------------------------------------------
+
+// A 1x1, stride-1, unpadded convolution reads the image itself as its col matrix.
+bool is_pointwise(const Conv2dGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+}
+
+// GEMM dimensions must fit BLAS's int; check before any parallel region (an exception thrown
+// inside one cannot leave it).
+void check_sizes(const Conv2dGeometry& g) {
+  const int64_t ohw = g.out_h * g.out_w, kk = g.c_in / g.groups * g.kh * g.kw;
+  for (int64_t v : {ohw, kk, g.c_out, g.c_in * g.kh * g.kw})
+    EMBER_CHECK(v <= INT_MAX, "conv2d: a GEMM dimension (", v, ") does not fit BLAS's 32-bit int");
+}
+
+// Images are split into `parts` fixed contiguous ranges. With at least as many images as
+// threads: one part per thread, run in parallel, BLAS single-threaded inside. Otherwise one part,
+// and each GEMM uses BLAS's threads.
+struct ImageSplit {
+  int64_t parts = 1;
+  bool parallel = false;
+};
+
+ImageSplit split_images(int64_t n) {
+  const int threads = get_num_threads();
+  bool nested = false;
+#ifdef _OPENMP
+  nested = omp_in_parallel();
+#endif
+  if (threads > 1 && n >= threads && !nested) return {threads, true};
+  return {1, false};
+}
+
+// body(part, first_image, end_image) for every part.
+template <typename F>
+void run_parts(const ImageSplit& s, int64_t n, const F& body) {
+  auto one = [&](int64_t p) { body(p, p * n / s.parts, (p + 1) * n / s.parts); };
+  if (!s.parallel) {
+    for (int64_t p = 0; p < s.parts; ++p) one(p);
+    return;
+  }
+  BlasSingleThreadGuard blas_one_thread;
+  parallel_for(0, s.parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) one(p);
+  });
+}
+
+// Uninitialized scratch (every user overwrites it before reading), allocated before the
+// parallel region so an allocation failure throws in the calling thread.
+template <typename T>
+std::unique_ptr<T[]> scratch(int64_t elems) {
+  return elems > 0 ? std::make_unique_for_overwrite<T[]>(elems) : nullptr;
+}
+
+// ---- im2col + GEMM ----------------------------------------------------------------------------
+
+template <typename T>
+void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  check_sizes(g);
+  const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_elems = g.c_in * g.kh * g.kw * ohw;
+  const bool pointwise = is_pointwise(g);
+  const ImageSplit s = split_images(g.n);
+  auto cols = scratch<T>(pointwise ? 0 : s.parts * col_elems);
+  run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
+    T* col = pointwise ? nullptr : cols.get() + part * col_elems;
+    for (int64_t img = lo; img < hi; ++img) {
+      const T* xi = x + img * x_img;
+      T* yi = y + img * g.c_out * ohw;
+      if (!pointwise) im2col_impl(g, xi, col);
+      const T* c = pointwise ? xi : col;
+      // Start each output row at its bias and let the GEMM add onto it (beta = 1).
+      if (bias)
+        for (int64_t oc = 0; oc < g.c_out; ++oc) std::fill(yi + oc * ohw, yi + (oc + 1) * ohw, bias[oc]);
+      for (int64_t gr = 0; gr < G; ++gr)
+        gemm(Transpose::No, Transpose::No, cout_g, ohw, kk, T(1), w + gr * cout_g * kk, kk, c + gr * kk * ohw, ohw,
+             bias ? T(1) : T(0), yi + gr * cout_g * ohw, ohw);
+    }
+  });
+}
+
+template <typename T>
+void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+  check_sizes(g);
+  const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_elems = g.c_in * g.kh * g.kw * ohw;
+  const bool pointwise = is_pointwise(g);
+  const ImageSplit s = split_images(g.n);
+  auto cols = scratch<T>(pointwise ? 0 : s.parts * col_elems);
+  run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
+    T* col = pointwise ? nullptr : cols.get() + part * col_elems;
+    for (int64_t img = lo; img < hi; ++img) {
+      const T* gyi = gy + img * g.c_out * ohw;
+      T* gxi = gx + img * x_img;
+      T* dcol = pointwise ? gxi : col;  // pointwise: the GEMM writes the image gradient directly
+      // dcol[g] (kk, ohw) = w[g]^T (kk, cout_g) @ gy[g] (cout_g, ohw); w[g] is stored (cout_g, kk).
+      for (int64_t gr = 0; gr < G; ++gr)
+        gemm(Transpose::Yes, Transpose::No, kk, ohw, cout_g, T(1), w + gr * cout_g * kk, kk, gyi + gr * cout_g * ohw,
+             ohw, T(0), dcol + gr * kk * ohw, ohw);
+      if (!pointwise) {
+        std::fill(gxi, gxi + x_img, T(0));
+        col2im_impl(g, col, gxi);
+      }
+    }
+  });
+}
+
+template <typename T>
+void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+  check_sizes(g);
+  const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_elems = g.c_in * g.kh * g.kw * ohw;
+  const int64_t w_elems = g.c_out * kk;
+  const bool pointwise = is_pointwise(g);
+  if (g.n == 0) {
+    std::fill(gw, gw + w_elems, T(0));
+    return;
+  }
+  const ImageSplit s = split_images(g.n);
+  auto cols = scratch<T>(pointwise ? 0 : s.parts * col_elems);
+  // Part 0 sums into gw; every other part into its own buffer, added in part order below.
+  auto partial = scratch<T>((s.parts - 1) * w_elems);
+  run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
+    T* col = pointwise ? nullptr : cols.get() + part * col_elems;
+    T* acc = part == 0 ? gw : partial.get() + (part - 1) * w_elems;
+    if (lo == hi) std::fill(acc, acc + w_elems, T(0));
+    for (int64_t img = lo; img < hi; ++img) {
+      const T* xi = x + img * x_img;
+      if (!pointwise) im2col_impl(g, xi, col);
+      const T* c = pointwise ? xi : col;
+      // gw[g] (cout_g, kk) (+)= gy[g] (cout_g, ohw) @ col[g]^T (ohw, kk)
+      for (int64_t gr = 0; gr < G; ++gr)
+        gemm(Transpose::No, Transpose::Yes, cout_g, kk, ohw, T(1), gy + img * g.c_out * ohw + gr * cout_g * ohw, ohw,
+             c + gr * kk * ohw, ohw, img == lo ? T(0) : T(1), acc + gr * cout_g * kk, kk);
+    }
+  });
+  for (int64_t p = 1; p < s.parts; ++p) {
+    const T* src = partial.get() + (p - 1) * w_elems;
+    for (int64_t i = 0; i < w_elems; ++i) gw[i] += src[i];
+  }
+}
+
+template <typename T>
+void backward_bias_impl(const Conv2dGeometry& g, const T* gy, T* gb) {
+  const int64_t ohw = g.out_h * g.out_w;
+  parallel_for(0, g.c_out, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.n * ohw)), [&](int64_t lo, int64_t hi) {
+    for (int64_t oc = lo; oc < hi; ++oc) {
+      double acc = 0;
+      for (int64_t img = 0; img < g.n; ++img) {
+        const T* p = gy + (img * g.c_out + oc) * ohw;
+        for (int64_t i = 0; i < ohw; ++i) acc += static_cast<double>(p[i]);
+      }
+      gb[oc] = static_cast<T>(acc);
+    }
+  });
+}
+
+// ---- direct references -------------------------------------------------------------------------
+
+// Calls f(img, oc, oy, ox, c, ic, i, j, iy, ix) for every term of the convolution sum whose
+// input position lies inside the image (c: input channel, ic: its index within the group).
+template <typename F>
+void for_each_term(const Conv2dGeometry& g, const F& f) {
+  const int64_t cin_g = g.c_in / g.groups, cout_g = g.c_out / g.groups;
+  for (int64_t img = 0; img < g.n; ++img)
+    for (int64_t oc = 0; oc < g.c_out; ++oc)
+      for (int64_t oy = 0; oy < g.out_h; ++oy)
+        for (int64_t ox = 0; ox < g.out_w; ++ox)
+          for (int64_t ic = 0; ic < cin_g; ++ic)
+            for (int64_t i = 0; i < g.kh; ++i)
+              for (int64_t j = 0; j < g.kw; ++j) {
+                const int64_t iy = oy * g.stride_h - g.pad_h + i * g.dil_h;
+                const int64_t ix = ox * g.stride_w - g.pad_w + j * g.dil_w;
+                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                f(img, oc, oy, ox, (oc / cout_g) * cin_g + ic, ic, i, j, iy, ix);
+              }
+}
+
+template <typename T>
+void forward_reference_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  const int64_t cin_g = g.c_in / g.groups;
+  std::vector<double> acc(g.n * g.c_out * g.out_h * g.out_w, 0.0);
+  for_each_term(g, [&](int64_t img, int64_t oc, int64_t oy, int64_t ox, int64_t c, int64_t ic, int64_t i, int64_t j,
+                       int64_t iy, int64_t ix) {
+    const double xv = x[((img * g.c_in + c) * g.h + iy) * g.w + ix];
+    const double wv = w[((oc * cin_g + ic) * g.kh + i) * g.kw + j];
+    acc[((img * g.c_out + oc) * g.out_h + oy) * g.out_w + ox] += xv * wv;
+  });
+  const int64_t ohw = g.out_h * g.out_w;
+  for (size_t p = 0; p < acc.size(); ++p)
+    y[p] = static_cast<T>(acc[p] + (bias ? static_cast<double>(bias[(p / ohw) % g.c_out]) : 0.0));
+}
+
+template <typename T>
+void backward_data_reference_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+  const int64_t cin_g = g.c_in / g.groups;
+  std::vector<double> acc(g.n * g.c_in * g.h * g.w, 0.0);
+  for_each_term(g, [&](int64_t img, int64_t oc, int64_t oy, int64_t ox, int64_t c, int64_t ic, int64_t i, int64_t j,
+                       int64_t iy, int64_t ix) {
+    const double gv = gy[((img * g.c_out + oc) * g.out_h + oy) * g.out_w + ox];
+    const double wv = w[((oc * cin_g + ic) * g.kh + i) * g.kw + j];
+    acc[((img * g.c_in + c) * g.h + iy) * g.w + ix] += gv * wv;
+  });
+  for (size_t p = 0; p < acc.size(); ++p) gx[p] = static_cast<T>(acc[p]);
+}
+
+template <typename T>
+void backward_weight_reference_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+  const int64_t cin_g = g.c_in / g.groups;
+  std::vector<double> acc(g.c_out * cin_g * g.kh * g.kw, 0.0);
+  for_each_term(g, [&](int64_t img, int64_t oc, int64_t oy, int64_t ox, int64_t c, int64_t ic, int64_t i, int64_t j,
+                       int64_t iy, int64_t ix) {
+    const double gv = gy[((img * g.c_out + oc) * g.out_h + oy) * g.out_w + ox];
+    const double xv = x[((img * g.c_in + c) * g.h + iy) * g.w + ix];
+    acc[((oc * cin_g + ic) * g.kh + i) * g.kw + j] += gv * xv;
+  });
+  for (size_t p = 0; p < acc.size(); ++p) gw[p] = static_cast<T>(acc[p]);
+}
+
+}  // namespace
+
+void im2col(const Conv2dGeometry& g, const float* x, float* col) { im2col_impl(g, x, col); }
+void im2col(const Conv2dGeometry& g, const double* x, double* col) { im2col_impl(g, x, col); }
+void col2im(const Conv2dGeometry& g, const float* col, float* x) { col2im_impl(g, col, x); }
+void col2im(const Conv2dGeometry& g, const double* col, double* x) { col2im_impl(g, col, x); }
+
+void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d", [&] {
+    using T = scalar_t;
+    forward_impl(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y));
+  });
+}
+
+void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
+    using T = scalar_t;
+    backward_data_impl(g, static_cast<const T*>(gy), static_cast<const T*>(w), static_cast<T*>(gx));
+  });
+}
+
+void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
+    using T = scalar_t;
+    backward_weight_impl(g, static_cast<const T*>(gy), static_cast<const T*>(x), static_cast<T*>(gw));
+  });
+}
+
+void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
+    using T = scalar_t;
+    backward_bias_impl(g, static_cast<const T*>(gy), static_cast<T*>(gb));
+  });
+}
+
+void conv2d_forward_reference(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias,
+                              void* y) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d reference", [&] {
+    using T = scalar_t;
+    forward_reference_impl(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+                           static_cast<T*>(y));
+  });
+}
+
+void conv2d_backward_data_reference(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d reference", [&] {
+    using T = scalar_t;
+    backward_data_reference_impl(g, static_cast<const T*>(gy), static_cast<const T*>(w), static_cast<T*>(gx));
+  });
+}
+
+void conv2d_backward_weight_reference(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d reference", [&] {
+    using T = scalar_t;
+    backward_weight_reference_impl(g, static_cast<const T*>(gy), static_cast<const T*>(x), static_cast<T*>(gw));
+  });
+}
+
+}  // namespace ember::kernels::cpu

@@ -1,0 +1,59 @@
+#pragma once
+// Matrix multiply on the CPU: OpenBLAS sgemm/dgemm behind a row-major interface, a batched
+// variant that picks between batch-level and BLAS-level threading, and a plain triple-loop
+// reference that the tests hold the BLAS path to.
+//
+// Conventions (all functions here), as row-major BLAS:
+//   C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C
+//   ta == Transpose::No:  A is stored as an (m, k) matrix, element (i, p) at a[i * lda + p], lda >= max(1, k)
+//   ta == Transpose::Yes: A is stored as a (k, m) matrix, element (i, p) of op(A) at a[p * lda + i], lda >= max(1, m)
+//   likewise for B with (k, n) / (n, k) and ldb; C: element (i, j) at c[i * ldc + j], ldc >= max(1, n).
+//   beta == 0 overwrites C (whatever it held, NaN included); otherwise C is read and scaled.
+//   C must not overlap A or B. k == 0 gives C = beta * C.
+// Dimensions must fit BLAS's 32-bit int (checked: ember::Error otherwise).
+
+#include <cstdint>
+
+namespace ember::kernels::cpu {
+
+enum class Transpose { No, Yes };
+
+// Through OpenBLAS, with its current thread count.
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// `batch` independent products with the same shapes and layouts: C[i] = alpha op(A[i]) op(B[i]) + beta C[i].
+// a[i] may repeat (a broadcast operand); the c[i] must be distinct and not overlap.
+// Threading: when batch >= get_num_threads(), the batch is split across threads and each BLAS
+// call runs on one thread (no fork/join inside each small product); otherwise the products run
+// one after another, each with BLAS's own threading.
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a,
+                  int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc,
+                  int64_t batch);
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a,
+                  int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
+                  int64_t batch);
+
+// The readable reference: three loops, accumulating in double. Same contract as gemm. Slow.
+void gemm_reference(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_reference(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                    int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// Sets OpenBLAS to one thread for the guard's lifetime (for BLAS calls made from inside an
+// ember parallel region), then restores the previous count. OpenBLAS's thread count is
+// process-wide, so do not hold one across calls that other threads might make concurrently.
+class BlasSingleThreadGuard {
+ public:
+  BlasSingleThreadGuard();
+  ~BlasSingleThreadGuard();
+  BlasSingleThreadGuard(const BlasSingleThreadGuard&) = delete;
+  BlasSingleThreadGuard& operator=(const BlasSingleThreadGuard&) = delete;
+
+ private:
+  int prev_;
+};
+
+}  // namespace ember::kernels::cpu

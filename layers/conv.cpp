@@ -1,0 +1,108 @@
+// conv2d with autograd (declared in nn_functional.h). The CPU kernels are im2col + GEMM
+// (kernels/cpu/conv.h, Note [im2col]).
+
+#include "../kernels/cpu/conv.h"
+#include "nn_functional.h"
+#include "op_helpers.h"
+
+namespace ember {
+
+namespace {
+
+std::string conv_config(const Conv2dOptions& o) {
+  return detail::format_message("stride (", o.stride.first, ", ", o.stride.second, "), padding (", o.padding.first,
+                                ", ", o.padding.second, "), dilation (", o.dilation.first, ", ", o.dilation.second,
+                                "), groups ", o.groups);
+}
+
+// Checks the arguments and returns the geometry (everything but the batch-independent checks
+// names the shapes involved).
+kernels::cpu::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                             const Conv2dOptions& o) {
+  EMBER_CHECK(x.defined() && weight.defined(), "conv2d: got an undefined input or weight");
+  EMBER_CHECK(x.dim() == 4, "conv2d: expected input (N, C_in, H, W), got ", describe(x));
+  EMBER_CHECK(weight.dim() == 4, "conv2d: expected weight (C_out, C_in / groups, kH, kW), got ", describe(weight));
+  detail::check_same_device("conv2d", x, weight);
+  EMBER_CHECK((x.dtype() == DType::f32 || x.dtype() == DType::f64) && weight.dtype() == x.dtype(),
+              "conv2d: expected float32 or float64 input and weight of one dtype, got ", describe(x), " and ",
+              describe(weight));
+  EMBER_CHECK(o.stride.first >= 1 && o.stride.second >= 1 && o.dilation.first >= 1 && o.dilation.second >= 1 &&
+                  o.padding.first >= 0 && o.padding.second >= 0 && o.groups >= 1,
+              "conv2d: invalid options: ", conv_config(o),
+              " (stride, dilation and groups must be >= 1, padding >= 0)");
+  const int64_t c_out = weight.size(0);
+  EMBER_CHECK(c_out % o.groups == 0, "conv2d: weight ", weight.shape(), " has ", c_out,
+              " output channels, not divisible by groups ", o.groups);
+  EMBER_CHECK(x.size(1) == weight.size(1) * o.groups, "conv2d: input ", x.shape(), " has ", x.size(1),
+              " channels but weight ", weight.shape(), " with groups ", o.groups, " expects ",
+              weight.size(1) * o.groups, " (weight.size(1) * groups)");
+  if (bias.defined()) {
+    detail::check_same_device("conv2d", x, bias);
+    EMBER_CHECK(bias.dtype() == x.dtype() && bias.dim() == 1 && bias.size(0) == c_out, "conv2d: expected bias (",
+                c_out, ") ", x.dtype(), ", got ", describe(bias));
+  }
+  kernels::cpu::Conv2dGeometry g;
+  g.n = x.size(0);
+  g.c_in = x.size(1);
+  g.h = x.size(2);
+  g.w = x.size(3);
+  g.c_out = c_out;
+  g.kh = weight.size(2);
+  g.kw = weight.size(3);
+  g.stride_h = o.stride.first;
+  g.stride_w = o.stride.second;
+  g.pad_h = o.padding.first;
+  g.pad_w = o.padding.second;
+  g.dil_h = o.dilation.first;
+  g.dil_w = o.dilation.second;
+  g.groups = o.groups;
+  g.out_h = kernels::cpu::conv2d_out_size(g.h, g.kh, g.stride_h, g.pad_h, g.dil_h);
+  g.out_w = kernels::cpu::conv2d_out_size(g.w, g.kw, g.stride_w, g.pad_w, g.dil_w);
+  EMBER_CHECK(g.out_h > 0 && g.out_w > 0, "conv2d: input ", x.shape(), " is too small for weight ", weight.shape(),
+              " with ", conv_config(o), ": the output would be ", g.out_h, " x ", g.out_w);
+  return g;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt) {
+  const kernels::cpu::Conv2dGeometry g = conv2d_geometry(x, weight, bias, opt);
+  const DType dt = x.dtype();
+  const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
+  const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor y = empty({g.n, g.c_out, g.out_h, g.out_w}, {.dtype = dt, .device = x.device()});
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      kernels::cpu::conv2d_forward(dt, g, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
+      break;
+    case DeviceType::CUDA: detail::cuda_unavailable("conv2d");
+  }
+  if (!any_requires_grad({&x, &weight, &bias})) return y;
+
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  // The contiguous operands are saved (a detached view shares the version counter of x's
+  // storage when no copy was made, so in-place changes to x are still caught).
+  SavedTensor sx(need_w ? xc : Tensor(), "Conv2dBackward"), sw(need_x ? wc : Tensor(), "Conv2dBackward");
+  const Shape x_shape = x.shape(), w_shape = weight.shape();
+  record("Conv2dBackward", {x, weight, bias}, {y}, [=](const std::vector<Tensor>& grads) {
+    if (!grads[0].defined()) return std::vector<Tensor>{Tensor(), Tensor(), Tensor()};
+    const Tensor gy = grads[0].to(dt).contiguous();
+    const TensorOptions to{.dtype = dt, .device = gy.device()};
+    Tensor gx = need_x ? empty(x_shape, to) : Tensor();
+    Tensor gw = need_w ? empty(w_shape, to) : Tensor();
+    Tensor gb = need_b ? empty({g.c_out}, to) : Tensor();
+    switch (gy.device().type) {
+      case DeviceType::CPU:
+        if (need_x) kernels::cpu::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
+        if (need_w) kernels::cpu::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
+        if (need_b) kernels::cpu::conv2d_backward_bias(dt, g, gy.data(), gb.data());
+        break;
+      case DeviceType::CUDA: detail::cuda_unavailable("conv2d backward");
+    }
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+  return y;
+}
+
+}  // namespace ember
