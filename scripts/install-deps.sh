@@ -19,6 +19,12 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
+# The Python reference implementation of safetensors, for the io:python_safetensors cross-check.
+if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy ||
+    echo "install-deps: pip install safetensors numpy failed; ctest io:python_safetensors will fail"
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: everything is installed"
   exit 0
