@@ -14,3 +14,7 @@
 #include "layers/nn_functional.h"
 #include "layers/reduce.h"
 #include "layers/shape_ops.h"
+#include "layers/init.h"
+#include "layers/module.h"
+#include "layers/modules.h"
+#include "optim/optim.h"

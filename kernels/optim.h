@@ -1,0 +1,187 @@
+#pragma once
+// Optimizer update math written once: the per-element Adam/AdamW and SGD steps as EMBER_HD
+// functions, shared by the CPU loop (kernels/cpu/optim.cpp) and a later CUDA kernel.
+//
+// Note [Matching torch.optim bit for bit]
+// torch.optim's single-tensor Adam and SGD are chains of tensor ops; every op rounds its result
+// to the parameter's dtype, and every Python-float hyperparameter is computed in double and then
+// cast to the dtype by the op that consumes it. The fused update below performs the same
+// operations, in the same order, with the same roundings, on one element at a time:
+//
+//   Adam (PyTorch >= 2.1 _single_tensor_adam)     here, per element, in T (float or double)
+//   grad = -grad                     (maximize)    g = -g
+//   param.mul_(1 - lr * wd)          (AdamW)       p = p * T(1 - lr*wd)
+//   grad = grad.add(param, alpha=wd) (Adam, wd≠0)  g = g + T(wd) * p
+//   exp_avg.lerp_(grad, 1 - beta1)                 m = lerp(m, g, T(1 - beta1))
+//   exp_avg_sq.mul_(beta2)                         v = v * T(beta2)
+//     .addcmul_(grad, grad, value=1 - beta2)       v = v + T(1 - beta2) * g * g
+//   torch.maximum(vmax, v, out=vmax)  (amsgrad)    vmax = max(vmax, v)   (NaN propagates)
+//   denom = (v.sqrt() / sqrt(bc2)).add_(eps)       d = sqrt(v) / T(sqrt(1 - beta2^t)) + T(eps)
+//   param.addcdiv_(exp_avg, denom, value=-ss)      p = p + T(-lr / (1 - beta1^t)) * m / d
+//
+// with lerp(a, b, w) = |w| < 0.5 ? a + w * (b - a) : b - (b - a) * (1 - w), ATen's formula.
+// Each of those is what ATen's scalar CPU loop computes. ATen's vectorized (AVX2/AVX-512) loop
+// fuses two of them into FMAs (add with alpha, lerp), so on long tensors PyTorch itself can
+// differ from its own scalar path in the last bit; ember follows the scalar path everywhere.
+// kernels/cpu/optim.cpp is compiled with contraction off so that the compiler cannot fuse
+// them either. 1.13's mul_(beta1).add_(grad, alpha=1 - beta1) differs from lerp by rounding only.
+
+#include <cmath>
+#include <cstdint>
+
+#include "../core/dtype.h"  // EMBER_HD
+
+namespace ember::kernels {
+
+// How weight decay enters the update.
+enum class WeightDecayMode {
+  None,       // weight_decay == 0 for Adam/SGD: the gradient is used as is
+  L2,         // Adam, SGD: grad += weight_decay * param
+  Decoupled,  // AdamW: param *= 1 - lr * weight_decay before the Adam update
+};
+
+// One Adam step's hyperparameters as torch.optim holds them (Python floats, i.e. double).
+// `step` is the step count after this step's increment (1 on the first step).
+struct AdamHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  int64_t step = 1;
+  WeightDecayMode decay = WeightDecayMode::None;
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+// The per-step scalars, computed in double exactly as torch.optim does, then cast to T where the
+// consuming ATen op casts them (see the Note).
+template <typename T>
+struct AdamCoeffs {
+  T grad_sign;              // -1 with maximize, else 1 (g * -1 == -g exactly)
+  T decay_factor;           // AdamW: 1 - lr * weight_decay
+  T weight_decay;           // Adam L2
+  T lerp_weight;            // w = 1 - beta1
+  bool lerp_from_start;     // |w| < 0.5: lerp = m + w (g - m), else g + (w - 1) (g - m)
+  T lerp_coeff;             // w or w - 1
+  T beta2;
+  T one_minus_beta2;
+  T bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+  T eps;
+  T neg_step_size;          // -lr / (1 - beta1^t)
+};
+
+template <typename T>
+inline AdamCoeffs<T> make_adam_coeffs(const AdamHyper& h) {
+  const double step = static_cast<double>(h.step);
+  const double bias_correction1 = 1 - std::pow(h.beta1, step);
+  const double bias_correction2 = 1 - std::pow(h.beta2, step);
+  const double step_size = h.lr / bias_correction1;
+  AdamCoeffs<T> c;
+  c.grad_sign = h.maximize ? T(-1) : T(1);
+  c.decay_factor = static_cast<T>(1 - h.lr * h.weight_decay);
+  c.weight_decay = static_cast<T>(h.weight_decay);
+  c.lerp_weight = static_cast<T>(1 - h.beta1);
+  c.lerp_from_start = c.lerp_weight < T(0.5) && c.lerp_weight > T(-0.5);
+  c.lerp_coeff = c.lerp_from_start ? c.lerp_weight : c.lerp_weight - T(1);
+  c.beta2 = static_cast<T>(h.beta2);
+  c.one_minus_beta2 = static_cast<T>(1 - h.beta2);
+  c.bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+  c.eps = static_cast<T>(h.eps);
+  c.neg_step_size = static_cast<T>(-step_size);
+  return c;
+}
+
+// ATen's lerp: the branch keeps the result exact at both ends (w = 0 gives a, w = 1 gives b).
+template <typename T>
+EMBER_HD inline T lerp(T a, T b, T w) {
+  return (w < T(0.5) && w > T(-0.5)) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
+}
+
+// The same lerp with the branch on w taken once per step: b - (b - a) (1 - w) equals
+// b + (w - 1) (b - a) bit for bit (negation is exact), so both branches are base + coeff (b - a)
+// and the per-element loop has no control flow (it vectorizes).
+template <typename T>
+EMBER_HD inline T lerp_hoisted(T a, T b, bool from_start, T coeff) {
+  const T base = from_start ? a : b;
+  return base + coeff * (b - a);
+}
+
+// torch.maximum: NaN in either operand gives NaN. `|`, not `||`: no branch in the loop.
+template <typename T>
+EMBER_HD inline T nan_maximum(T a, T b) {
+  const bool take_a = (a != a) | (a > b);
+  return take_a ? a : b;
+}
+
+// One element of Adam/AdamW. p, m, v (and vmax when Amsgrad) are read and overwritten; g is the
+// raw gradient. Decay and Amsgrad are template parameters so that the CPU loop has no branches.
+template <WeightDecayMode Decay, bool Amsgrad, typename T>
+EMBER_HD inline void adam_update(T& p, T g, T& m, T& v, T* vmax, const AdamCoeffs<T>& c) {
+  g = g * c.grad_sign;
+  if constexpr (Decay == WeightDecayMode::Decoupled) p = p * c.decay_factor;
+  if constexpr (Decay == WeightDecayMode::L2) g = g + c.weight_decay * p;
+  m = lerp_hoisted(m, g, c.lerp_from_start, c.lerp_coeff);  // = lerp(m, g, c.lerp_weight)
+  v = v * c.beta2;
+  v = v + c.one_minus_beta2 * g * g;  // addcmul: self + (value * t1) * t2
+  T second = v;
+  if constexpr (Amsgrad) {
+    *vmax = nan_maximum(*vmax, v);
+    second = *vmax;
+  }
+  const T denom = std::sqrt(second) / c.bias_correction2_sqrt + c.eps;
+  p = p + c.neg_step_size * m / denom;  // addcdiv: self + (value * t1) / t2
+}
+
+// One SGD step's hyperparameters (torch.optim.SGD, single-tensor).
+struct SgdHyper {
+  double lr = 1e-3;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+template <typename T>
+struct SgdCoeffs {
+  T grad_sign;  // -1 with maximize
+  T weight_decay;
+  T momentum;
+  T one_minus_dampening;
+  T neg_lr;
+};
+
+template <typename T>
+inline SgdCoeffs<T> make_sgd_coeffs(const SgdHyper& h) {
+  return {h.maximize ? T(-1) : T(1), static_cast<T>(h.weight_decay), static_cast<T>(h.momentum),
+          static_cast<T>(1 - h.dampening), static_cast<T>(-h.lr)};
+}
+
+// One element of SGD, following torch.optim.SGD:
+//   d_p = -grad if maximize;  d_p = d_p + wd * param            (wd != 0)
+//   buf = d_p on the first step, else buf = buf * momentum + (1 - dampening) * d_p
+//   d_p = nesterov ? d_p + momentum * buf : buf                   (momentum != 0)
+//   param = param + (-lr) * d_p
+// `buf` is null when momentum == 0; First says the buffer does not exist yet.
+template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
+EMBER_HD inline void sgd_update(T& p, T g, T* buf, const SgdCoeffs<T>& c) {
+  T d = g * c.grad_sign;
+  if constexpr (L2) d = d + c.weight_decay * p;
+  if constexpr (Momentum) {
+    if constexpr (First) {
+      *buf = d;
+    } else {
+      *buf = *buf * c.momentum;
+      *buf = *buf + c.one_minus_dampening * d;
+    }
+    if constexpr (Nesterov) {
+      d = d + c.momentum * *buf;
+    } else {
+      d = *buf;
+    }
+  }
+  p = p + c.neg_lr * d;
+}
+
+}  // namespace ember::kernels

@@ -1,0 +1,105 @@
+// Adam and AdamW: argument checks, state creation, and the call into the fused kernel.
+
+#include "adam.h"
+
+#include "../core/autograd.h"
+#include "../core/error.h"
+#include "../kernels/cpu/optim.h"
+
+namespace ember::optim {
+
+namespace {
+
+void check_adam_options(const char* name, const AdamOptions& o) {
+  EMBER_CHECK(o.lr >= 0, name, ": invalid learning rate ", o.lr, " (must be >= 0)");
+  EMBER_CHECK(o.eps >= 0, name, ": invalid epsilon ", o.eps, " (must be >= 0)");
+  EMBER_CHECK(o.betas.first >= 0 && o.betas.first < 1, name, ": invalid beta parameter at index 0: ",
+              o.betas.first, " (must be in [0, 1))");
+  EMBER_CHECK(o.betas.second >= 0 && o.betas.second < 1, name, ": invalid beta parameter at index 1: ",
+              o.betas.second, " (must be in [0, 1))");
+  EMBER_CHECK(o.weight_decay >= 0, name, ": invalid weight_decay ", o.weight_decay, " (must be >= 0)");
+}
+
+// Checks before the base constructor runs, so that option errors are reported first.
+const std::vector<ParamGroup>& checked(const char* name, const std::vector<ParamGroup>& groups, const AdamOptions& o) {
+  check_adam_options(name, o);
+  return groups;
+}
+
+AdamOptions from_adamw(const AdamWOptions& o) {
+  return {.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay, .amsgrad = o.amsgrad,
+          .maximize = o.maximize};
+}
+
+}  // namespace
+
+Adam::Adam(const std::vector<Tensor>& params, const AdamOptions& options)
+    : Adam("Adam", {ParamGroup{.params = params}}, options, kernels::WeightDecayMode::L2) {}
+
+Adam::Adam(const std::vector<ParamGroup>& groups, const AdamOptions& options)
+    : Adam("Adam", groups, options, kernels::WeightDecayMode::L2) {}
+
+Adam::Adam(std::string name, const std::vector<ParamGroup>& groups, const AdamOptions& options,
+           kernels::WeightDecayMode decay)
+    : Optimizer(name, checked(name.c_str(), groups, options), options.lr, options.weight_decay),
+      options_(options),
+      decoupled_(decay == kernels::WeightDecayMode::Decoupled) {}
+
+AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
+    : Adam("AdamW", {ParamGroup{.params = params}}, from_adamw(options), kernels::WeightDecayMode::Decoupled) {}
+
+AdamW::AdamW(const std::vector<ParamGroup>& groups, const AdamWOptions& options)
+    : Adam("AdamW", groups, from_adamw(options), kernels::WeightDecayMode::Decoupled) {}
+
+std::vector<std::string> Adam::state_tensor_names() const {
+  if (options_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  size_t index = 0;
+  for (Group& group : groups_) {
+    for (Tensor& p : group.params) {
+      ParamState& s = state_[index++];
+      const Tensor grad = prepared_grad(p);
+      if (!grad.defined()) continue;  // no gradient: skipped, as in PyTorch
+      check_cpu(p);
+      if (s.empty()) {
+        s.scalars["step"] = 0;
+        s.tensors["exp_avg"] = zeros_like_param(p);
+        s.tensors["exp_avg_sq"] = zeros_like_param(p);
+        if (options_.amsgrad) s.tensors["max_exp_avg_sq"] = zeros_like_param(p);
+      }
+      double& step = s.scalars.at("step");
+      step += 1;
+
+      kernels::AdamHyper h;
+      h.lr = group.lr;
+      h.beta1 = options_.betas.first;
+      h.beta2 = options_.betas.second;
+      h.eps = options_.eps;
+      h.weight_decay = group.weight_decay;
+      h.step = static_cast<int64_t>(step);
+      h.amsgrad = options_.amsgrad;
+      h.maximize = options_.maximize;
+      // Adam adds the L2 term only when weight_decay != 0 (torch skips the add: 0 * inf = NaN);
+      // AdamW always multiplies by 1 - lr * weight_decay.
+      h.decay = decoupled_ ? kernels::WeightDecayMode::Decoupled
+                           : (group.weight_decay != 0 ? kernels::WeightDecayMode::L2 : kernels::WeightDecayMode::None);
+
+      Tensor& m = s.tensors.at("exp_avg");
+      Tensor& v = s.tensors.at("exp_avg_sq");
+      Tensor* vmax = options_.amsgrad ? &s.tensors.at("max_exp_avg_sq") : nullptr;
+      update_in_place(p, [&](Tensor& q) {
+        kernels::cpu::adam_step(q.dtype(), q.numel(), q.data(), grad.data(), m.data(), v.data(),
+                                vmax ? vmax->data() : nullptr, h);
+      });
+      m.bump_version();
+      v.bump_version();
+      if (vmax) vmax->bump_version();
+    }
+  }
+}
+
+}  // namespace ember::optim

@@ -1,0 +1,141 @@
+#pragma once
+// optim::Optimizer: the base of Adam, AdamW and SGD — parameter groups, zero_grad, per-parameter
+// state and its save/load, after torch.optim.Optimizer.
+//
+// Note [Optimizer parameters and state]
+// An optimizer holds Tensor handles to the parameters (Note [Tensor = handle]): step() updates
+// the very tensors a Module owns, in place, under NoGradGuard. Parameters are split into groups;
+// each group has its own lr and weight_decay (the options give the defaults), which schedulers
+// read and write through get_lr/set_lr. A parameter whose .grad is undefined at step() is
+// skipped and its state is left alone, as in PyTorch.
+//
+// Per-parameter state (Adam's exp_avg, SGD's momentum_buffer, ...) is created on a parameter's
+// first step. Parameters are numbered 0..N-1 across the groups in order, and the saved state
+// uses PyTorch's state_dict layout flattened to names:
+//   tensors  "state.<i>.<name>"          e.g. "state.0.exp_avg", "state.3.momentum_buffer"
+//   scalars  "state.<i>.<name>"          e.g. "state.0.step"
+//            "param_groups.<g>.lr", ".weight_decay", ".num_params", ".initial_lr" (if set)
+// load_state_dict() checks everything (group count and sizes, parameter indices, state names,
+// shapes) before it changes anything, and throws ember::Error naming the first mismatch.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../core/tensor.h"
+
+namespace ember::optim {
+
+// A group of parameters with optional overrides of the optimizer's lr and weight_decay:
+//   optim::SGD opt({{.params = backbone, .lr = 1e-4}, {.params = head}}, {.lr = 1e-2});
+struct ParamGroup {
+  std::vector<Tensor> params{};
+  std::optional<double> lr = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+};
+
+// An optimizer's saved state (see the Note for the names). Tensors are copies, not views of the
+// live state, so a saved state does not change as training goes on.
+struct OptimizerState {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::map<std::string, double> scalars;
+};
+
+class Optimizer {
+ public:
+  // A group as the optimizer holds it: overrides resolved against the defaults.
+  struct Group {
+    std::vector<Tensor> params;
+    double lr = 0;
+    double weight_decay = 0;
+    // The lr a scheduler started from (PyTorch's group['initial_lr']); set by the first
+    // scheduler attached to this optimizer, kept by the ones after it.
+    std::optional<double> initial_lr;
+  };
+
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient. Runs under NoGradGuard.
+  virtual void step() = 0;
+  // Sets every parameter's gradient to undefined (PyTorch's zero_grad(set_to_none=True)): the
+  // next backward writes fresh gradients instead of adding to old ones.
+  void zero_grad();
+
+  // Adds a group, e.g. for layers unfrozen during fine-tuning. Same checks as the constructor.
+  void add_param_group(const ParamGroup& group);
+
+  size_t num_param_groups() const { return groups_.size(); }
+  const Group& param_group(size_t g) const;
+  // All parameters, in the order the state numbers them.
+  std::vector<Tensor> parameters() const;
+  size_t num_parameters() const;
+
+  double get_lr(size_t group) const { return param_group(group).lr; }
+  void set_lr(size_t group, double lr);
+  double get_weight_decay(size_t group) const { return param_group(group).weight_decay; }
+  void set_weight_decay(size_t group, double weight_decay);
+  std::optional<double> get_initial_lr(size_t group) const { return param_group(group).initial_lr; }
+  void set_initial_lr(size_t group, double lr);
+
+  // "Adam", "AdamW", "SGD": used in error messages.
+  const std::string& name() const { return name_; }
+
+  // A copy of the state (see Note [Optimizer parameters and state]).
+  OptimizerState state_dict() const;
+  // Replaces the group hyperparameters and the per-parameter state with `state`, which must come
+  // from an optimizer of the same kind and configuration over parameters of the same shapes.
+  // Tensors are copied and converted to each parameter's dtype and device.
+  void load_state_dict(const OptimizerState& state);
+
+ protected:
+  // State of one parameter; empty until its first step.
+  struct ParamState {
+    std::map<std::string, Tensor> tensors;
+    std::map<std::string, double> scalars;
+    bool empty() const { return tensors.empty() && scalars.empty(); }
+  };
+
+  // Checks and resolves the groups. Throws for an empty parameter list, a parameter in two
+  // groups, a non-leaf or non-floating parameter, or a negative lr / weight_decay.
+  Optimizer(std::string name, const std::vector<ParamGroup>& groups, double default_lr,
+            double default_weight_decay);
+
+  // The names of the tensors and scalars a stepped parameter's state holds (load checks them).
+  virtual std::vector<std::string> state_tensor_names() const = 0;
+  virtual std::vector<std::string> state_scalar_names() const = 0;
+
+  // The gradient of `p` ready for a kernel (same dtype, contiguous), or undefined when p has none.
+  Tensor prepared_grad(const Tensor& p) const;
+  // Runs `update(q)` on a contiguous tensor q holding p's values and writes q back to p when p
+  // is not contiguous (q is p itself otherwise); bumps p's version (saved tensors notice).
+  template <typename F>
+  void update_in_place(Tensor& p, const F& update) const {
+    if (p.is_contiguous()) {
+      update(p);
+    } else {
+      Tensor q = p.contiguous();
+      update(q);
+      p.copy_(q);
+    }
+    p.bump_version();
+  }
+  // A zero-filled contiguous tensor like `p` (for new state).
+  static Tensor zeros_like_param(const Tensor& p);
+  // Throws unless p lives on the CPU (no CUDA optimizer kernels yet).
+  void check_cpu(const Tensor& p) const;
+
+  std::vector<Group> groups_;
+  std::vector<ParamState> state_;  // by parameter index
+  double default_lr_;
+  double default_weight_decay_;
+
+ private:
+  std::string name_;
+};
+
+}  // namespace ember::optim
