@@ -1,0 +1,56 @@
+#pragma once
+// Internal pieces of the trainer (train/): opening datasets, transforms, checkpoint files.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../data/dataset.h"
+#include "../data/loader.h"
+#include "../data/transforms.h"
+#include "../io/training_state.h"
+#include "../layers/module.h"
+#include "../optim/optimizer.h"
+#include "../optim/scheduler.h"
+#include "trainer.h"
+
+namespace ember::train {
+
+struct DataInfo {
+  std::string dir;  // where the files were read from
+  std::shared_ptr<const data::InMemoryImageDataset> train, test;
+  std::vector<std::string> classes;
+  int64_t channels = 1, image_size = 28;
+  std::vector<double> mean, std;  // per channel, of the training images scaled to [0, 1]
+};
+
+// fashion-mnist | mnist | a directory with MNIST-style IDX files; data_dir overrides the location.
+DataInfo open_data(const std::string& data, const std::string& data_dir);
+// Per-channel mean and std of u8 images (N, C, H, W), scaled to [0, 1].
+void channel_stats(const Tensor& images, std::vector<double>& mean, std::vector<double>& std);
+data::Compose make_train_transform(const DataInfo& d, bool flip);
+data::Compose make_eval_transform(const DataInfo& d);
+
+struct CheckpointPaths {
+  std::string weights, state, best;
+};
+CheckpointPaths checkpoint_paths(const std::string& dir);
+
+// Weights file metadata: the model's name and shape, class names and normalization, so a weights
+// file alone is enough for `ember eval` / `ember predict`.
+void save_weights(const std::string& path, const nn::Module& model, const TrainConfig& cfg, const DataInfo& d);
+// Loads a safetensors file into the model (strict names/shapes/dtypes); errors name the file.
+void load_weights_into(nn::Module& model, const std::string& path);
+
+void save_checkpoint(const TrainConfig& cfg, const DataInfo& d, const nn::Module& model, const optim::Optimizer& opt,
+                     const optim::LRScheduler* sched, const data::DataLoader& loader, int64_t step,
+                     int64_t epochs_completed, double best_acc, bool is_best);
+// The saved run's configuration replaces cfg's (except --epochs, --resume, --save, --metrics,
+// --quiet, --threads, --max-steps and --eval-every, which the resuming command may change).
+void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg);
+void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
+                            data::DataLoader& loader, int64_t& step, int& start_epoch, double& best_acc);
+
+EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes);
+
+}  // namespace ember::train

@@ -1,0 +1,56 @@
+#pragma once
+// What a training run tells the outside world: a progress display for people (a redrawn bar on
+// a terminal, plain periodic lines otherwise) and a JSON-lines metrics file for programs.
+// The metrics schema is documented in docs/metrics.md.
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace ember::train {
+
+// One JSON-lines file; each event is written and flushed as one line. Values are added with
+// the typed setters of an Event and written by `write`.
+class MetricsWriter {
+ public:
+  // Empty path: a writer that writes nothing.
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  bool enabled() const { return file_ != nullptr; }
+  // `json_object` must be one JSON object (no newline); it is written as a line and flushed.
+  void write_line(const std::string& json_object);
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+// Progress for people. On a terminal: one line redrawn in place (epoch, step/total, loss,
+// accuracy, images/s, ETA). Otherwise: a plain line every `every` steps. quiet: nothing but the
+// lines the caller prints itself.
+class Progress {
+ public:
+  Progress(bool quiet, std::FILE* out = stderr);
+  void start_epoch(int epoch, int epochs, int64_t steps);
+  void step(int64_t step, double loss, double accuracy, double images_per_sec);
+  void end_epoch();
+  bool is_terminal() const { return tty_; }
+
+ private:
+  bool quiet_, tty_;
+  std::FILE* out_;
+  int epoch_ = 0, epochs_ = 0;
+  int64_t steps_ = 0;
+  std::chrono::steady_clock::time_point epoch_start_;
+  std::chrono::steady_clock::time_point last_draw_;
+  int64_t every_ = 100;
+};
+
+// "1m23s", "45.2s"
+std::string format_duration(double seconds);
+
+}  // namespace ember::train

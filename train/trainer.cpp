@@ -1,0 +1,297 @@
+// The training loop: data, model, optimizer and schedule from a TrainConfig; progress, metrics,
+// checkpoints and exact resume.
+
+#include "trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "../core/autograd.h"
+#include "../core/generator.h"
+#include "../data/dataset.h"
+#include "../data/loader.h"
+#include "../data/transforms.h"
+#include "../io/safetensors.h"
+#include "../io/training_state.h"
+#include "../kernels/cpu/parallel.h"
+#include "../layers/elementwise.h"
+#include "../layers/nn_functional.h"
+#include "../layers/reduce.h"
+#include "../models/zoo.h"
+#include "../optim/optim.h"
+#include "checkpoint.h"
+#include "report.h"
+
+namespace ember::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std::vector<Tensor>& params) {
+  if (c.optimizer == "adam")
+    return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  if (c.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  return std::make_unique<optim::SGD>(
+      params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .nesterov = c.momentum > 0});
+}
+
+// Every schedule is stepped once per optimizer step; lengths are in steps.
+std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainConfig& c, optim::Optimizer& opt, int64_t steps_per_epoch) {
+  const int64_t total = static_cast<int64_t>(c.epochs) * steps_per_epoch;
+  const auto warmup = static_cast<int64_t>(std::llround(c.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  std::shared_ptr<optim::LRScheduler> main;
+  if (c.scheduler == "onecycle") {
+    // One-cycle has its own warmup (the first 30% by default, or --warmup-epochs).
+    optim::OneCycleLROptions o{.max_lr = {c.lr}, .total_steps = total};
+    if (warmup > 0) o.pct_start = static_cast<double>(warmup) / static_cast<double>(total);
+    return std::make_shared<optim::OneCycleLR>(opt, o);
+  }
+  const int64_t rest = std::max<int64_t>(1, total - warmup);
+  if (c.scheduler == "cosine") {
+    main = std::make_shared<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingLROptions{.t_max = rest});
+  } else if (c.scheduler == "step") {
+    // x0.1 at 50% and 75% of the (post-warmup) run.
+    main = std::make_shared<optim::MultiStepLR>(opt, optim::MultiStepLROptions{.milestones = {rest / 2, rest * 3 / 4}});
+  } else if (warmup == 0) {
+    return nullptr;  // constant lr
+  } else {
+    main = std::make_shared<optim::StepLR>(opt, optim::StepLROptions{.step_size = total + 1, .gamma = 1.0});
+  }
+  if (warmup == 0) return main;
+  auto linear = std::make_shared<optim::LinearLR>(opt, optim::LinearLROptions{.start_factor = 0.01, .total_iters = warmup});
+  return std::make_shared<optim::SequentialLR>(opt, std::vector<std::shared_ptr<optim::LRScheduler>>{linear, main},
+                                               std::vector<int64_t>{warmup});
+}
+
+json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoch) {
+  return json{{"event", "config"},
+              {"data", c.data},
+              {"data_dir", d.dir},
+              {"model", c.model},
+              {"epochs", c.epochs},
+              {"batch_size", c.batch_size},
+              {"lr", c.lr},
+              {"optimizer", c.optimizer},
+              {"momentum", c.momentum},
+              {"weight_decay", c.weight_decay},
+              {"scheduler", c.scheduler},
+              {"warmup_epochs", c.warmup_epochs},
+              {"label_smoothing", c.label_smoothing},
+              {"augment", c.augment},
+              {"shuffle", c.shuffle},
+              {"seed", c.seed},
+              {"device", "cpu"},
+              {"threads", get_num_threads()},
+              {"save", c.save_dir},
+              {"resume", c.resume_dir},
+              {"eval_every", c.eval_every},
+              {"init_weights", c.init_weights},
+              {"save_weights", c.save_weights},
+              {"max_steps", c.max_steps},
+              {"train_size", d.train->size()},
+              {"test_size", d.test->size()},
+              {"classes", d.classes},
+              {"steps_per_epoch", steps_per_epoch},
+              {"step_event_every", c.log_every},
+              {"normalize", {{"mean", d.mean}, {"std", d.std}}}};
+}
+
+struct RunningStats {
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0;
+};
+
+}  // namespace
+
+EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  EvalResult r;
+  r.confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
+  double loss_sum = 0;
+  int64_t correct = 0;
+  const int64_t epoch = loader.position().epoch;
+  for (int64_t b = 0; b < loader.size(); ++b) {
+    data::Batch batch = loader.load_batch(epoch, b);
+    Tensor logits = model.forward(batch.images);
+    loss_sum += cross_entropy(logits, batch.labels, {.reduction = Reduction::Sum}).item();
+    const std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>();
+    const std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
+    for (size_t i = 0; i < pred.size(); ++i) {
+      correct += pred[i] == truth[i];
+      r.confusion[truth[i]][pred[i]] += 1;
+    }
+    r.count += static_cast<int64_t>(pred.size());
+  }
+  model.train(was_training);
+  r.accuracy = r.count ? static_cast<double>(correct) / static_cast<double>(r.count) : NAN;
+  r.loss = r.count ? loss_sum / static_cast<double>(r.count) : NAN;
+  for (int64_t c = 0; c < num_classes; ++c) {
+    int64_t total = 0;
+    for (int64_t p = 0; p < num_classes; ++p) total += r.confusion[c][p];
+    r.per_class_accuracy.push_back(total ? static_cast<double>(r.confusion[c][c]) / static_cast<double>(total) : NAN);
+  }
+  return r;
+}
+
+TrainSummary run_training(TrainConfig cfg) {
+  const auto t_start = std::chrono::steady_clock::now();
+  std::optional<io::TrainingState> resume_state;
+  if (!cfg.resume_dir.empty()) {
+    // The run continues with the configuration it was started with; --epochs may extend it.
+    const CheckpointPaths p = checkpoint_paths(cfg.resume_dir);
+    resume_state = io::load_training_state(p.state);
+    apply_saved_config(*resume_state, cfg);
+  }
+  const std::vector<std::string> chose = resolve(cfg);
+  validate(cfg);
+  EMBER_CHECK(cfg.device == "auto" || cfg.device == "cpu", "--device ", cfg.device,
+              ": this build of ember has no CUDA backend (use --device cpu)");
+  if (cfg.threads > 0) set_num_threads(cfg.threads);
+  if (!cfg.quiet && !chose.empty()) {
+    std::string s;
+    for (const std::string& x : chose) s += (s.empty() ? "" : ", ") + x;
+    std::fprintf(stderr, "ember train: recipe chose %s\n", s.c_str());
+  }
+
+  // Data.
+  DataInfo d = open_data(cfg.data, cfg.data_dir);
+  const bool flip = cfg.data == "fashion-mnist";
+  data::AnyTransform train_tf = cfg.augment ? data::AnyTransform(make_train_transform(d, flip))
+                                            : data::AnyTransform(make_eval_transform(d));
+  data::DataLoader loader(d.train, {.batch_size = cfg.batch_size, .shuffle = cfg.shuffle, .drop_last = false,
+                                    .seed = cfg.seed, .transform = train_tf});
+  data::DataLoader test_loader(d.test, {.batch_size = 256, .transform = make_eval_transform(d)});
+  const int64_t steps_per_epoch = loader.size();
+
+  // Model: the same seed gives the same initial weights.
+  manual_seed(cfg.seed);
+  models::ModelSpec spec{.name = cfg.model, .in_channels = d.channels, .image_size = d.image_size,
+                         .num_classes = static_cast<int64_t>(d.classes.size())};
+  std::shared_ptr<nn::Module> model = models::create_model(spec);
+  if (!cfg.init_weights.empty()) load_weights_into(*model, cfg.init_weights);
+  auto optimizer = make_optimizer(cfg, model->parameters());
+  auto scheduler = make_scheduler(cfg, *optimizer, steps_per_epoch);
+
+  int64_t step = 0;
+  int start_epoch = 0;
+  double best_acc = -1;
+  if (resume_state) {
+    const CheckpointPaths p = checkpoint_paths(cfg.resume_dir);
+    load_weights_into(*model, p.weights);
+    restore_training_state(*resume_state, *optimizer, scheduler.get(), loader, step, start_epoch, best_acc);
+  }
+
+  MetricsWriter metrics(cfg.metrics_path);
+  metrics.write_line(config_json(cfg, d, steps_per_epoch).dump());
+  Progress progress(cfg.quiet);
+  optim::Optimizer& opt = *optimizer;
+  nn::CrossEntropyLoss criterion({.label_smoothing = cfg.label_smoothing});
+
+  TrainSummary summary;
+  double train_seconds = 0;
+  int64_t train_images = 0;
+  bool stopped = false;
+  model->train();
+  for (int epoch = start_epoch; epoch < cfg.epochs && !stopped; ++epoch) {
+    // The loader is a cursor (data/loader.h): a resumed run picks up mid-epoch where it stopped.
+    if (loader.position().epoch != epoch) loader.set_epoch(epoch);
+    const auto t_epoch = std::chrono::steady_clock::now();
+    RunningStats rs;
+    progress.start_epoch(epoch + 1, cfg.epochs, steps_per_epoch);
+    for (auto& [images, labels] : loader) {
+      opt.zero_grad();
+      Tensor logits = model->forward(images);
+      Tensor loss = criterion(logits, labels);
+      loss.backward();
+      opt.step();
+      if (scheduler) scheduler->step();
+      ++step;
+      const double l = loss.item();
+      const int64_t n = labels.numel();
+      int64_t correct;
+      {
+        NoGradGuard g;
+        correct = static_cast<int64_t>(sum(eq(argmax(logits, 1), labels).to(DType::f32)).item());
+      }
+      rs.loss_sum += l * static_cast<double>(n);
+      rs.correct += correct;
+      rs.seen += n;
+      const double ips = static_cast<double>(rs.seen) / std::max(1e-9, seconds_since(t_epoch));
+      progress.step(loader.position().batch == 0 ? steps_per_epoch : loader.position().batch,
+                    rs.loss_sum / static_cast<double>(rs.seen), static_cast<double>(rs.correct) / static_cast<double>(rs.seen), ips);
+      if (step % cfg.log_every == 0) {
+        metrics.write_line(json{{"event", "step"}, {"epoch", epoch + 1}, {"step", step}, {"loss", l},
+                                {"lr", opt.get_lr(0)}, {"images_per_sec", ips}}.dump());
+      }
+      if (cfg.max_steps > 0 && step >= cfg.max_steps) {
+        stopped = true;
+        break;
+      }
+    }
+    progress.end_epoch();
+    const double epoch_seconds = seconds_since(t_epoch);
+    train_seconds += epoch_seconds;
+    train_images += rs.seen;
+    EpochStats es;
+    es.epoch = epoch + 1;
+    es.train_loss = rs.seen ? rs.loss_sum / static_cast<double>(rs.seen) : NAN;
+    es.train_acc = rs.seen ? static_cast<double>(rs.correct) / static_cast<double>(rs.seen) : NAN;
+    es.images_per_sec = static_cast<double>(rs.seen) / std::max(1e-9, epoch_seconds);
+    es.seconds = epoch_seconds;
+    const bool epoch_done = loader.position().batch == 0;
+    const bool last = epoch + 1 == cfg.epochs || stopped;
+    if ((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) {
+      EvalResult ev = evaluate_loader(*model, test_loader, static_cast<int64_t>(d.classes.size()));
+      es.test_loss = ev.loss;
+      es.test_acc = ev.accuracy;
+      summary.test_acc = ev.accuracy;
+      summary.test_loss = ev.loss;
+    }
+    metrics.write_line(json{{"event", "epoch"}, {"epoch", es.epoch}, {"train_loss", es.train_loss},
+                            {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
+                            {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
+                            {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds}}
+                           .dump());
+    if (!cfg.quiet) {
+      std::fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%%", es.epoch, cfg.epochs, es.train_loss,
+                   100 * es.train_acc);
+      if (!std::isnan(es.test_acc)) std::fprintf(stderr, ", test loss %.4f acc %.2f%%", es.test_loss, 100 * es.test_acc);
+      std::fprintf(stderr, ", %.0f img/s, %s\n", es.images_per_sec, format_duration(es.seconds).c_str());
+    }
+    summary.epochs.push_back(es);
+    const bool improved = !std::isnan(es.test_acc) && es.test_acc > best_acc;
+    if (improved) best_acc = es.test_acc;
+    if (!cfg.save_dir.empty()) {
+      save_checkpoint(cfg, d, *model, opt, scheduler.get(), loader, step, epoch_done ? epoch + 1 : epoch, best_acc,
+                      improved);
+    }
+  }
+
+  if (!cfg.save_weights.empty()) save_weights(cfg.save_weights, *model, cfg, d);
+  summary.steps = step;
+  summary.seconds = seconds_since(t_start);
+  summary.images_per_sec = static_cast<double>(train_images) / std::max(1e-9, train_seconds);
+  metrics.write_line(json{{"event", "summary"}, {"test_acc", std::isnan(summary.test_acc) ? json() : json(summary.test_acc)},
+                          {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
+                          {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", step}}
+                         .dump());
+  if (!cfg.quiet) {
+    std::printf("ember train: %s on %s, %d epochs, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
+                cfg.data.c_str(), cfg.epochs, 100 * summary.test_acc, summary.images_per_sec,
+                format_duration(summary.seconds).c_str());
+  }
+  return summary;
+}
+
+}  // namespace ember::train
