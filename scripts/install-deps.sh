@@ -21,7 +21,10 @@ done
 
 # The Python reference implementation of safetensors, for the io:python_safetensors cross-check.
 if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy ||
+  # Debian's own python3 is "externally managed" and refuses plain pip installs; these two
+  # packages do not conflict with anything Debian ships, so allow it there.
+  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages safetensors numpy ||
     echo "install-deps: pip install safetensors numpy failed; ctest io:python_safetensors will fail"
 fi
 
