@@ -50,6 +50,43 @@ void gemm_blas(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T al
   }
 }
 
+// One product on all of ember's threads. OpenBLAS itself always runs single-threaded (see
+// Note [One thread pool] in parallel.cpp): a large product is cut into blocks of C's rows (or
+// columns, whichever is longer), and each thread multiplies its block with one BLAS call.
+template <typename T>
+void gemm_split(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const int threads = get_num_threads();
+  bool nested = false;
+#ifdef _OPENMP
+  nested = omp_in_parallel();
+#endif
+  // Below ~2 MFLOP a product is done faster than threads wake up.
+  if (threads <= 1 || nested || 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < 2e6 ||
+      std::max(m, n) < 2 * threads) {
+    return gemm_blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  const bool by_rows = m >= n;
+  const int64_t len = by_rows ? m : n;
+  // Blocks of whole 16-element panels keep BLAS's packing aligned.
+  const int64_t block = ((len + threads - 1) / threads + 15) / 16 * 16;
+  parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t lo = t * block, hi = std::min(len, lo + block);
+      if (lo >= hi) continue;
+      if (by_rows) {
+        // Rows lo..hi of op(A) and of C.
+        const T* a_blk = ta == Transpose::No ? a + lo * lda : a + lo;
+        gemm_blas(ta, tb, hi - lo, n, k, alpha, a_blk, lda, b, ldb, beta, c + lo * ldc, ldc);
+      } else {
+        // Columns lo..hi of op(B) and of C.
+        const T* b_blk = tb == Transpose::No ? b + lo : b + lo * ldb;
+        gemm_blas(ta, tb, m, hi - lo, k, alpha, a, lda, b_blk, ldb, beta, c + lo, ldc);
+      }
+    }
+  });
+}
+
 template <typename T>
 void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* const* a,
                        int64_t lda, const T* const* b, int64_t ldb, T beta, T* const* c, int64_t ldc, int64_t batch) {
@@ -70,7 +107,7 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
     });
     return;
   }
-  for (int64_t i = 0; i < batch; ++i) gemm_blas(ta, tb, m, n, k, alpha, a[i], lda, b[i], ldb, beta, c[i], ldc);
+  for (int64_t i = 0; i < batch; ++i) gemm_split(ta, tb, m, n, k, alpha, a[i], lda, b[i], ldb, beta, c[i], ldc);
 }
 
 template <typename T>
@@ -102,11 +139,11 @@ BlasSingleThreadGuard::~BlasSingleThreadGuard() {
 
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_split(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
           const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  gemm_blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_split(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a,

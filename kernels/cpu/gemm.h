@@ -18,7 +18,7 @@ namespace ember::kernels::cpu {
 
 enum class Transpose { No, Yes };
 
-// Through OpenBLAS, with its current thread count.
+// Through OpenBLAS (single-threaded), large products split across ember's threads (Note [One thread pool]).
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,

@@ -8,6 +8,13 @@
 
 namespace ember {
 
+// Note [One thread pool]
+// ember's CPU kernels parallelize with OpenMP; OpenBLAS (Debian's pthread build) has a thread
+// pool of its own. Two pools on the same cores fight: idle OpenMP threads spin while BLAS runs,
+// and BLAS's threads spin (sched_yield) while ember's loops run. On a 2-core machine that cost a
+// fifth of a training step. So OpenBLAS always runs single-threaded, and ember splits large GEMMs
+// across its own threads (gemm_split in gemm.cpp) — one pool, sized by set_num_threads().
+
 namespace {
 int initial_threads() {
   if (const char* v = std::getenv("EMBER_NUM_THREADS")) {
@@ -21,7 +28,7 @@ std::atomic<int>& thread_count() {
   // The first use also tells OpenBLAS, so EMBER_NUM_THREADS governs BLAS calls too.
   static std::atomic<int> n{[] {
     const int t = initial_threads();
-    openblas_set_num_threads(t);
+    openblas_set_num_threads(1);
     return t;
   }()};
   return n;
@@ -33,7 +40,7 @@ int get_num_threads() { return thread_count().load(std::memory_order_relaxed); }
 void set_num_threads(int n) {
   thread_count();  // initialize first, so a later first use does not override n
   thread_count().store(n > 0 ? n : 1);
-  openblas_set_num_threads(n > 0 ? n : 1);
+  openblas_set_num_threads(1);
 }
 
 }  // namespace ember

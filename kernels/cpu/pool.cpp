@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "../../core/error.h"
 #include "parallel.h"
@@ -40,9 +42,98 @@ int64_t pool_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride
 
 namespace {
 
+// a if take else b, without a branch.
+inline int64_t take_bits(bool take, int64_t a, int64_t b) {
+  const int64_t mask = -static_cast<int64_t>(take);
+  return (a & mask) | (b & ~mask);
+}
+template <typename T>
+T take_value(bool take, T a, T b) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  U ua, ub;
+  std::memcpy(&ua, &a, sizeof(T));
+  std::memcpy(&ub, &b, sizeof(T));
+  const U mask = static_cast<U>(0) - static_cast<U>(take);
+  const U r = (ua & mask) | (ub & ~mask);
+  T out;
+  std::memcpy(&out, &r, sizeof(T));
+  return out;
+}
+
+// The common case — every window inside the input (no padding, dilation 1, no partial ceil_mode
+// window) — with the kernel size known at compile time: per output cell only the window's loads
+// and compares remain (the general loop below spends more on window bounds than on the max).
+template <typename T, int K>
+void max_forward_inside(const Pool2dGeometry& g, const T* xp, T* op, int64_t* ip) {
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      const int64_t base = oh * g.stride_h * g.in_w + ow * g.stride_w;
+      int64_t best = base;
+      T best_v = -std::numeric_limits<T>::infinity();
+      for (int i = 0; i < K; ++i) {
+        for (int j = 0; j < K; ++j) {
+          const int64_t idx = base + i * g.in_w + j;
+          const T v = xp[idx];
+          // The same rule as the general loop, as bit masks: the winner is data-dependent, and a
+          // compiler-chosen branch here mispredicts on about every other element.
+          const bool take = (v > best_v) | (v != v);
+          best = take_bits(take, idx, best);
+          best_v = take_value(take, v, best_v);
+        }
+      }
+      op[oh * g.out_w + ow] = best_v;
+      ip[oh * g.out_w + ow] = best;
+    }
+  }
+}
+
+// The most common pool of all (2x2, stride 2, inside): a two-level tournament. "The later element
+// wins when strictly greater or NaN" gives the same winner in any bracketing as in row-major
+// order, and the two first-round matches are independent, which halves the dependency chain.
+template <typename T>
+void max_forward_2x2(const Pool2dGeometry& g, const T* xp, T* op, int64_t* ip) {
+  auto beats = [](T later, T earlier) { return (later > earlier) | (later != later); };
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    const int64_t r0 = 2 * oh * g.in_w, r1 = r0 + g.in_w;
+    T* orow = op + oh * g.out_w;
+    int64_t* irow = ip + oh * g.out_w;
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      const int64_t c = 2 * ow;
+      const T a0 = xp[r0 + c], a1 = xp[r0 + c + 1], b0 = xp[r1 + c], b1 = xp[r1 + c + 1];
+      const bool ta = beats(a1, a0), tb = beats(b1, b0);
+      const T a = take_value(ta, a1, a0), b = take_value(tb, b1, b0);
+      const int64_t ia = r0 + c + ta, ib = r1 + c + tb;
+      const bool t = beats(b, a);
+      orow[ow] = take_value(t, b, a);
+      irow[ow] = take_bits(t, ib, ia);
+    }
+  }
+}
+
 template <typename T>
 void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indices) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  const bool inside = g.pad_h == 0 && g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1 &&
+                      g.kernel_h == g.kernel_w && (g.out_h - 1) * g.stride_h + g.kernel_h <= g.in_h &&
+                      (g.out_w - 1) * g.stride_w + g.kernel_w <= g.in_w;
+  if (inside && g.kernel_h == 2 && g.stride_h == 2 && g.stride_w == 2) {
+    parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) max_forward_2x2<T>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
+    });
+    return;
+  }
+  if (inside && (g.kernel_h == 2 || g.kernel_h == 3)) {
+    parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        if (g.kernel_h == 2) {
+          max_forward_inside<T, 2>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
+        } else {
+          max_forward_inside<T, 3>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
+        }
+      }
+    });
+    return;
+  }
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T* xp = x + p * in_plane;
@@ -64,10 +155,10 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indi
             for (int64_t iw = w0; iw < w1; iw += g.dilation_w) {
               const int64_t i = ih * g.in_w + iw;
               const T v = xp[i];
-              if (v > best_v || std::isnan(v)) {
-                best_v = v;
-                best = i;
-              }
+              // Branch-free: which element wins is data-dependent, so a branch mispredicts often.
+              const bool take = (v > best_v) | (v != v);
+              best_v = take ? v : best_v;
+              best = take ? i : best;
             }
           }
           op[oh * g.out_w + ow] = best_v;
