@@ -7,11 +7,33 @@
 
 namespace ember {
 
+size_t CpuAllocator::round_size(size_t bytes) {
+  // aligned_alloc wants a multiple of the alignment; cached sizes round to 4 KiB pages so that
+  // nearby sizes share a free list.
+  const size_t unit = bytes >= kCacheMin ? 4096 : kAlignment;
+  return (bytes + unit - 1) / unit * unit;
+}
+
+CpuAllocator::~CpuAllocator() { empty_cache(); }
+
 void* CpuAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
-  // aligned_alloc wants a size that is a multiple of the alignment.
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  const size_t rounded = round_size(bytes);
+  void* p = nullptr;
+  if (rounded >= kCacheMin) {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = cache_.find(rounded);
+    if (it != cache_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      cached_ -= rounded;
+    }
+  }
+  if (p == nullptr) p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) {
+    empty_cache();  // give the cached blocks back and try once more
+    p = std::aligned_alloc(kAlignment, rounded);
+  }
   if (p == nullptr) {
     EMBER_THROW("CPU allocator: out of memory allocating ", bytes, " bytes (", in_use_.load(),
                 " bytes in use)");
@@ -26,9 +48,35 @@ void* CpuAllocator::allocate(size_t bytes) {
 
 void CpuAllocator::deallocate(void* ptr, size_t bytes) noexcept {
   if (ptr == nullptr) return;
-  std::free(ptr);
   in_use_.fetch_sub(static_cast<int64_t>(bytes));
   frees_.fetch_add(1);
+  const size_t rounded = round_size(bytes);
+  if (rounded >= kCacheMin) {
+    try {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      if (cached_ + rounded <= kCacheMax) {
+        cache_[rounded].push_back(ptr);
+        cached_ += rounded;
+        return;
+      }
+    } catch (...) {
+      // out of memory growing a free list: just free the block
+    }
+  }
+  std::free(ptr);
+}
+
+void CpuAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  for (auto& [size, blocks] : cache_)
+    for (void* p : blocks) std::free(p);
+  cache_.clear();
+  cached_ = 0;
+}
+
+int64_t CpuAllocator::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return static_cast<int64_t>(cached_);
 }
 
 AllocatorStats CpuAllocator::stats() const {

@@ -218,3 +218,22 @@ TEST_CASE("errors: ember::Error carries the op and the shapes", "[core]") {
   Tensor undefined;
   CHECK_THROWS_WITH(undefined.numel(), Catch::Contains("undefined tensor"));
 }
+
+TEST_CASE("cpu allocator: large blocks are cached and reused; empty_cache releases them", "[core]") {
+  CpuAllocator alloc;
+  void* a = alloc.allocate(1 << 20);
+  alloc.deallocate(a, 1 << 20);
+  CHECK(alloc.cached_bytes() == (1 << 20));
+  CHECK(alloc.stats().bytes_in_use == 0);
+  void* b = alloc.allocate((1 << 20) - 100);  // rounds to the same size: the same block
+  CHECK(b == a);
+  CHECK(alloc.cached_bytes() == 0);
+  CHECK(alloc.stats().bytes_in_use == (1 << 20) - 100);
+  void* small = alloc.allocate(100);  // small blocks are not cached
+  alloc.deallocate(small, 100);
+  CHECK(alloc.cached_bytes() == 0);
+  alloc.deallocate(b, (1 << 20) - 100);
+  CHECK(alloc.cached_bytes() == (1 << 20));
+  alloc.empty_cache();
+  CHECK(alloc.cached_bytes() == 0);
+}
