@@ -1,0 +1,218 @@
+// The trainer end to end on a small synthetic IDX dataset: learning, metrics file, checkpoints,
+// exact resume, eval/predict, and bad input.
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include <ember/ember.h>
+#include <ember/train/trainer.h>
+
+using namespace ember;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A 10-class dataset of 28x28 images: class c is a bright 6x6 square at a class-specific place
+// plus noise, so a CNN learns it in a few steps. Written as real (gzipped) IDX files.
+fs::path make_dataset(const std::string& name, int64_t n_train = 320, int64_t n_test = 80) {
+  const fs::path dir = fs::temp_directory_path() / ("ember_train_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Generator g(11);
+  auto make = [&](int64_t n, const std::string& images, const std::string& labels) {
+    std::vector<uint8_t> img(static_cast<size_t>(n * 28 * 28));
+    std::vector<uint8_t> lab(static_cast<size_t>(n));
+    std::vector<float> noise = rand({n * 28 * 28}, {}, g).to_vector<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const int c = static_cast<int>(i % 10);
+      lab[i] = static_cast<uint8_t>(c);
+      const int r0 = 2 + (c / 5) * 12, c0 = 2 + (c % 5) * 5;
+      for (int y = 0; y < 28; ++y)
+        for (int x = 0; x < 28; ++x) {
+          const bool on = y >= r0 && y < r0 + 6 && x >= c0 && x < c0 + 4;
+          img[(i * 28 + y) * 28 + x] = static_cast<uint8_t>((on ? 180 : 0) + 60 * noise[(i * 28 + y) * 28 + x]);
+        }
+    }
+    data::write_idx(dir / images, from_vector<uint8_t>(img, {n, 28, 28}), data::IdxCompression::gzip);
+    data::write_idx(dir / labels, from_vector<uint8_t>(lab, {n}), data::IdxCompression::gzip);
+  };
+  make(n_train, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz");
+  make(n_test, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz");
+  return dir;
+}
+
+train::TrainConfig base_config(const fs::path& data) {
+  train::TrainConfig c;
+  c.data = data.string();
+  c.model = "cnn";
+  c.optimizer = "adam";
+  c.lr = 2e-3;
+  c.batch_size = 32;
+  c.epochs = 2;
+  c.scheduler = "cosine";
+  c.quiet = true;
+  c.threads = 2;
+  return c;
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> weights_of(const fs::path& file) {
+  io::SafetensorsFile f = io::load_safetensors(file.string());
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (auto& [n, t] : f.tensors)
+    if (t.dtype() == DType::f32) out.emplace_back(n, t.to_vector<float>());
+  return out;
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("ember_train_out_" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("train: learns a synthetic dataset and writes the metrics schema", "[train]") {
+  const fs::path data = make_dataset("learn");
+  train::TrainConfig c = base_config(data);
+  c.epochs = 3;
+  const fs::path out = temp_dir("learn");
+  fs::create_directories(out);
+  c.metrics_path = (out / "metrics.jsonl").string();
+  train::TrainSummary s = train::run_training(c);
+  CHECK(s.test_acc >= 0.9);
+  CHECK(s.steps == 3 * 10);
+  REQUIRE(s.epochs.size() == 3);
+  CHECK(s.epochs[2].train_loss < s.epochs[0].train_loss);
+
+  std::ifstream in(c.metrics_path);
+  std::vector<nlohmann::json> events;
+  for (std::string line; std::getline(in, line);) events.push_back(nlohmann::json::parse(line));
+  REQUIRE(events.size() == 1 + 30 + 3 + 1);
+  CHECK(events.front()["event"] == "config");
+  for (const char* key : {"model", "epochs", "batch_size", "lr", "optimizer", "scheduler", "seed", "normalize",
+                          "steps_per_epoch", "step_event_every"})
+    CHECK(events.front().contains(key));
+  CHECK(events.front()["normalize"]["mean"].size() == 1);
+  CHECK(events[1]["event"] == "step");
+  for (const char* key : {"epoch", "step", "loss", "lr", "images_per_sec"}) CHECK(events[1].contains(key));
+  CHECK(events[11]["event"] == "epoch");
+  for (const char* key : {"epoch", "train_loss", "train_acc", "test_loss", "test_acc", "images_per_sec", "seconds"})
+    CHECK(events[11].contains(key));
+  CHECK(events.back()["event"] == "summary");
+  CHECK(events.back()["test_acc"].get<double>() == Approx(s.test_acc));
+}
+
+TEST_CASE("train: a run stopped and resumed ends with bit-identical weights", "[train]") {
+  const fs::path data = make_dataset("resume");
+  // Uninterrupted.
+  train::TrainConfig a = base_config(data);
+  a.save_dir = temp_dir("resume_a").string();
+  train::run_training(a);
+  // Stopped after epoch 1, then after 3 more steps (mid-epoch), resumed each time.
+  train::TrainConfig b = base_config(data);
+  b.save_dir = temp_dir("resume_b").string();
+  b.max_steps = 10;  // = one epoch of 320 / 32
+  train::run_training(b);
+  train::TrainConfig b2;
+  b2.resume_dir = b.save_dir;
+  b2.save_dir = b.save_dir;
+  b2.max_steps = 13;
+  b2.quiet = true;
+  train::run_training(b2);
+  train::TrainConfig b3;
+  b3.resume_dir = b.save_dir;
+  b3.save_dir = b.save_dir;
+  b3.quiet = true;
+  train::TrainSummary sb = train::run_training(b3);
+  CHECK(sb.steps == 20);
+  const auto wa = weights_of(fs::path(a.save_dir) / "last.safetensors");
+  const auto wb = weights_of(fs::path(b.save_dir) / "last.safetensors");
+  REQUIRE(wa.size() == wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) {
+    INFO(wa[i].first);
+    CHECK(wa[i].first == wb[i].first);
+    CHECK(wa[i].second == wb[i].second);  // exact equality, bit for bit
+  }
+  // The checkpoint directory holds exactly the documented files, and no temp files.
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(b.save_dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"best.safetensors", "last.safetensors", "last.state.safetensors"});
+}
+
+TEST_CASE("train: eval and predict read a checkpoint", "[train]") {
+  const fs::path data = make_dataset("eval");
+  train::TrainConfig c = base_config(data);
+  c.save_dir = temp_dir("eval").string();
+  train::TrainSummary s = train::run_training(c);
+  train::LoadedModel m = train::load_model(c.save_dir);
+  CHECK(m.model_name == "cnn");
+  CHECK(m.classes.size() == 10);
+  train::EvalResult r = train::evaluate(m, data.string(), "");
+  CHECK(r.count == 80);
+  CHECK(r.accuracy == Approx(s.test_acc));
+  int64_t total = 0;
+  for (auto& row : r.confusion)
+    for (int64_t v : row) total += v;
+  CHECK(total == 80);
+  std::vector<train::Prediction> p =
+      train::predict(m, {(data / "t10k-images-idx3-ubyte.gz").string() + ":3"}, 5);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].top.size() == 5);
+  CHECK(p[0].top[0].first == "3");  // test image 3 is class 3
+  CHECK(p[0].top[0].second >= p[0].top[1].second);
+  CHECK_THROWS_WITH(train::predict(m, {(data / "t10k-images-idx3-ubyte.gz").string() + ":999"}),
+                    Catch::Contains("index 999 is out of range"));
+}
+
+TEST_CASE("train: bad input gives one clear error and writes nothing", "[train]") {
+  const fs::path data = make_dataset("bad", 64, 16);
+  auto fails_with = [&](train::TrainConfig c, const std::string& what) {
+    INFO(what);
+    CHECK_THROWS_WITH(train::run_training(c), Catch::Contains(what));
+  };
+  train::TrainConfig c = base_config(data);
+  const fs::path out = temp_dir("bad");
+  c.save_weights = (out / "w.safetensors").string();
+
+  train::TrainConfig x = c;
+  x.batch_size = 0;
+  fails_with(x, "--batch-size must be at least 1, got 0");
+  x = c;
+  x.model = "vgg";
+  fails_with(x, "unknown model 'vgg'");
+  x = c;
+  x.data = "/nonexistent/ember-data";
+  fails_with(x, "/nonexistent/ember-data");
+  x = c;
+  x.optimizer = "rmsprop";
+  fails_with(x, "--optimizer must be adam, adamw or sgd");
+  // A corrupt dataset file.
+  {
+    const fs::path broken = make_dataset("broken", 64, 16);
+    std::ofstream(broken / "train-images-idx3-ubyte.gz", std::ios::binary) << "not an idx file";
+    x = c;
+    x.data = broken.string();
+    fails_with(x, "train-images-idx3-ubyte.gz");
+  }
+  // Weights of another model.
+  {
+    models::SimpleCNN other(1, 28, 10);
+    const fs::path wfile = fs::temp_directory_path() / "ember_other_model.safetensors";
+    io::save_safetensors(wfile.string(), other.state_dict());
+    x = c;
+    x.init_weights = wfile.string();
+    fails_with(x, "unexpected keys: fc.bias, fc.weight");
+    // Truncated.
+    const auto size = fs::file_size(wfile);
+    fs::resize_file(wfile, size / 2);
+    fails_with(x, wfile.string());
+  }
+  // A checkpoint directory that does not exist.
+  x = c;
+  x.resume_dir = (out / "missing").string();
+  fails_with(x, "missing");
+  CHECK(!fs::exists(out / "w.safetensors"));  // nothing half-written by any failed run
+}
