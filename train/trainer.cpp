@@ -149,6 +149,8 @@ TrainSummary run_training(TrainConfig cfg) {
   std::optional<io::TrainingState> resume_state;
   if (!cfg.resume_dir.empty()) {
     // The run continues with the configuration it was started with; --epochs may extend it.
+    EMBER_CHECK(std::filesystem::is_directory(cfg.resume_dir), "--resume: checkpoint directory '", cfg.resume_dir,
+                "' does not exist");
     const CheckpointPaths p = checkpoint_paths(cfg.resume_dir);
     resume_state = io::load_training_state(p.state);
     apply_saved_config(*resume_state, cfg);
@@ -158,14 +160,14 @@ TrainSummary run_training(TrainConfig cfg) {
   EMBER_CHECK(cfg.device == "auto" || cfg.device == "cpu", "--device ", cfg.device,
               ": this build of ember has no CUDA backend (use --device cpu)");
   if (cfg.threads > 0) set_num_threads(cfg.threads);
+
+  // Data (first, so that a missing dataset is the only thing printed).
+  DataInfo d = open_data(cfg.data, cfg.data_dir);
   if (!cfg.quiet && !chose.empty()) {
     std::string s;
     for (const std::string& x : chose) s += (s.empty() ? "" : ", ") + x;
     std::fprintf(stderr, "ember train: recipe chose %s\n", s.c_str());
   }
-
-  // Data.
-  DataInfo d = open_data(cfg.data, cfg.data_dir);
   const bool flip = cfg.data == "fashion-mnist";
   data::AnyTransform train_tf = cfg.augment ? data::AnyTransform(make_train_transform(d, flip))
                                             : data::AnyTransform(make_eval_transform(d));
