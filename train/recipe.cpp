@@ -29,8 +29,8 @@ std::vector<std::string> resolve(TrainConfig& c) {
   if (c.model.empty()) c.model = "cnn";
   pick(c.optimizer.empty(), "optimizer adamw");
   if (c.optimizer.empty()) c.optimizer = "adamw";
-  pick(c.epochs < 0, "epochs 8");
-  if (c.epochs < 0) c.epochs = 8;
+  pick(c.epochs < 0, "epochs 10");
+  if (c.epochs < 0) c.epochs = 10;
   pick(c.batch_size < 0, "batch size 128");
   if (c.batch_size < 0) c.batch_size = recipe ? 128 : 64;
   if (c.lr < 0) {
