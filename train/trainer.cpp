@@ -216,6 +216,7 @@ TrainSummary run_training(TrainConfig cfg) {
       Tensor logits = model->forward(images);
       Tensor loss = criterion(logits, labels);
       loss.backward();
+      const double lr_used = opt.get_lr(0);
       opt.step();
       if (scheduler) scheduler->step();
       ++step;
@@ -234,7 +235,7 @@ TrainSummary run_training(TrainConfig cfg) {
                     rs.loss_sum / static_cast<double>(rs.seen), static_cast<double>(rs.correct) / static_cast<double>(rs.seen), ips);
       if (step % cfg.log_every == 0) {
         metrics.write_line(json{{"event", "step"}, {"epoch", epoch + 1}, {"step", step}, {"loss", l},
-                                {"lr", opt.get_lr(0)}, {"images_per_sec", ips}}.dump());
+                                {"lr", lr_used}, {"images_per_sec", ips}}.dump());
       }
       if (cfg.max_steps > 0 && step >= cfg.max_steps) {
         stopped = true;
