@@ -8,20 +8,14 @@
 #include <ember/kernels/cpu/conv.h>
 #include <random>
 
+#include "test_util.h"
+
 using namespace ember;
+using namespace ember::testing;
 
 namespace {
 
 using VD = std::vector<double>;
-
-void check_close(const Tensor& t, const VD& expected, double tol = 1e-12) {
-  const VD got = t.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i);
-    CHECK(got[i] == Approx(expected[i]).margin(tol).epsilon(tol));
-  }
-}
 
 // max |a - b| / (1 + |b|) over two tensors of one shape.
 double max_rel_diff(const Tensor& a, const Tensor& b) {
@@ -31,11 +25,6 @@ double max_rel_diff(const Tensor& a, const Tensor& b) {
   for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]) / (1.0 + std::abs(y[i])));
   return m;
 }
-
-struct ThreadsGuard {
-  int prev = get_num_threads();
-  ~ThreadsGuard() { set_num_threads(prev); }
-};
 
 kernels::cpu::Conv2dGeometry geometry(const Shape& xs, const Shape& ws, const Conv2dOptions& o) {
   kernels::cpu::Conv2dGeometry g;

@@ -4,26 +4,15 @@
 #include <cmath>
 #include <ember/ember.h>
 
+#include "test_util.h"
+
 using namespace ember;
+using namespace ember::testing;
 
 using VD = std::vector<double>;
 
 namespace {
 Tensor d(const VD& v) { return from_vector<double>(v); }
-void check_close(const Tensor& t, const VD& expected, double tol = 1e-12) {
-  const VD got = t.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i);
-    if (std::isnan(expected[i])) {
-      CHECK(std::isnan(got[i]));
-    } else if (std::isinf(expected[i])) {
-      CHECK(got[i] == expected[i]);
-    } else {
-      CHECK(got[i] == Approx(expected[i]).margin(tol).epsilon(tol));
-    }
-  }
-}
 }  // namespace
 
 TEST_CASE("binary ops: known values with broadcasting", "[elementwise]") {

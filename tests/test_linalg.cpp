@@ -9,27 +9,15 @@
 #include <ember/kernels/cpu/gemm.h>
 #include <random>
 
+#include "test_util.h"
+
 using namespace ember;
+using namespace ember::testing;
 using kernels::cpu::Transpose;
 
 namespace {
 
 using VD = std::vector<double>;
-
-void check_close(const Tensor& t, const VD& expected, double tol = 1e-12) {
-  const VD got = t.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i);
-    CHECK(got[i] == Approx(expected[i]).margin(tol).epsilon(tol));
-  }
-}
-
-// Restores the thread count a test changed.
-struct ThreadsGuard {
-  int prev = get_num_threads();
-  ~ThreadsGuard() { set_num_threads(prev); }
-};
 
 template <typename T>
 std::vector<T> random_vector(size_t n, uint32_t seed) {

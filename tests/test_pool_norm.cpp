@@ -5,35 +5,20 @@
 #include <ember/ember.h>
 
 #include <cmath>
+#include <limits>
+
+#include "test_util.h"
 
 using namespace ember;
+using namespace ember::testing;
 using Catch::Matchers::Contains;
 
 namespace {
 
-std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
-
-Tensor f64(const std::vector<double>& v, const Shape& shape, bool requires_grad = false) {
-  return from_vector<double>(v, shape, {.dtype = DType::f64, .requires_grad = requires_grad});
-}
-
-// The message of the ember::Error that f throws, or a marker that makes the check fail.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no ember::Error thrown>";
-}
-
-void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double tol = 1e-12) {
-  REQUIRE(actual.size() == expected.size());
-  for (size_t i = 0; i < actual.size(); ++i) {
-    INFO("element " << i);
-    CHECK(actual[i] == Approx(expected[i]).margin(tol));
-  }
+// check_close with an absolute margin and Catch's default relative tolerance (Approx epsilon
+// 100 * float epsilon), as this file has always used.
+void check_close_margin(const std::vector<double>& actual, const std::vector<double>& expected, double tol = 1e-12) {
+  check_close(actual, expected, tol, std::numeric_limits<float>::epsilon() * 100);
 }
 
 Pool2dOptions opts(int64_t k, int64_t s = 0, int64_t p = 0, bool ceil_mode = false, bool include_pad = true) {
@@ -135,12 +120,12 @@ TEST_CASE("avg_pool2d: padding counted or not", "[pool]") {
   //   TL {1} (3 pad cells)  TR {2,3} (2 pad)  BL {4,7} (2 pad)  BR {5,6,8,9}
   Tensor x = f64({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3}, true);
   Tensor inc = avg_pool2d(x, opts(2, 2, 1, false, true));
-  check_close(vec(inc), {0.25, 1.25, 2.75, 7});
+  check_close_margin(vec(inc), {0.25, 1.25, 2.75, 7});
   Tensor exc = avg_pool2d(x, opts(2, 2, 1, false, false));
-  check_close(vec(exc), {1, 2.5, 5.5, 7});
+  check_close_margin(vec(exc), {1, 2.5, 5.5, 7});
   // d sum(exc) / dx: each element gets 1 / (in-bounds count of its window).
   sum(exc).backward();
-  check_close(vec(x.grad()), {1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.5, 0.25, 0.25});
+  check_close_margin(vec(x.grad()), {1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.5, 0.25, 0.25});
 }
 
 TEST_CASE("avg_pool2d: ceil_mode windows past the padding are not counted", "[pool]") {
@@ -149,7 +134,7 @@ TEST_CASE("avg_pool2d: ceil_mode windows past the padding are not counted", "[po
   Tensor x = arange(25, {.dtype = DType::f64}).reshape({1, 1, 5, 5});
   Tensor y = avg_pool2d(x, opts(2, 2, 0, true, true));
   CHECK(y.shape() == Shape{1, 1, 3, 3});
-  check_close(vec(y), {3, 5, 6.5, 13, 15, 16.5, 20.5, 22.5, 24});
+  check_close_margin(vec(y), {3, 5, 6.5, 13, 15, 16.5, 20.5, 22.5, 24});
 }
 
 TEST_CASE("avg_pool2d: errors name the op", "[pool]") {
@@ -164,9 +149,9 @@ TEST_CASE("adaptive_avg_pool2d: 5 -> 3 cells overlap", "[pool]") {
   // cells: [0, 2), [1, 4), [3, 5) -> means 1.5, 3, 4.5
   Tensor x = f64({1, 2, 3, 4, 5}, {1, 1, 1, 5}, true);
   Tensor y = adaptive_avg_pool2d(x, {1, 3});
-  check_close(vec(y), {1.5, 3, 4.5});
+  check_close_margin(vec(y), {1.5, 3, 4.5});
   sum(y).backward();
-  check_close(vec(x.grad()), {0.5, 0.5 + 1.0 / 3, 1.0 / 3, 1.0 / 3 + 0.5, 0.5});
+  check_close_margin(vec(x.grad()), {0.5, 0.5 + 1.0 / 3, 1.0 / 3, 1.0 / 3 + 0.5, 0.5});
 }
 
 TEST_CASE("adaptive_avg_pool2d: 5x5 -> 3x3 is separable; global pooling is the mean", "[pool]") {
@@ -177,9 +162,9 @@ TEST_CASE("adaptive_avg_pool2d: 5x5 -> 3x3 is separable; global pooling is the m
   std::vector<double> expected;
   for (double h : m)
     for (double w : m) expected.push_back(5 * h + w);
-  check_close(vec(y), expected);
+  check_close_margin(vec(y), expected);
   Tensor r = rand({2, 3, 4, 5}, {.dtype = DType::f64});
-  check_close(vec(adaptive_avg_pool2d(r, {1, 1})), vec(mean(r, {2, 3}, true)));
+  check_close_margin(vec(adaptive_avg_pool2d(r, {1, 1})), vec(mean(r, {2, 3}, true)));
   CHECK_THAT(error_of([] { adaptive_avg_pool2d(zeros({1, 1, 4, 4}), {0, 2}); }),
              Contains("adaptive_avg_pool2d") && Contains("positive"));
 }
@@ -195,15 +180,15 @@ TEST_CASE("batch_norm: training on a tiny batch, running stats by hand", "[norm]
   const double eps = 1e-5;
   Tensor y = batch_norm(x, rm, rv, w, b, true, 0.1, eps);
   const double s0 = std::sqrt(2.0 / 3 + eps), s1 = std::sqrt(8 + eps);
-  check_close(vec(y), {2 * (1 - 2) / s0 + 1, 0.5 * (4 - 6) / s1 - 1, 2 * (2 - 2) / s0 + 1, 0.5 * (4 - 6) / s1 - 1,
+  check_close_margin(vec(y), {2 * (1 - 2) / s0 + 1, 0.5 * (4 - 6) / s1 - 1, 2 * (2 - 2) / s0 + 1, 0.5 * (4 - 6) / s1 - 1,
                        2 * (3 - 2) / s0 + 1, 0.5 * (10 - 6) / s1 - 1});
   // running = 0.9 running + 0.1 stat: mean (0.2, 0.6), var 0.9 + 0.1 * (1, 12) = (1.0, 2.1)
-  check_close(vec(rm), {0.2, 0.6});
-  check_close(vec(rv), {1.0, 2.1});
+  check_close_margin(vec(rm), {0.2, 0.6});
+  check_close_margin(vec(rv), {1.0, 2.1});
   // A second step moves them again: 0.9 * 0.2 + 0.1 * 2 = 0.38, 0.9 * 1.0 + 0.1 * 1 = 1.0
   batch_norm(x, rm, rv, w, b, true, 0.1, eps);
-  check_close(vec(rm), {0.38, 0.9 * 0.6 + 0.6});
-  check_close(vec(rv), {1.0, 0.9 * 2.1 + 1.2});
+  check_close_margin(vec(rm), {0.38, 0.9 * 0.6 + 0.6});
+  check_close_margin(vec(rv), {1.0, 0.9 * 2.1 + 1.2});
 }
 
 TEST_CASE("batch_norm: eval uses the running stats", "[norm]") {
@@ -212,9 +197,9 @@ TEST_CASE("batch_norm: eval uses the running stats", "[norm]") {
   Tensor w = f64({2, 0.5}, {2}), b = f64({1, -1}, {2});
   Tensor y = batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5);
   const double s0 = std::sqrt(1.0 + 1e-5), s1 = std::sqrt(2.1 + 1e-5);
-  check_close(vec(y), {2 * 2.8 / s0 + 1, 0.5 * 4.4 / s1 - 1, 2 * -1.2 / s0 + 1, -1});
-  check_close(vec(rm), {0.2, 0.6});  // untouched in eval
-  check_close(vec(rv), {1.0, 2.1});
+  check_close_margin(vec(y), {2 * 2.8 / s0 + 1, 0.5 * 4.4 / s1 - 1, 2 * -1.2 / s0 + 1, -1});
+  check_close_margin(vec(rm), {0.2, 0.6});  // untouched in eval
+  check_close_margin(vec(rv), {1.0, 2.1});
   // Eval with one sample per channel is fine (training would refuse it).
   CHECK(batch_norm(f64({1, 2}, {1, 2}), rm, rv, Tensor(), Tensor(), false).shape() == Shape{1, 2});
 }
@@ -224,12 +209,12 @@ TEST_CASE("batch_norm: 4-D input matches the per-channel formula, float32 too", 
   Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
   Tensor m = mean(x, {0, 2, 3}, true);
   Tensor v = mean(pow(x - m, 2.0), {0, 2, 3}, true);
-  check_close(vec(y), vec((x - m) / sqrt(v + 1e-5)), 1e-10);
+  check_close_margin(vec(y), vec((x - m) / sqrt(v + 1e-5)), 1e-10);
   // The normalized output of each channel has mean 0 and biased variance ~1.
-  check_close(vec(mean(y, {0, 2, 3})), {0, 0}, 1e-12);
+  check_close_margin(vec(mean(y, {0, 2, 3})), {0, 0}, 1e-12);
   Tensor y32 = batch_norm(x.to(DType::f32), Tensor(), Tensor(), Tensor(), Tensor(), true);
   CHECK(y32.dtype() == DType::f32);
-  check_close(vec(y32), vec(y), 1e-5);
+  check_close_margin(vec(y32), vec(y), 1e-5);
 }
 
 TEST_CASE("batch_norm: backward of sum(y) without affine is zero; grads for weight and bias", "[norm]") {
@@ -239,9 +224,9 @@ TEST_CASE("batch_norm: backward of sum(y) without affine is zero; grads for weig
   Tensor y = batch_norm(x, rm, rv, w, b, true);
   sum(y).backward();
   // sum over a channel of xhat is 0, so d sum(y) / dx = 0 and d / dweight = 0; d / dbias = N.
-  check_close(vec(x.grad()), std::vector<double>(8, 0.0), 1e-10);
-  check_close(vec(w.grad()), {0, 0}, 1e-10);
-  check_close(vec(b.grad()), {4, 4});
+  check_close_margin(vec(x.grad()), std::vector<double>(8, 0.0), 1e-10);
+  check_close_margin(vec(w.grad()), {0, 0}, 1e-10);
+  check_close_margin(vec(b.grad()), {4, 4});
   CHECK_FALSE(rm.requires_grad());
   CHECK_FALSE(rv.requires_grad());
   // The buffers were updated in place.

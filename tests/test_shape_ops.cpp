@@ -3,29 +3,11 @@
 #include <catch2/catch.hpp>
 #include <ember/ember.h>
 
+#include "test_util.h"
+
 using namespace ember;
+using namespace ember::testing;
 using Catch::Matchers::Contains;
-
-namespace {
-
-std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
-
-Tensor f64(const std::vector<double>& v, const Shape& shape, bool requires_grad = false) {
-  return from_vector<double>(v, shape, {.dtype = DType::f64, .requires_grad = requires_grad});
-}
-Tensor i64(const std::vector<int64_t>& v, const Shape& shape) { return from_vector<int64_t>(v, shape); }
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no ember::Error thrown>";
-}
-
-}  // namespace
 
 // ---- cat / stack ------------------------------------------------------------------------------------
 

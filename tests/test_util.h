@@ -1,0 +1,77 @@
+// Small helpers shared by the unit tests: tensor construction shorthands, element-wise closeness
+// checks, the message of a thrown ember::Error, and a guard that restores the thread count.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <ember/ember.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ember::testing {
+
+// The elements of t, converted to double.
+inline std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
+
+// An f64 tensor of the given shape.
+inline Tensor f64(const std::vector<double>& v, const Shape& shape, bool requires_grad = false) {
+  return from_vector<double>(v, shape, {.dtype = DType::f64, .requires_grad = requires_grad});
+}
+
+// An i64 tensor of the given shape (class labels, indices).
+inline Tensor i64(const std::vector<int64_t>& v, const Shape& shape) { return from_vector<int64_t>(v, shape); }
+
+// The message of the ember::Error that f throws, or a marker that makes the check fail.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no ember::Error thrown>";
+}
+
+// Checks actual against expected element by element: a NaN expected value needs a NaN, an
+// infinite one needs exactly that infinity, and any other value must match within abs_tol
+// (Approx margin) or rel_tol (Approx epsilon; -1 means the same as abs_tol).
+inline void check_close(const std::vector<double>& actual, const std::vector<double>& expected,
+                        double abs_tol = 1e-12, double rel_tol = -1) {
+  if (rel_tol < 0) rel_tol = abs_tol;
+  REQUIRE(actual.size() == expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    INFO("element " << i);
+    if (std::isnan(expected[i])) {
+      CHECK(std::isnan(actual[i]));
+    } else if (std::isinf(expected[i])) {
+      CHECK(actual[i] == expected[i]);
+    } else {
+      CHECK(actual[i] == Approx(expected[i]).margin(abs_tol).epsilon(rel_tol));
+    }
+  }
+}
+
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, double abs_tol = 1e-12,
+                        double rel_tol = -1) {
+  check_close(actual.to_vector<double>(), expected, abs_tol, rel_tol);
+}
+
+// check_close with a relative tolerance of 1e-9 whatever abs_tol is (the loss and reduction
+// tests have always compared that way).
+inline void check_close_rel9(const std::vector<double>& actual, const std::vector<double>& expected,
+                             double abs_tol = 1e-12) {
+  check_close(actual, expected, abs_tol, 1e-9);
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Restores the thread count a test changed.
+struct ThreadsGuard {
+  int prev = get_num_threads();
+  ~ThreadsGuard() { set_num_threads(prev); }
+};
+
+}  // namespace ember::testing
