@@ -331,3 +331,40 @@ TEST_CASE("pool and batch_norm: results do not depend on the thread count", "[po
   CHECK(one.first == many.first);
   CHECK(one.second == many.second);
 }
+
+TEST_CASE("max_pool2d: the 2x2 stride-2 fast paths match the rule on ties and NaNs", "[pool]") {
+  // Values from a small set (many ties), a few NaNs, widths that exercise the 4-wide vector loop
+  // and its scalar tail; checked against the rule written out here: in row-major order, a later
+  // element wins when it is strictly greater or NaN.
+  for (DType dt : {DType::f32, DType::f64}) {
+    const int64_t n = 2, c = 3, h = 10, w = 22;
+    Generator g(9);
+    std::vector<double> v = randint(0, 4, {n * c * h * w}, {.dtype = DType::i64}, g).to(DType::f64).to_vector<double>();
+    for (size_t i = 7; i < v.size(); i += 37) v[i] = std::numeric_limits<double>::quiet_NaN();
+    Tensor x = from_vector<double>(v, {n, c, h, w}).to(dt);
+    auto [out, idx] = max_pool2d_with_indices(x, {.kernel = {2, 2}});
+    const std::vector<double> o = out.to_vector<double>();
+    const std::vector<int64_t> id = idx.to_vector<int64_t>();
+    const int64_t oh_n = h / 2, ow_n = w / 2;
+    for (int64_t p = 0; p < n * c; ++p)
+      for (int64_t oh = 0; oh < oh_n; ++oh)
+        for (int64_t ow = 0; ow < ow_n; ++ow) {
+          double best = -INFINITY;
+          int64_t best_i = 2 * oh * w + 2 * ow;
+          for (int64_t dy = 0; dy < 2; ++dy)
+            for (int64_t dx = 0; dx < 2; ++dx) {
+              const int64_t i = (2 * oh + dy) * w + 2 * ow + dx;
+              const double val = v[p * h * w + i];
+              if (val > best || std::isnan(val)) best = val, best_i = i;
+            }
+          const int64_t k = (p * oh_n + oh) * ow_n + ow;
+          INFO(dtype_name(dt) << " plane " << p << " output (" << oh << ", " << ow << ")");
+          REQUIRE(id[k] == best_i);
+          if (std::isnan(best)) {
+            REQUIRE(std::isnan(o[k]));
+          } else {
+            REQUIRE(o[k] == best);
+          }
+        }
+  }
+}
