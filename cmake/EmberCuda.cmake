@@ -12,10 +12,18 @@ if(NOT _ember_cuda MATCHES "^(AUTO|ON|OFF)$")
 endif()
 
 if(NOT _ember_cuda STREQUAL "OFF")
-  include(CheckLanguage)
-  check_language(CUDA)
   set(_missing "")
-  if(NOT CMAKE_CUDA_COMPILER)
+  if(CMAKE_CUDA_COMPILER AND NOT EXISTS "${CMAKE_CUDA_COMPILER}")
+    # A compiler named on the command line that is not there: say so instead of letting
+    # enable_language(CUDA) fail with a compiler-detection error.
+    list(APPEND _missing "nvcc (CMAKE_CUDA_COMPILER=${CMAKE_CUDA_COMPILER} does not exist)")
+  else()
+    include(CheckLanguage)
+    check_language(CUDA)
+  endif()
+  if(_missing)
+    # already reported
+  elseif(NOT CMAKE_CUDA_COMPILER)
     list(APPEND _missing "nvcc (the CUDA compiler)")
   else()
     find_package(CUDAToolkit QUIET)
