@@ -11,6 +11,11 @@ packages=(
   nlohmann-json3-dev            # safetensors headers, training-state files, metrics
   libcli11-dev                  # the ember command line
   dataset-fashion-mnist         # the default dataset of `ember train`
+  libstb-dev                    # stb_image: PNG/BMP/PPM/PGM/TGA/GIF decoding (header-only)
+  libturbojpeg0-dev             # JPEG decoding (TurboJPEG API)
+  libwebp-dev                   # WebP decoding
+  libtiff-dev                   # TIFF decoding
+  pkg-config                    # how CMake finds TurboJPEG and libwebp
   libomp-dev                    # not required by g++ (libgomp ships with it); kept for clang builds
 )
 

@@ -1,0 +1,403 @@
+// Image decoding (contract in image.h). Every decoder fills one interleaved RGB buffer (H, W, 3);
+// finish() turns it into the (C, H, W) tensor, converting to gray when asked. Library handles are
+// held by small RAII owners so an exception on any path frees them.
+
+#include "image.h"
+
+#include <tiffio.h>
+#include <turbojpeg.h>
+#include <webp/decode.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <vector>
+
+// stb_image's implementation lives here, once, with its symbols static so nothing clashes with an
+// application that compiles its own copy. Only the formats image.h promises are compiled in.
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#define STBI_NO_STDIO
+#define STBI_NO_HDR
+#define STBI_NO_PSD
+#define STBI_NO_PIC
+#define STBI_NO_LINEAR
+#define STBI_FAILURE_USERMSG
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#endif
+#include <stb_image.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace ember::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Images larger than this many pixels are refused before any allocation (a corrupt header must
+// not ask for terabytes). 2^31 pixels is a 46k x 46k image.
+constexpr int64_t kMaxPixels = int64_t{1} << 31;
+
+// An interleaved 8-bit RGB image, row-major (H, W, 3).
+struct RgbImage {
+  int64_t height = 0;
+  int64_t width = 0;
+  std::vector<uint8_t> pixels;
+};
+
+void check_dims(const std::string& name, const char* format, int64_t height, int64_t width) {
+  EMBER_CHECK(height > 0 && width > 0, name, ": ", format, " image has invalid size ", width, "x", height);
+  EMBER_CHECK(height <= kMaxPixels / width, name, ": ", format, " image of ", width, "x", height,
+              " is larger than the limit of ", kMaxPixels, " pixels");
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(path, ec);
+  EMBER_CHECK(!is_dir, path, ": is a directory, not an image file");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    const int err = errno;
+    EMBER_THROW(path, ": cannot open: ", std::strerror(err));
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> owner(f, &std::fclose);
+  std::vector<uint8_t> bytes;
+  uint8_t chunk[1 << 16];
+  for (;;) {
+    const size_t got = std::fread(chunk, 1, sizeof(chunk), f);
+    bytes.insert(bytes.end(), chunk, chunk + got);
+    if (got < sizeof(chunk)) break;
+  }
+  if (std::ferror(f)) {
+    const int err = errno;
+    EMBER_THROW(path, ": read error: ", std::strerror(err));
+  }
+  return bytes;
+}
+
+// ---- stb_image: PNG, BMP, GIF, PPM/PGM, TGA (and CMYK JPEGs) ------------------------------------
+
+RgbImage decode_stb(std::span<const uint8_t> bytes, const std::string& name, const char* format) {
+  EMBER_CHECK(bytes.size() <= static_cast<size_t>(std::numeric_limits<int>::max()), name, ": ", format,
+              " file too large for stb_image");
+  const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
+  const int len = static_cast<int>(bytes.size());
+  int w = 0, h = 0, comp = 0;
+  if (!stbi_info_from_memory(data, len, &w, &h, &comp)) {
+    const char* why = stbi_failure_reason();
+    EMBER_THROW(name, ": corrupt or unsupported ", format, " data (", why ? why : "unknown", ")");
+  }
+  check_dims(name, format, h, w);
+  std::unique_ptr<stbi_uc, void (*)(void*)> out(stbi_load_from_memory(data, len, &w, &h, &comp, 3), &stbi_image_free);
+  if (!out) {
+    const char* why = stbi_failure_reason();
+    EMBER_THROW(name, ": truncated or corrupt ", format, " data (", why ? why : "unknown", ")");
+  }
+  RgbImage img{h, w, {}};
+  img.pixels.assign(out.get(), out.get() + static_cast<size_t>(h) * w * 3);
+  return img;
+}
+
+// stb_image reads past the end of a BMP as zeros, so a truncated uncompressed BMP would decode
+// "successfully": compare the size its header promises with the bytes there are.
+void check_bmp_size(std::span<const uint8_t> b, const std::string& name) {
+  auto u16 = [&](size_t at) { return static_cast<uint32_t>(b[at] | (b[at + 1] << 8)); };
+  auto u32 = [&](size_t at) { return u16(at) | (u16(at + 2) << 16); };
+  EMBER_CHECK(b.size() >= 26, name, ": truncated BMP header");
+  const uint64_t offset = u32(10);
+  const uint32_t dib = u32(14);
+  int64_t w = 0, h = 0;
+  uint32_t bpp = 0, compression = 0;
+  if (dib == 12) {  // OS/2 BITMAPCOREHEADER
+    w = static_cast<int16_t>(u16(18));
+    h = static_cast<int16_t>(u16(20));
+    bpp = u16(24);
+  } else {
+    EMBER_CHECK(b.size() >= 34, name, ": truncated BMP header");
+    w = static_cast<int32_t>(u32(18));
+    h = static_cast<int32_t>(u32(22));
+    bpp = u16(28);
+    compression = u32(30);
+  }
+  const bool uncompressed = compression == 0 || compression == 3 || compression == 6;  // RGB, BITFIELDS
+  if (!uncompressed || w <= 0 || bpp == 0 || bpp > 32) return;  // stb_image judges the rest
+  const uint64_t row = (static_cast<uint64_t>(w) * bpp + 31) / 32 * 4;
+  const uint64_t need = offset + row * static_cast<uint64_t>(h < 0 ? -h : h);
+  EMBER_CHECK(b.size() >= need, name, ": truncated BMP data (", b.size(), " bytes, the header needs ", need, ")");
+}
+
+// The same for binary PNM (P5 gray, P6 RGB): header "P5|P6 <w> <h> <maxval>" with whitespace and
+// '#' comments between fields, one whitespace byte, then w*h*channels samples of 1 or 2 bytes.
+void check_pnm_size(std::span<const uint8_t> b, const std::string& name) {
+  if (b.size() < 2 || (b[1] != '5' && b[1] != '6')) return;  // stb_image rejects P1-P4 itself
+  size_t at = 2;
+  uint64_t fields[3] = {0, 0, 0};
+  for (uint64_t& field : fields) {
+    for (;;) {  // whitespace and comments
+      while (at < b.size() && std::isspace(b[at])) ++at;
+      if (at < b.size() && b[at] == '#') {
+        while (at < b.size() && b[at] != '\n') ++at;
+        continue;
+      }
+      break;
+    }
+    EMBER_CHECK(at < b.size() && std::isdigit(b[at]), name, ": truncated or corrupt PNM header");
+    while (at < b.size() && std::isdigit(b[at]) && field < (uint64_t{1} << 40)) field = field * 10 + (b[at++] - '0');
+  }
+  ++at;  // the single whitespace byte before the samples
+  const uint64_t channels = b[1] == '6' ? 3 : 1;
+  const uint64_t need = at + fields[0] * fields[1] * channels * (fields[2] > 255 ? 2 : 1);
+  EMBER_CHECK(b.size() >= need, name, ": truncated PNM data (", b.size(), " bytes, the header needs ", need, ")");
+}
+
+// ---- JPEG: TurboJPEG ---------------------------------------------------------------------------
+
+struct TjHandle {
+  tjhandle h = tjInitDecompress();
+  TjHandle() = default;
+  TjHandle(const TjHandle&) = delete;
+  TjHandle& operator=(const TjHandle&) = delete;
+  ~TjHandle() {
+    if (h != nullptr) tjDestroy(h);
+  }
+};
+
+// The scaling factor with the smallest output that keeps both sides >= the requested minimum
+// (PIL's draft): 1/1 when nothing was requested or the image is already small.
+tjscalingfactor pick_jpeg_scale(int width, int height, const DecodeOptions& options) {
+  tjscalingfactor best{1, 1};
+  if (options.min_height <= 0 && options.min_width <= 0) return best;
+  int n = 0;
+  const tjscalingfactor* factors = tjGetScalingFactors(&n);
+  if (factors == nullptr) return best;
+  for (int i = 0; i < n; ++i) {
+    const tjscalingfactor f = factors[i];
+    if (f.num > f.denom) continue;  // only reductions
+    const int64_t sw = TJSCALED(width, f);
+    const int64_t sh = TJSCALED(height, f);
+    if (sw < options.min_width || sh < options.min_height) continue;
+    if (static_cast<int64_t>(f.num) * best.denom < static_cast<int64_t>(best.num) * f.denom) best = f;
+  }
+  return best;
+}
+
+RgbImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& options) {
+  TjHandle tj;
+  EMBER_CHECK(tj.h != nullptr, name, ": cannot create a TurboJPEG decompressor: ", tjGetErrorStr2(nullptr));
+  auto* data = const_cast<unsigned char*>(bytes.data());  // TurboJPEG 2 takes non-const but only reads
+  const auto size = static_cast<unsigned long>(bytes.size());
+  int width = 0, height = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(tj.h, data, size, &width, &height, &subsamp, &colorspace) != 0)
+    EMBER_THROW(name, ": corrupt JPEG header (", tjGetErrorStr2(tj.h), ")");
+  // TurboJPEG will not convert CMYK / YCCK to RGB; stb_image does (Adobe's inverted CMYK).
+  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) return decode_stb(bytes, name, "JPEG");
+  const tjscalingfactor scale = pick_jpeg_scale(width, height, options);
+  const int sw = TJSCALED(width, scale);
+  const int sh = TJSCALED(height, scale);
+  check_dims(name, "JPEG", sh, sw);
+  RgbImage img{sh, sw, std::vector<uint8_t>(static_cast<size_t>(sh) * sw * 3)};
+  // Accurate IDCT and fancy upsampling: libjpeg's defaults, which PIL uses.
+  if (tjDecompress2(tj.h, data, size, img.pixels.data(), sw, 0, sh, TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+    const std::string why = tjGetErrorStr2(tj.h);
+    // Like PIL, a warning ("Corrupt JPEG data: N extraneous bytes before marker") still yields
+    // the image; running out of data does not.
+    const bool warning_only = tjGetErrorCode(tj.h) == TJERR_WARNING && why.find("Premature end") == std::string::npos;
+    EMBER_CHECK(warning_only, name, ": truncated or corrupt JPEG data (", why, ")");
+  }
+  return img;
+}
+
+// ---- WebP: libwebp -----------------------------------------------------------------------------
+
+RgbImage decode_webp(std::span<const uint8_t> bytes, const std::string& name) {
+  WebPBitstreamFeatures features;
+  const VP8StatusCode status = WebPGetFeatures(bytes.data(), bytes.size(), &features);
+  EMBER_CHECK(status == VP8_STATUS_OK, name, ": corrupt or truncated WebP header (VP8 status ", static_cast<int>(status),
+              ")");
+  EMBER_CHECK(!features.has_animation, name, ": animated WebP is not supported");
+  check_dims(name, "WebP", features.height, features.width);
+  int w = 0, h = 0;
+  std::unique_ptr<uint8_t, void (*)(void*)> out(WebPDecodeRGB(bytes.data(), bytes.size(), &w, &h), &WebPFree);
+  EMBER_CHECK(out != nullptr, name, ": truncated or corrupt WebP data");
+  RgbImage img{h, w, {}};
+  img.pixels.assign(out.get(), out.get() + static_cast<size_t>(h) * w * 3);
+  return img;
+}
+
+// ---- TIFF: libtiff over the bytes in memory ----------------------------------------------------
+
+struct TiffMemory {
+  std::span<const uint8_t> bytes;
+  uint64_t offset = 0;
+  std::string error;  // libtiff's last error message
+};
+
+tmsize_t tiff_read(thandle_t handle, void* buf, tmsize_t n) {
+  auto* m = static_cast<TiffMemory*>(handle);
+  if (n < 0 || m->offset >= m->bytes.size()) return 0;
+  const uint64_t left = m->bytes.size() - m->offset;
+  const uint64_t take = std::min<uint64_t>(left, static_cast<uint64_t>(n));
+  std::memcpy(buf, m->bytes.data() + m->offset, take);
+  m->offset += take;
+  return static_cast<tmsize_t>(take);
+}
+tmsize_t tiff_write(thandle_t, void*, tmsize_t) { return -1; }
+toff_t tiff_seek(thandle_t handle, toff_t off, int whence) {
+  auto* m = static_cast<TiffMemory*>(handle);
+  uint64_t base = 0;
+  if (whence == SEEK_CUR) base = m->offset;
+  if (whence == SEEK_END) base = m->bytes.size();
+  m->offset = base + off;
+  return m->offset;
+}
+int tiff_close(thandle_t) { return 0; }
+toff_t tiff_size(thandle_t handle) { return static_cast<TiffMemory*>(handle)->bytes.size(); }
+int tiff_map(thandle_t, void**, toff_t*) { return 0; }
+void tiff_unmap(thandle_t, void*, toff_t) {}
+
+int tiff_on_error(TIFF*, void* user, const char* module, const char* fmt, va_list ap) {
+  char msg[512];
+  std::vsnprintf(msg, sizeof(msg), fmt, ap);
+  auto* m = static_cast<TiffMemory*>(user);
+  if (m->error.empty()) m->error = msg;  // the first error is the cause
+  return 1;                              // handled: libtiff prints nothing
+}
+int tiff_on_warning(TIFF*, void*, const char*, const char*, va_list) { return 1; }
+
+RgbImage decode_tiff(std::span<const uint8_t> bytes, const std::string& name) {
+  TiffMemory mem{bytes, 0, {}};
+  std::unique_ptr<TIFFOpenOptions, void (*)(TIFFOpenOptions*)> opts(TIFFOpenOptionsAlloc(), &TIFFOpenOptionsFree);
+  EMBER_CHECK(opts != nullptr, name, ": out of memory opening TIFF");
+  TIFFOpenOptionsSetErrorHandlerExtR(opts.get(), &tiff_on_error, &mem);
+  TIFFOpenOptionsSetWarningHandlerExtR(opts.get(), &tiff_on_warning, &mem);
+  std::unique_ptr<TIFF, void (*)(TIFF*)> tif(
+      TIFFClientOpenExt(name.c_str(), "rm", &mem, &tiff_read, &tiff_write, &tiff_seek, &tiff_close, &tiff_size,
+                        &tiff_map, &tiff_unmap, opts.get()),
+      &TIFFClose);
+  EMBER_CHECK(tif != nullptr, name, ": corrupt TIFF (", mem.error, ")");
+  uint32_t w = 0, h = 0;
+  EMBER_CHECK(TIFFGetField(tif.get(), TIFFTAG_IMAGEWIDTH, &w) == 1 && TIFFGetField(tif.get(), TIFFTAG_IMAGELENGTH, &h) == 1,
+              name, ": TIFF without image size");
+  check_dims(name, "TIFF", h, w);
+  std::vector<uint32_t> raster(static_cast<size_t>(w) * h);
+  char why[1024] = "";
+  EMBER_CHECK(TIFFRGBAImageOK(tif.get(), why) == 1, name, ": unsupported TIFF (", why, ")");
+  const int ok = TIFFReadRGBAImageOriented(tif.get(), w, h, raster.data(), ORIENTATION_TOPLEFT, 1);
+  EMBER_CHECK(ok == 1, name, ": truncated or corrupt TIFF data (", mem.error, ")");
+  RgbImage img{h, w, std::vector<uint8_t>(raster.size() * 3)};
+  for (size_t i = 0; i < raster.size(); ++i) {
+    img.pixels[3 * i + 0] = static_cast<uint8_t>(TIFFGetR(raster[i]));
+    img.pixels[3 * i + 1] = static_cast<uint8_t>(TIFFGetG(raster[i]));
+    img.pixels[3 * i + 2] = static_cast<uint8_t>(TIFFGetB(raster[i]));
+  }
+  return img;
+}
+
+// ---- to the tensor -----------------------------------------------------------------------------
+
+Tensor finish(const RgbImage& img, ImageMode mode) {
+  const int64_t hw = img.height * img.width;
+  const uint8_t* src = img.pixels.data();
+  if (mode == ImageMode::Gray) {
+    Tensor out = empty({1, img.height, img.width}, {.dtype = DType::u8});
+    auto* dst = out.data_ptr<uint8_t>();
+    for (int64_t i = 0; i < hw; ++i) {
+      const uint32_t r = src[3 * i], g = src[3 * i + 1], b = src[3 * i + 2];
+      dst[i] = static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);  // PIL's "L"
+    }
+    return out;
+  }
+  Tensor out = empty({3, img.height, img.width}, {.dtype = DType::u8});
+  auto* dst = out.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < hw; ++i) {
+    dst[i] = src[3 * i];
+    dst[hw + i] = src[3 * i + 1];
+    dst[2 * hw + i] = src[3 * i + 2];
+  }
+  return out;
+}
+
+bool starts_with(std::span<const uint8_t> b, const char* magic, size_t n, size_t at = 0) {
+  return b.size() >= at + n && std::memcmp(b.data() + at, magic, n) == 0;
+}
+
+}  // namespace
+
+const char* image_format_name(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::jpeg: return "JPEG";
+    case ImageFormat::png: return "PNG";
+    case ImageFormat::bmp: return "BMP";
+    case ImageFormat::gif: return "GIF";
+    case ImageFormat::pnm: return "PNM";
+    case ImageFormat::webp: return "WebP";
+    case ImageFormat::tiff: return "TIFF";
+    case ImageFormat::unknown: break;
+  }
+  return "unknown";
+}
+
+ImageFormat detect_image_format(std::span<const uint8_t> b) {
+  if (starts_with(b, "\xFF\xD8\xFF", 3)) return ImageFormat::jpeg;
+  if (starts_with(b, "\x89PNG\r\n\x1A\n", 8)) return ImageFormat::png;
+  if (starts_with(b, "GIF87a", 6) || starts_with(b, "GIF89a", 6)) return ImageFormat::gif;
+  if (starts_with(b, "RIFF", 4) && starts_with(b, "WEBP", 4, 8)) return ImageFormat::webp;
+  if (starts_with(b, "II*\0", 4) || starts_with(b, "MM\0*", 4) || starts_with(b, "II+\0", 4) ||
+      starts_with(b, "MM\0+", 4))
+    return ImageFormat::tiff;
+  if (starts_with(b, "BM", 2)) return ImageFormat::bmp;
+  if (b.size() >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') return ImageFormat::pnm;
+  return ImageFormat::unknown;
+}
+
+Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& options) {
+  EMBER_CHECK(!bytes.empty(), name, ": empty file");
+  const ImageFormat format = detect_image_format(bytes);
+  RgbImage img;
+  switch (format) {
+    case ImageFormat::jpeg: img = decode_jpeg(bytes, name, options); break;
+    case ImageFormat::webp: img = decode_webp(bytes, name); break;
+    case ImageFormat::tiff: img = decode_tiff(bytes, name); break;
+    case ImageFormat::png:
+    case ImageFormat::bmp:
+    case ImageFormat::gif:
+    case ImageFormat::pnm:
+      if (format == ImageFormat::bmp) check_bmp_size(bytes, name);
+      if (format == ImageFormat::pnm) check_pnm_size(bytes, name);
+      img = decode_stb(bytes, name, image_format_name(format));
+      break;
+    case ImageFormat::unknown: {
+      // TGA has no magic number: let stb_image try; anything else is unsupported.
+      int w = 0, h = 0, c = 0;
+      const bool stb_knows = bytes.size() <= static_cast<size_t>(std::numeric_limits<int>::max()) &&
+                             stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &c);
+      EMBER_CHECK(stb_knows, name,
+                  ": unsupported or unrecognized image format (supported: JPEG, PNG, BMP, GIF, PPM/PGM, TGA, WebP, "
+                  "TIFF)");
+      img = decode_stb(bytes, name, "TGA");
+      break;
+    }
+  }
+  return finish(img, options.mode);
+}
+
+Tensor decode_image(const std::string& path, const DecodeOptions& options) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  return decode_image_bytes(bytes, path, options);
+}
+
+Tensor decode_image(const std::string& path, ImageMode mode) { return decode_image(path, DecodeOptions{.mode = mode}); }
+
+}  // namespace ember::data

@@ -1,0 +1,60 @@
+#pragma once
+// Decoding image files into u8 (C, H, W) tensors: JPEG (TurboJPEG), PNG/BMP/PPM/PGM/TGA/GIF
+// (stb_image), WebP (libwebp) and TIFF (libtiff).
+//
+// The format comes from the file's first bytes, never from its name. EXIF orientation is ignored
+// (as torchvision's decode_image and PIL's Image.open). Gray output uses PIL's convert("L") rule,
+// L = (19595 R + 38470 G + 7471 B + 0x8000) >> 16, applied to the RGB decode; a gray source
+// therefore comes back unchanged.
+//
+// Every failure throws ember::Error "<path>: <problem>" (missing or unreadable file, empty,
+// truncated or corrupt data, an unsupported format); nothing here crashes or prints.
+// decode_image is thread-safe: each call owns its decoder handles.
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "../core/tensor.h"
+
+namespace ember::data {
+
+// Channels of a decoded image: RGB (alpha dropped, gray replicated) or one gray channel.
+enum class ImageMode { RGB, Gray };
+
+// What the first bytes say.
+enum class ImageFormat { unknown, jpeg, png, bmp, gif, pnm, webp, tiff };
+
+// "jpeg", "png", ... ("unknown" for unknown).
+const char* image_format_name(ImageFormat format);
+
+// The format of `bytes` by magic number: JPEG FF D8 FF; PNG 89 'PNG' 0D 0A 1A 0A; BMP "BM";
+// GIF "GIF87a"/"GIF89a"; PNM 'P' '1'..'6'; WebP "RIFF" ?? ?? ?? ?? "WEBP"; TIFF "II*\0" or
+// "MM\0*" (and BigTIFF's "II+\0" / "MM\0+"). TGA has no magic number: it is `unknown` here and
+// decode_image still tries stb_image on unknown data.
+ImageFormat detect_image_format(std::span<const uint8_t> bytes);
+
+struct DecodeOptions {
+  ImageMode mode = ImageMode::RGB;
+  // JPEG draft mode (PIL's Image.draft): when either is > 0, a JPEG is decoded at the largest
+  // DCT-domain reduction TurboJPEG offers (1/2, 1/4, 1/8, ...) that keeps height >= min_height
+  // and width >= min_width; an image already smaller decodes at full size. Other formats ignore
+  // it. Use it when a Resize follows that shrinks the image anyway: decoding is several times
+  // faster and the Resize input is smaller.
+  int64_t min_height = 0;
+  int64_t min_width = 0;
+};
+
+// Decodes the image file at `path` into a new contiguous u8 tensor (3, H, W) for RGB or (1, H, W)
+// for Gray. 16-bit samples are reduced to 8 bits (high byte), palettes expanded, alpha dropped.
+// JPEG: TurboJPEG; CMYK/YCCK JPEGs go through stb_image. TIFF: any layout TIFFReadRGBAImage
+// handles (strips/tiles, CMYK, palette, 16-bit, gray), first directory only. GIF: first frame.
+// Throws ember::Error "<path>: <problem>".
+Tensor decode_image(const std::string& path, ImageMode mode = ImageMode::RGB);
+Tensor decode_image(const std::string& path, const DecodeOptions& options);
+
+// As decode_image, from bytes already in memory; `name` is what error messages call them.
+Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& name,
+                          const DecodeOptions& options = {});
+
+}  // namespace ember::data
