@@ -22,6 +22,7 @@
 #include "data/idx.h"
 #include "data/image.h"
 #include "data/image_folder.h"
+#include "data/image_transforms.h"
 #include "data/list_file.h"
 #include "data/cifar.h"
 #include "data/loader.h"
