@@ -1,23 +1,108 @@
 #include "loader.h"
 
-#include <numeric>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <thread>
+
+#include "../kernels/cpu/parallel.h"
 
 namespace ember::data {
 
-std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
-  EMBER_CHECK(n >= 0, "epoch_permutation: n = ", n, " is negative");
-  EMBER_CHECK(epoch >= 0, "epoch_permutation: epoch ", epoch, " is negative");
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  SampleRng rng = sample_rng(seed, static_cast<uint64_t>(epoch), kShuffleStream);
-  // Sequential by nature (each swap depends on the ones before); ~10 ns per element, a few ms
-  // for a million samples, once per epoch.
-  for (int64_t i = n - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i + 1)));
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+namespace detail {
+
+// The worker threads of one iteration over batches [first, end) of `epoch` (Note [Loader workers]).
+class Prefetcher {
+ public:
+  // Starts `workers` threads at once. The loader must outlive the Prefetcher.
+  Prefetcher(const DataLoader& loader, int64_t epoch, int64_t first, int64_t end, int workers, int prefetch)
+      : loader_(loader), epoch_(epoch), end_(end), capacity_(static_cast<int64_t>(workers) * prefetch),
+        next_issue_(first), next_take_(first) {
+    threads_.reserve(static_cast<size_t>(workers));
+    try {
+      for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { work(); });
+    } catch (...) {  // a thread failed to start: stop the ones that did before reporting it
+      stop();
+      throw;
+    }
   }
-  return order;
-}
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+  ~Prefetcher() { stop(); }
+
+  // The batch the next take() returns.
+  int64_t next_batch() const { return next_take_; }
+
+  // Waits for batch next_batch() and returns it, adding the time waited to `waited`; rethrows the
+  // exception its load threw (then every later call rethrows it again: the batch stays next).
+  Batch take(double& waited) {
+    std::unique_lock<std::mutex> lock(mu_);
+    EMBER_CHECK(next_take_ < end_, "DataLoader: no batch left in this iteration");
+    const auto t0 = std::chrono::steady_clock::now();
+    ready_cv_.wait(lock, [&] { return done_.count(next_take_) > 0; });
+    waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto it = done_.find(next_take_);
+    if (it->second.error) std::rethrow_exception(it->second.error);
+    Batch batch = std::move(it->second.batch);
+    done_.erase(it);
+    ++next_take_;
+    lock.unlock();
+    room_cv_.notify_all();  // a window slot opened
+    return batch;
+  }
+
+ private:
+  struct Result {
+    Batch batch;
+    std::exception_ptr error;
+  };
+
+  void work() {
+    SerialThreadScope serial;  // kernels inside load_batch run single-threaded on this worker
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      room_cv_.wait(lock, [&] { return stop_ || next_issue_ >= end_ || next_issue_ < next_take_ + capacity_; });
+      if (stop_ || next_issue_ >= end_) return;
+      const int64_t b = next_issue_++;
+      lock.unlock();
+      Result r;
+      try {
+        r.batch = loader_.load_batch(epoch_, b);
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+      lock.lock();
+      done_.emplace(b, std::move(r));
+      ready_cv_.notify_all();
+    }
+  }
+
+  void stop() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    room_cv_.notify_all();
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+  const DataLoader& loader_;
+  const int64_t epoch_, end_, capacity_;
+
+  std::mutex mu_;                      // guards everything below
+  std::condition_variable room_cv_;    // workers: a window slot opened, or stop
+  std::condition_variable ready_cv_;   // consumer: a batch arrived in done_
+  int64_t next_issue_;                 // next batch a worker takes
+  int64_t next_take_;                  // next batch the consumer takes
+  std::map<int64_t, Result> done_;     // the reorder buffer: loaded batches not yet taken
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace detail
 
 DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
     // A non-owning shared_ptr (aliasing constructor with no control block): the caller keeps the
@@ -30,8 +115,25 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   const int64_t n = dataset_->size(), b = options_.batch_size;
   EMBER_CHECK(b >= 1, "DataLoader: batch_size ", b, " must be at least 1");
   EMBER_CHECK(n >= 1, "DataLoader: the dataset is empty");
-  num_batches_ = options_.drop_last ? n / b : (n + b - 1) / b;
-  EMBER_CHECK(num_batches_ >= 1, "DataLoader: drop_last with batch_size ", b, " and ", n,
+  EMBER_CHECK(options_.num_workers >= 0, "DataLoader: num_workers ", options_.num_workers, " is negative");
+  EMBER_CHECK(options_.prefetch >= 1, "DataLoader: prefetch ", options_.prefetch, " must be at least 1");
+  // The seam for the CUDA issue (Note [Loader workers]): no pinned buffers are faked here.
+  EMBER_CHECK(options_.pin_memory == PinMemory::off,
+              "DataLoader: pin_memory needs the CUDA backend (page-locked batches and copies on a copy stream)");
+  if (options_.sampler) {
+    EMBER_CHECK(!options_.shuffle, "DataLoader: shuffle must be off with a sampler (the sampler sets the order)");
+    EMBER_CHECK(options_.sampler->dataset_size() == n, "DataLoader: the sampler indexes a dataset of ",
+                options_.sampler->dataset_size(), " samples, the dataset has ", n);
+    sampler_ = options_.sampler;
+  } else if (options_.shuffle) {
+    sampler_ = std::make_shared<const RandomSampler>(n, options_.seed);
+  } else {
+    sampler_ = std::make_shared<const SequentialSampler>(n);
+  }
+  const int64_t s = sampler_->size();
+  EMBER_CHECK(s >= 1, "DataLoader: the sampler yields no indices from ", n, " samples");
+  num_batches_ = options_.drop_last ? s / b : (s + b - 1) / b;
+  EMBER_CHECK(num_batches_ >= 1, "DataLoader: drop_last with batch_size ", b, " and ", s,
               " samples leaves no batch");
 }
 
@@ -53,7 +155,10 @@ void DataLoader::check_batch(int64_t epoch, int64_t batch, const char* op) const
 std::shared_ptr<const std::vector<int64_t>> DataLoader::order(int64_t epoch) const {
   std::lock_guard<std::mutex> lock(cache_->mu);
   if (cache_->epoch != epoch || !cache_->order) {
-    cache_->order = std::make_shared<const std::vector<int64_t>>(epoch_permutation(dataset_->size(), options_.seed, epoch));
+    auto indices = std::make_shared<const std::vector<int64_t>>(sampler_->indices(epoch));
+    EMBER_CHECK(static_cast<int64_t>(indices->size()) == sampler_->size(), "DataLoader: the sampler gave ",
+                indices->size(), " indices for epoch ", epoch, ", its size() is ", sampler_->size());
+    cache_->order = std::move(indices);
     cache_->epoch = epoch;
   }
   return cache_->order;
@@ -61,13 +166,9 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order(int64_t epoch) con
 
 std::vector<int64_t> DataLoader::batch_indices(int64_t epoch, int64_t batch) const {
   check_batch(epoch, batch, "batch_indices");
-  const int64_t n = dataset_->size(), lo = batch * options_.batch_size;
+  const int64_t n = sampler_->size(), lo = batch * options_.batch_size;
   const int64_t hi = std::min(n, lo + options_.batch_size);
   std::vector<int64_t> indices(static_cast<size_t>(hi - lo));
-  if (!options_.shuffle) {
-    std::iota(indices.begin(), indices.end(), lo);
-    return indices;
-  }
   const std::shared_ptr<const std::vector<int64_t>> perm = order(epoch);
   std::copy(perm->begin() + lo, perm->begin() + hi, indices.begin());
   return indices;
@@ -87,14 +188,37 @@ Batch DataLoader::load_batch(int64_t epoch, int64_t batch) const {
 
 DataLoader::Iterator DataLoader::begin() { return Iterator(this); }
 
-DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader), epoch_(loader->position_.epoch) { load(); }
+DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader), epoch_(loader->position_.epoch) {
+  const LoaderOptions& o = loader->options_;
+  if (o.num_workers > 0) {
+    prefetcher_ = std::make_unique<detail::Prefetcher>(*loader, epoch_, loader->position_.batch, loader->num_batches_,
+                                                       o.num_workers, o.prefetch);
+  }
+  load();
+}
+
+DataLoader::Iterator::Iterator(Iterator&&) noexcept = default;
+DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept = default;
+DataLoader::Iterator::~Iterator() = default;
 
 void DataLoader::Iterator::load() {
   const LoaderPosition at = loader_->position_;
   // The cursor moved under a running iteration: its batches would no longer be one epoch's.
   EMBER_CHECK(at.epoch == epoch_, "DataLoader: the position was changed to epoch ", at.epoch,
               " while iterating epoch ", epoch_);
-  batch_ = loader_->load_batch(at.epoch, at.batch);
+  if (prefetcher_) {
+    // The workers load the batches after the iteration's start in order; a moved cursor would skip.
+    EMBER_CHECK(at.batch == prefetcher_->next_batch(), "DataLoader: the position was changed to batch ", at.batch,
+                " while the workers load from batch ", prefetcher_->next_batch());
+    double waited = 0;
+    batch_ = prefetcher_->take(waited);
+    loader_->stats_.wait_seconds += waited;
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    batch_ = loader_->load_batch(at.epoch, at.batch);
+    loader_->stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  ++loader_->stats_.batches;
   // Advance only after the batch loaded: a throwing load leaves the position on that batch.
   last_ = at.batch + 1 == loader_->num_batches_;
   loader_->position_ = last_ ? LoaderPosition{at.epoch + 1, 0} : LoaderPosition{at.epoch, at.batch + 1};

@@ -5,14 +5,16 @@
 //                                   .transform = data::Compose{data::ToTensor(), data::Normalize({0.286}, {0.353})}});
 //   for (int epoch = 0; epoch < 10; ++epoch)
 //     for (auto& [images, labels] : loader) { ... }   // images (N, C, H, W) f32, labels (N,) i64
+//   // The same batches, loaded ahead by 2 worker threads (Note [Loader workers]):
+//   data::DataLoader fast(train, {.batch_size = 64, .shuffle = true, .seed = 1, .num_workers = 2});
 //
 // Note [Loader determinism and positions]
 // Batch b of epoch e is a pure function of (dataset, options, e, b): the epoch's order is a
 // Fisher-Yates shuffle driven by the stream sample_rng(seed, e, kShuffleStream), and every
-// sample is transformed with sample_rng(seed, e, dataset index) (data/random.h). Nothing
-// depends on what was loaded before, on threads, or (for the threaded loader of a later issue)
-// on the worker count: load_batch(e, b) is the unit of work a worker runs, and batches are
-// handed out in b order.
+// sample is transformed with sample_rng(seed, e, dataset index) (data/random.h). With a sampler
+// (data/sampler.h) the order is sampler.indices(e) instead. Nothing depends on what was loaded
+// before, on threads, or on the worker count: load_batch(e, b) is the unit of work a worker
+// runs, and batches are handed out in b order (Note [Loader workers]).
 //
 // The loader is also a cursor: position() is the next batch the iteration hands out. Handing out
 // batch b of epoch e moves it to (e, b + 1), or to (e + 1, 0) after the epoch's last batch, so a
@@ -20,9 +22,26 @@
 // where it stopped, and a checkpoint that saves position() inside the loop body (after the step
 // on that batch) resumes with exactly the batches not yet trained on: set_position(saved).
 //
-// The trainer needs only the constructor, range-for, size() and position()/set_position(); a
-// threaded loader keeps those, adding options (num_workers, prefetch) that default to today's
-// behaviour.
+// The trainer needs only the constructor, range-for, size() and position()/set_position(); the
+// threaded loader keeps those, adding options (num_workers, prefetch) whose defaults are the
+// single-threaded behaviour.
+//
+// Note [Loader workers]
+// With num_workers = N > 0, each iteration (begin() up to the iterator's destruction) runs N
+// std::threads. They take batch indices in order from a shared counter, run load_batch(e, b),
+// and put the result (or the exception it threw) into a reorder buffer keyed by b; the iterator
+// takes b, b + 1, ... from it, so the consumer sees exactly the batches of num_workers = 0. A
+// worker may take batch b only while b < (next batch the consumer takes) + N * prefetch: at most
+// N * prefetch batches are loaded ahead, ready or in flight. An exception from batch b is
+// rethrown, unchanged, by the iterator when it reaches b (the position stays on b, as without
+// workers). Destroying the iterator (the end of a range-for, a break, an exception) stops the
+// workers: none takes a new batch, each finishes the one it is loading, all are joined; so
+// abandoning an epoch costs at most one batch's load time. Workers load inside a
+// SerialThreadScope (kernels/cpu/parallel.h): their kernels run single-threaded, rather than N
+// OpenMP teams of all cores fighting the training step for the same cores.
+//
+// Seam for the CUDA issue: pin_memory (page-locked host batches copied to the device on a copy
+// stream, overlapped with compute) is declared here but throws until a CUDA backend provides it.
 
 #include <concepts>
 #include <cstdint>
@@ -34,9 +53,12 @@
 #include <vector>
 
 #include "dataset.h"
+#include "sampler.h"
 #include "transforms.h"
 
 namespace ember::data {
+
+enum class PinMemory { off, on };
 
 struct LoaderOptions {
   int64_t batch_size = 1;  // >= 1
@@ -45,6 +67,24 @@ struct LoaderOptions {
   uint64_t seed = 0;       // keys the shuffle and the per-sample transform streams
   // Applied to every sample (see apply_batch). Empty: u8 images become float32 as ToTensor makes them.
   AnyTransform transform;
+  // Worker threads per iteration (Note [Loader workers]); 0 loads in the iterating thread. >= 0.
+  int num_workers = 0;
+  // Batches loaded ahead per worker (ready or in flight), with num_workers > 0. >= 1.
+  int prefetch = 2;
+  // Which indices each epoch visits, in which order (data/sampler.h); its dataset_size() must be
+  // the dataset's size, and shuffle must be off (the sampler decides the order, as in PyTorch).
+  // Null: RandomSampler(N, seed) when shuffle is on, else SequentialSampler(N).
+  std::shared_ptr<const Sampler> sampler = nullptr;
+  // Page-locked batches for asynchronous host-to-device copies: needs the CUDA backend (a later
+  // issue); PinMemory::on throws ember::Error until then.
+  PinMemory pin_memory = PinMemory::off;
+};
+
+// How long the iterating thread waited for batches: with workers, the time a batch was not yet
+// ready when asked for; without, the whole load. Accumulated over every iteration of a loader.
+struct LoaderStats {
+  int64_t batches = 0;       // batches handed out by iterations
+  double wait_seconds = 0;   // total seconds the consumer waited for them, >= 0
 };
 
 // Where the loader is: the next batch to hand out is batch `batch` of epoch `epoch`.
@@ -54,16 +94,17 @@ struct LoaderPosition {
   friend bool operator==(const LoaderPosition&, const LoaderPosition&) = default;
 };
 
-// The order of epoch `epoch`: a permutation of [0, n) by Fisher-Yates (i from n-1 down to 1 swaps
-// i with below(i + 1)) drawing from sample_rng(seed, epoch, kShuffleStream).
-std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
+namespace detail {
+class Prefetcher;  // the worker threads of one iteration (loader.cpp)
+}
 
 class DataLoader {
  public:
   class Iterator;
 
   // Reads `dataset`, which must outlive the loader. Throws ember::Error when batch_size < 1, the
-  // dataset is empty, or drop_last leaves no batch at all.
+  // dataset is empty, drop_last leaves no batch at all, num_workers < 0, prefetch < 1, the
+  // sampler doesn't match the dataset or comes with shuffle, or pin_memory is requested.
   DataLoader(const Dataset& dataset, LoaderOptions options);
   // Shares ownership of the dataset.
   DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
@@ -80,7 +121,8 @@ class DataLoader {
   DataLoader(DataLoader&&) = default;
   DataLoader& operator=(DataLoader&&) = default;
 
-  // Batches per epoch: ceil(N / batch_size), or floor with drop_last.
+  // Batches per epoch: ceil(S / batch_size), or floor with drop_last, for S the sampler's size()
+  // (the dataset's size N without a sampler).
   int64_t size() const { return num_batches_; }
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return options_; }
@@ -95,13 +137,19 @@ class DataLoader {
   void set_epoch(int64_t epoch) { set_position({epoch, 0}); }
   int64_t epoch() const { return position_.epoch; }
 
+  // Batches handed out and time waited for them, over all iterations so far. Read it from the
+  // iterating thread (between batches or after an iteration); reset_stats() zeroes it.
+  LoaderStats stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
   // The dataset indices in batch `batch` of epoch `epoch` (in batch order).
   std::vector<int64_t> batch_indices(int64_t epoch, int64_t batch) const;
   // Loads batch `batch` of epoch `epoch` without moving the cursor. Thread-safe.
   Batch load_batch(int64_t epoch, int64_t batch) const;
 
   // Iteration from position() to the end of its epoch; each batch handed out advances position().
-  // One iteration at a time per loader; don't move the cursor while iterating.
+  // One iteration at a time per loader; don't move the cursor, or move or destroy the loader,
+  // while iterating. With workers, begin() starts them and the iterator's destruction stops them.
   Iterator begin();
   std::default_sentinel_t end() const { return {}; }
 
@@ -112,8 +160,10 @@ class DataLoader {
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
+  std::shared_ptr<const Sampler> sampler_;  // never null after construction
   int64_t num_batches_ = 0;
   LoaderPosition position_;
+  LoaderStats stats_;
 
   struct OrderCache {
     std::mutex mu;
@@ -134,12 +184,18 @@ class DataLoader::Iterator {
   Iterator& operator++();
   bool operator==(std::default_sentinel_t) const { return done_; }
 
+  // Move-only: it may own worker threads. Destruction stops and joins them (never throws).
+  Iterator(Iterator&&) noexcept;
+  Iterator& operator=(Iterator&&) noexcept;
+  ~Iterator();
+
  private:
   friend class DataLoader;
   explicit Iterator(DataLoader* loader);
   void load();  // loads the batch at the loader's position and advances it
 
   DataLoader* loader_ = nullptr;
+  std::unique_ptr<detail::Prefetcher> prefetcher_;  // null without workers
   int64_t epoch_ = 0;
   Batch batch_;
   bool last_ = false;  // batch_ is the epoch's last batch

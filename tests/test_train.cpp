@@ -98,9 +98,11 @@ TEST_CASE("train: learns a synthetic dataset and writes the metrics schema", "[t
   CHECK(events[1]["event"] == "step");
   for (const char* key : {"epoch", "step", "loss", "lr", "images_per_sec"}) CHECK(events[1].contains(key));
   CHECK(events[11]["event"] == "epoch");
-  for (const char* key : {"epoch", "train_loss", "train_acc", "test_loss", "test_acc", "images_per_sec", "seconds"})
+  for (const char* key : {"epoch", "train_loss", "train_acc", "test_loss", "test_acc", "images_per_sec", "seconds",
+                          "loader_wait_seconds"})
     CHECK(events[11].contains(key));
   CHECK(events.back()["event"] == "summary");
+  CHECK(events[11]["loader_wait_seconds"].get<double>() >= 0);
   CHECK(events.back()["test_acc"].get<double>() == Approx(s.test_acc));
 }
 

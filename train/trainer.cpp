@@ -209,6 +209,7 @@ TrainSummary run_training(TrainConfig cfg) {
     // The loader is a cursor (data/loader.h): a resumed run picks up mid-epoch where it stopped.
     if (loader.position().epoch != epoch) loader.set_epoch(epoch);
     const auto t_epoch = std::chrono::steady_clock::now();
+    const double loader_wait_before = loader.stats().wait_seconds;
     RunningStats rs;
     progress.start_epoch(epoch + 1, cfg.epochs, steps_per_epoch);
     for (auto& [images, labels] : loader) {
@@ -264,7 +265,8 @@ TrainSummary run_training(TrainConfig cfg) {
     metrics.write_line(json{{"event", "epoch"}, {"epoch", es.epoch}, {"train_loss", es.train_loss},
                             {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
                             {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
-                            {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds}}
+                            {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
+                            {"loader_wait_seconds", loader.stats().wait_seconds - loader_wait_before}}
                            .dump());
     if (!cfg.quiet) {
       std::fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%%", es.epoch, cfg.epochs, es.train_loss,

@@ -33,9 +33,13 @@ std::atomic<int>& thread_count() {
   }()};
   return n;
 }
+thread_local int serial_depth = 0;  // open SerialThreadScopes on this thread
 }  // namespace
 
-int get_num_threads() { return thread_count().load(std::memory_order_relaxed); }
+SerialThreadScope::SerialThreadScope() { ++serial_depth; }
+SerialThreadScope::~SerialThreadScope() { --serial_depth; }
+
+int get_num_threads() { return serial_depth > 0 ? 1 : thread_count().load(std::memory_order_relaxed); }
 
 void set_num_threads(int n) {
   thread_count();  // initialize first, so a later first use does not override n

@@ -15,8 +15,20 @@
 namespace ember {
 
 // Threads used by ember's CPU kernels (and OpenBLAS). Default: all cores, or EMBER_NUM_THREADS.
+// Returns 1 on a thread inside a SerialThreadScope.
 int get_num_threads();
 void set_num_threads(int n);
+
+// While alive, the kernels called on this thread run single-threaded (get_num_threads() is 1 here):
+// the data loader's worker threads hold one, so N workers don't each start an OpenMP team of all
+// cores (N x cores threads on the cores). Nests; other threads are unaffected. Copy deleted.
+class SerialThreadScope {
+ public:
+  SerialThreadScope();
+  ~SerialThreadScope();
+  SerialThreadScope(const SerialThreadScope&) = delete;
+  SerialThreadScope& operator=(const SerialThreadScope&) = delete;
+};
 
 template <typename F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
