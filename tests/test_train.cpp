@@ -218,3 +218,23 @@ TEST_CASE("train: bad input gives one clear error and writes nothing", "[train]"
   fails_with(x, "missing");
   CHECK(!fs::exists(out / "w.safetensors"));  // nothing half-written by any failed run
 }
+
+TEST_CASE("train: data-loader workers do not change the result", "[train]") {
+  const fs::path data = make_dataset("workers", 192, 32);
+  train::TrainConfig a = base_config(data);
+  a.epochs = 1;
+  a.save_weights = (temp_dir("workers_a") / "w.safetensors").string();
+  fs::create_directories(fs::path(a.save_weights).parent_path());
+  train::run_training(a);
+  train::TrainConfig b = a;
+  b.workers = 2;
+  b.save_weights = (temp_dir("workers_b") / "w.safetensors").string();
+  fs::create_directories(fs::path(b.save_weights).parent_path());
+  train::run_training(b);
+  const auto wa = weights_of(a.save_weights), wb = weights_of(b.save_weights);
+  REQUIRE(wa.size() == wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) CHECK(wa[i].second == wb[i].second);
+  train::TrainConfig bad = a;
+  bad.workers = -1;
+  CHECK_THROWS_WITH(train::run_training(bad), Catch::Contains("--workers must be non-negative"));
+}

@@ -73,6 +73,7 @@ void validate(const TrainConfig& c) {
   EMBER_CHECK(c.eval_every >= 1, "--eval-every must be at least 1, got ", c.eval_every);
   EMBER_CHECK(c.max_steps == -1 || c.max_steps >= 1, "--max-steps must be at least 1, got ", c.max_steps);
   EMBER_CHECK(c.threads >= 0, "--threads must be non-negative, got ", c.threads);
+  EMBER_CHECK(c.workers >= 0, "--workers must be non-negative, got ", c.workers);
   EMBER_CHECK(c.log_every >= 1, "log interval must be at least 1");
 }
 

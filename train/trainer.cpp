@@ -91,6 +91,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"seed", c.seed},
               {"device", "cpu"},
               {"threads", get_num_threads()},
+              {"workers", c.workers},
               {"save", c.save_dir},
               {"resume", c.resume_dir},
               {"eval_every", c.eval_every},
@@ -172,7 +173,7 @@ TrainSummary run_training(TrainConfig cfg) {
   data::AnyTransform train_tf = cfg.augment ? data::AnyTransform(make_train_transform(d, flip))
                                             : data::AnyTransform(make_eval_transform(d));
   data::DataLoader loader(d.train, {.batch_size = cfg.batch_size, .shuffle = cfg.shuffle, .drop_last = false,
-                                    .seed = cfg.seed, .transform = train_tf});
+                                    .seed = cfg.seed, .transform = train_tf, .num_workers = cfg.workers});
   data::DataLoader test_loader(d.test, {.batch_size = 256, .transform = make_eval_transform(d)});
   const int64_t steps_per_epoch = loader.size();
 

@@ -43,6 +43,7 @@ struct TrainConfig {
   uint64_t seed = 1;
   std::string device = "auto";  // auto | cpu | cuda[:n]
   int threads = 0;              // 0: all cores
+  int workers = 0;              // data-loader worker threads (0: load in the training thread)
   // checkpoints and outputs
   std::string save_dir;
   std::string resume_dir;

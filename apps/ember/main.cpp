@@ -31,6 +31,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--seed", c.seed, "seed for initialization, shuffling, augmentation and dropout")->capture_default_str();
   app.add_option("--device", c.device, "auto | cpu | cuda[:n]")->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--workers", c.workers, "data-loader worker threads (0: load in the training thread)")
+      ->capture_default_str();
   app.add_option("--save", c.save_dir, "checkpoint directory (last and best every epoch)");
   app.add_option("--resume", c.resume_dir, "continue the run saved in this checkpoint directory");
   app.add_option("--eval-every", c.eval_every, "evaluate on the test set every N epochs")->capture_default_str();
