@@ -17,6 +17,7 @@ packages=(
   libtiff-dev                   # TIFF decoding
   pkg-config                    # how CMake finds TurboJPEG and libwebp
   libomp-dev                    # not required by g++ (libgomp ships with it); kept for clang builds
+  libboost-context-dev          # fibers for the SIMT emulator (one per emulated CUDA thread)
 )
 
 missing=()
