@@ -1,0 +1,124 @@
+// The CUDA runtime layer (see Note [Device context] in runtime.h). Host code only; compiled by
+// nvcc in the CUDA flavour and by g++ over the emulator in the SIMT flavour.
+
+#include "launch.h"
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "../../core/error.h"
+#include "runtime.h"
+
+namespace ember::cuda {
+
+[[noreturn]] void throw_cuda_error(int code, const char* expr, const char* file, int line) {
+  const auto err = static_cast<cudaError_t>(code);
+  EMBER_THROW("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") from ", expr, " at ", file,
+              ":", line);
+}
+
+int device_count() {
+  // Asked once: the answer cannot change while the process runs. A machine without a driver or
+  // without a GPU answers with an error code, which means "no devices".
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the error so that it does not surface at a later launch
+      n = 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+int current_device() {
+  int d = 0;
+  EMBER_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+void set_device(int index) {
+  EMBER_CHECK(index >= 0 && index < device_count(), "cuda:", index, " does not exist (this machine has ",
+              device_count(), " CUDA device", device_count() == 1 ? "" : "s", ")");
+  EMBER_CUDA_CHECK(cudaSetDevice(index));
+}
+
+DeviceGuard::DeviceGuard(int index) : previous_(current_device()) {
+  if (index != previous_) set_device(index);
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (current_device() != previous_) (void)cudaSetDevice(previous_);  // destructors never throw
+}
+
+namespace {
+
+// The per-host-thread current stream of each device (nullptr = the legacy default stream).
+constexpr int kMaxDevices = 64;
+thread_local Stream tls_current_stream[kMaxDevices] = {};
+
+}  // namespace
+
+Stream current_stream() {
+  const int d = current_device();
+  return d < kMaxDevices ? tls_current_stream[d] : nullptr;
+}
+
+StreamGuard::StreamGuard(Stream s) : device_(current_device()), previous_(current_stream()) {
+  EMBER_CHECK(device_ < kMaxDevices, "StreamGuard: device index ", device_, " out of range");
+  tls_current_stream[device_] = s;
+}
+
+StreamGuard::~StreamGuard() { tls_current_stream[device_] = previous_; }
+
+bool sync_every_op() {
+  static const bool on = [] {
+    const char* v = std::getenv("EMBER_SYNC_EVERY_OP");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
+void check_launch(const char* op) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    EMBER_THROW(op, ": CUDA kernel launch failed on cuda:", current_device(), ": ", cudaGetErrorName(err), " (",
+                cudaGetErrorString(err), ")");
+  if (!sync_every_op()) return;
+  err = cudaStreamSynchronize(current_stream());
+  if (err != cudaSuccess)
+    EMBER_THROW(op, ": CUDA error while running on cuda:", current_device(), " (caught by EMBER_SYNC_EVERY_OP=1): ",
+                cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+}
+
+void synchronize() { EMBER_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void synchronize_stream(Stream s) { EMBER_CUDA_CHECK(cudaStreamSynchronize(s)); }
+
+const DeviceProperties& properties(int device) {
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<DeviceProperties>> cache;
+  EMBER_CHECK(device >= 0 && device < device_count(), "cuda:", device, " does not exist");
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.empty()) cache.resize(static_cast<size_t>(device_count()));
+  auto& slot = cache[static_cast<size_t>(device)];
+  if (!slot) {
+    cudaDeviceProp p{};
+    EMBER_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+    slot = std::make_unique<DeviceProperties>();
+    slot->name = p.name;
+    slot->major = p.major;
+    slot->minor = p.minor;
+    slot->multiprocessor_count = p.multiProcessorCount;
+    slot->max_threads_per_block = p.maxThreadsPerBlock;
+    slot->warp_size = p.warpSize;
+    slot->total_memory = p.totalGlobalMem;
+    slot->shared_memory_per_block = p.sharedMemPerBlock;
+    slot->shared_memory_per_block_optin = p.sharedMemPerBlockOptin;
+  }
+  return *slot;
+}
+
+}  // namespace ember::cuda

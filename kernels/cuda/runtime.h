@@ -1,0 +1,98 @@
+#pragma once
+// The CUDA runtime as ember uses it: devices, the current stream, launch checks, device contexts.
+//
+// This header includes no CUDA header, so any translation unit may use it in every build
+// flavour that has a CUDA backend (a real GPU build, or the SIMT emulator). CUstream_st is the
+// type cudaStream_t points to, so ember::cuda::Stream and cudaStream_t are the same type.
+//
+// Note [Device context]
+// Everything ember keeps per CUDA device lives in one DeviceContext, created on first use:
+// the device's properties, its copy stream (host-to-device copies that overlap compute), and
+// lazily created library handles (cuBLAS, cuDNN) and the shared cuDNN workspace. There is no
+// global "current GPU" variable in ember: the current device is the CUDA runtime's own per-host-
+// thread setting (cudaSetDevice), and the current stream is a per-host-thread, per-device value
+// that StreamGuard changes for a scope. Kernels always run on current_stream(); by default that
+// is the legacy default stream (stream 0), which orders every launch and synchronous copy on the
+// device one after another — the simple, PyTorch-like default.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;
+struct CUevent_st;
+
+namespace ember::cuda {
+
+using Stream = CUstream_st*;
+using EventHandle = CUevent_st*;
+
+// Number of CUDA devices (a real GPU build: what the driver reports; SIMT: EMBER_SIMT_DEVICES).
+int device_count();
+// The calling host thread's current device, and setting it (throws ember::Error on a bad index).
+int current_device();
+void set_device(int index);
+
+// Makes `index` the current device for a scope (no-op when it already is).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_;
+};
+
+// The stream kernels of the current device are launched on (see Note [Device context]).
+Stream current_stream();
+// Runs work of the current device on `s` for a scope.
+class StreamGuard {
+ public:
+  explicit StreamGuard(Stream s);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int device_;
+  Stream previous_;
+};
+
+// Call right after every kernel launch: turns a launch error (bad configuration, too much shared
+// memory, ...) into an ember::Error naming `op`. With EMBER_SYNC_EVERY_OP=1 in the environment it
+// also synchronizes the stream, so an asynchronous fault is reported at the op that caused it.
+void check_launch(const char* op);
+// Whether EMBER_SYNC_EVERY_OP=1 is set (read once).
+bool sync_every_op();
+
+// Waits for all work on the current device.
+void synchronize();
+void synchronize_stream(Stream s);
+
+struct DeviceProperties {
+  std::string name;
+  int major = 0, minor = 0;
+  int multiprocessor_count = 0;
+  int max_threads_per_block = 0;
+  int warp_size = 32;
+  size_t total_memory = 0;
+  size_t shared_memory_per_block = 0;
+  size_t shared_memory_per_block_optin = 0;
+};
+const DeviceProperties& properties(int device);
+
+// Throws ember::Error for a failed CUDA runtime call (code = the cudaError_t value), naming the
+// call, the error and where it happened. Used by EMBER_CUDA_CHECK.
+[[noreturn]] void throw_cuda_error(int code, const char* expr, const char* file, int line);
+
+}  // namespace ember::cuda
+
+// Wraps a CUDA runtime call: anything but cudaSuccess (0) throws ember::Error.
+#define EMBER_CUDA_CHECK(expr)                                                                    \
+  do {                                                                                            \
+    const int ember_cuda_status_ = static_cast<int>(expr);                                        \
+    if (ember_cuda_status_ != 0)                                                                  \
+      ::ember::cuda::throw_cuda_error(ember_cuda_status_, #expr, __FILE__, __LINE__);             \
+  } while (0)
