@@ -121,4 +121,18 @@ const DeviceProperties& properties(int device) {
   return *slot;
 }
 
+Scratch::Scratch(size_t bytes) : bytes_(bytes) {
+  if (bytes_ == 0) return;
+  const cudaError_t err = cudaMalloc(&ptr_, bytes_);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    EMBER_THROW("cuda:", current_device(), ": out of memory for a ", bytes_, "-byte kernel workspace (",
+                cudaGetErrorString(err), ")");
+  }
+}
+
+Scratch::~Scratch() {
+  if (ptr_) (void)cudaFree(ptr_);
+}
+
 }  // namespace ember::cuda

@@ -83,6 +83,26 @@ struct DeviceProperties {
 };
 const DeviceProperties& properties(int device);
 
+// Temporary device memory for a kernel's workspace (im2col columns, partial sums, ...) on the
+// current device, released at the end of the scope. Stream-ordered: it may be released right
+// after launching the work that uses it on current_stream(). (Served by the device's caching
+// allocator once that is wired in; until then straight from cudaMalloc.)
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // Throws ember::Error for a failed CUDA runtime call (code = the cudaError_t value), naming the
 // call, the error and where it happened. Used by EMBER_CUDA_CHECK.
 [[noreturn]] void throw_cuda_error(int code, const char* expr, const char* file, int line);
