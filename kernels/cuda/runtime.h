@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string>
 
+#include "../../core/device.h"
+
 struct CUstream_st;
 struct CUevent_st;
 
@@ -82,6 +84,10 @@ struct DeviceProperties {
   size_t shared_memory_per_block_optin = 0;
 };
 const DeviceProperties& properties(int device);
+
+// Copies `bytes` between any two of: host memory, CUDA device memory (on any device). Runs on the
+// current stream of the CUDA device involved (the destination's when both are) and waits for it.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
 // Temporary device memory for a kernel's workspace (im2col columns, partial sums, ...) on the
 // current device, released at the end of the scope. Stream-ordered: it may be released right
