@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "../../core/allocator.h"
 #include "../../core/error.h"
 #include "runtime.h"
 
@@ -138,18 +139,12 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-Scratch::Scratch(size_t bytes) : bytes_(bytes) {
-  if (bytes_ == 0) return;
-  const cudaError_t err = cudaMalloc(&ptr_, bytes_);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    EMBER_THROW("cuda:", current_device(), ": out of memory for a ", bytes_, "-byte kernel workspace (",
-                cudaGetErrorString(err), ")");
-  }
+Scratch::Scratch(size_t bytes) : bytes_(bytes), device_(current_device()) {
+  if (bytes_ > 0) ptr_ = allocator_for(Device::cuda(device_)).allocate(bytes_);
 }
 
 Scratch::~Scratch() {
-  if (ptr_) (void)cudaFree(ptr_);
+  if (ptr_) allocator_for(Device::cuda(device_)).deallocate(ptr_, bytes_);
 }
 
 }  // namespace ember::cuda

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../../core/cuda_caching_allocator.h"
 #include "../../core/device.h"
 
 struct CUstream_st;
@@ -89,10 +90,19 @@ const DeviceProperties& properties(int device);
 // current stream of the CUDA device involved (the destination's when both are) and waits for it.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
+// The caching allocator of a device (core/cuda_caching_allocator.h): statistics, returning cached
+// blocks to the device, a readable dump, and marking a block as used by another stream (its
+// memory is not reused until the work queued on `s` at the time it is freed has finished).
+CachingAllocatorStats memory_stats(int device);
+void empty_cache(int device);
+void reset_peak_memory_stats(int device);
+std::string memory_summary(int device);
+void record_stream(void* ptr, int device, Stream s);
+
 // Temporary device memory for a kernel's workspace (im2col columns, partial sums, ...) on the
 // current device, released at the end of the scope. Stream-ordered: it may be released right
-// after launching the work that uses it on current_stream(). (Served by the device's caching
-// allocator once that is wired in; until then straight from cudaMalloc.)
+// after launching the work that uses it on current_stream(): it comes from the device's caching
+// allocator, which hands a block to later work on the same stream only.
 class Scratch {
  public:
   explicit Scratch(size_t bytes);
@@ -107,6 +117,7 @@ class Scratch {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  int device_ = 0;
 };
 
 // Throws ember::Error for a failed CUDA runtime call (code = the cudaError_t value), naming the
