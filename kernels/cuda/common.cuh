@@ -139,4 +139,34 @@ __device__ inline T group_sum(T v) {
   return group_all_reduce<G>(v, SumOp{}, ScalarShfl{});
 }
 
+// ---- groups on the host side ------------------------------------------------------------------
+
+// Runs body.template operator()<G>() for a run-time group size g (1, kWarp or kThreads).
+template <typename Body>
+void with_group(int g, const Body& body) {
+  if (g == 1) body.template operator()<1>();
+  else if (g == kWarp) body.template operator()<kWarp>();
+  else body.template operator()<kThreads>();
+}
+
+// Blocks of kThreads threads for `items` work items at one group of G threads per item.
+template <int G>
+unsigned grid_for_groups(int64_t items) {
+  return grid_for(items, kThreads / G);
+}
+
+}  // namespace ember::kernels::cuda::detail
+
+// The grid-stride loop of a group kernel (blocks of kThreads threads, groups of G): `item`
+// walks the work items of this thread's group, `lane` is the thread's rank in the group. The
+// loop is uniform across a group, so every thread of the group reaches the group reductions
+// inside it.
+#define EMBER_GROUP_LOOP(G, count, item, lane)                                                        \
+  const int lane = static_cast<int>(threadIdx.x) % (G);                                                \
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * (::ember::kernels::cuda::detail::kThreads / (G)) + \
+                      threadIdx.x / (G);                                                               \
+       item < (count); item += static_cast<int64_t>(gridDim.x) * (::ember::kernels::cuda::detail::kThreads / (G)))
+
+namespace ember::kernels::cuda::detail {
+
 }  // namespace ember::kernels::cuda::detail

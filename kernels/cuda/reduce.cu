@@ -46,6 +46,7 @@ namespace {
 using detail::group_all_reduce;
 using detail::group_sum;
 using detail::kThreads;
+using detail::with_group;
 
 // The CPU's ReduceIndexer as a plain struct the kernels take by value: kept dims (output
 // positions) and reduced dims (elements of one output), row-major each.
@@ -95,26 +96,6 @@ int group_size(const Indexer& ix, const Operand& in) {
   return kThreads;
 }
 
-// Runs body.template operator()<G>() for the run-time group size.
-template <typename Body>
-void with_group(int g, const Body& body) {
-  if (g == 1) body.template operator()<1>();
-  else if (g == detail::kWarp) body.template operator()<detail::kWarp>();
-  else body.template operator()<kThreads>();
-}
-
-// The grid-stride loop over the output positions of this thread's group (uniform across the
-// group, so group reductions inside it are reached by every thread of the group).
-#define EMBER_FOR_EACH_OUTPUT(G, ix, o, lane)                                                        \
-  const int lane = static_cast<int>(threadIdx.x) % (G);                                             \
-  for (int64_t o = static_cast<int64_t>(blockIdx.x) * (kThreads / (G)) + threadIdx.x / (G); o < (ix).n_out; \
-       o += static_cast<int64_t>(gridDim.x) * (kThreads / (G)))
-
-template <int G>
-unsigned grid_for_outputs(int64_t n_out) {
-  return detail::grid_for(n_out, kThreads / G);
-}
-
 template <typename T>
 __device__ bool is_nan(T v) {
   if constexpr (std::is_floating_point_v<T>) return v != v;
@@ -125,7 +106,7 @@ __device__ bool is_nan(T v) {
 
 template <int G, typename T>
 __global__ void sum_kernel(Indexer ix, Operand in, Operand out) {
-  EMBER_FOR_EACH_OUTPUT(G, ix, o, lane) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
     const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
     double acc = 0;
     for (int64_t j = lane; j < ix.n_red; j += G) acc += static_cast<double>(x[ix.offset(j, in.strides)]);
@@ -137,7 +118,7 @@ __global__ void sum_kernel(Indexer ix, Operand in, Operand out) {
 // Two passes over the group's elements, as the CPU: the mean, then the squared deviations.
 template <int G, typename T>
 __global__ void var_kernel(Indexer ix, Operand in, Operand out, double divisor) {
-  EMBER_FOR_EACH_OUTPUT(G, ix, o, lane) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
     const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
     double total = 0;
     for (int64_t j = lane; j < ix.n_red; j += G) total += static_cast<double>(x[ix.offset(j, in.strides)]);
@@ -188,7 +169,7 @@ struct BestShfl {
 // Writes the value (values.data may be null) and/or the index of the chosen element.
 template <int G, typename T, Extremum kKind>
 __global__ void extremum_kernel(Indexer ix, Operand in, Operand values, Operand indices) {
-  EMBER_FOR_EACH_OUTPUT(G, ix, o, lane) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
     const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
     const PickBest<T, kKind> pick;
     Best<T> best{T(0), -1};
@@ -204,7 +185,7 @@ __global__ void extremum_kernel(Indexer ix, Operand in, Operand values, Operand 
 template <typename T>
 void launch_extremum(Extremum kind, const Indexer& ix, Operand in, Operand values, Operand indices, const char* op) {
   with_group(group_size(ix, in), [&]<int G>() {
-    const unsigned grid = grid_for_outputs<G>(ix.n_out);
+    const unsigned grid = detail::grid_for_groups<G>(ix.n_out);
     const cudaStream_t stream = ember::cuda::current_stream();
     if (kind == Extremum::Max)
       EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Max>), grid, kThreads, 0, stream, ix, in, values, indices);
@@ -217,7 +198,7 @@ void launch_extremum(Extremum kind, const Indexer& ix, Operand in, Operand value
 // Counts the elements equal to the output's value (NaN matches NaN), then writes each its share.
 template <int G, typename T>
 __global__ void extremum_backward_kernel(Indexer ix, Operand grad_in, Operand x, Operand value, Operand grad_out) {
-  EMBER_FOR_EACH_OUTPUT(G, ix, o, lane) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
     const T v = static_cast<const T*>(value.data)[ix.base(o, value.strides)];
     const T* xo = static_cast<const T*>(x.data) + ix.base(o, x.strides);
     T* gio = static_cast<T*>(grad_in.data) + ix.base(o, grad_in.strides);
@@ -235,7 +216,7 @@ __global__ void extremum_backward_kernel(Indexer ix, Operand grad_in, Operand x,
 // No reduction: each group scatters grad_out[o] to the chosen position and zeros elsewhere.
 template <int G, typename T>
 __global__ void index_backward_kernel(Indexer ix, Operand grad_in, Operand grad_out, Operand indices) {
-  EMBER_FOR_EACH_OUTPUT(G, ix, o, lane) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
     const int64_t chosen = static_cast<const int64_t*>(indices.data)[ix.base(o, indices.strides)];
     const T g = static_cast<const T*>(grad_out.data)[ix.base(o, grad_out.strides)];
     T* gio = static_cast<T*>(grad_in.data) + ix.base(o, grad_in.strides);
@@ -253,7 +234,7 @@ void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
     const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
     with_group(group_size(ix, in), [&]<int G>() {
-      EMBER_LAUNCH((sum_kernel<G, T>), grid_for_outputs<G>(ix.n_out), kThreads, 0, ember::cuda::current_stream(), ix,
+      EMBER_LAUNCH((sum_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, ember::cuda::current_stream(), ix,
                    in, out);
     });
     ember::cuda::check_launch("sum");
@@ -268,7 +249,7 @@ void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
     if (ix.n_out == 0) return;
     const double divisor = static_cast<double>(ix.n_red - correction > 0 ? ix.n_red - correction : 0);
     with_group(group_size(ix, in), [&]<int G>() {
-      EMBER_LAUNCH((var_kernel<G, T>), grid_for_outputs<G>(ix.n_out), kThreads, 0, ember::cuda::current_stream(), ix,
+      EMBER_LAUNCH((var_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, ember::cuda::current_stream(), ix,
                    in, out, divisor);
     });
     ember::cuda::check_launch("var");
@@ -293,7 +274,7 @@ void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, 
     const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
     with_group(group_size(ix, x), [&]<int G>() {
-      EMBER_LAUNCH((extremum_backward_kernel<G, T>), grid_for_outputs<G>(ix.n_out), kThreads, 0,
+      EMBER_LAUNCH((extremum_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0,
                    ember::cuda::current_stream(), ix, grad_in, x, value, grad_out);
     });
     ember::cuda::check_launch("amax backward");
@@ -319,7 +300,7 @@ void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Ope
     if (ix.n_out == 0) return;
     with_group(group_size(ix, grad_in), [&]<int G>() {
       // No barrier and no shuffle: the emulator may run it as plain loops.
-      EMBER_LAUNCH_FLAT((index_backward_kernel<G, T>), grid_for_outputs<G>(ix.n_out), kThreads,
+      EMBER_LAUNCH_FLAT((index_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads,
                         ember::cuda::current_stream(), ix, grad_in, grad_out, indices);
     });
     ember::cuda::check_launch("max backward");
