@@ -13,6 +13,11 @@
 #include "../../core/error.h"
 #include "../strided.h"
 
+// Grid-stride loop over n items, one per thread (the flat kernels).
+#define EMBER_THREAD_LOOP(i, n)                                                                      \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);             \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
 namespace ember::kernels::cuda::detail {
 
 inline constexpr int kThreads = 256;        // threads per block of the 1-D kernels
