@@ -76,7 +76,6 @@ __device__ void apply_packed(int64_t v, Out* out, const Inputs<sizeof...(In)>& i
   Packs<K, In...> loaded;
   load_packs<K, 0>(loaded, in.p, v);
   Pack<Out, K> r;
-#pragma unroll
   for (int j = 0; j < K; ++j) r.v[j] = f(pack_get<I>(loaded).v[j]...);
   reinterpret_cast<Pack<Out, K>*>(out)[v] = r;
 }

@@ -30,7 +30,6 @@ using detail::kThreads;
 // Calls put(element index, block words) for the k elements of block b that exist.
 template <int K, typename Put>
 __device__ void for_block_elements(int64_t b, int64_t n, const Put& put) {
-#pragma unroll
   for (int e = 0; e < K; ++e) {
     const int64_t i = b * K + e;
     if (i < n) put(i);

@@ -51,13 +51,14 @@ Tol same_math() {
 }
 
 // Reductions and sums in a different order than the CPU's sequential loop. Accumulation is in
-// double on both sides; f32 outputs are rounded from a double that differs from the CPU's by
-// ~n * 1e-16 relative, so they agree to one f32 ulp; f64 outputs differ by the summation
-// order's rounding: ~n * eps relative to the sum of magnitudes.
+// double on both sides; f32 outputs are rounded from doubles that differ by ~1e-13 relative,
+// so they agree to within one f32 ulp (a rounding boundary may fall between them); f64 outputs
+// differ by the summation order's rounding, bounded by n * eps * sum|x| (~1e-12 relative for the
+// test sizes; the absolute floor covers sums that cancel to near zero).
 template <typename T>
 Tol reordered_sum() {
-  if constexpr (std::is_same_v<T, float>) return {1e-6, 2.4e-7};
-  else return {1e-12, 1e-12};
+  if constexpr (std::is_same_v<T, float>) return {1e-6, 2.4e-7};  // 2 f32 ulp
+  else return {1e-10, 1e-12};
 }
 
 template <typename T>
