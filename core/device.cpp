@@ -2,6 +2,10 @@
 
 #include "error.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/runtime.h"
+#endif
+
 namespace ember {
 
 Device::Device(const std::string& spec) {
@@ -35,9 +39,12 @@ std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_st
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
-// The CUDA backend (a later issue) provides these when it is built in; the CPU-only build
-// answers here.
-#ifndef EMBER_HAVE_CUDA
+// With a CUDA backend (nvcc, or the SIMT emulator: EMBER_CUDA_BACKEND is a private define of
+// libember) the runtime answers; the CPU-only build answers here.
+#if EMBER_CUDA_BACKEND
+bool cuda_built() { return true; }
+int cuda_device_count() { return cuda::device_count(); }
+#elif !defined(EMBER_HAVE_CUDA)
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
 #endif
