@@ -61,5 +61,9 @@ if(EMBER_WITH_CUDA)
   add_library(ember_cuda_compile_check OBJECT ${EMBER_CUDA_SOURCES})
   target_include_directories(ember_cuda_compile_check PRIVATE ${PROJECT_BINARY_DIR}/include ${EMBER_CUDNN_INCLUDE_DIR})
   target_compile_options(ember_cuda_compile_check PRIVATE --expt-relaxed-constexpr)
+  # Optimizer steps must round like the CPU step (Note [Matching torch.optim bit for bit]): no FMA
+  # contraction in that file. Guarded by language: the SIMT flavour compiles .cu files as C++.
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cuda/optim.cu PROPERTIES
+    COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>")
   target_link_libraries(ember_cuda_compile_check PRIVATE CUDA::cudart CUDA::cublas)
 endif()
