@@ -37,11 +37,12 @@ std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str
 
 // The CUDA backend (a later issue) provides these when it is built in; the CPU-only build
 // answers here.
-#ifndef EMBER_HAVE_CUDA
+#if !EMBER_CUDA_BACKEND
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
+bool cuda_emulated() { return false; }
 #endif
 
-Device Device::best() { return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu(); }
+Device Device::best() { return cuda_device_count() > 0 && !cuda_emulated() ? Device::cuda(0) : Device::cpu(); }
 
 }  // namespace ember
