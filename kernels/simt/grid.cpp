@@ -154,8 +154,8 @@ constexpr int kMaxDynamicSmemOptin = 227 * 1024;  // sm_90: 232448 bytes
 
 std::mutex attribute_mutex;
 std::map<const void*, int>& max_dynamic_smem_table() {
-  static std::map<const void*, int> table;
-  return table;
+  static auto* table = new std::map<const void*, int>;  // never destroyed, like the registry
+  return *table;
 }
 
 cudaError_t validate(const LaunchRequest& r) {
