@@ -281,7 +281,7 @@ TEST_CASE("simt: tiled SGEMM matches the CPU, square and ragged", "[simt]") {
   }
 }
 
-TEST_CASE("simt: streams order work; deferred mode waits for synchronization", "[simt]") {
+TEST_CASE("simt: streams order work, deferred mode waits for synchronization", "[simt]") {
   const int n = 1 << 12;
   Dev<float> x(static_cast<size_t>(n), 1.0f);
   cudaStream_t s = nullptr;
