@@ -95,7 +95,7 @@ CpuAllocator& cpu_allocator() {
   return instance;
 }
 
-#ifndef EMBER_HAVE_CUDA
+#if !EMBER_CUDA_BACKEND
 Allocator& allocator_for(Device d) {
   EMBER_CHECK(d.is_cpu(), "device ", d, " is not available: this build of ember has no CUDA backend "
               "(configure with -DEMBER_CUDA=ON on a machine with the CUDA toolkit)");

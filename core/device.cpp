@@ -40,15 +40,13 @@ std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_st
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
 // With a CUDA backend (nvcc, or the SIMT emulator: EMBER_CUDA_BACKEND is a private define of
-// libember) the runtime answers; the CPU-only build answers here.
-#if EMBER_CUDA_BACKEND
-bool cuda_built() { return true; }
-int cuda_device_count() { return cuda::device_count(); }
-#elif !defined(EMBER_HAVE_CUDA)
+// libember) kernels/cuda/allocator.cu answers; the CPU-only build answers here.
+#if !EMBER_CUDA_BACKEND
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
+bool cuda_emulated() { return false; }
 #endif
 
-Device Device::best() { return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu(); }
+Device Device::best() { return cuda_device_count() > 0 && !cuda_emulated() ? Device::cuda(0) : Device::cpu(); }
 
 }  // namespace ember

@@ -20,7 +20,8 @@ struct Device {
 
   static constexpr Device cpu() { return Device(DeviceType::CPU); }
   static constexpr Device cuda(int i = 0) { return Device(DeviceType::CUDA, i); }
-  // A GPU if this build has CUDA and one is present, else the CPU.
+  // A GPU if this build has CUDA and one is present, else the CPU. The SIMT flavour's emulated
+  // devices are never "best": they exist to run the CUDA code for correctness, slowly.
   static Device best();
 
   bool is_cpu() const { return type == DeviceType::CPU; }
@@ -36,5 +37,7 @@ std::ostream& operator<<(std::ostream& os, const Device& d);
 bool cuda_built();
 // Number of CUDA devices visible (0 in a CPU-only build).
 int cuda_device_count();
+// Whether the CUDA devices are the SIMT emulator's (host memory, kernels run as fibers).
+bool cuda_emulated();
 
 }  // namespace ember

@@ -8,6 +8,10 @@
 #include "../layers/op_helpers.h"
 #include "autograd.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/elementwise.h"
+#endif
+
 namespace ember {
 
 // ---- helpers for all ops ----------------------------------------------------------------------
@@ -211,6 +215,34 @@ void check_inplace(const char* op, const Tensor& self) {
 }
 }  // namespace
 
+namespace {
+
+// Note [Copies between devices]
+// Bytes cross between the CPU and a CUDA device (or between two devices) as one contiguous block
+// already in the destination's dtype and shape: a cast, a broadcast or a strided layout is done
+// on the side that holds the data (where it is one kernel), never element by element across
+// the bus. The transfer itself is synchronous from the host's point of view.
+void copy_across_devices(Tensor& dst, const Tensor& src) {
+#if EMBER_CUDA_BACKEND
+  NoGradGuard g;
+  Tensor staged = src;
+  if (src.dtype() != dst.dtype() || src.shape() != dst.shape() || !src.is_contiguous()) {
+    staged = empty(dst.shape(), {.dtype = dst.dtype(), .device = src.device()});
+    staged.copy_(src);
+  }
+  Tensor landing = dst.is_contiguous() ? dst : empty(dst.shape(), {.dtype = dst.dtype(), .device = dst.device()});
+  cuda::copy_bytes(landing.data(), landing.device(), staged.data(), staged.device(),
+                   static_cast<size_t>(dst.numel() * dtype_size(dst.dtype())));
+  if (!dst.is_contiguous()) dst.copy_(landing);
+#else
+  (void)dst;
+  (void)src;
+  detail::cuda_unavailable("copy_");
+#endif
+}
+
+}  // namespace
+
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace("copy_", *this);
   EMBER_CHECK(!(grad_mode_enabled() && src.requires_grad()), "copy_: source of shape ", src.shape(),
@@ -227,8 +259,12 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (device().is_cpu() && src.device().is_cpu()) {
     kernels::cpu::copy(detail::iter_shape(shape()), dtype(), detail::operand(*this), src.dtype(),
                        detail::operand(src, shape()));
+  } else if (device() == src.device()) {
+    EMBER_CUDA_CALL(device(), "copy_",
+                    kernels::cuda::copy(detail::iter_shape(shape()), dtype(), detail::operand(*this), src.dtype(),
+                                        detail::operand(src, shape())));
   } else {
-    detail::cuda_unavailable("copy_");
+    copy_across_devices(*this, src);
   }
   bump_version();
   return *this;
@@ -238,7 +274,10 @@ Tensor& Tensor::fill_(double value) {
   check_inplace("fill_", *this);
   switch (device().type) {
     case DeviceType::CPU: kernels::cpu::fill(dtype(), detail::iter_shape(shape()), detail::operand(*this), value); break;
-    case DeviceType::CUDA: detail::cuda_unavailable("fill_");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(device(), "fill_",
+                      kernels::cuda::fill(dtype(), detail::iter_shape(shape()), detail::operand(*this), value));
+      break;
   }
   bump_version();
   return *this;
@@ -283,6 +322,51 @@ Tensor Tensor::to(Device d, DType dt) const {
   return out;
 }
 
+Tensor Tensor::to(Device d, bool non_blocking) const {
+#if EMBER_CUDA_BACKEND
+  const bool async_ok = non_blocking && d != device() && (d.is_cpu() != device().is_cpu()) && is_contiguous() &&
+                        !(grad_mode_enabled() && requires_grad());
+  if (async_ok && device().is_cpu() && is_pinned()) {
+    Tensor out = empty(shape(), {.dtype = dtype(), .device = d});
+    cuda::copy_bytes_async(out.data(), d, data(), device(), static_cast<size_t>(nbytes()));
+    return out;
+  }
+  if (async_ok && d.is_cpu()) {
+    Tensor out = empty(shape(), {.dtype = dtype()}).pin_memory();
+    cuda::copy_bytes_async(out.data(), d, data(), device(), static_cast<size_t>(nbytes()));
+    return out;
+  }
+#endif
+  (void)non_blocking;
+  return to(d);
+}
+
+bool Tensor::is_pinned() const {
+#if EMBER_CUDA_BACKEND
+  return defined() && device().is_cpu() && cuda::is_pinned(storage()->data());
+#else
+  return false;
+#endif
+}
+
+Tensor Tensor::pin_memory() const {
+  EMBER_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got ", describe(*this));
+#if EMBER_CUDA_BACKEND
+  if (is_pinned()) return *this;
+  const size_t bytes = static_cast<size_t>(numel() * dtype_size(dtype()));
+  void* p = cuda::pinned_allocate(bytes);
+  auto storage = std::make_shared<Storage>(p, bytes, Device::cpu(), [](void* q) { cuda::pinned_free(q); });
+  Tensor out = make_tensor(std::move(storage), shape(), contiguous_strides(shape()), 0, dtype());
+  {
+    NoGradGuard g;
+    out.copy_(*this);
+  }
+  return out;
+#else
+  EMBER_THROW("pin_memory: pinned host memory needs a build with a CUDA backend");
+#endif
+}
+
 double Tensor::item() const {
   EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
               shape(), ")");
@@ -312,8 +396,8 @@ std::vector<bool> Tensor::to_vector() const {
 // ---- in-place arithmetic ------------------------------------------------------------------------
 
 namespace {
-template <typename F>
-Tensor& inplace_binary(const char* op, Tensor& self, const Tensor& other, F kernel) {
+// self = self bop other (Add: self + alpha * other).
+Tensor& inplace_binary(const char* op, Tensor& self, const Tensor& other, kernels::BinaryOp bop, double alpha) {
   check_inplace(op, self);
   detail::check_same_device(op, self, other);
   detail::check_floating(op, self);
@@ -322,9 +406,14 @@ Tensor& inplace_binary(const char* op, Tensor& self, const Tensor& other, F kern
   Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());
   switch (self.device().type) {
     case DeviceType::CPU:
-      kernel(detail::iter_shape(self.shape()), detail::operand(self), detail::operand(o, self.shape()));
+      kernels::cpu::binary(bop, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
+                           detail::operand(self), detail::operand(o, self.shape()), alpha);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(self.device(), op,
+                      kernels::cuda::binary(bop, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
+                                            detail::operand(self), detail::operand(o, self.shape()), alpha));
+      break;
   }
   self.bump_version();
   return self;
@@ -332,25 +421,10 @@ Tensor& inplace_binary(const char* op, Tensor& self, const Tensor& other, F kern
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  const DType dt = dtype();
-  return inplace_binary("add_", *this, other, [&](auto shape, auto out, auto in) {
-    kernels::cpu::binary(kernels::BinaryOp::Add, dt, shape, out, out, in, alpha);
-  });
+  return inplace_binary("add_", *this, other, kernels::BinaryOp::Add, alpha);
 }
-
-Tensor& Tensor::mul_(const Tensor& other) {
-  const DType dt = dtype();
-  return inplace_binary("mul_", *this, other, [&](auto shape, auto out, auto in) {
-    kernels::cpu::binary(kernels::BinaryOp::Mul, dt, shape, out, out, in, 1.0);
-  });
-}
-
-Tensor& Tensor::div_(const Tensor& other) {
-  const DType dt = dtype();
-  return inplace_binary("div_", *this, other, [&](auto shape, auto out, auto in) {
-    kernels::cpu::binary(kernels::BinaryOp::Div, dt, shape, out, out, in, 1.0);
-  });
-}
+Tensor& Tensor::mul_(const Tensor& other) { return inplace_binary("mul_", *this, other, kernels::BinaryOp::Mul, 1.0); }
+Tensor& Tensor::div_(const Tensor& other) { return inplace_binary("div_", *this, other, kernels::BinaryOp::Div, 1.0); }
 
 namespace {
 Tensor& inplace_unary(const char* op, Tensor& self, kernels::UnaryOp k, double alpha) {
@@ -361,7 +435,11 @@ Tensor& inplace_unary(const char* op, Tensor& self, kernels::UnaryOp k, double a
       kernels::cpu::unary(k, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
                           detail::operand(self), alpha);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(self.device(), op,
+                      kernels::cuda::unary(k, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
+                                           detail::operand(self), alpha));
+      break;
   }
   self.bump_version();
   return self;
@@ -379,7 +457,12 @@ Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
       kernels::cpu::clamp(dtype(), detail::iter_shape(shape()), detail::operand(*this), detail::operand(*this),
                           lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("clamp_");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(
+          device(), "clamp_",
+          kernels::cuda::clamp(dtype(), detail::iter_shape(shape()), detail::operand(*this), detail::operand(*this),
+                               lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0)));
+      break;
   }
   bump_version();
   return *this;

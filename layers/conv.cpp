@@ -5,6 +5,11 @@
 #include "nn_functional.h"
 #include "op_helpers.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/conv.h"
+#include "../kernels/cuda/cudnn.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -75,7 +80,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     case DeviceType::CPU:
       kernels::cpu::conv2d_forward(dt, g, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("conv2d");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), "conv2d", {
+        const void* b = bc.defined() ? bc.data() : nullptr;
+        if (kernels::cuda::cudnn::use_for_conv())
+          kernels::cuda::cudnn::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
+        else
+          kernels::cuda::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
+      });
+      break;
   }
   if (!any_requires_grad({&x, &weight, &bias})) return y;
 
@@ -98,7 +111,20 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         if (need_w) kernels::cpu::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
         if (need_b) kernels::cpu::conv2d_backward_bias(dt, g, gy.data(), gb.data());
         break;
-      case DeviceType::CUDA: detail::cuda_unavailable("conv2d backward");
+      case DeviceType::CUDA:
+        EMBER_CUDA_CALL(gy.device(), "conv2d backward", {
+          namespace kc = kernels::cuda;
+          if (kc::cudnn::use_for_conv()) {
+            if (need_x) kc::cudnn::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
+            if (need_w) kc::cudnn::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
+            if (need_b) kc::cudnn::conv2d_backward_bias(dt, g, gy.data(), gb.data());
+          } else {
+            if (need_x) kc::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
+            if (need_w) kc::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
+            if (need_b) kc::conv2d_backward_bias(dt, g, gy.data(), gb.data());
+          }
+        });
+        break;
     }
     return std::vector<Tensor>{gx, gw, gb};
   });

@@ -7,6 +7,10 @@
 #include "op_helpers.h"
 #include "reduce.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/elementwise.h"
+#endif
+
 namespace ember {
 
 using kernels::BinaryOp;
@@ -62,7 +66,11 @@ Tensor binary_forward(BinaryOp op, const Tensor& a0, const Tensor& b0, double al
       kernels::cpu::binary(op, dt, detail::iter_shape(shape), detail::operand(out), detail::operand(a, shape),
                            detail::operand(b, shape), alpha);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(name);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(out.device(), name,
+                      kernels::cuda::binary(op, dt, detail::iter_shape(shape), detail::operand(out),
+                                            detail::operand(a, shape), detail::operand(b, shape), alpha));
+      break;
   }
   return out;
 }
@@ -74,7 +82,11 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double alpha
     case DeviceType::CPU:
       kernels::cpu::unary(op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x), alpha);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(name);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), name,
+                      kernels::cuda::unary(op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(out),
+                                           detail::operand(x), alpha));
+      break;
   }
   return out;
 }
@@ -88,7 +100,12 @@ Tensor unary_backward(UnaryOp op, const char* name, const Tensor& g0, const Tens
       kernels::cpu::unary_backward(op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(gi),
                                    detail::operand(g, x.shape()), detail::operand(x), detail::operand(y), alpha);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(name);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(
+          x.device(), name,
+          kernels::cuda::unary_backward(op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(gi),
+                                        detail::operand(g, x.shape()), detail::operand(x), detail::operand(y), alpha));
+      break;
   }
   return gi;
 }
@@ -200,7 +217,13 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1
                                        need_b ? detail::operand(gb) : kernels::Operand{}, detail::operand(gv, shape),
                                        detail::operand(av, shape), detail::operand(bv, shape), detail::operand(y));
             break;
-          case DeviceType::CUDA: detail::cuda_unavailable("pow backward");
+          case DeviceType::CUDA:
+            EMBER_CUDA_CALL(y.device(), "pow backward",
+                            kernels::cuda::pow_backward(
+                                dt, detail::iter_shape(shape), need_a ? detail::operand(ga) : kernels::Operand{},
+                                need_b ? detail::operand(gb) : kernels::Operand{}, detail::operand(gv, shape),
+                                detail::operand(av, shape), detail::operand(bv, shape), detail::operand(y)));
+            break;
         }
         return std::vector<Tensor>{need_a ? fit(ga, sa, da) : Tensor(), need_b ? fit(gb, sb, db) : Tensor()};
       });
@@ -269,7 +292,12 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
       kernels::cpu::clamp(x.dtype(), detail::iter_shape(x.shape()), detail::operand(y), detail::operand(x),
                           lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("clamp");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(
+          x.device(), "clamp",
+          kernels::cuda::clamp(x.dtype(), detail::iter_shape(x.shape()), detail::operand(y), detail::operand(x),
+                               lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0)));
+      break;
   }
   if (any_requires_grad({&x})) {
     SavedTensor sx(x, "ClampBackward");
@@ -299,7 +327,11 @@ Tensor compare_op(CompareOp op, const char* name, const Tensor& a0, const Tensor
       kernels::cpu::compare(op, dt, detail::iter_shape(shape), detail::operand(out), detail::operand(a, shape),
                             detail::operand(b, shape));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(name);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(out.device(), name,
+                      kernels::cuda::compare(op, dt, detail::iter_shape(shape), detail::operand(out),
+                                             detail::operand(a, shape), detail::operand(b, shape)));
+      break;
   }
   return out;
 }
@@ -331,7 +363,11 @@ Tensor logical_not(const Tensor& x) {
     case DeviceType::CPU:
       kernels::cpu::logical_not(detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("logical_not");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(
+          x.device(), "logical_not",
+          kernels::cuda::logical_not(detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x)));
+      break;
   }
   return out;
 }
@@ -342,7 +378,11 @@ Tensor isnan(const Tensor& x) {
     case DeviceType::CPU:
       kernels::cpu::isnan(x.dtype(), detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("isnan");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(
+          x.device(), "isnan",
+          kernels::cuda::isnan(x.dtype(), detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x)));
+      break;
   }
   return out;
 }
@@ -360,7 +400,12 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
       kernels::cpu::where(dt, detail::iter_shape(shape), detail::operand(out), detail::operand(cond, shape),
                           detail::operand(a, shape), detail::operand(b, shape));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("where");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(
+          out.device(), "where",
+          kernels::cuda::where(dt, detail::iter_shape(shape), detail::operand(out), detail::operand(cond, shape),
+                               detail::operand(a, shape), detail::operand(b, shape)));
+      break;
   }
   if (any_requires_grad({&a0, &b0})) {
     const bool need_a = a0.requires_grad(), need_b = b0.requires_grad();

@@ -17,6 +17,10 @@
 #include "op_helpers.h"
 #include "reduce.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/gemm.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -100,26 +104,31 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
       }
     }
   }
-  switch (out.device().type) {
-    case DeviceType::CPU:
-      EMBER_DISPATCH_FLOAT(out.dtype(), op, [&] {
-        using T = scalar_t;
-        const T* pa = static_cast<const T*>(a.data());
-        const T* pb = static_cast<const T*>(b.data());
-        T* pc = static_cast<T*>(out.data());
-        std::vector<const T*> va(batch), vb(batch);
-        std::vector<T*> vc(batch);
-        for (int64_t i = 0; i < batch; ++i) {
-          va[i] = pa + off_a[i];
-          vb[i] = pb + off_b[i];
-          vc[i] = pc + i * n * m;
-        }
+  EMBER_DISPATCH_FLOAT(out.dtype(), op, [&] {
+    using T = scalar_t;
+    const T* pa = static_cast<const T*>(a.data());
+    const T* pb = static_cast<const T*>(b.data());
+    T* pc = static_cast<T*>(out.data());
+    std::vector<const T*> va(batch), vb(batch);
+    std::vector<T*> vc(batch);
+    for (int64_t i = 0; i < batch; ++i) {
+      va[i] = pa + off_a[i];
+      vb[i] = pb + off_b[i];
+      vc[i] = pc + i * n * m;
+    }
+    const int64_t ldc = std::max<int64_t>(1, m);
+    switch (out.device().type) {
+      case DeviceType::CPU:
         kernels::cpu::gemm_batched(la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(), lb.ld, T(beta),
-                                   vc.data(), std::max<int64_t>(1, m), batch);
-      });
-      break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
-  }
+                                   vc.data(), ldc, batch);
+        break;
+      case DeviceType::CUDA:
+        EMBER_CUDA_CALL(out.device(), op,
+                        kernels::cuda::gemm_batched(la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(),
+                                                    lb.ld, T(beta), vc.data(), ldc, batch));
+        break;
+    }
+  });
 }
 
 // a (*ba, n, k) @ b (*bb, k, m) with the batch dims broadcast; both at least 2-D, k checked.

@@ -15,6 +15,10 @@
 #include "nn_functional.h"
 #include "op_helpers.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/batchnorm.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -67,7 +71,10 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
       Tensor var = empty({channels}, {.dtype = dt, .device = x.device()});
       switch (x.device().type) {
         case DeviceType::CPU: kernels::cpu::batch_norm_stats(dt, sh, x.data(), mean.data(), var.data()); break;
-        case DeviceType::CUDA: detail::cuda_unavailable("batch_norm");
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(x.device(), "batch_norm",
+                          kernels::cuda::batch_norm_stats(dt, sh, x.data(), mean.data(), var.data()));
+          break;
       }
       invstd = rsqrt(add(var, eps));
       if (running_mean.defined()) {  // Note [Batch norm running statistics]
@@ -88,7 +95,11 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
       kernels::cpu::batch_norm_apply(dt, sh, x.data(), mean.data(), invstd.data(), data_or_null(w), data_or_null(b),
                                      y.data());
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("batch_norm");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), "batch_norm",
+                      kernels::cuda::batch_norm_apply(dt, sh, x.data(), mean.data(), invstd.data(), data_or_null(w),
+                                                      data_or_null(b), y.data()));
+      break;
   }
 
   if (any_requires_grad({&x0, &weight, &bias})) {
@@ -110,7 +121,13 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
                                             sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
                                             data_or_null(gx), data_or_null(gw), data_or_null(gb));
           break;
-        case DeviceType::CUDA: detail::cuda_unavailable("batch_norm backward");
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(
+              xs.device(), "batch_norm backward",
+              kernels::cuda::batch_norm_backward(dt, sh, training, xs.data(), gy.data(), smean.get().data(),
+                                                 sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
+                                                 data_or_null(gx), data_or_null(gw), data_or_null(gb)));
+          break;
       }
       return std::vector<Tensor>{gx, need_w ? gw.to(dw) : Tensor(), need_b ? gb.to(db) : Tensor()};
     });

@@ -9,6 +9,7 @@
 //   }
 
 #include "../core/autograd.h"
+#include "../core/cuda_dispatch.h"
 #include "../core/tensor.h"
 #include "../kernels/strided.h"
 
@@ -26,7 +27,5 @@ inline kernels::Operand operand(const Tensor& t) { return operand(t, t.shape());
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 // Throws: "<op>: expected a floating-point tensor (float32 or float64), got int64 ...".
 void check_floating(const char* op, const Tensor& t);
-// Throws "<op>: ... CUDA" for ops whose CUDA kernel does not exist in this build.
-[[noreturn]] void cuda_unavailable(const char* op);
 
 }  // namespace ember::detail

@@ -5,6 +5,10 @@
 #include "nn_functional.h"
 #include "op_helpers.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/pool.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -77,7 +81,11 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2d
     case DeviceType::CPU:
       kernels::cpu::max_pool2d_forward(x.dtype(), g, x.data(), out.data(), indices.data_ptr<int64_t>());
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("max_pool2d");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(
+          x.device(), "max_pool2d",
+          kernels::cuda::max_pool2d_forward(x.dtype(), g, x.data(), out.data(), indices.data_ptr<int64_t>()));
+      break;
   }
   if (any_requires_grad({&x0})) {
     SavedTensor si(indices, "MaxPool2dBackward");
@@ -92,7 +100,11 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2d
         case DeviceType::CPU:
           kernels::cpu::max_pool2d_backward(dt, g, go.data(), idx.contiguous().data_ptr<int64_t>(), gi.data());
           break;
-        case DeviceType::CUDA: detail::cuda_unavailable("max_pool2d backward");
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(
+              go.device(), "max_pool2d backward",
+              kernels::cuda::max_pool2d_backward(dt, g, go.data(), idx.contiguous().data_ptr<int64_t>(), gi.data()));
+          break;
       }
       return std::vector<Tensor>{gi};
     });
@@ -109,7 +121,10 @@ Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
   switch (x.device().type) {
     case DeviceType::CPU: kernels::cpu::avg_pool2d_forward(x.dtype(), g, include_pad, x.data(), out.data()); break;
-    case DeviceType::CUDA: detail::cuda_unavailable("avg_pool2d");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), "avg_pool2d",
+                      kernels::cuda::avg_pool2d_forward(x.dtype(), g, include_pad, x.data(), out.data()));
+      break;
   }
   if (any_requires_grad({&x0})) {
     const Shape in_shape = x0.shape();
@@ -120,7 +135,10 @@ Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
       switch (go.device().type) {
         case DeviceType::CPU: kernels::cpu::avg_pool2d_backward(dt, g, include_pad, go.data(), gi.data()); break;
-        case DeviceType::CUDA: detail::cuda_unavailable("avg_pool2d backward");
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(go.device(), "avg_pool2d backward",
+                          kernels::cuda::avg_pool2d_backward(dt, g, include_pad, go.data(), gi.data()));
+          break;
       }
       return std::vector<Tensor>{gi};
     });
@@ -142,7 +160,10 @@ Tensor adaptive_avg_pool2d(const Tensor& x0, std::pair<int64_t, int64_t> output_
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
   switch (x.device().type) {
     case DeviceType::CPU: kernels::cpu::adaptive_avg_pool2d_forward(x.dtype(), g, x.data(), out.data()); break;
-    case DeviceType::CUDA: detail::cuda_unavailable("adaptive_avg_pool2d");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), "adaptive_avg_pool2d",
+                      kernels::cuda::adaptive_avg_pool2d_forward(x.dtype(), g, x.data(), out.data()));
+      break;
   }
   if (any_requires_grad({&x0})) {
     const Shape in_shape = x0.shape();
@@ -153,7 +174,10 @@ Tensor adaptive_avg_pool2d(const Tensor& x0, std::pair<int64_t, int64_t> output_
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
       switch (go.device().type) {
         case DeviceType::CPU: kernels::cpu::adaptive_avg_pool2d_backward(dt, g, go.data(), gi.data()); break;
-        case DeviceType::CUDA: detail::cuda_unavailable("adaptive_avg_pool2d backward");
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(go.device(), "adaptive_avg_pool2d backward",
+                          kernels::cuda::adaptive_avg_pool2d_backward(dt, g, go.data(), gi.data()));
+          break;
       }
       return std::vector<Tensor>{gi};
     });

@@ -9,6 +9,10 @@
 #include "elementwise.h"
 #include "op_helpers.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/reduce.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -53,7 +57,11 @@ Tensor sum_kernel(const Tensor& x, const Dims& dims) {
       kernels::cpu::sum(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x), detail::operand(out, x.shape()),
                         detail::iter_shape(kept));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("sum");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), "sum",
+                      kernels::cuda::sum(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                                         detail::operand(out, x.shape()), detail::iter_shape(kept)));
+      break;
   }
   return out;
 }
@@ -93,7 +101,11 @@ Tensor var(const Tensor& x, const Dims& dims0, int64_t correction, bool keepdim)
       kernels::cpu::var(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x), detail::operand(out, x.shape()),
                         detail::iter_shape(kept), correction);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("var");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), "var",
+                      kernels::cuda::var(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                                         detail::operand(out, x.shape()), detail::iter_shape(kept), correction));
+      break;
   }
   out = out.reshape(reduced_shape(x.shape(), dims, keepdim));
   if (any_requires_grad({&x})) {
@@ -145,7 +157,11 @@ Tensor extremum_reduce(Extremum kind, const char* op, const char* node, const Te
       kernels::cpu::extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
                              detail::operand(out, x.shape()), detail::iter_shape(kept));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), op,
+                      kernels::cuda::extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                                              detail::operand(out, x.shape()), detail::iter_shape(kept)));
+      break;
   }
   Tensor value = out;  // kept shape, for the backward
   out = out.reshape(reduced_shape(x.shape(), dims, keepdim));
@@ -162,7 +178,13 @@ Tensor extremum_reduce(Extremum kind, const char* op, const char* node, const Te
                                           detail::operand(xv), detail::operand(sv.get(), xv.shape()),
                                           detail::operand(gk, xv.shape()), detail::iter_shape(kept));
           break;
-        case DeviceType::CUDA: detail::cuda_unavailable(op);
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(
+              xv.device(), op,
+              kernels::cuda::extremum_backward(xv.dtype(), detail::iter_shape(xv.shape()), detail::operand(gi),
+                                               detail::operand(xv), detail::operand(sv.get(), xv.shape()),
+                                               detail::operand(gk, xv.shape()), detail::iter_shape(kept)));
+          break;
       }
       return std::vector<Tensor>{gi};
     });
@@ -188,7 +210,12 @@ std::pair<Tensor, Tensor> arg_extremum_op(Extremum kind, const char* op, const c
                                  want_values ? detail::operand(values, x.shape()) : kernels::Operand{},
                                  detail::operand(indices, x.shape()), detail::iter_shape(kept));
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), op,
+                      kernels::cuda::arg_extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                                                  want_values ? detail::operand(values, x.shape()) : kernels::Operand{},
+                                                  detail::operand(indices, x.shape()), detail::iter_shape(kept)));
+      break;
   }
   const Shape out_shape = reduced_shape(x.shape(), dims, keepdim);
   Tensor saved_indices = indices;  // kept shape
@@ -209,7 +236,12 @@ std::pair<Tensor, Tensor> arg_extremum_op(Extremum kind, const char* op, const c
                                        detail::operand(gk, in_shape), detail::operand(iv, in_shape),
                                        detail::iter_shape(kept));
           break;
-        case DeviceType::CUDA: detail::cuda_unavailable(op);
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(gk.device(), op,
+                          kernels::cuda::index_backward(gk.dtype(), detail::iter_shape(in_shape), detail::operand(gi),
+                                                        detail::operand(gk, in_shape), detail::operand(iv, in_shape),
+                                                        detail::iter_shape(kept)));
+          break;
       }
       return std::vector<Tensor>{gi};
     });

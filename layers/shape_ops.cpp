@@ -13,6 +13,10 @@
 #include "../kernels/cpu/index.h"
 #include "op_helpers.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/index.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -32,7 +36,10 @@ void check_index_range(const char* op, const Tensor& index, const Shape& shape, 
     case DeviceType::CPU:
       ok = kernels::cpu::indices_in_range(index.dtype(), detail::iter_shape(shape), ind, size, &bad);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(index.device(), op,
+                      ok = kernels::cuda::indices_in_range(index.dtype(), detail::iter_shape(shape), ind, size, &bad));
+      break;
   }
   EMBER_CHECK(ok, op, ": index ", bad, " is out of bounds for dimension ", dim, " with size ", size);
 }
@@ -61,7 +68,11 @@ void scatter_add_into(const char* op, Tensor& out, int dim, const Shape& shape, 
     case DeviceType::CPU:
       kernels::cpu::scatter_add(out.dtype(), detail::iter_shape(shape), dim, raw_operand(out), src, index.dtype(), ind);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(out.device(), op,
+                      kernels::cuda::scatter_add(out.dtype(), detail::iter_shape(shape), dim, raw_operand(out), src,
+                                                 index.dtype(), ind));
+      break;
   }
   out.bump_version();
 }
@@ -75,7 +86,11 @@ Tensor gather_kernel(const char* op, const Tensor& x, int dim, const Shape& shap
       kernels::cpu::gather(x.dtype(), detail::iter_shape(shape), dim, detail::operand(out), raw_operand(x),
                            index.dtype(), ind);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), op,
+                      kernels::cuda::gather(x.dtype(), detail::iter_shape(shape), dim, detail::operand(out),
+                                            raw_operand(x), index.dtype(), ind));
+      break;
   }
   return out;
 }
@@ -333,7 +348,11 @@ Tensor one_hot(const Tensor& labels0, int64_t num_classes, DType dtype) {
       ok = kernels::cpu::indices_in_range(labels.dtype(), detail::iter_shape(labels.shape()), detail::operand(labels),
                                           num_classes, &bad);
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("one_hot");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(labels.device(), "one_hot",
+                      ok = kernels::cuda::indices_in_range(labels.dtype(), detail::iter_shape(labels.shape()),
+                                                           detail::operand(labels), num_classes, &bad));
+      break;
   }
   EMBER_CHECK(ok, "one_hot: label ", bad, " is out of range for num_classes ", num_classes);
   Shape shape = labels.shape();
@@ -343,7 +362,11 @@ Tensor one_hot(const Tensor& labels0, int64_t num_classes, DType dtype) {
     case DeviceType::CPU:
       kernels::cpu::one_hot(dtype, labels.dtype(), labels.numel(), labels.data(), num_classes, out.data());
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("one_hot");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(
+          labels.device(), "one_hot",
+          kernels::cuda::one_hot(dtype, labels.dtype(), labels.numel(), labels.data(), num_classes, out.data()));
+      break;
   }
   return out;
 }

@@ -24,6 +24,11 @@
 #include "op_helpers.h"
 #include "reduce.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/softmax.h"
+#include "../kernels/cuda/loss.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -55,7 +60,10 @@ Tensor softmax_op(SoftmaxKind kind, const char* op, const char* node, const Tens
   Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   switch (x.device().type) {
     case DeviceType::CPU: kernels::cpu::softmax_forward(kind, x.dtype(), l.outer, l.n, l.inner, x.data(), y.data()); break;
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(x.device(), op,
+                      kernels::cuda::softmax_forward(kind, x.dtype(), l.outer, l.n, l.inner, x.data(), y.data()));
+      break;
   }
   if (any_requires_grad({&x0})) {
     // The backward reads only the output; save a detached alias (saving y itself is a cycle).
@@ -68,7 +76,11 @@ Tensor softmax_op(SoftmaxKind kind, const char* op, const char* node, const Tens
         case DeviceType::CPU:
           kernels::cpu::softmax_backward(kind, yv.dtype(), l.outer, l.n, l.inner, gx.data(), gy.data(), yv.data());
           break;
-        case DeviceType::CUDA: detail::cuda_unavailable(op);
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(yv.device(), op,
+                          kernels::cuda::softmax_backward(kind, yv.dtype(), l.outer, l.n, l.inner, gx.data(), gy.data(),
+                                                          yv.data()));
+          break;
       }
       return std::vector<Tensor>{gx};
     });
@@ -109,16 +121,21 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
                 l.c, "), got ", describe(weight));
   }
   // Validate the class indices before any kernel runs (kernels cannot throw from their threads).
+  const Tensor t = target.contiguous();
+  int64_t bad = -1;
   switch (target.device().type) {
-    case DeviceType::CPU: {
-      const Tensor t = target.contiguous();
-      const int64_t bad = kernels::cpu::find_invalid_target(t.data_ptr<int64_t>(), t.numel(), l.c, ignore_index);
-      EMBER_CHECK(bad < 0, op, ": target ", t.data_ptr<int64_t>()[bad], " (at flat position ", bad,
-                  ") is out of bounds for ", l.c, " classes (expected 0 to ", l.c - 1, ", or ignore_index ",
-                  ignore_index, ")");
+    case DeviceType::CPU:
+      bad = kernels::cpu::find_invalid_target(t.data_ptr<int64_t>(), t.numel(), l.c, ignore_index);
       break;
-    }
-    case DeviceType::CUDA: detail::cuda_unavailable(op);
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(t.device(), op,
+                      bad = kernels::cuda::find_invalid_target(t.data_ptr<int64_t>(), t.numel(), l.c, ignore_index));
+      break;
+  }
+  if (bad >= 0) {
+    const int64_t value = t.reshape({-1}).slice(0, bad, bad + 1).item<int64_t>();
+    EMBER_THROW(op, ": target ", value, " (at flat position ", bad, ") is out of bounds for ", l.c,
+                " classes (expected 0 to ", l.c - 1, ", or ignore_index ", ignore_index, ")");
   }
   return l;
 }
@@ -166,7 +183,13 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
                                           opt.label_smoothing, per_sample.data_ptr<double>(),
                                           target_weight.data_ptr<double>(), lse.data_ptr<double>());
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("cross_entropy");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(logits.device(), "cross_entropy",
+                      kernels::cuda::cross_entropy_forward(logits.dtype(), l, logits.data(), target.data_ptr<int64_t>(),
+                                                           weight.defined() ? weight.data() : nullptr, opt.ignore_index,
+                                                           opt.label_smoothing, per_sample.data_ptr<double>(),
+                                                           target_weight.data_ptr<double>(), lse.data_ptr<double>()));
+      break;
   }
   auto [out, grad_factor] = reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), logits.dtype());
   const double factor = grad_factor;  // a plain local: the backward closure captures it
@@ -187,7 +210,13 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
                                                sl.get().data_ptr<double>(), gl.data(), per_sample_grad ? 1 : 0,
                                                factor);
           break;
-        case DeviceType::CUDA: detail::cuda_unavailable("cross_entropy backward");
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(x.device(), "cross_entropy backward",
+                          kernels::cuda::cross_entropy_backward(
+                              x.dtype(), l, gx.data(), x.data(), st.get().data_ptr<int64_t>(),
+                              sw.defined() ? sw.get().data() : nullptr, ignore_index, eps, sl.get().data_ptr<double>(),
+                              gl.data(), per_sample_grad ? 1 : 0, factor));
+          break;
       }
       return std::vector<Tensor>{gx};
     });
@@ -207,7 +236,12 @@ Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOption
                                      weight.defined() ? weight.data() : nullptr, opt.ignore_index,
                                      per_sample.data_ptr<double>(), target_weight.data_ptr<double>());
       break;
-    case DeviceType::CUDA: detail::cuda_unavailable("nll_loss");
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(input.device(), "nll_loss",
+                      kernels::cuda::nll_loss_forward(input.dtype(), l, input.data(), target.data_ptr<int64_t>(),
+                                                      weight.defined() ? weight.data() : nullptr, opt.ignore_index,
+                                                      per_sample.data_ptr<double>(), target_weight.data_ptr<double>()));
+      break;
   }
   auto [out, grad_factor] = reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), input.dtype());
   const double factor = grad_factor;
@@ -227,7 +261,12 @@ Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOption
                                           sw.defined() ? sw.get().data() : nullptr, ignore_index, gl.data(),
                                           per_sample_grad ? 1 : 0, factor);
           break;
-        case DeviceType::CUDA: detail::cuda_unavailable("nll_loss backward");
+        case DeviceType::CUDA:
+          EMBER_CUDA_CALL(gl.device(), "nll_loss backward",
+                          kernels::cuda::nll_loss_backward(dtype, l, gx.data(), st.get().data_ptr<int64_t>(),
+                                                           sw.defined() ? sw.get().data() : nullptr, ignore_index,
+                                                           gl.data(), per_sample_grad ? 1 : 0, factor));
+          break;
       }
       return std::vector<Tensor>{gx};
     });

@@ -4,7 +4,11 @@
 
 #include "../core/autograd.h"
 #include "../core/error.h"
+#include "../core/cuda_dispatch.h"
 #include "../kernels/cpu/optim.h"
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/optim.h"
+#endif
 
 namespace ember::optim {
 
@@ -64,7 +68,6 @@ void Adam::step() {
       ParamState& s = state_[index++];
       const Tensor grad = prepared_grad(p);
       if (!grad.defined()) continue;  // no gradient: skipped, as in PyTorch
-      check_cpu(p);
       if (s.empty()) {
         s.scalars["step"] = 0;
         s.tensors["exp_avg"] = zeros_like_param(p);
@@ -92,8 +95,17 @@ void Adam::step() {
       Tensor& v = s.tensors.at("exp_avg_sq");
       Tensor* vmax = options_.amsgrad ? &s.tensors.at("max_exp_avg_sq") : nullptr;
       update_in_place(p, [&](Tensor& q) {
-        kernels::cpu::adam_step(q.dtype(), q.numel(), q.data(), grad.data(), m.data(), v.data(),
-                                vmax ? vmax->data() : nullptr, h);
+        void* vm = vmax ? vmax->data() : nullptr;
+        switch (q.device().type) {
+          case DeviceType::CPU:
+            kernels::cpu::adam_step(q.dtype(), q.numel(), q.data(), grad.data(), m.data(), v.data(), vm, h);
+            break;
+          case DeviceType::CUDA:
+            EMBER_CUDA_CALL(q.device(), "Adam.step",
+                            kernels::cuda::adam_step(q.dtype(), q.numel(), q.data(), grad.data(), m.data(), v.data(),
+                                                     vm, h));
+            break;
+        }
       });
       m.bump_version();
       v.bump_version();

@@ -7,7 +7,11 @@
 
 #include "../core/autograd.h"
 #include "../core/error.h"
+#include "../core/cuda_dispatch.h"
 #include "../kernels/cpu/optim.h"
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/optim.h"
+#endif
 #include "../layers/op_helpers.h"
 
 namespace ember::optim {
@@ -21,12 +25,15 @@ double round_to(DType dtype, double x) {
 
 // The norm of one gradient, rounded to its dtype (torch.linalg.vector_norm returns that dtype).
 double grad_norm(const Tensor& g, double p) {
-  switch (g.device().type) {
-    case DeviceType::CPU: break;
-    case DeviceType::CUDA: detail::cuda_unavailable("clip_grad_norm_");
-  }
   const Tensor c = g.contiguous();
-  const double partial = kernels::cpu::grad_norm_partial(c.dtype(), c.numel(), c.data(), p);
+  double partial = 0;
+  switch (g.device().type) {
+    case DeviceType::CPU: partial = kernels::cpu::grad_norm_partial(c.dtype(), c.numel(), c.data(), p); break;
+    case DeviceType::CUDA:
+      EMBER_CUDA_CALL(g.device(), "clip_grad_norm_",
+                      partial = kernels::cuda::grad_norm_partial(c.dtype(), c.numel(), c.data(), p));
+      break;
+  }
   if (std::isinf(p)) return round_to(g.dtype(), partial);
   return round_to(g.dtype(), p == 2 ? std::sqrt(partial) : std::pow(partial, 1.0 / p));
 }

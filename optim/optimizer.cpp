@@ -121,13 +121,6 @@ Tensor Optimizer::zeros_like_param(const Tensor& p) {
   return zeros(p.shape(), {.dtype = p.dtype(), .device = p.device()});
 }
 
-void Optimizer::check_cpu(const Tensor& p) const {
-  switch (p.device().type) {
-    case DeviceType::CPU: return;
-    case DeviceType::CUDA: detail::cuda_unavailable((name_ + ".step").c_str());
-  }
-}
-
 OptimizerState Optimizer::state_dict() const {
   NoGradGuard no_grad;
   OptimizerState out;

@@ -126,8 +126,6 @@ class Optimizer {
   }
   // A zero-filled contiguous tensor like `p` (for new state).
   static Tensor zeros_like_param(const Tensor& p);
-  // Throws unless p lives on the CPU (no CUDA optimizer kernels yet).
-  void check_cpu(const Tensor& p) const;
 
   std::vector<Group> groups_;
   std::vector<ParamState> state_;  // by parameter index

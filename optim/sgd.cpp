@@ -4,7 +4,11 @@
 
 #include "../core/autograd.h"
 #include "../core/error.h"
+#include "../core/cuda_dispatch.h"
 #include "../kernels/cpu/optim.h"
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/optim.h"
+#endif
 
 namespace ember::optim {
 
@@ -42,7 +46,6 @@ void SGD::step() {
       ParamState& s = state_[index++];
       const Tensor grad = prepared_grad(p);
       if (!grad.defined()) continue;
-      check_cpu(p);
       // torch clones d_p into a new buffer on the first step; the kernel writes it in place.
       const bool first = use_momentum && !s.tensors.count("momentum_buffer");
       if (first) s.tensors["momentum_buffer"] = zeros_like_param(p);
@@ -56,7 +59,14 @@ void SGD::step() {
       h.nesterov = options_.nesterov;
       h.maximize = options_.maximize;
       update_in_place(p, [&](Tensor& q) {
-        kernels::cpu::sgd_step(q.dtype(), q.numel(), q.data(), grad.data(), buf ? buf->data() : nullptr, first, h);
+        void* b = buf ? buf->data() : nullptr;
+        switch (q.device().type) {
+          case DeviceType::CPU: kernels::cpu::sgd_step(q.dtype(), q.numel(), q.data(), grad.data(), b, first, h); break;
+          case DeviceType::CUDA:
+            EMBER_CUDA_CALL(q.device(), "SGD.step",
+                            kernels::cuda::sgd_step(q.dtype(), q.numel(), q.data(), grad.data(), b, first, h));
+            break;
+        }
       });
       if (buf) buf->bump_version();
     }

@@ -40,6 +40,14 @@ void add_pool_norm_cases(std::vector<OpCase>& cases);
 void add_shape_cases(std::vector<OpCase>& cases);
 void add_loss_cases(std::vector<OpCase>& cases);
 
+// The device on which a case builds its non-differentiable arguments (indices, labels, class
+// weights, running statistics): the CPU for the gradchecks, the CUDA device for the CPU-vs-CUDA
+// parity run (tests/cuda/test_op_parity.cpp), which sets it for the duration of a case.
+inline Device& case_device() {
+  thread_local Device d = Device::cpu();
+  return d;
+}
+
 // All cases, in family order.
 std::vector<OpCase> all_op_cases();
 

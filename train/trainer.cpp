@@ -89,7 +89,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"augment", c.augment},
               {"shuffle", c.shuffle},
               {"seed", c.seed},
-              {"device", "cpu"},
+              {"device", resolve_device(c.device).str()},
               {"threads", get_num_threads()},
               {"workers", c.workers},
               {"save", c.save_dir},
@@ -106,6 +106,21 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"normalize", {{"mean", d.mean}, {"std", d.std}}}};
 }
 
+}  // namespace
+
+Device resolve_device(const std::string& spec) {
+  if (spec == "auto") return Device::best();
+  const Device d(spec);  // throws on anything but cpu, cuda, cuda:N
+  if (d.is_cuda()) {
+    EMBER_CHECK(cuda_built(), "--device ", spec, ": this build of ember has no CUDA backend (use --device cpu)");
+    EMBER_CHECK(d.index < cuda_device_count(), "--device ", spec, ": no such CUDA device (this machine has ",
+                cuda_device_count(), ")");
+  }
+  return d;
+}
+
+namespace {
+
 struct RunningStats {
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
@@ -115,6 +130,9 @@ struct RunningStats {
 
 EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes) {
   NoGradGuard no_grad;
+  // The model's device (the first parameter's; the CPU for a model without parameters).
+  const std::vector<Tensor> params = model.parameters();
+  const Device device = params.empty() ? Device::cpu() : params.front().device();
   const bool was_training = model.is_training();
   model.eval();
   EvalResult r;
@@ -124,8 +142,8 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
   const int64_t epoch = loader.position().epoch;
   for (int64_t b = 0; b < loader.size(); ++b) {
     data::Batch batch = loader.load_batch(epoch, b);
-    Tensor logits = model.forward(batch.images);
-    loss_sum += cross_entropy(logits, batch.labels, {.reduction = Reduction::Sum}).item();
+    Tensor logits = model.forward(batch.images.to(device));
+    loss_sum += cross_entropy(logits, batch.labels.to(device), {.reduction = Reduction::Sum}).item();
     const std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>();
     const std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
     for (size_t i = 0; i < pred.size(); ++i) {
@@ -158,8 +176,7 @@ TrainSummary run_training(TrainConfig cfg) {
   }
   const std::vector<std::string> chose = resolve(cfg);
   validate(cfg);
-  EMBER_CHECK(cfg.device == "auto" || cfg.device == "cpu", "--device ", cfg.device,
-              ": this build of ember has no CUDA backend (use --device cpu)");
+  const Device device = resolve_device(cfg.device);
   if (cfg.threads > 0) set_num_threads(cfg.threads);
 
   // Data (first, so that a missing dataset is the only thing printed).
@@ -183,6 +200,8 @@ TrainSummary run_training(TrainConfig cfg) {
                          .num_classes = static_cast<int64_t>(d.classes.size())};
   std::shared_ptr<nn::Module> model = models::create_model(spec);
   if (!cfg.init_weights.empty()) load_weights_into(*model, cfg.init_weights);
+  // Initialized on the CPU and then moved, so a seed gives the same weights on every device.
+  model->to(device);
   auto optimizer = make_optimizer(cfg, model->parameters());
   auto scheduler = make_scheduler(cfg, *optimizer, steps_per_epoch);
 
@@ -213,7 +232,8 @@ TrainSummary run_training(TrainConfig cfg) {
     const double loader_wait_before = loader.stats().wait_seconds;
     RunningStats rs;
     progress.start_epoch(epoch + 1, cfg.epochs, steps_per_epoch);
-    for (auto& [images, labels] : loader) {
+    for (auto& [host_images, host_labels] : loader) {
+      const Tensor images = host_images.to(device), labels = host_labels.to(device);
       opt.zero_grad();
       Tensor logits = model->forward(images);
       Tensor loss = criterion(logits, labels);

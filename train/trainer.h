@@ -86,6 +86,11 @@ struct TrainSummary {
 // one-line summary to stdout (unless quiet).
 TrainSummary run_training(TrainConfig cfg);
 
+// --device: "auto" (a real GPU if there is one, else the CPU — never the SIMT emulator, which is
+// for correctness, not speed), "cpu", "cuda" or "cuda:N". Throws a clear error for a device this
+// build or machine does not have.
+Device resolve_device(const std::string& spec);
+
 // A model with what is needed to use it: built from a checkpoint's metadata.
 struct LoadedModel {
   std::shared_ptr<nn::Module> model;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "../../core/allocator.h"
 #include "../../core/error.h"
 #include "runtime.h"
 
@@ -121,18 +122,29 @@ const DeviceProperties& properties(int device) {
   return *slot;
 }
 
-Scratch::Scratch(size_t bytes) : bytes_(bytes) {
-  if (bytes_ == 0) return;
-  const cudaError_t err = cudaMalloc(&ptr_, bytes_);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    EMBER_THROW("cuda:", current_device(), ": out of memory for a ", bytes_, "-byte kernel workspace (",
-                cudaGetErrorString(err), ")");
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  cudaMemcpyKind kind = cudaMemcpyDefault;  // device to device, possibly across devices (unified addressing)
+  if (dst_device.is_cpu() && src_device.is_cpu()) kind = cudaMemcpyHostToHost;
+  else if (dst_device.is_cpu()) kind = cudaMemcpyDeviceToHost;
+  else if (src_device.is_cpu()) kind = cudaMemcpyHostToDevice;
+  const DeviceGuard guard(dst_device.is_cuda() ? dst_device.index : src_device.index);
+  if (kind == cudaMemcpyDefault && src_device != dst_device) {
+    // Work queued on the source device must be finished before its bytes are read.
+    const DeviceGuard src_guard(src_device.index);
+    synchronize_stream(current_stream());
   }
+  const Stream s = current_stream();
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+Scratch::Scratch(size_t bytes) : bytes_(bytes), device_(current_device()) {
+  if (bytes_ > 0) ptr_ = allocator_for(Device::cuda(device_)).allocate(bytes_);
 }
 
 Scratch::~Scratch() {
-  if (ptr_) (void)cudaFree(ptr_);
+  if (ptr_) allocator_for(Device::cuda(device_)).deallocate(ptr_, bytes_);
 }
 
 }  // namespace ember::cuda

@@ -67,7 +67,8 @@ void add_elementwise_cases(std::vector<OpCase>& c) {
   c.push_back({.name = "clamp/lower", .inputs = {{3, 4}}, .fn = [](const V& x) { return clamp(x[0], 0.0, std::nullopt); },
                .prepare = away_from(0, 0.05)});
   c.push_back({.name = "where", .inputs = {{3, 4}, {4}}, .fn = [](const V& x) {
-                 Tensor cond = from_vector<bool>({true, false, true, true, false, false, true, false, true, true, false, true}, {3, 4});
+                 Tensor cond = from_vector<bool>({true, false, true, true, false, false, true, false, true, true, false, true}, {3, 4})
+                                   .to(case_device());
                  return where(cond, x[0], x[1]);
                }});
   c.push_back({.name = "chain/mixed", .inputs = {{2, 3}, {3}},

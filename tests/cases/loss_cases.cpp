@@ -8,8 +8,10 @@ namespace ember::testing {
 namespace {
 using V = std::vector<Tensor>;
 
-Tensor labels(const std::vector<int64_t>& v, const Shape& shape) { return from_vector<int64_t>(v, shape); }
-Tensor weights(const std::vector<double>& v) { return from_vector<double>(v); }
+Tensor labels(const std::vector<int64_t>& v, const Shape& shape) {
+  return from_vector<int64_t>(v, shape).to(case_device());
+}
+Tensor weights(const std::vector<double>& v) { return from_vector<double>(v).to(case_device()); }
 }  // namespace
 
 void add_loss_cases(std::vector<OpCase>& c) {

@@ -31,7 +31,7 @@ Pool2dOptions pool(std::pair<int64_t, int64_t> kernel, std::pair<int64_t, int64_
 }
 
 // Fixed running statistics for eval-mode cases (not differentiated).
-Tensor stat(std::vector<double> v) { return from_vector<double>(v, {.dtype = DType::f64}); }
+Tensor stat(std::vector<double> v) { return from_vector<double>(v, {.dtype = DType::f64}).to(case_device()); }
 }  // namespace
 
 void add_pool_norm_cases(std::vector<OpCase>& c) {
@@ -71,7 +71,8 @@ void add_pool_norm_cases(std::vector<OpCase>& c) {
   c.push_back({.name = "batch_norm/train_affine_4d", .inputs = {{4, 3, 2, 3}, {3}, {3}},
                .fn = [](const V& x) {
                  // Fresh buffers every call: the in-place update must not disturb the gradient.
-                 Tensor rm = zeros({3}, {.dtype = DType::f64}), rv = ones({3}, {.dtype = DType::f64});
+                 Tensor rm = zeros({3}, {.dtype = DType::f64, .device = case_device()}),
+                        rv = ones({3}, {.dtype = DType::f64, .device = case_device()});
                  return batch_norm(x[0], rm, rv, x[1], x[2], true, 0.1, 1e-5);
                },
                .tol = 1e-5});
@@ -80,7 +81,8 @@ void add_pool_norm_cases(std::vector<OpCase>& c) {
                .tol = 1e-5});
   c.push_back({.name = "batch_norm/train_weight_only_3d", .inputs = {{2, 3, 4}, {3}},
                .fn = [](const V& x) {
-                 Tensor rm = zeros({3}, {.dtype = DType::f64}), rv = ones({3}, {.dtype = DType::f64});
+                 Tensor rm = zeros({3}, {.dtype = DType::f64, .device = case_device()}),
+                        rv = ones({3}, {.dtype = DType::f64, .device = case_device()});
                  return batch_norm(x[0], rm, rv, x[1], Tensor(), true, 0.2);
                },
                .tol = 1e-5});

@@ -8,8 +8,12 @@ namespace ember::testing {
 namespace {
 using V = std::vector<Tensor>;
 
-Tensor i64(const std::vector<int64_t>& v, const Shape& shape) { return from_vector<int64_t>(v, shape); }
-Tensor i32(const std::vector<int32_t>& v, const Shape& shape) { return from_vector<int32_t>(v, shape); }
+Tensor i64(const std::vector<int64_t>& v, const Shape& shape) {
+  return from_vector<int64_t>(v, shape).to(case_device());
+}
+Tensor i32(const std::vector<int32_t>& v, const Shape& shape) {
+  return from_vector<int32_t>(v, shape).to(case_device());
+}
 
 // Pieces weighted differently and joined again, so each piece's gradient is distinguishable.
 Tensor rejoin(const std::vector<Tensor>& parts, int64_t dim) {
@@ -24,7 +28,7 @@ void add_shape_cases(std::vector<OpCase>& c) {
                .fn = [](const V& x) { return cat({x[0], x[1], x[2]}, 0); }});
   c.push_back({.name = "cat/neg_dim_with_constant", .inputs = {{2, 1, 3}, {2, 2, 3}},
                .fn = [](const V& x) {
-                 Tensor k = full({2, 2, 3}, 0.5, {.dtype = DType::f64});
+                 Tensor k = full({2, 2, 3}, 0.5, {.dtype = DType::f64, .device = case_device()});
                  return exp(cat({x[0], k, x[1]}, -2));
                }});
   c.push_back({.name = "cat/same_input_twice", .inputs = {{2, 3}},
