@@ -2,6 +2,10 @@
 
 #include "error.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/runtime.h"
+#endif
+
 namespace ember {
 
 Device::Device(const std::string& spec) {
