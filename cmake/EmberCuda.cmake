@@ -93,5 +93,12 @@ function(ember_add_cuda_flavour target)
   if(EMBER_CUDA_PTXAS_VERBOSE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
   endif()
+  # Optimizer steps must round like the CPU step (Note [Matching torch.optim bit for bit]): no FMA
+  # contraction in that file.
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cuda/optim.cu PROPERTIES
+    COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>")
+  if(EMBER_CUDNN_LIBRARY)
+    target_compile_definitions(${target} PRIVATE EMBER_HAVE_CUDNN=1)
+  endif()
   target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas ${EMBER_CUDNN_LIBRARY})
 endfunction()
