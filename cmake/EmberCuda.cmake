@@ -86,10 +86,6 @@ function(ember_add_cuda_flavour target)
   target_compile_definitions(${target} PRIVATE EMBER_CUDA_BACKEND=1)
   target_include_directories(${target} PRIVATE ${EMBER_CUDNN_INCLUDE_DIR})
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
-  # Optimizer steps must round like the CPU step (Note [Matching torch.optim bit for bit]): no FMA
-  # contraction in that file (the SIMT flavour gets fp-contract=off from a pragma in the file).
-  set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cuda/optim.cu PROPERTIES
-    COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>")
   if(EMBER_CUDA_PTXAS_VERBOSE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
   endif()
