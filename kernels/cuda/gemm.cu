@@ -33,6 +33,7 @@
 #include "../../core/error.h"
 #include "gemm.h"
 #include "runtime.h"
+#include "staging.h"
 
 // Wraps a cuBLAS call: anything but CUBLAS_STATUS_SUCCESS throws ember::Error naming the call.
 #define EMBER_CUBLAS_CHECK(expr)                                                                      \
@@ -315,9 +316,8 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
   check_gemm_args("gemm_batched", ta, tb, m, n, k, lda, ldb, ldc);
   EMBER_CHECK(batch >= 0 && batch <= INT_MAX, "gemm_batched: batch = ", batch, " does not fit a 32-bit int");
   if (m == 0 || n == 0 || batch == 0) return;
-  // The pointer arrays live on the host; both paths read them on the device. One scratch buffer
-  // holds the three arrays; cudaMemcpyAsync from pageable memory returns once the host data has
-  // been staged, so the caller's arrays may go away as soon as we return.
+  // The pointer arrays live on the host; both paths read them on the device: one scratch buffer
+  // holds the three arrays, uploaded without blocking (detail::upload_async).
   const size_t bytes = 3 * static_cast<size_t>(batch) * sizeof(void*);
   std::vector<const void*> host(3 * static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) {
@@ -326,8 +326,7 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
     host[static_cast<size_t>(2 * batch + i)] = c[i];
   }
   ::ember::cuda::Scratch lists(bytes);
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(lists.get(), host.data(), bytes, cudaMemcpyHostToDevice,
-                                   ::ember::cuda::current_stream()));
+  detail::upload_async(lists.get(), host.data(), bytes);
   const T* const* a_dev = lists.as<const T*>();
   const T* const* b_dev = a_dev + batch;
   T* const* c_dev = lists.as<T*>() + 2 * batch;
