@@ -142,7 +142,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval,
   }
 }
 
-TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel; empty shapes", "[cuda][batchnorm]", float,
+TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel, and empty shapes", "[cuda][batchnorm]", float,
                    double) {
   using T = TestType;
   const DType dt = dtype_of<T>();
