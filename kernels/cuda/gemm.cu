@@ -182,14 +182,19 @@ void launch_tiled(TiledArgs<T> args, int64_t batch) {
 
 // ---- argument checks (shared by both paths) --------------------------------------------------
 
+// Throws for arguments no BLAS would accept. Like the CPU gemm, a product with no output
+// (m == 0 or n == 0) needs no valid leading dimensions, and with k == 0 A and B are not read.
 void check_gemm_args(const char* op, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, int64_t lda,
                      int64_t ldb, int64_t ldc) {
   for (int64_t v : {m, n, k, lda, ldb, ldc})
     EMBER_CHECK(v >= 0 && v <= INT_MAX, op, ": dimension ", v, " does not fit a 32-bit int (m=", m, " n=", n,
                 " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, ")");
+  if (m == 0 || n == 0) return;
   const int64_t a_cols = ta == Transpose::No ? k : m, b_cols = tb == Transpose::No ? n : k;
-  EMBER_CHECK(lda >= std::max<int64_t>(1, a_cols), op, ": lda = ", lda, " < ", std::max<int64_t>(1, a_cols));
-  EMBER_CHECK(ldb >= std::max<int64_t>(1, b_cols), op, ": ldb = ", ldb, " < ", std::max<int64_t>(1, b_cols));
+  if (k > 0) {
+    EMBER_CHECK(lda >= std::max<int64_t>(1, a_cols), op, ": lda = ", lda, " < ", std::max<int64_t>(1, a_cols));
+    EMBER_CHECK(ldb >= std::max<int64_t>(1, b_cols), op, ": ldb = ", ldb, " < ", std::max<int64_t>(1, b_cols));
+  }
   EMBER_CHECK(ldc >= std::max<int64_t>(1, n), op, ": ldc = ", ldc, " < ", std::max<int64_t>(1, n));
 }
 
