@@ -51,6 +51,7 @@ const BatchNormShape kShapes[] = {
     {2, 2, 1030},   // long rows: many elements per thread, 1000+
     {1, 1, 1},      // one element: variance 0
     {3, 70, 4},     // more channels than a warp
+    {8, 3, 2000},   // few channels, many elements: split reductions (3 slices per channel on 132 SMs)
 };
 
 template <typename T>
