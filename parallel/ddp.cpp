@@ -174,9 +174,13 @@ struct DistributedDataParallel::Reducer {
         b.work->wait();
       } catch (const std::exception& e) {
         stats.comm_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        EMBER_THROW("DistributedDataParallel: the gradient all-reduce of bucket ", bi, " failed (parameters without "
-                    "a gradient in it on this rank: ", unused_names(b), "; every rank must leave the same "
-                    "parameters unused): ", e.what());
+        const std::string what = e.what();
+        if (what.find("disagree on all_reduce") != std::string::npos) {
+          EMBER_THROW("DistributedDataParallel: the gradient all-reduce of bucket ", bi, " failed (parameters without "
+                      "a gradient in it on this rank: ", unused_names(b), "; every rank must leave the same "
+                      "parameters unused): ", what);
+        }
+        EMBER_THROW("DistributedDataParallel: the gradient all-reduce of bucket ", bi, " failed: ", what);
       }
       for (size_t k = 0; k < b.params.size(); ++k) {
         const int64_t p = b.params[k];
