@@ -8,6 +8,8 @@
 // comm_wait_ms_per_step (time the end of backward waited for all-reduces: the communication
 // that did not overlap), comm_busy_ms_per_step (time the comm thread spent in collectives).
 //   ./build/bench/bench_ddp [--steps N]
+// On a machine shared with other work, run it with OMP_WAIT_POLICY=passive: spinning OpenMP
+// workers on oversubscribed cores make the 2-thread baseline erratic (docs/distributed.md).
 
 #include <cstdio>
 #include <cstring>
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const int cores = get_num_threads();
+    run_rank(nullptr, false, 3);  // warm the allocator and the thread pool before timing anything
     print("none", 1, cores, false, run_rank(nullptr, false, steps));
     {
       parallel::InProcessGroup one(1);
