@@ -58,5 +58,24 @@ check wrong-world-size "$work/world.log" $rc $elapsed 60 \
   "say rank 1 of 2 but RANK/WORLD_SIZE say rank 0 of 3"
 if [ -n "$(ls -A "$work/ckpt")" ]; then echo "FAIL wrong-world-size: files in the checkpoint dir"; fail=1; fi
 
+# 5. Resume: a 2-process run saves (rank 0 only); both ranks resume from it; one process may not.
+run "$work/save.log" "$mpiexec" -np 2 "$cli" train --epochs 1 --max-steps 2 --eval-every 1 --save "$work/resume"
+check_ok() {  # check_ok NAME LOGFILE RC PATTERN...
+  local name=$1 log=$2 rc=$3
+  shift 3
+  if [ "$rc" -ne 0 ]; then echo "FAIL $name: exit code $rc"; fail=1; fi
+  for pat in "$@"; do
+    if ! grep -Eq -- "$pat" "$log"; then echo "FAIL $name: output lacks /$pat/"; fail=1; fi
+  done
+  echo "--- $name: rc=$rc, ${elapsed}s"; sed 's/^/    /' "$log" | tail -3
+}
+check_ok save "$work/save.log" $rc "2 processes"
+if [ "$(grep -c 'ember train: cnn' "$work/save.log")" -ne 1 ]; then echo "FAIL save: expected one summary line (rank 0 only)"; fail=1; fi
+run "$work/resume.log" "$mpiexec" -np 2 "$cli" train --resume "$work/resume" --max-steps 4
+check_ok resume "$work/resume.log" $rc "2 processes"
+run "$work/resume1.log" "$cli" train --resume "$work/resume" --max-steps 6
+check resume-other-world-size "$work/resume1.log" $rc $elapsed 60 \
+  "ember: error: --resume: the checkpoint was written by a run with 2 process\(es\) but this run has 1"
+
 [ $fail -eq 0 ] && echo "PASS" || echo "FAIL"
 exit $fail
