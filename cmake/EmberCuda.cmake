@@ -1,9 +1,13 @@
-# Decides whether the CUDA flavour is built (EMBER_CUDA = AUTO | ON | OFF) and sets EMBER_WITH_CUDA.
+# Decides whether the real CUDA flavour is built (EMBER_CUDA = AUTO | ON | OFF) and sets
+# EMBER_WITH_CUDA; ember_add_cuda_flavour(<target>) then compiles kernels/cuda/*.cu with nvcc into
+# the library and links the CUDA runtime, cuBLAS and cuDNN.
 #
-# AUTO builds it when nvcc, cuDNN and cuBLAS are all found; ON without them is a configure error
-# that names what is missing. Until the CUDA backend lands, the CUDA flavour compiles
-# kernels/cuda/*.cu (the shared __host__ __device__ functors and headers) with nvcc into an
-# object library, so CUDA-facing code can never silently stop compiling.
+# AUTO builds it when nvcc, cuDNN and cuBLAS are found AND a GPU is present (`nvidia-smi -L` lists
+# one): a machine with the toolkit but no GPU gets the SIMT flavour instead (EmberSimt.cmake),
+# which can run the kernels. ON needs no GPU (CI compiles the CUDA flavour on a GPU-less machine)
+# but is a configure error naming whatever is missing of nvcc, cuBLAS and cuDNN.
+
+option(EMBER_CUDA_PTXAS_VERBOSE "Print registers / shared memory per kernel (nvcc -Xptxas -v)" OFF)
 
 set(EMBER_WITH_CUDA OFF)
 string(TOUPPER "${EMBER_CUDA}" _ember_cuda)
@@ -11,7 +15,21 @@ if(NOT _ember_cuda MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "EMBER_CUDA must be AUTO, ON or OFF (got '${EMBER_CUDA}')")
 endif()
 
-if(NOT _ember_cuda STREQUAL "OFF")
+set(_ember_gpu_present OFF)
+if(_ember_cuda STREQUAL "AUTO")
+  find_program(EMBER_NVIDIA_SMI nvidia-smi)
+  if(EMBER_NVIDIA_SMI)
+    execute_process(COMMAND ${EMBER_NVIDIA_SMI} -L OUTPUT_VARIABLE _smi RESULT_VARIABLE _smi_rc ERROR_QUIET)
+    if(_smi_rc EQUAL 0 AND _smi MATCHES "GPU [0-9]+:")
+      set(_ember_gpu_present ON)
+    endif()
+  endif()
+  if(NOT _ember_gpu_present)
+    message(STATUS "ember: CUDA flavour off (EMBER_CUDA=AUTO and no GPU: nvidia-smi -L lists none)")
+  endif()
+endif()
+
+if(_ember_cuda STREQUAL "ON" OR _ember_gpu_present)
   set(_missing "")
   if(CMAKE_CUDA_COMPILER AND NOT EXISTS "${CMAKE_CUDA_COMPILER}")
     # A compiler named on the command line that is not there: say so instead of letting
@@ -57,9 +75,26 @@ if(EMBER_WITH_CUDA)
   set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA_STANDARD 20)
-  file(GLOB EMBER_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu)
-  add_library(ember_cuda_compile_check OBJECT ${EMBER_CUDA_SOURCES})
-  target_include_directories(ember_cuda_compile_check PRIVATE ${PROJECT_BINARY_DIR}/include ${EMBER_CUDNN_INCLUDE_DIR})
-  target_compile_options(ember_cuda_compile_check PRIVATE --expt-relaxed-constexpr)
-  target_link_libraries(ember_cuda_compile_check PRIVATE CUDA::cudart CUDA::cublas)
 endif()
+
+# The real CUDA flavour of <target>: kernels/cuda/*.cu compiled by nvcc into it, the CUDA runtime,
+# cuBLAS and cuDNN linked. EMBER_CUDA_BACKEND=1 is private: public headers are the same in every
+# flavour.
+function(ember_add_cuda_flavour target)
+  file(GLOB _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu)
+  target_sources(${target} PRIVATE ${_cu})
+  target_compile_definitions(${target} PRIVATE EMBER_CUDA_BACKEND=1)
+  target_include_directories(${target} PRIVATE ${EMBER_CUDNN_INCLUDE_DIR})
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+  if(EMBER_CUDA_PTXAS_VERBOSE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
+  endif()
+  # Optimizer steps must round like the CPU step (Note [Matching torch.optim bit for bit]): no FMA
+  # contraction in that file.
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cuda/optim.cu PROPERTIES
+    COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>")
+  if(EMBER_CUDNN_LIBRARY)
+    target_compile_definitions(${target} PRIVATE EMBER_HAVE_CUDNN=1)
+  endif()
+  target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas ${EMBER_CUDNN_LIBRARY})
+endfunction()

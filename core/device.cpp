@@ -2,6 +2,10 @@
 
 #include "error.h"
 
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/runtime.h"
+#endif
+
 namespace ember {
 
 Device::Device(const std::string& spec) {
@@ -35,8 +39,8 @@ std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_st
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
-// The CUDA backend (a later issue) provides these when it is built in; the CPU-only build
-// answers here.
+// With a CUDA backend (nvcc, or the SIMT emulator: EMBER_CUDA_BACKEND is a private define of
+// libember) kernels/cuda/allocator.cu answers; the CPU-only build answers here.
 #if !EMBER_CUDA_BACKEND
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }

@@ -1,9 +1,11 @@
 // Random fills from Philox (layout in philox.h). The CPU loops below are the reference the
-// CUDA kernels must reproduce bit for bit.
+// CUDA kernels must reproduce bit for bit; the per-element math is kernels/random.h, shared
+// with them.
 
 #include "generator.h"
 
 #include "../kernels/cpu/parallel.h"
+#include "../kernels/random.h"
 #include "autograd.h"
 #include "philox.h"
 
@@ -29,7 +31,7 @@ void uniform_cpu(Tensor& t, double lo, double hi, uint64_t seed, uint64_t base) 
     parallel_for(0, n, kRandomGrain, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) {
         const Philox4 r = philox4x32_10(base + static_cast<uint64_t>(i / 4), seed);
-        p[i] = l + w * philox_uniform_f32(r.v[i % 4]);
+        p[i] = kernels::random_uniform_f32(r.v[i % 4], l, w);
       }
     });
   } else {
@@ -37,8 +39,7 @@ void uniform_cpu(Tensor& t, double lo, double hi, uint64_t seed, uint64_t base) 
     parallel_for(0, n, kRandomGrain, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) {
         const Philox4 r = philox4x32_10(base + static_cast<uint64_t>(i / 2), seed);
-        const int k = 2 * static_cast<int>(i % 2);
-        p[i] = lo + (hi - lo) * philox_uniform_f64(r.v[k], r.v[k + 1]);
+        p[i] = kernels::random_uniform_f64(r, i, lo, hi - lo);
       }
     });
   }
@@ -52,14 +53,14 @@ void normal_cpu(Tensor& t, double mean, double std, uint64_t seed, uint64_t base
     parallel_for(0, n, kRandomGrain, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) {
         const Philox4 r = philox4x32_10(base + static_cast<uint64_t>(i / 2), seed);
-        const int k = 2 * static_cast<int>(i % 2);
-        p[i] = m + s * philox_normal_f32(r.v[k], r.v[k + 1]);
+        p[i] = kernels::random_normal_f32(r, i, m, s);
       }
     });
   } else {
     double* p = t.data_ptr<double>();
     parallel_for(0, n, kRandomGrain, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) p[i] = mean + std * philox_normal_f64(philox4x32_10(base + static_cast<uint64_t>(i), seed));
+      for (int64_t i = a; i < b; ++i)
+        p[i] = kernels::random_normal_f64(philox4x32_10(base + static_cast<uint64_t>(i), seed), mean, std);
     });
   }
 }
@@ -137,7 +138,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opt,
   // Lemire's multiply-shift maps a 32-bit word onto [0, range) without a division.
   for (int64_t i = 0; i < n; ++i) {
     const Philox4 r = philox4x32_10(base + static_cast<uint64_t>(i / 4), seed);
-    p[i] = low + static_cast<int64_t>((static_cast<uint64_t>(r.v[i % 4]) * range) >> 32);
+    p[i] = kernels::random_int(r.v[i % 4], low, range);
   }
   return t.to(opt.device, opt.dtype);
 }
@@ -149,6 +150,7 @@ Tensor bernoulli(const Shape& shape, double p, TensorOptions opt, Generator& gen
   const float* up = u.data_ptr<float>();
   float* o = out.data_ptr<float>();
   const auto pf = static_cast<float>(p);
+  // The same test as kernels::random_bernoulli (u is the uniform of the element's word).
   for (int64_t i = 0; i < u.numel(); ++i) o[i] = up[i] < pf ? 1.0f : 0.0f;
   return out.to(opt.device, opt.dtype);
 }

@@ -322,6 +322,51 @@ Tensor Tensor::to(Device d, DType dt) const {
   return out;
 }
 
+Tensor Tensor::to(Device d, bool non_blocking) const {
+#if EMBER_CUDA_BACKEND
+  const bool async_ok = non_blocking && d != device() && (d.is_cpu() != device().is_cpu()) && is_contiguous() &&
+                        !(grad_mode_enabled() && requires_grad());
+  if (async_ok && device().is_cpu() && is_pinned()) {
+    Tensor out = empty(shape(), {.dtype = dtype(), .device = d});
+    cuda::copy_bytes_async(out.data(), d, data(), device(), static_cast<size_t>(nbytes()));
+    return out;
+  }
+  if (async_ok && d.is_cpu()) {
+    Tensor out = empty(shape(), {.dtype = dtype()}).pin_memory();
+    cuda::copy_bytes_async(out.data(), d, data(), device(), static_cast<size_t>(nbytes()));
+    return out;
+  }
+#endif
+  (void)non_blocking;
+  return to(d);
+}
+
+bool Tensor::is_pinned() const {
+#if EMBER_CUDA_BACKEND
+  return defined() && device().is_cpu() && cuda::is_pinned(storage()->data());
+#else
+  return false;
+#endif
+}
+
+Tensor Tensor::pin_memory() const {
+  EMBER_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got ", describe(*this));
+#if EMBER_CUDA_BACKEND
+  if (is_pinned()) return *this;
+  const size_t bytes = static_cast<size_t>(numel() * dtype_size(dtype()));
+  void* p = cuda::pinned_allocate(bytes);
+  auto storage = std::make_shared<Storage>(p, bytes, Device::cpu(), [](void* q) { cuda::pinned_free(q); });
+  Tensor out = make_tensor(std::move(storage), shape(), contiguous_strides(shape()), 0, dtype());
+  {
+    NoGradGuard g;
+    out.copy_(*this);
+  }
+  return out;
+#else
+  EMBER_THROW("pin_memory: pinned host memory needs a build with a CUDA backend");
+#endif
+}
+
 double Tensor::item() const {
   EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
               shape(), ")");

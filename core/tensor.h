@@ -124,7 +124,16 @@ class Tensor {
   Tensor to(DType dtype) const;      // self if the dtype already matches
   Tensor to(Device device) const;
   Tensor to(Device device, DType dtype) const;
+  // With non_blocking, a copy between pinned host memory (pin_memory()) and a CUDA device is
+  // only queued on the current stream: the host goes on at once, and the result may be used
+  // by later work on that stream (read it on the host only after synchronizing). Otherwise, and
+  // for pageable memory, the same as to(device).
+  Tensor to(Device device, bool non_blocking) const;
   Tensor cpu() const { return to(Device::cpu()); }
+  // A copy of this CPU tensor in pinned (page-locked) host memory; self if already pinned.
+  // Needs a build with a CUDA backend.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
 

@@ -1,5 +1,6 @@
 #include "dataset.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "../kernels/cpu/parallel.h"
@@ -111,7 +112,13 @@ const std::vector<std::string>& fashion_mnist_classes() {
   return names;
 }
 
-std::filesystem::path default_fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
+std::filesystem::path default_fashion_mnist_dir() {
+  // EMBER_FASHION_MNIST_DIR points elsewhere (e.g. the Debian package unpacked into a prefix on a
+  // machine where it cannot be installed).
+  const char* env = std::getenv("EMBER_FASHION_MNIST_DIR");
+  if (env != nullptr && env[0] != '\0') return env;
+  return "/usr/share/datasets/fashion-mnist";
+}
 
 InMemoryImageDataset fashion_mnist(const std::filesystem::path& dir, Split split) {
   MnistData d = load_mnist(dir, split);

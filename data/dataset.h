@@ -81,6 +81,8 @@ class InMemoryImageDataset : public TensorDataset {
 // Shirt, Sneaker, Bag, Ankle boot.
 const std::vector<std::string>& fashion_mnist_classes();
 // Where Debian's dataset-fashion-mnist package installs the files (`ember train`'s default).
+// Where `ember train` looks for Fashion-MNIST: $EMBER_FASHION_MNIST_DIR, else the Debian package's
+// /usr/share/datasets/fashion-mnist.
 std::filesystem::path default_fashion_mnist_dir();
 
 // Fashion-MNIST from `dir` (load_mnist's file names): (N, 1, 28, 28) u8 images and the class names.

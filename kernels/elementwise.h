@@ -8,8 +8,10 @@
 // Each binary op has fwd(a, b) and, where differentiable, da(g, a, b, y) and db(g, a, b, y).
 
 #include <cmath>
+#include <type_traits>
 
 #include "../core/dtype.h"  // EMBER_HD
+#include "../core/error.h"
 
 namespace ember::kernels {
 
@@ -155,5 +157,50 @@ struct Minimum {
   template <typename T> EMBER_HD static T fwd(T a, T b) { return (a != a || a < b) ? a : (b != b ? b : (a == b ? a : b)); }
 };
 
+// Converts one value between any two element types (the rule of copy/to()): through float for
+// the 16-bit types (round to nearest even), v != 0 for bool, a C++ cast otherwise (float to
+// integer truncates).
+template <typename To, typename From>
+EMBER_HD inline To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    return To(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return static_cast<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
 }  // namespace ops
+
+// Maps a UnaryOp value to its functor type and calls fn.template operator()<Functor>() (host
+// code: the CPU loop and the CUDA launcher both dispatch once, outside the element loop).
+template <typename Fn>
+void visit_unary(UnaryOp op, Fn&& fn) {
+  switch (op) {
+    case UnaryOp::Neg: return fn.template operator()<ops::Neg>();
+    case UnaryOp::Exp: return fn.template operator()<ops::Exp>();
+    case UnaryOp::Log: return fn.template operator()<ops::Log>();
+    case UnaryOp::Sqrt: return fn.template operator()<ops::Sqrt>();
+    case UnaryOp::Rsqrt: return fn.template operator()<ops::Rsqrt>();
+    case UnaryOp::Abs: return fn.template operator()<ops::Abs>();
+    case UnaryOp::Relu: return fn.template operator()<ops::Relu>();
+    case UnaryOp::LeakyRelu: return fn.template operator()<ops::LeakyRelu>();
+    case UnaryOp::Sigmoid: return fn.template operator()<ops::Sigmoid>();
+    case UnaryOp::Tanh: return fn.template operator()<ops::Tanh>();
+    case UnaryOp::Gelu: return fn.template operator()<ops::Gelu>();
+    case UnaryOp::GeluTanh: return fn.template operator()<ops::GeluTanh>();
+    case UnaryOp::Silu: return fn.template operator()<ops::Silu>();
+    case UnaryOp::AddScalar: return fn.template operator()<ops::AddScalar>();
+    case UnaryOp::MulScalar: return fn.template operator()<ops::MulScalar>();
+    case UnaryOp::RsubScalar: return fn.template operator()<ops::RsubScalar>();
+    case UnaryOp::PowScalar: return fn.template operator()<ops::PowScalar>();
+  }
+  EMBER_THROW("unary: unknown op");
+}
+
 }  // namespace ember::kernels

@@ -7,6 +7,7 @@
 
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/conv.h"
+#include "../kernels/cuda/cudnn.h"
 #endif
 
 namespace ember {
@@ -80,9 +81,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
       kernels::cpu::conv2d_forward(dt, g, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
       break;
     case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          x.device(), "conv2d",
-          kernels::cuda::conv2d_forward(dt, g, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data()));
+      EMBER_CUDA_CALL(x.device(), "conv2d", {
+        const void* b = bc.defined() ? bc.data() : nullptr;
+        if (kernels::cuda::cudnn::use_for_conv())
+          kernels::cuda::cudnn::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
+        else
+          kernels::cuda::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
+      });
       break;
   }
   if (!any_requires_grad({&x, &weight, &bias})) return y;
@@ -108,9 +113,16 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         break;
       case DeviceType::CUDA:
         EMBER_CUDA_CALL(gy.device(), "conv2d backward", {
-          if (need_x) kernels::cuda::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
-          if (need_w) kernels::cuda::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
-          if (need_b) kernels::cuda::conv2d_backward_bias(dt, g, gy.data(), gb.data());
+          namespace kc = kernels::cuda;
+          if (kc::cudnn::use_for_conv()) {
+            if (need_x) kc::cudnn::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
+            if (need_w) kc::cudnn::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
+            if (need_b) kc::cudnn::conv2d_backward_bias(dt, g, gy.data(), gb.data());
+          } else {
+            if (need_x) kc::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
+            if (need_w) kc::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
+            if (need_b) kc::conv2d_backward_bias(dt, g, gy.data(), gb.data());
+          }
         });
         break;
     }

@@ -306,12 +306,10 @@ LaunchInfo detect_launch(const EnvLookup& lookup) {
   add("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
       "OMPI_COMM_WORLD_LOCAL_SIZE");
   add("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
-  {
-    // Inside an sbatch script SLURM_NTASKS is the allocation's task count while only one process
-    // runs; the step's own count (srun) is SLURM_STEP_NUM_TASKS.
-    const char* size_var = env("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
-    if (env("SLURM_PROCID") && env(size_var)) add("slurm", "SLURM_PROCID", size_var, "SLURM_LOCALID", nullptr);
-  }
+  // srun: SLURM_STEP_NUM_TASKS is the job step's task count. SLURM_NTASKS is not used: inside an
+  // sbatch script it is the allocation's count while only the script itself runs.
+  if (env("SLURM_PROCID") && env("SLURM_STEP_NUM_TASKS"))
+    add("slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", nullptr);
   add("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   if (found.empty()) return {};
   for (size_t i = 1; i < found.size(); ++i) {

@@ -176,7 +176,8 @@ class Communicator {
 // Where this process sits in the job, from the launcher's environment variables:
 //   mpirun (OpenMPI)  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
 //   mpirun (MPICH)    PMI_RANK, PMI_SIZE (local rank: MPI_LOCALRANKID)
-//   srun (Slurm)      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (SLURM_STEP_NUM_TASKS when set)
+//   srun (Slurm)      SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID (not SLURM_NTASKS: an
+//                     sbatch script sees the allocation's count while it runs alone)
 //   torchrun-style    RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 // Without any of them: rank 0 of 1 ("none"). When several launchers' variables are present they
 // must agree on rank and world size; otherwise ember::Error names both.

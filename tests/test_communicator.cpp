@@ -201,6 +201,8 @@ TEST_CASE("launcher: rank and world size from mpirun, Slurm and torchrun-style e
                                            {"SLURM_LOCALID", "1"}}));
   CHECK(slurm.launcher == "slurm");
   CHECK((slurm.rank == 5 && slurm.world_size == 8 && slurm.local_rank == 1));
+  // An sbatch script (no job step yet): one process, whatever the allocation's size.
+  CHECK(detect_launch(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "16"}})).world_size == 1);
 
   LaunchInfo tr = detect_launch(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
                                         {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}}));

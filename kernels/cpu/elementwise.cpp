@@ -10,35 +10,6 @@
 
 namespace ember::kernels::cpu {
 
-namespace {
-
-// Maps a UnaryOp value to its functor type and calls fn.template operator()<Functor>().
-template <typename Fn>
-void visit_unary(UnaryOp op, Fn&& fn) {
-  switch (op) {
-    case UnaryOp::Neg: return fn.template operator()<ops::Neg>();
-    case UnaryOp::Exp: return fn.template operator()<ops::Exp>();
-    case UnaryOp::Log: return fn.template operator()<ops::Log>();
-    case UnaryOp::Sqrt: return fn.template operator()<ops::Sqrt>();
-    case UnaryOp::Rsqrt: return fn.template operator()<ops::Rsqrt>();
-    case UnaryOp::Abs: return fn.template operator()<ops::Abs>();
-    case UnaryOp::Relu: return fn.template operator()<ops::Relu>();
-    case UnaryOp::LeakyRelu: return fn.template operator()<ops::LeakyRelu>();
-    case UnaryOp::Sigmoid: return fn.template operator()<ops::Sigmoid>();
-    case UnaryOp::Tanh: return fn.template operator()<ops::Tanh>();
-    case UnaryOp::Gelu: return fn.template operator()<ops::Gelu>();
-    case UnaryOp::GeluTanh: return fn.template operator()<ops::GeluTanh>();
-    case UnaryOp::Silu: return fn.template operator()<ops::Silu>();
-    case UnaryOp::AddScalar: return fn.template operator()<ops::AddScalar>();
-    case UnaryOp::MulScalar: return fn.template operator()<ops::MulScalar>();
-    case UnaryOp::RsubScalar: return fn.template operator()<ops::RsubScalar>();
-    case UnaryOp::PowScalar: return fn.template operator()<ops::PowScalar>();
-  }
-  EMBER_THROW("unary: unknown op");
-}
-
-}  // namespace
-
 void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand in, double alpha) {
   EMBER_DISPATCH_FLOAT(dtype, "unary", [&] {
     const scalar_t a = static_cast<scalar_t>(alpha);
@@ -129,23 +100,7 @@ void clamp(DType dtype, const IterShape& shape, Operand out, Operand in, bool ha
   });
 }
 
-namespace {
-// Converts one value between any two element types, through float for the 16-bit ones.
-template <typename To, typename From>
-To convert(From v) {
-  if constexpr (std::is_same_v<To, From>) {
-    return v;
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    return To(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
-    return static_cast<To>(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return v != From(0);
-  } else {
-    return static_cast<To>(v);
-  }
-}
-}  // namespace
+using ops::convert;
 
 void copy(const IterShape& shape, DType out_dtype, Operand out, DType in_dtype, Operand in) {
   EMBER_DISPATCH_ALL(out_dtype, "copy", [&] {

@@ -3,6 +3,8 @@
 // keeps compiling as device code. The CUDA backend issue replaces this file with the real
 // kernels (executed on a GPU, and on the CPU through the SIMT flavour).
 
+#include "launch.h"
+
 #include <ember/core/philox.h>
 #include <ember/ember.h>
 #include <ember/kernels/elementwise.h>

@@ -90,6 +90,46 @@ const DeviceProperties& properties(int device);
 // current stream of the CUDA device involved (the destination's when both are) and waits for it.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
+// Pinned host memory (see Note [Pinned host memory] in pinned.cu): page-locked, cached, and
+// reused only after the asynchronous copies that touched a block have finished.
+void* pinned_allocate(size_t bytes);
+void pinned_free(void* p);
+bool is_pinned(const void* p);
+// Starts a copy between pinned host memory and a CUDA device on the current stream and returns
+// without waiting (the host side must be pinned: checked).
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+// An owned CUDA stream on one device (non-blocking with respect to the legacy default stream).
+class StreamHandle {
+ public:
+  explicit StreamHandle(int device);
+  ~StreamHandle();
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+  Stream get() const { return stream_; }
+  int device() const { return device_; }
+
+ private:
+  Stream stream_ = nullptr;
+  int device_ = 0;
+};
+
+// An owned CUDA event (no timing): record on one stream, make another stream wait for it.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(Stream s);
+  void wait_on(Stream s) const;  // work queued on s after this call waits for the event
+  void synchronize() const;      // the host waits
+  bool query() const;            // finished?
+
+ private:
+  EventHandle event_ = nullptr;
+};
+
 // The caching allocator of a device (core/cuda_caching_allocator.h): statistics, returning cached
 // blocks to the device, a readable dump, and marking a block as used by another stream (its
 // memory is not reused until the work queued on `s` at the time it is freed has finished).

@@ -1,0 +1,300 @@
+// 2-D convolution on a CUDA device: im2col / col2im kernels, the bias kernels, and the
+// im2col + GEMM drivers (Note [im2col] in kernels/cpu/conv.h).
+//
+// The drivers process the batch in chunks of images whose im2col columns fit a fixed workspace
+// (kColBudgetBytes), so one im2col launch and one batched GEMM cover many images. A 1x1, stride-1,
+// unpadded convolution skips im2col: the image is its own column matrix.
+
+#include "launch.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "../../core/error.h"
+#include "block_reduce.cuh"
+#include "conv.h"
+#include "gemm.h"
+#include "runtime.h"
+
+namespace ember::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+// im2col workspace per chunk of images: large enough that a chunk is a big GEMM, small enough
+// not to matter next to activations.
+constexpr int64_t kColBudgetBytes = int64_t{64} << 20;
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// im2col over `images` consecutive images: col[img] (c_in * kh * kw, out_h * out_w).
+// One thread per column entry (grid-stride). The linear index runs fastest over ox, so a warp
+// writes 32 consecutive col entries (coalesced) and reads 32 input pixels stride_w apart on one
+// input row (coalesced for stride 1). Entries whose tap falls in the padding get 0.
+template <typename T>
+__global__ void im2col_kernel(Conv2dGeometry g, int64_t images, const T* x, T* col) {
+  const int64_t ohw = g.out_h * g.out_w, rows = g.c_in * g.kh * g.kw;
+  const int64_t total = images * rows * ohw;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ox = idx % g.out_w;
+    const int64_t oy = (idx / g.out_w) % g.out_h;
+    const int64_t row = (idx / ohw) % rows;
+    const int64_t img = idx / (ohw * rows);
+    const int64_t j = row % g.kw, i = (row / g.kw) % g.kh, c = row / (g.kw * g.kh);
+    const int64_t iy = oy * g.stride_h - g.pad_h + i * g.dil_h;
+    const int64_t ix = ox * g.stride_w - g.pad_w + j * g.dil_w;
+    T v = T(0);
+    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) v = x[((img * g.c_in + c) * g.h + iy) * g.w + ix];
+    col[idx] = v;
+  }
+}
+
+// col2im as a gather: one thread per input pixel (img, c, iy, ix) sums every col entry that
+// im2col copied from it. Tap (i, j) read this pixel for output row oy = (iy + pad_h - i dil_h) /
+// stride_h when that division is exact and oy is in range (likewise ox), so a thread visits at
+// most kh * kw entries and writes its pixel once: no atomics, and the sum runs in the same (i, j)
+// order as the CPU's scatter loop, so the result is bit-identical to kernels::cpu::col2im.
+// accumulate: x += sum (col2im's contract); otherwise x = sum (backward data, no zeroing pass).
+template <typename T>
+__global__ void col2im_kernel(Conv2dGeometry g, int64_t images, const T* col, T* x, bool accumulate) {
+  const int64_t ohw = g.out_h * g.out_w, rows = g.c_in * g.kh * g.kw;
+  const int64_t total = images * g.c_in * g.h * g.w;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ix = idx % g.w;
+    const int64_t iy = (idx / g.w) % g.h;
+    const int64_t c = (idx / (g.w * g.h)) % g.c_in;
+    const int64_t img = idx / (g.w * g.h * g.c_in);
+    const T* col_img = col + img * rows * ohw;
+    T acc = accumulate ? x[idx] : T(0);
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ty = iy + g.pad_h - i * g.dil_h;
+      if (ty < 0 || ty % g.stride_h != 0) continue;
+      const int64_t oy = ty / g.stride_h;
+      if (oy >= g.out_h) continue;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t tx = ix + g.pad_w - j * g.dil_w;
+        if (tx < 0 || tx % g.stride_w != 0) continue;
+        const int64_t ox = tx / g.stride_w;
+        if (ox >= g.out_w) continue;
+        acc += col_img[((c * g.kh + i) * g.kw + j) * ohw + oy * g.out_w + ox];
+      }
+    }
+    x[idx] = acc;
+  }
+}
+
+// y[img, oc, :] = bias[oc] for every image: the GEMM then adds onto it (beta = 1), as on the CPU.
+template <typename T>
+__global__ void fill_bias_kernel(int64_t n, int64_t c_out, int64_t ohw, const T* bias, T* y) {
+  const int64_t total = n * c_out * ohw;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x)
+    y[idx] = bias[(idx / ohw) % c_out];
+}
+
+// gb[oc] = sum of gy[:, oc, :, :]. One block per output channel: its 256 threads stride over the
+// n * out_h * out_w values of the channel (consecutive threads read consecutive pixels of one
+// image: coalesced), each summing in double, then block_reduce adds the 256 partial sums.
+template <typename T>
+__global__ void bias_grad_kernel(int64_t n, int64_t c_out, int64_t ohw, const T* gy, T* gb) {
+  const int64_t oc = blockIdx.x;
+  double acc = 0;
+  for (int64_t idx = threadIdx.x; idx < n * ohw; idx += blockDim.x) {
+    const int64_t img = idx / ohw, p = idx % ohw;
+    acc += static_cast<double>(gy[(img * c_out + oc) * ohw + p]);
+  }
+  acc = detail::block_sum(acc);
+  if (threadIdx.x == 0) gb[oc] = static_cast<T>(acc);
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+
+template <typename T>
+void launch_im2col(const Conv2dGeometry& g, int64_t images, const T* x, T* col) {
+  const int64_t total = images * g.c_in * g.kh * g.kw * g.out_h * g.out_w;
+  if (total == 0) return;
+  EMBER_LAUNCH_FLAT(im2col_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
+                    ::ember::cuda::current_stream(), g, images, x, col);
+  ::ember::cuda::check_launch("im2col");
+}
+
+template <typename T>
+void launch_col2im(const Conv2dGeometry& g, int64_t images, const T* col, T* x, bool accumulate) {
+  const int64_t total = images * g.c_in * g.h * g.w;
+  if (total == 0) return;
+  EMBER_LAUNCH_FLAT(col2im_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
+                    ::ember::cuda::current_stream(), g, images, col, x, accumulate);
+  ::ember::cuda::check_launch("col2im");
+}
+
+// ---- drivers ---------------------------------------------------------------------------------
+
+bool is_pointwise(const Conv2dGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+}
+
+void check_geometry(const char* op, const Conv2dGeometry& g) {
+  EMBER_CHECK(g.groups >= 1 && g.c_in % g.groups == 0 && g.c_out % g.groups == 0, op, ": groups = ", g.groups,
+              " must divide c_in = ", g.c_in, " and c_out = ", g.c_out);
+  EMBER_CHECK(g.stride_h >= 1 && g.stride_w >= 1 && g.dil_h >= 1 && g.dil_w >= 1, op,
+              ": stride and dilation must be >= 1");
+  EMBER_CHECK(g.out_h >= 0 && g.out_w >= 0, op, ": negative output size");
+}
+
+// Images per chunk: as many as fit kColBudgetBytes of im2col columns (at least one).
+template <typename T>
+int64_t chunk_images(const Conv2dGeometry& g) {
+  const int64_t per_image = std::max<int64_t>(1, g.c_in * g.kh * g.kw * g.out_h * g.out_w * int64_t{sizeof(T)});
+  return std::max<int64_t>(1, std::min<int64_t>(g.n, kColBudgetBytes / per_image));
+}
+
+// C[img, gr] = alpha W[gr] (or W[gr]^T) @ B[img, gr] for every image of a chunk and every group:
+// one batched GEMM. Pointer lists are built on the host (gemm_batched copies them).
+template <typename T>
+struct GroupGemm {
+  std::vector<const T*> a, b;
+  std::vector<T*> c;
+  void add(const T* ap, const T* bp, T* cp) {
+    a.push_back(ap);
+    b.push_back(bp);
+    c.push_back(cp);
+  }
+};
+
+template <typename T>
+void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  check_geometry("conv2d", g);
+  const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_img = g.c_in * g.kh * g.kw * ohw;
+  if (g.n == 0 || g.c_out == 0 || ohw == 0) return;
+  if (bias) {
+    const int64_t total = g.n * g.c_out * ohw;
+    EMBER_LAUNCH_FLAT(fill_bias_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
+                      ::ember::cuda::current_stream(), g.n, g.c_out, ohw, bias, y);
+    ::ember::cuda::check_launch("conv2d bias");
+  }
+  const bool pointwise = is_pointwise(g);
+  const int64_t chunk = chunk_images<T>(g);
+  ::ember::cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
+  for (int64_t img0 = 0; img0 < g.n; img0 += chunk) {
+    const int64_t images = std::min(chunk, g.n - img0);
+    const T* c = pointwise ? x + img0 * x_img : cols.as<T>();
+    if (!pointwise) launch_im2col(g, images, x + img0 * x_img, cols.as<T>());
+    // y[img][gr] (cout_g, ohw) (+)= w[gr] (cout_g, kk) @ col[img][gr] (kk, ohw)
+    GroupGemm<T> gg;
+    for (int64_t img = 0; img < images; ++img)
+      for (int64_t gr = 0; gr < G; ++gr)
+        gg.add(w + gr * cout_g * kk, c + img * col_img + gr * kk * ohw, y + (img0 + img) * g.c_out * ohw + gr * cout_g * ohw);
+    kernels::cuda::gemm_batched(Transpose::No, Transpose::No, cout_g, ohw, kk, T(1), gg.a.data(), kk, gg.b.data(), ohw,
+                 bias ? T(1) : T(0), gg.c.data(), ohw, static_cast<int64_t>(gg.c.size()));
+  }
+}
+
+template <typename T>
+void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+  check_geometry("conv2d backward", g);
+  const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_img = g.c_in * g.kh * g.kw * ohw;
+  if (g.n == 0 || x_img == 0) return;
+  const bool pointwise = is_pointwise(g);
+  const int64_t chunk = chunk_images<T>(g);
+  ::ember::cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
+  for (int64_t img0 = 0; img0 < g.n; img0 += chunk) {
+    const int64_t images = std::min(chunk, g.n - img0);
+    // dcol[img][gr] (kk, ohw) = w[gr]^T (kk, cout_g) @ gy[img][gr] (cout_g, ohw); pointwise: dcol is gx.
+    T* dcol = pointwise ? gx + img0 * x_img : cols.as<T>();
+    GroupGemm<T> gg;
+    for (int64_t img = 0; img < images; ++img)
+      for (int64_t gr = 0; gr < G; ++gr)
+        gg.add(w + gr * cout_g * kk, gy + (img0 + img) * g.c_out * ohw + gr * cout_g * ohw,
+               dcol + img * col_img + gr * kk * ohw);
+    kernels::cuda::gemm_batched(Transpose::Yes, Transpose::No, kk, ohw, cout_g, T(1), gg.a.data(), kk, gg.b.data(), ohw, T(0),
+                 gg.c.data(), ohw, static_cast<int64_t>(gg.c.size()));
+    if (!pointwise) launch_col2im(g, images, cols.as<T>(), gx + img0 * x_img, /*accumulate=*/false);
+  }
+}
+
+template <typename T>
+void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+  check_geometry("conv2d backward", g);
+  const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_img = g.c_in * g.kh * g.kw * ohw;
+  const int64_t w_elems = g.c_out * kk;
+  if (w_elems == 0) return;
+  if (g.n == 0) {
+    EMBER_CUDA_CHECK(cudaMemsetAsync(gw, 0, static_cast<size_t>(w_elems) * sizeof(T), ::ember::cuda::current_stream()));
+    return;
+  }
+  const bool pointwise = is_pointwise(g);
+  const int64_t chunk = chunk_images<T>(g);
+  ::ember::cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
+  for (int64_t img0 = 0; img0 < g.n; img0 += chunk) {
+    const int64_t images = std::min(chunk, g.n - img0);
+    const T* c = pointwise ? x + img0 * x_img : cols.as<T>();
+    if (!pointwise) launch_im2col(g, images, x + img0 * x_img, cols.as<T>());
+    // gw[gr] (cout_g, kk) (+)= gy[img][gr] (cout_g, ohw) @ col[img][gr]^T (ohw, kk). Every image adds
+    // into the same gw, so images are GEMMs in sequence (beta = 0 for the first, then 1); the
+    // groups of one image write disjoint parts of gw and go in one batched call.
+    for (int64_t img = 0; img < images; ++img) {
+      GroupGemm<T> gg;
+      for (int64_t gr = 0; gr < G; ++gr)
+        gg.add(gy + (img0 + img) * g.c_out * ohw + gr * cout_g * ohw, c + img * col_img + gr * kk * ohw,
+               gw + gr * cout_g * kk);
+      const T beta = img0 + img == 0 ? T(0) : T(1);
+      if (G == 1) {
+        kernels::cuda::gemm(Transpose::No, Transpose::Yes, cout_g, kk, ohw, T(1), gg.a[0], ohw, gg.b[0], ohw, beta, gg.c[0], kk);
+      } else {
+        kernels::cuda::gemm_batched(Transpose::No, Transpose::Yes, cout_g, kk, ohw, T(1), gg.a.data(), ohw, gg.b.data(), ohw, beta,
+                     gg.c.data(), kk, G);
+      }
+    }
+  }
+}
+
+template <typename T>
+void backward_bias_impl(const Conv2dGeometry& g, const T* gy, T* gb) {
+  if (g.c_out == 0) return;
+  EMBER_CHECK(g.c_out <= 2147483647, "conv2d backward: c_out = ", g.c_out, " is too large for one grid");
+  EMBER_LAUNCH(bias_grad_kernel<T>, static_cast<unsigned>(g.c_out), kThreads, 0, ::ember::cuda::current_stream(),
+               g.n, g.c_out, g.out_h * g.out_w, gy, gb);
+  ::ember::cuda::check_launch("conv2d backward bias");
+}
+
+}  // namespace
+
+void im2col(const Conv2dGeometry& g, const float* x, float* col) { launch_im2col(g, 1, x, col); }
+void im2col(const Conv2dGeometry& g, const double* x, double* col) { launch_im2col(g, 1, x, col); }
+void col2im(const Conv2dGeometry& g, const float* col, float* x) { launch_col2im(g, 1, col, x, true); }
+void col2im(const Conv2dGeometry& g, const double* col, double* x) { launch_col2im(g, 1, col, x, true); }
+
+void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d", [&] {
+    using T = scalar_t;
+    forward_impl(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y));
+  });
+}
+
+void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
+    using T = scalar_t;
+    backward_data_impl(g, static_cast<const T*>(gy), static_cast<const T*>(w), static_cast<T*>(gx));
+  });
+}
+
+void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
+    using T = scalar_t;
+    backward_weight_impl(g, static_cast<const T*>(gy), static_cast<const T*>(x), static_cast<T*>(gw));
+  });
+}
+
+void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb) {
+  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
+    using T = scalar_t;
+    backward_bias_impl(g, static_cast<const T*>(gy), static_cast<T*>(gb));
+  });
+}
+
+}  // namespace ember::kernels::cuda

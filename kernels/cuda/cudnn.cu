@@ -1,0 +1,448 @@
+// cuDNN wrappers (see Note [cuDNN algorithm choice] in cudnn.h). The legacy descriptor API is
+// deprecated in cuDNN 9 but supported; it is confined to this file, so moving to the graph API
+// stays a local change.
+
+#include "launch.h"
+
+#include "cudnn.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "../../core/allocator.h"
+#include "../../core/error.h"
+#include "runtime.h"
+
+#if EMBER_HAVE_CUDNN
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <cudnn.h>
+#endif
+
+namespace ember::kernels::cuda::cudnn {
+
+namespace {
+std::atomic<bool> g_benchmark{[] {
+  const char* v = std::getenv("EMBER_CUDNN_BENCHMARK");
+  return v != nullptr && v[0] == '1';
+}()};
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+bool use_for_conv() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("EMBER_CUDNN");
+    return v != nullptr && v[0] == '0';
+  }();
+  return available() && !disabled;
+}
+
+void set_benchmark(bool on) { g_benchmark = on; }
+bool benchmark() { return g_benchmark; }
+void set_allow_tf32(bool on) { g_allow_tf32 = on; }
+bool allow_tf32() { return g_allow_tf32; }
+
+#if !EMBER_HAVE_CUDNN
+
+bool available() { return false; }
+int64_t cached_algorithm_count() { return 0; }
+
+namespace {
+[[noreturn]] void no_cudnn(const char* op) {
+  EMBER_THROW(op, ": this build of ember has no cuDNN (the hand-written kernels serve instead)");
+}
+}  // namespace
+
+void conv2d_forward(DType, const Conv2dGeometry&, const void*, const void*, const void*, void*) {
+  no_cudnn("cudnn conv2d_forward");
+}
+void conv2d_backward_data(DType, const Conv2dGeometry&, const void*, const void*, void*) {
+  no_cudnn("cudnn conv2d_backward_data");
+}
+void conv2d_backward_weight(DType, const Conv2dGeometry&, const void*, const void*, void*) {
+  no_cudnn("cudnn conv2d_backward_weight");
+}
+void conv2d_backward_bias(DType, const Conv2dGeometry&, const void*, void*) { no_cudnn("cudnn conv2d_backward_bias"); }
+void avg_pool2d_forward(DType, const Pool2dGeometry&, bool, const void*, void*) { no_cudnn("cudnn avg_pool2d"); }
+void avg_pool2d_backward(DType, const Pool2dGeometry&, bool, const void*, const void*, const void*, void*) {
+  no_cudnn("cudnn avg_pool2d backward");
+}
+void activation_forward(Activation, DType, int64_t, const void*, void*) { no_cudnn("cudnn activation"); }
+void activation_backward(Activation, DType, int64_t, const void*, const void*, const void*, void*) {
+  no_cudnn("cudnn activation backward");
+}
+
+#else  // EMBER_HAVE_CUDNN
+
+bool available() { return true; }
+
+namespace {
+
+#define EMBER_CUDNN_CHECK(expr)                                                                       \
+  do {                                                                                                \
+    const cudnnStatus_t ember_cudnn_status_ = (expr);                                                 \
+    if (ember_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                                  \
+      EMBER_THROW("cuDNN error ", cudnnGetErrorString(ember_cudnn_status_), " from ", #expr, " at ", \
+                  __FILE__, ":", __LINE__);                                                           \
+  } while (0)
+
+cudnnDataType_t data_type(DType dt) {
+  switch (dt) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    default: EMBER_THROW("cuDNN: unsupported dtype ", dt, " (expected float32 or float64)");
+  }
+}
+
+// One cuDNN handle per device, created on first use and bound to the current stream per call.
+cudnnHandle_t handle() {
+  static std::mutex mu;
+  static std::map<int, cudnnHandle_t> handles;
+  const int dev = ember::cuda::current_device();
+  cudnnHandle_t h;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = handles.find(dev);
+    if (it == handles.end()) {
+      EMBER_CUDNN_CHECK(cudnnCreate(&h));
+      handles[dev] = h;
+    } else {
+      h = it->second;
+    }
+  }
+  EMBER_CUDNN_CHECK(cudnnSetStream(h, ember::cuda::current_stream()));
+  return h;
+}
+
+// ---- RAII descriptors ----------------------------------------------------------------------------
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(DType dt, int64_t n, int64_t c, int64_t h, int64_t w) {
+    EMBER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+    EMBER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, data_type(dt), static_cast<int>(n),
+                                                 static_cast<int>(c), static_cast<int>(h), static_cast<int>(w)));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc(DType dt, const Conv2dGeometry& g) {
+    EMBER_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
+    EMBER_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, data_type(dt), CUDNN_TENSOR_NCHW, static_cast<int>(g.c_out),
+                                                 static_cast<int>(g.c_in / g.groups), static_cast<int>(g.kh),
+                                                 static_cast<int>(g.kw)));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+cudnnMathType_t math_type(DType dt) {
+  // FMA math keeps float32 convolutions in full float32 (no TF32 tensor cores).
+  return dt == DType::f32 && allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+}
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(DType dt, const Conv2dGeometry& g) {
+    EMBER_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
+    EMBER_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        d, static_cast<int>(g.pad_h), static_cast<int>(g.pad_w), static_cast<int>(g.stride_h),
+        static_cast<int>(g.stride_w), static_cast<int>(g.dil_h), static_cast<int>(g.dil_w), CUDNN_CROSS_CORRELATION,
+        data_type(dt)));
+    EMBER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, static_cast<int>(g.groups)));
+    EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math_type(dt)));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// The descriptors of one convolution problem.
+struct ConvProblem {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  ConvProblem(DType dt, const Conv2dGeometry& g)
+      : x(dt, g.n, g.c_in, g.h, g.w), y(dt, g.n, g.c_out, g.out_h, g.out_w), w(dt, g), conv(dt, g) {}
+};
+
+// ---- the algorithm cache and the shared workspace ----------------------------------------------
+
+enum class Pass { Forward, BackwardData, BackwardFilter };
+
+using ConvKey = std::tuple<int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+ConvKey make_key(Pass pass, DType dt, const Conv2dGeometry& g) {
+  return ConvKey{static_cast<int>(pass), ember::cuda::current_device(), static_cast<int>(dt), allow_tf32(),
+                 benchmark(), g.n, g.c_in, g.h, g.w, g.c_out, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h,
+                 g.pad_w, g.dil_h, g.dil_w, g.groups};
+}
+
+// Ranked candidates: (algorithm, workspace bytes), best first.
+using Ranking = std::vector<std::pair<int, size_t>>;
+
+std::mutex g_cache_mu;
+std::map<ConvKey, Ranking>& algorithm_cache() {
+  static std::map<ConvKey, Ranking> cache;
+  return cache;
+}
+
+// One growable workspace per device, from the caching allocator.
+struct Workspace {
+  void* ptr = nullptr;
+  size_t size = 0;
+};
+std::mutex g_ws_mu;
+
+// Returns a workspace of at least `bytes` on the current device, or nullptr if it cannot grow.
+void* workspace(size_t bytes) {
+  static std::map<int, Workspace> spaces;
+  if (bytes == 0) return nullptr;
+  const int dev = ember::cuda::current_device();
+  std::lock_guard<std::mutex> lock(g_ws_mu);
+  Workspace& ws = spaces[dev];
+  if (ws.size >= bytes) return ws.ptr;
+  Allocator& alloc = allocator_for(Device::cuda(dev));
+  if (ws.ptr) alloc.deallocate(ws.ptr, ws.size);  // stream-ordered: safe to hand back now
+  ws = Workspace{};
+  try {
+    ws.ptr = alloc.allocate(bytes);
+    ws.size = bytes;
+  } catch (const Error&) {
+    return nullptr;
+  }
+  return ws.ptr;
+}
+
+// Picks the first ranked algorithm whose workspace can be had, and runs `run(algo, ws, ws_size)`.
+template <typename Run>
+void run_ranked(const char* op, const Ranking& ranking, Run run) {
+  for (const auto& [algo, bytes] : ranking) {
+    void* ws = workspace(bytes);
+    if (bytes > 0 && ws == nullptr) continue;  // not enough memory: try an algorithm that needs less
+    run(algo, ws, bytes);
+    return;
+  }
+  EMBER_THROW(op, ": no cuDNN algorithm fits in the available device memory");
+}
+
+template <typename Perf>
+Ranking ranking_from(const Perf* perf, int count) {
+  Ranking r;
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) r.emplace_back(static_cast<int>(perf[i].algo), perf[i].memory);
+  return r;
+}
+
+// Heuristic or measured ranking for one pass, cached under its key.
+template <typename PerfT, int kMax, typename GetFn, typename FindFn>
+const Ranking& rank(const char* op, Pass pass, DType dt, const Conv2dGeometry& g, GetFn get, FindFn find) {
+  const ConvKey key = make_key(pass, dt, g);
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    auto it = algorithm_cache().find(key);
+    if (it != algorithm_cache().end()) return it->second;
+  }
+  PerfT perf[kMax];
+  int count = 0;
+  if (benchmark()) {
+    // Find runs every algorithm; give it a workspace of up to 1 GiB (less if memory is short).
+    size_t ws_bytes = size_t{1} << 30;
+    void* ws = nullptr;
+    while (ws_bytes >= (size_t{1} << 20) && (ws = workspace(ws_bytes)) == nullptr) ws_bytes /= 2;
+    find(perf, kMax, &count, ws, ws ? ws_bytes : 0);
+  } else {
+    get(perf, kMax, &count);
+  }
+  Ranking r = ranking_from(perf, count);
+  EMBER_CHECK(!r.empty(), op, ": cuDNN offers no algorithm for this convolution");
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  return algorithm_cache().emplace(key, std::move(r)).first->second;
+}
+
+// The alpha = 1 / beta = 0 scalars cuDNN takes by pointer, in the compute type (double for f64).
+struct Blend {
+  const void* one;
+  const void* zero;
+};
+Blend blend(DType dt) {
+  static const double d1 = 1, d0 = 0;
+  static const float f1 = 1, f0 = 0;
+  return dt == DType::f64 ? Blend{&d1, &d0} : Blend{&f1, &f0};
+}
+
+}  // namespace
+
+int64_t cached_algorithm_count() {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  return static_cast<int64_t>(algorithm_cache().size());
+}
+
+void conv2d_forward(DType dt, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y) {
+  if (g.n == 0 || g.c_out == 0) return;
+  cudnnHandle_t h = handle();
+  ConvProblem p(dt, g);
+  const Ranking& r = rank<cudnnConvolutionFwdAlgoPerf_t, 8>(
+      "conv2d", Pass::Forward, dt, g,
+      [&](cudnnConvolutionFwdAlgoPerf_t* perf, int max, int* count) {
+        EMBER_CUDNN_CHECK(
+            cudnnGetConvolutionForwardAlgorithm_v7(h, p.x.d, p.w.d, p.conv.d, p.y.d, max, count, perf));
+      },
+      [&](cudnnConvolutionFwdAlgoPerf_t* perf, int max, int* count, void* ws, size_t ws_bytes) {
+        EMBER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x.d, x, p.w.d, w, p.conv.d, p.y.d, y, max,
+                                                                 count, perf, ws, ws_bytes));
+      });
+  const auto [one, zero] = blend(dt);
+  run_ranked("conv2d", r, [&](int algo, void* ws, size_t bytes) {
+    EMBER_CUDNN_CHECK(cudnnConvolutionForward(h, one, p.x.d, x, p.w.d, w, p.conv.d,
+                                              static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes, zero, p.y.d,
+                                              y));
+  });
+  if (bias != nullptr) {
+    TensorDesc b(dt, 1, g.c_out, 1, 1);
+    EMBER_CUDNN_CHECK(cudnnAddTensor(h, one, b.d, bias, one, p.y.d, y));
+  }
+}
+
+void conv2d_backward_data(DType dt, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
+  if (g.n == 0 || g.c_in == 0) return;
+  cudnnHandle_t h = handle();
+  ConvProblem p(dt, g);
+  const Ranking& r = rank<cudnnConvolutionBwdDataAlgoPerf_t, 8>(
+      "conv2d backward data", Pass::BackwardData, dt, g,
+      [&](cudnnConvolutionBwdDataAlgoPerf_t* perf, int max, int* count) {
+        EMBER_CUDNN_CHECK(
+            cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w.d, p.y.d, p.conv.d, p.x.d, max, count, perf));
+      },
+      [&](cudnnConvolutionBwdDataAlgoPerf_t* perf, int max, int* count, void* ws, size_t ws_bytes) {
+        EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w.d, w, p.y.d, gy, p.conv.d, p.x.d, gx,
+                                                                      max, count, perf, ws, ws_bytes));
+      });
+  const auto [one, zero] = blend(dt);
+  run_ranked("conv2d backward data", r, [&](int algo, void* ws, size_t bytes) {
+    EMBER_CUDNN_CHECK(cudnnConvolutionBackwardData(h, one, p.w.d, w, p.y.d, gy, p.conv.d,
+                                                   static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, bytes, zero,
+                                                   p.x.d, gx));
+  });
+}
+
+void conv2d_backward_weight(DType dt, const Conv2dGeometry& g, const void* gy, const void* x, void* gw) {
+  if (g.c_out == 0) return;
+  cudnnHandle_t h = handle();
+  ConvProblem p(dt, g);
+  const Ranking& r =
+      rank<cudnnConvolutionBwdFilterAlgoPerf_t, 8>(
+          "conv2d backward weight", Pass::BackwardFilter, dt, g,
+          [&](cudnnConvolutionBwdFilterAlgoPerf_t* perf, int max, int* count) {
+            EMBER_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x.d, p.y.d, p.conv.d, p.w.d, max, count, perf));
+          },
+          [&](cudnnConvolutionBwdFilterAlgoPerf_t* perf, int max, int* count, void* ws, size_t ws_bytes) {
+            EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x.d, x, p.y.d, gy, p.conv.d, p.w.d,
+                                                                            gw, max, count, perf, ws, ws_bytes));
+          });
+  const auto [one, zero] = blend(dt);
+  run_ranked("conv2d backward weight", r, [&](int algo, void* ws, size_t bytes) {
+    EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, one, p.x.d, x, p.y.d, gy, p.conv.d,
+                                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes,
+                                                     zero, p.w.d, gw));
+  });
+}
+
+void conv2d_backward_bias(DType dt, const Conv2dGeometry& g, const void* gy, void* gb) {
+  if (g.c_out == 0) return;
+  cudnnHandle_t h = handle();
+  TensorDesc y(dt, g.n, g.c_out, g.out_h, g.out_w), b(dt, 1, g.c_out, 1, 1);
+  const auto [one, zero] = blend(dt);
+  EMBER_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, one, y.d, gy, zero, b.d, gb));
+}
+
+// ---- pooling and activations -------------------------------------------------------------------
+
+namespace {
+
+struct PoolDesc {
+  cudnnPoolingDescriptor_t d = nullptr;
+  PoolDesc(const Pool2dGeometry& g, bool count_include_pad) {
+    EMBER_CHECK(g.dilation_h == 1 && g.dilation_w == 1, "cuDNN pooling: dilation is not supported");
+    EMBER_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d));
+    EMBER_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
+        d,
+        count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                          : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+        CUDNN_PROPAGATE_NAN, static_cast<int>(g.kernel_h), static_cast<int>(g.kernel_w), static_cast<int>(g.pad_h),
+        static_cast<int>(g.pad_w), static_cast<int>(g.stride_h), static_cast<int>(g.stride_w)));
+  }
+  ~PoolDesc() { cudnnDestroyPoolingDescriptor(d); }
+  PoolDesc(const PoolDesc&) = delete;
+  PoolDesc& operator=(const PoolDesc&) = delete;
+};
+
+struct ActDesc {
+  cudnnActivationDescriptor_t d = nullptr;
+  explicit ActDesc(Activation a) {
+    EMBER_CUDNN_CHECK(cudnnCreateActivationDescriptor(&d));
+    const cudnnActivationMode_t mode = a == Activation::Relu      ? CUDNN_ACTIVATION_RELU
+                                       : a == Activation::Sigmoid ? CUDNN_ACTIVATION_SIGMOID
+                                                                  : CUDNN_ACTIVATION_TANH;
+    EMBER_CUDNN_CHECK(cudnnSetActivationDescriptor(d, mode, CUDNN_PROPAGATE_NAN, 0.0));
+  }
+  ~ActDesc() { cudnnDestroyActivationDescriptor(d); }
+  ActDesc(const ActDesc&) = delete;
+  ActDesc& operator=(const ActDesc&) = delete;
+};
+
+}  // namespace
+
+void avg_pool2d_forward(DType dt, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out) {
+  if (g.planes == 0) return;
+  cudnnHandle_t h = handle();
+  PoolDesc pd(g, count_include_pad);
+  TensorDesc xd(dt, 1, g.planes, g.in_h, g.in_w), yd(dt, 1, g.planes, g.out_h, g.out_w);
+  const auto [one, zero] = blend(dt);
+  EMBER_CUDNN_CHECK(cudnnPoolingForward(h, pd.d, one, xd.d, x, zero, yd.d, out));
+}
+
+void avg_pool2d_backward(DType dt, const Pool2dGeometry& g, bool count_include_pad, const void* x, const void* out,
+                         const void* grad_out, void* grad_in) {
+  if (g.planes == 0) return;
+  cudnnHandle_t h = handle();
+  PoolDesc pd(g, count_include_pad);
+  TensorDesc xd(dt, 1, g.planes, g.in_h, g.in_w), yd(dt, 1, g.planes, g.out_h, g.out_w);
+  const auto [one, zero] = blend(dt);
+  EMBER_CUDNN_CHECK(cudnnPoolingBackward(h, pd.d, one, yd.d, out, yd.d, grad_out, xd.d, x, zero, xd.d, grad_in));
+}
+
+void activation_forward(Activation a, DType dt, int64_t n, const void* x, void* y) {
+  if (n == 0) return;
+  cudnnHandle_t h = handle();
+  ActDesc ad(a);
+  TensorDesc td(dt, 1, 1, 1, n);
+  const auto [one, zero] = blend(dt);
+  EMBER_CUDNN_CHECK(cudnnActivationForward(h, ad.d, one, td.d, x, zero, td.d, y));
+}
+
+void activation_backward(Activation a, DType dt, int64_t n, const void* x, const void* y, const void* grad_y,
+                         void* grad_x) {
+  if (n == 0) return;
+  cudnnHandle_t h = handle();
+  ActDesc ad(a);
+  TensorDesc td(dt, 1, 1, 1, n);
+  const auto [one, zero] = blend(dt);
+  EMBER_CUDNN_CHECK(cudnnActivationBackward(h, ad.d, one, td.d, y, td.d, grad_y, td.d, x, zero, td.d, grad_x));
+}
+
+#endif  // EMBER_HAVE_CUDNN
+
+}  // namespace ember::kernels::cuda::cudnn

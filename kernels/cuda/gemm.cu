@@ -1,0 +1,374 @@
+// Matrix multiply on a CUDA device: the cuBLAS call site and ember's own tiled kernel.
+//
+// Note [GEMM paths]
+// gemm() goes to cuBLAS unless EMBER_GEMM=tiled is set (read once per process) or cuBLAS could
+// not be initialized on the device (no handle: e.g. a broken library install); then it runs
+// sgemm_tiled below. gemm_tiled() always runs sgemm_tiled, so tests and benchmarks can compare the
+// two. In the SIMT flavour cuBLAS is kernels/simt/cublas_shim.cpp: every argument is checked as
+// cuBLAS would, and the product is computed on the host.
+//
+// Note [Row-major through column-major cuBLAS]
+// cuBLAS is column-major: an (r, c) matrix with leading dimension ld has element (i, j) at
+// p[i + j * ld]. ember is row-major: element (i, j) of C is at c[i * ldc + j]. Read with cuBLAS's
+// eyes, ember's row-major (m, n) C *is* the column-major (n, m) matrix C^T, with the same ldc.
+// So instead of C = op(A) op(B) we ask cuBLAS for
+//     C^T (n, m) = op(B)^T (n, k) @ op(A)^T (k, m)
+// Row-major B, seen column-major, is already B^T; so the first cuBLAS operand is our b with our
+// tb flag, the second is our a with our ta flag, and m and n swap places. No data moves.
+
+#include "launch.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../../core/error.h"
+#include "gemm.h"
+#include "runtime.h"
+
+// Wraps a cuBLAS call: anything but CUBLAS_STATUS_SUCCESS throws ember::Error naming the call.
+#define EMBER_CUBLAS_CHECK(expr)                                                                      \
+  do {                                                                                                \
+    const cublasStatus_t ember_cublas_status_ = (expr);                                               \
+    if (ember_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                                \
+      EMBER_THROW("cuBLAS error ", cublasGetStatusString(ember_cublas_status_), " from ", #expr, " on cuda:", \
+                  ::ember::cuda::current_device());                                                   \
+  } while (0)
+
+namespace ember::kernels::cuda {
+
+namespace {
+
+// ---- the tiled kernel ------------------------------------------------------------------------
+
+// Tile sizes: a block of 16 x 16 = 256 threads computes a 64 x 64 tile of C, each thread a 4 x 4
+// register tile; the k dimension is walked 16 at a time.
+constexpr int kTileM = 64, kTileN = 64, kTileK = 16;
+constexpr int kThreadsX = 16, kThreadsY = 16, kThreads = kThreadsX * kThreadsY;
+constexpr int kRegM = kTileM / kThreadsY, kRegN = kTileN / kThreadsX;  // 4 x 4 per thread
+
+template <typename T>
+struct TiledArgs {
+  int m, n, k;
+  int64_t lda, ldb, ldc;
+  bool ta, tb;
+  T alpha, beta;
+  const T* a;  // one product: the operands themselves...
+  const T* b;
+  T* c;
+  const T* const* a_list;  // ...or a batch: device arrays of pointers, product z = z0 + blockIdx.z
+  const T* const* b_list;
+  T* const* c_list;
+  int64_t z0;
+};
+
+// sgemm_tiled: C tile (64 x 64) = alpha * sum over k-steps of A tile (64 x 16) @ B tile (16 x 64) + beta * C.
+//
+// Who does what. Block (blockIdx.y, blockIdx.x) owns rows [64 by, 64 by + 64) and columns
+// [64 bx, 64 bx + 64) of C. Thread (ty, tx) owns the 16 C elements at rows ty + 16 i and columns
+// tx + 16 j (i, j < 4): strided, not a 4 x 4 square, so that in every inner-loop read and in the
+// final store, neighbouring threads (consecutive tx) touch neighbouring addresses.
+//
+// Why shared memory. Each A element of the tile is used by 64 C columns and each B element by
+// 64 C rows. Loading the tiles once into shared memory (all 256 threads cooperating, 4 elements
+// each) and then reading them from there cuts global traffic 64-fold; the 4 x 4 register tile
+// then reuses every shared-memory read 4 times (a thread loads 4 A and 4 B values per k and does
+// 16 multiply-adds).
+//
+// Coalescing and transposes. op(A)'s element (i, p) is at a[i * lda + p] (ta == No) or at
+// a[p * lda + i] (ta == Yes). The cooperative load numbers the 64 x 16 tile's elements so that
+// consecutive threads read consecutive addresses in memory: along p when A is stored (m, k), along
+// i when it is stored (k, m). Either way the element lands at As[p][i]; likewise Bs[p][j]. The
+// shared arrays carry one padding column so that the transposed stores do not all hit one bank.
+//
+// Ragged edges. Elements outside op(A) (row >= m or p >= k) or op(B) are loaded as 0, so partial
+// tiles need no special inner loop; only the final store checks row < m and column < n.
+//
+// Two __syncthreads per k-step: after the load (the tile is complete before anyone reads it) and
+// after the multiply (nobody overwrites the tile while a slower thread still reads it).
+template <typename T>
+__global__ void sgemm_tiled(TiledArgs<T> args) {
+  __shared__ T As[kTileK][kTileM + 1];
+  __shared__ T Bs[kTileK][kTileN + 1];
+
+  const int64_t z = args.z0 + blockIdx.z;
+  const T* a = args.a_list ? args.a_list[z] : args.a;
+  const T* b = args.b_list ? args.b_list[z] : args.b;
+  T* c = args.c_list ? args.c_list[z] : args.c;
+
+  const int tid = threadIdx.x;
+  const int tx = tid % kThreadsX, ty = tid / kThreadsX;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileM;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+
+  T acc[kRegM][kRegN];
+  for (int i = 0; i < kRegM; ++i)
+    for (int j = 0; j < kRegN; ++j) acc[i][j] = T(0);
+
+  for (int p0 = 0; p0 < args.k; p0 += kTileK) {
+    // Cooperative load: 64 * 16 = 1024 elements of each tile, 4 per thread.
+    for (int r = 0; r < (kTileM * kTileK) / kThreads; ++r) {
+      const int l = tid + r * kThreads;
+      int pa, ia;  // A: tile row ia (of m), tile column pa (of k)
+      if (!args.ta) {
+        pa = l % kTileK, ia = l / kTileK;  // A (m, k): consecutive threads walk along p
+      } else {
+        ia = l % kTileM, pa = l / kTileM;  // A (k, m): consecutive threads walk along i
+      }
+      const int64_t gi = row0 + ia, gp = p0 + pa;
+      T av = T(0);
+      if (gi < args.m && gp < args.k) av = args.ta ? a[gp * args.lda + gi] : a[gi * args.lda + gp];
+      As[pa][ia] = av;
+
+      int pb, jb;  // B: tile row pb (of k), tile column jb (of n)
+      if (!args.tb) {
+        jb = l % kTileN, pb = l / kTileN;  // B (k, n): along j
+      } else {
+        pb = l % kTileK, jb = l / kTileK;  // B (n, k): along p
+      }
+      const int64_t gj = col0 + jb, gq = p0 + pb;
+      T bv = T(0);
+      if (gj < args.n && gq < args.k) bv = args.tb ? b[gj * args.ldb + gq] : b[gq * args.ldb + gj];
+      Bs[pb][jb] = bv;
+    }
+    __syncthreads();
+
+    for (int p = 0; p < kTileK; ++p) {
+      T ar[kRegM], br[kRegN];
+      for (int i = 0; i < kRegM; ++i) ar[i] = As[p][ty + i * kThreadsY];
+      for (int j = 0; j < kRegN; ++j) br[j] = Bs[p][tx + j * kThreadsX];
+      for (int i = 0; i < kRegM; ++i)
+        for (int j = 0; j < kRegN; ++j) acc[i][j] += ar[i] * br[j];
+    }
+    __syncthreads();
+  }
+
+  for (int i = 0; i < kRegM; ++i) {
+    const int64_t gi = row0 + ty + i * kThreadsY;
+    if (gi >= args.m) continue;
+    for (int j = 0; j < kRegN; ++j) {
+      const int64_t gj = col0 + tx + j * kThreadsX;
+      if (gj >= args.n) continue;
+      T* out = c + gi * args.ldc + gj;
+      const T v = args.alpha * acc[i][j];
+      *out = args.beta == T(0) ? v : v + args.beta * *out;  // beta == 0: C is never read
+    }
+  }
+}
+
+// The launcher: grid math, batches of at most 65535 products per launch (gridDim.z's limit).
+template <typename T>
+void launch_tiled(TiledArgs<T> args, int64_t batch) {
+  if (args.m == 0 || args.n == 0 || batch == 0) return;
+  const int64_t grid_x = (args.n + kTileN - 1) / kTileN, grid_y = (args.m + kTileM - 1) / kTileM;
+  EMBER_CHECK(grid_y <= 65535, "gemm_tiled: m = ", args.m, " needs more than 65535 row tiles");
+  for (int64_t z0 = 0; z0 < batch; z0 += 65535) {
+    args.z0 = z0;
+    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
+                    static_cast<unsigned>(std::min<int64_t>(65535, batch - z0)));
+    EMBER_LAUNCH((sgemm_tiled<T>), grid, dim3(kThreads), 0, ::ember::cuda::current_stream(), args);
+    ::ember::cuda::check_launch("gemm_tiled");
+  }
+}
+
+// ---- argument checks (shared by both paths) --------------------------------------------------
+
+void check_gemm_args(const char* op, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                     int64_t ldb, int64_t ldc) {
+  for (int64_t v : {m, n, k, lda, ldb, ldc})
+    EMBER_CHECK(v >= 0 && v <= INT_MAX, op, ": dimension ", v, " does not fit a 32-bit int (m=", m, " n=", n,
+                " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, ")");
+  const int64_t a_cols = ta == Transpose::No ? k : m, b_cols = tb == Transpose::No ? n : k;
+  EMBER_CHECK(lda >= std::max<int64_t>(1, a_cols), op, ": lda = ", lda, " < ", std::max<int64_t>(1, a_cols));
+  EMBER_CHECK(ldb >= std::max<int64_t>(1, b_cols), op, ": ldb = ", ldb, " < ", std::max<int64_t>(1, b_cols));
+  EMBER_CHECK(ldc >= std::max<int64_t>(1, n), op, ": ldc = ", ldc, " < ", std::max<int64_t>(1, n));
+}
+
+template <typename T>
+TiledArgs<T> make_args(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, int64_t lda,
+                       int64_t ldb, T beta, int64_t ldc) {
+  TiledArgs<T> args{};
+  args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
+  args.lda = lda, args.ldb = ldb, args.ldc = ldc;
+  args.ta = ta == Transpose::Yes, args.tb = tb == Transpose::Yes;
+  args.alpha = alpha, args.beta = beta;
+  return args;
+}
+
+// ---- cuBLAS ----------------------------------------------------------------------------------
+
+std::atomic<bool> g_allow_tf32{false};
+
+bool tiled_forced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("EMBER_GEMM");
+    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "cublas") == 0) return false;
+    if (std::strcmp(v, "tiled") == 0) return true;
+    EMBER_THROW("EMBER_GEMM=", v, " is not understood (expected 'tiled' or 'cublas')");
+  }();
+  return forced;
+}
+
+// One cuBLAS handle per device, created on first use and never destroyed: destroying it from a
+// static destructor could run after the CUDA runtime has shut down (PyTorch leaks its handles for
+// the same reason). The mutex makes "bind to the current stream, enqueue" one step, so host
+// threads sharing a device's handle cannot rebind its stream under each other; the enqueue is
+// asynchronous, so the lock is held for microseconds.
+struct CublasSlot {
+  cublasHandle_t handle = nullptr;
+  bool tried = false;
+};
+std::mutex g_cublas_mutex;
+std::vector<CublasSlot> g_cublas_slots;
+
+// The current device's handle bound to current_stream(), or null when cuBLAS is unavailable.
+// Call with g_cublas_mutex held.
+cublasHandle_t bound_handle() {
+  const int dev = ::ember::cuda::current_device();
+  if (g_cublas_slots.empty()) g_cublas_slots.resize(static_cast<size_t>(std::max(1, ::ember::cuda::device_count())));
+  if (dev >= static_cast<int>(g_cublas_slots.size())) return nullptr;
+  CublasSlot& slot = g_cublas_slots[static_cast<size_t>(dev)];
+  if (!slot.tried) {
+    slot.tried = true;
+    if (cublasCreate(&slot.handle) != CUBLAS_STATUS_SUCCESS) {
+      slot.handle = nullptr;  // fall back to the tiled kernel on this device
+    } else {
+      EMBER_CUBLAS_CHECK(cublasSetMathMode(slot.handle, CUBLAS_DEFAULT_MATH));
+    }
+  }
+  if (slot.handle) EMBER_CUBLAS_CHECK(cublasSetStream(slot.handle, ::ember::cuda::current_stream()));
+  return slot.handle;
+}
+
+cublasOperation_t op_of(Transpose t) { return t == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// One product through cuBLAS (Note [Row-major through column-major cuBLAS]: b first, m and n
+// swapped). Returns false when cuBLAS is unavailable (the caller runs the tiled kernel).
+template <typename T>
+bool cublas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  std::lock_guard<std::mutex> lock(g_cublas_mutex);
+  cublasHandle_t h = bound_handle();
+  if (!h) return false;
+  const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
+  if constexpr (std::is_same_v<T, float>) {
+    const cublasComputeType_t compute = g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    EMBER_CUBLAS_CHECK(cublasGemmEx(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, CUDA_R_32F, static_cast<int>(ldb), a,
+                                    CUDA_R_32F, static_cast<int>(lda), &beta, c, CUDA_R_32F, static_cast<int>(ldc),
+                                    compute, CUBLAS_GEMM_DEFAULT));
+  } else {
+    EMBER_CUBLAS_CHECK(cublasDgemm(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
+                                   static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
+  }
+  return true;
+}
+
+template <typename T>
+bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* const* a,
+                         int64_t lda, const T* const* b, int64_t ldb, T beta, T* const* c, int64_t ldc, int batch) {
+  std::lock_guard<std::mutex> lock(g_cublas_mutex);
+  cublasHandle_t h = bound_handle();
+  if (!h) return false;
+  const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
+  if constexpr (std::is_same_v<T, float>) {
+    const cublasComputeType_t compute = g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    EMBER_CUBLAS_CHECK(cublasGemmBatchedEx(h, op_of(tb), op_of(ta), M, N, K, &alpha,
+                                           reinterpret_cast<const void* const*>(b), CUDA_R_32F, static_cast<int>(ldb),
+                                           reinterpret_cast<const void* const*>(a), CUDA_R_32F, static_cast<int>(lda),
+                                           &beta, reinterpret_cast<void* const*>(c), CUDA_R_32F, static_cast<int>(ldc),
+                                           batch, compute, CUBLAS_GEMM_DEFAULT));
+  } else {
+    EMBER_CUBLAS_CHECK(cublasDgemmBatched(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
+                                          static_cast<int>(lda), &beta, c, static_cast<int>(ldc), batch));
+  }
+  return true;
+}
+
+// ---- entry points ----------------------------------------------------------------------------
+
+template <typename T>
+void gemm_impl(bool tiled_only, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+               int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const char* op = tiled_only ? "gemm_tiled" : "gemm";
+  check_gemm_args(op, ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  // k == 0 (C = beta * C) goes to the tiled kernel on both paths: BLAS libraries differ on
+  // whether beta == 0 then clears NaNs in C, and ember's contract says it does.
+  if (!tiled_only && k > 0 && !tiled_forced() && cublas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    return;
+  TiledArgs<T> args = make_args(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+  args.a = a, args.b = b, args.c = c;
+  launch_tiled(args, 1);
+}
+
+template <typename T>
+void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* const* a,
+                       int64_t lda, const T* const* b, int64_t ldb, T beta, T* const* c, int64_t ldc, int64_t batch) {
+  check_gemm_args("gemm_batched", ta, tb, m, n, k, lda, ldb, ldc);
+  EMBER_CHECK(batch >= 0 && batch <= INT_MAX, "gemm_batched: batch = ", batch, " does not fit a 32-bit int");
+  if (m == 0 || n == 0 || batch == 0) return;
+  // The pointer arrays live on the host; both paths read them on the device. One scratch buffer
+  // holds the three arrays; cudaMemcpyAsync from pageable memory returns once the host data has
+  // been staged, so the caller's arrays may go away as soon as we return.
+  const size_t bytes = 3 * static_cast<size_t>(batch) * sizeof(void*);
+  std::vector<const void*> host(3 * static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    host[static_cast<size_t>(i)] = a[i];
+    host[static_cast<size_t>(batch + i)] = b[i];
+    host[static_cast<size_t>(2 * batch + i)] = c[i];
+  }
+  ::ember::cuda::Scratch lists(bytes);
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(lists.get(), host.data(), bytes, cudaMemcpyHostToDevice,
+                                   ::ember::cuda::current_stream()));
+  const T* const* a_dev = lists.as<const T*>();
+  const T* const* b_dev = a_dev + batch;
+  T* const* c_dev = lists.as<T*>() + 2 * batch;
+  if (k > 0 && !tiled_forced() &&
+      cublas_gemm_batched(ta, tb, m, n, k, alpha, a_dev, lda, b_dev, ldb, beta, c_dev, ldc, static_cast<int>(batch)))
+    return;
+  TiledArgs<T> args = make_args(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+  args.a_list = a_dev, args.b_list = b_dev, args.c_list = c_dev;
+  launch_tiled(args, batch);
+}
+
+}  // namespace
+
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_impl(false, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  gemm_impl(false, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm_tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_impl(true, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm_tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  gemm_impl(true, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a,
+                  int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc,
+                  int64_t batch) {
+  gemm_batched_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch);
+}
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a,
+                  int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
+                  int64_t batch) {
+  gemm_batched_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch);
+}
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+
+}  // namespace ember::kernels::cuda

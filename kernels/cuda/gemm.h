@@ -1,0 +1,55 @@
+#pragma once
+// Matrix multiply on a CUDA device: cuBLAS behind the row-major interface of kernels/cpu/gemm.h,
+// and ember's own tiled kernel (teaching material, and the fallback without cuBLAS).
+//
+// Conventions: exactly those of kernels/cpu/gemm.h (row-major, Transpose flags, lda/ldb/ldc,
+// beta == 0 overwrites C whatever it held, k == 0 gives C = beta * C, dimensions must fit a
+// 32-bit int). Pointers a, b, c are device pointers of the current device; the work is enqueued
+// on ember::cuda::current_stream() and is asynchronous.
+//
+// Which path runs (Note [GEMM paths] in gemm.cu):
+//   cuBLAS (the default): cublasGemmEx (f32, FP32 compute unless set_allow_tf32(true)),
+//     cublasDgemm (f64), cublasGemmBatchedEx / cublasDgemmBatched (batched). In the SIMT
+//     flavour "cuBLAS" is kernels/simt/cublas_shim.cpp, which checks every argument and
+//     multiplies on the host.
+//   tiled: gemm_tiled below; used for every gemm when EMBER_GEMM=tiled is set in the environment
+//     (read once), or when cuBLAS cannot be initialized on the device.
+
+#include <cstdint>
+
+#include "../cpu/gemm.h"
+
+namespace ember::kernels::cuda {
+
+using ::ember::kernels::cpu::Transpose;
+
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// `batch` independent products with the same shapes and layouts: C[i] = alpha op(A[i]) op(B[i]) + beta C[i].
+// a, b, c are HOST arrays of `batch` device pointers (as on the CPU); they are copied to the device
+// before the call returns, so the caller may free them right away. a[i] and b[i] may repeat
+// (a broadcast operand); the c[i] must be distinct and not overlap.
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a,
+                  int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc,
+                  int64_t batch);
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a,
+                  int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
+                  int64_t batch);
+
+// The hand-written tiled kernel (sgemm_tiled in gemm.cu), always, whatever EMBER_GEMM says.
+// Same contract as gemm. Accumulates in the element type, in a different order from BLAS.
+void gemm_tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// PyTorch's torch.backends.cuda.matmul.allow_tf32: when true, f32 products through cuBLAS may use
+// TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32: 10-bit mantissa inputs, f32 accumulation).
+// Off by default (full f32 accuracy). Process-wide; takes effect at the next call.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,238 @@
+// CUDA classification losses (contracts in loss.h; the CPU reference is kernels/cpu/loss.cpp).
+//
+// Parallel decomposition:
+//   cross_entropy_forward  one sample (a line of C logits, stride S) per group of G threads, as
+//                          softmax: a warp or block per contiguous row when S == 1, a thread per
+//                          sample when S > 1 (neighbouring samples are neighbours in memory).
+//                          The group computes the logsumexp online (Note [Online logsumexp]),
+//                          then lane 0 reads the target's logit; label smoothing adds one more
+//                          group sum over the classes. Nothing but lse is kept for the backward.
+//   cross_entropy_backward one thread per logit (N * C * S of them, fully parallel): each needs
+//                          only its sample's lse, target and incoming gradient. W = sum of the
+//                          class weights (for label smoothing) comes from a one-block kernel first.
+//   nll_loss_forward       one thread per sample (it reads one score).
+//   nll_loss_backward      one thread per score: -w[t] * scale at the target, 0 elsewhere.
+//   find_invalid_target    one thread per target; atomicMin keeps the first bad position.
+// Per-sample math is the CPU's, in double.
+
+#include "launch.h"
+
+#include "loss.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "../../core/error.h"
+#include "common.cuh"
+#include "logsumexp.cuh"
+#include "runtime.h"
+
+namespace ember::kernels::cuda {
+
+namespace {
+
+using detail::grid_for;
+using detail::group_sum;
+using detail::kThreads;
+
+template <typename T>
+__device__ double class_weight(const T* weight, int64_t c) {
+  return weight ? static_cast<double>(weight[c]) : 1.0;
+}
+
+__global__ void find_invalid_target_kernel(const int64_t* target, int64_t count, int64_t num_classes,
+                                           int64_t ignore_index, unsigned long long* first) {
+  EMBER_THREAD_LOOP(i, count) {
+    const int64_t t = target[i];
+    if (t != ignore_index && (t < 0 || t >= num_classes)) atomicMin(first, static_cast<unsigned long long>(i));
+  }
+}
+
+template <int G, typename T>
+__global__ void cross_entropy_forward_kernel(int64_t samples, int64_t C, int64_t S, const T* logits,
+                                             const int64_t* target, const T* weight, int64_t ignore_index, double eps,
+                                             double* loss, double* target_weight, double* lse) {
+  EMBER_GROUP_LOOP(G, samples, i, lane) {
+    const T* line = logits + (i / S) * C * S + i % S;  // logits[n, :, s], stride S
+    const auto load = [line, S](int64_t c) { return static_cast<double>(line[c * S]); };
+    const detail::MaxSum ms = detail::line_max_sum<G>(C, lane, load);
+    const double l_se = ms.m + std::log(ms.s);
+    const int64_t t = target[i];
+    if (t == ignore_index) {
+      if (lane == 0) {
+        lse[i] = l_se;
+        loss[i] = 0;
+        target_weight[i] = 0;
+      }
+      continue;
+    }
+    const double wt = class_weight(weight, t);
+    double l = -wt * (load(t) - l_se);
+    if (eps > 0) {
+      double smooth = 0;  // -sum_c w[c] * logp[c]
+      for (int64_t c = lane; c < C; c += G) smooth -= class_weight(weight, c) * (load(c) - l_se);
+      smooth = group_sum<G>(smooth);
+      l = (1 - eps) * l + eps / static_cast<double>(C) * smooth;
+    }
+    if (lane == 0) {
+      lse[i] = l_se;
+      loss[i] = l;
+      target_weight[i] = wt;
+    }
+  }
+}
+
+// W = sum_c w[c], by one block.
+template <typename T>
+__global__ void weight_total_kernel(int64_t C, const T* weight, double* total) {
+  double s = 0;
+  for (int64_t c = threadIdx.x; c < C; c += kThreads) s += static_cast<double>(weight[c]);
+  s = group_sum<kThreads>(s);
+  if (threadIdx.x == 0) *total = s;
+}
+
+template <typename T>
+__global__ void cross_entropy_backward_kernel(int64_t total, int64_t C, int64_t S, T* grad_logits, const T* logits,
+                                              const int64_t* target, const T* weight, int64_t ignore_index,
+                                              double eps, const double* lse, const T* grad_loss, int64_t grad_stride,
+                                              double grad_factor, const double* w_total) {
+  EMBER_THREAD_LOOP(e, total) {
+    const int64_t c = (e / S) % C, i = (e / (C * S)) * S + e % S;
+    const int64_t t = target[i];
+    if (t == ignore_index) {
+      grad_logits[e] = T(0);
+      continue;
+    }
+    const double scale = static_cast<double>(grad_loss[i * grad_stride]) * grad_factor;
+    const double wt = class_weight(weight, t);
+    const double p = std::exp(static_cast<double>(logits[e]) - lse[i]);
+    double g = (1 - eps) * wt * (p - (c == t ? 1.0 : 0.0));
+    if (eps > 0) {
+      const double W = w_total ? *w_total : static_cast<double>(C);
+      g += eps / static_cast<double>(C) * (W * p - class_weight(weight, c));
+    }
+    grad_logits[e] = static_cast<T>(scale * g);
+  }
+}
+
+template <typename T>
+__global__ void nll_loss_forward_kernel(int64_t samples, int64_t C, int64_t S, const T* log_probs,
+                                        const int64_t* target, const T* weight, int64_t ignore_index, double* loss,
+                                        double* target_weight) {
+  EMBER_THREAD_LOOP(i, samples) {
+    const int64_t t = target[i];
+    if (t == ignore_index) {
+      loss[i] = 0;
+      target_weight[i] = 0;
+      continue;
+    }
+    const double wt = class_weight(weight, t);
+    loss[i] = -wt * static_cast<double>(log_probs[(i / S) * C * S + t * S + i % S]);
+    target_weight[i] = wt;
+  }
+}
+
+template <typename T>
+__global__ void nll_loss_backward_kernel(int64_t total, int64_t C, int64_t S, T* grad_input, const int64_t* target,
+                                         const T* weight, int64_t ignore_index, const T* grad_loss,
+                                         int64_t grad_stride, double grad_factor) {
+  EMBER_THREAD_LOOP(e, total) {
+    const int64_t c = (e / S) % C, i = (e / (C * S)) * S + e % S;
+    const int64_t t = target[i];
+    if (t == ignore_index || c != t) {
+      grad_input[e] = T(0);
+      continue;
+    }
+    const double scale = static_cast<double>(grad_loss[i * grad_stride]) * grad_factor;
+    grad_input[e] = static_cast<T>(-class_weight(weight, t) * scale);
+  }
+}
+
+}  // namespace
+
+int64_t find_invalid_target(const int64_t* target, int64_t count, int64_t num_classes, int64_t ignore_index) {
+  if (count == 0) return -1;
+  const cudaStream_t stream = ember::cuda::current_stream();
+  ember::cuda::Scratch first(sizeof(unsigned long long));
+  // All-ones bytes = the largest unsigned value: "no invalid target yet" for atomicMin.
+  EMBER_CUDA_CHECK(cudaMemsetAsync(first.get(), 0xFF, sizeof(unsigned long long), stream));
+  EMBER_LAUNCH_FLAT(find_invalid_target_kernel, grid_for(count, kThreads), kThreads, stream, target, count, num_classes,
+                    ignore_index, first.as<unsigned long long>());
+  ember::cuda::check_launch("find_invalid_target");
+  // The answer is needed on the host (the caller throws on a bad target): copy it back and
+  // wait for the stream. This is the one synchronization of the loss kernels.
+  unsigned long long host = 0;
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(&host, first.get(), sizeof(host), cudaMemcpyDeviceToHost, stream));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host == ~0ULL ? -1 : static_cast<int64_t>(host);
+}
+
+void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* logits, const int64_t* target,
+                           const void* weight, int64_t ignore_index, double label_smoothing, double* loss,
+                           double* target_weight, double* lse) {
+  EMBER_DISPATCH_FLOAT(dtype, "cross_entropy", [&] {
+    using T = scalar_t;
+    const int64_t samples = layout.samples(), C = layout.c, S = layout.s;
+    if (samples == 0) return;
+    const int g = S > 1 || C <= 8 ? 1 : (C <= 1024 ? detail::kWarp : kThreads);
+    detail::with_group(g, [&]<int G>() {
+      EMBER_LAUNCH((cross_entropy_forward_kernel<G, T>), detail::grid_for_groups<G>(samples), kThreads, 0,
+                   ember::cuda::current_stream(), samples, C, S, static_cast<const T*>(logits), target,
+                   static_cast<const T*>(weight), ignore_index, label_smoothing, loss, target_weight, lse);
+    });
+    ember::cuda::check_launch("cross_entropy");
+  });
+}
+
+void cross_entropy_backward(DType dtype, const ClassLayout& layout, void* grad_logits, const void* logits,
+                            const int64_t* target, const void* weight, int64_t ignore_index, double label_smoothing,
+                            const double* lse, const void* grad_loss, int64_t grad_stride, double grad_factor) {
+  EMBER_DISPATCH_FLOAT(dtype, "cross_entropy backward", [&] {
+    using T = scalar_t;
+    const int64_t total = layout.samples() * layout.c;
+    if (total == 0) return;
+    const cudaStream_t stream = ember::cuda::current_stream();
+    const T* w = static_cast<const T*>(weight);
+    // W = sum of the weights, needed only with label smoothing (without weights it is C).
+    ember::cuda::Scratch w_total(w && label_smoothing > 0 ? sizeof(double) : 0);
+    if (w && label_smoothing > 0) {
+      EMBER_LAUNCH((weight_total_kernel<T>), 1, kThreads, 0, stream, layout.c, w, w_total.as<double>());
+      ember::cuda::check_launch("cross_entropy backward (weight total)");
+    }
+    EMBER_LAUNCH_FLAT((cross_entropy_backward_kernel<T>), grid_for(total, kThreads), kThreads, stream, total, layout.c,
+                      layout.s, static_cast<T*>(grad_logits), static_cast<const T*>(logits), target, w, ignore_index,
+                      label_smoothing, lse, static_cast<const T*>(grad_loss), grad_stride, grad_factor,
+                      w && label_smoothing > 0 ? w_total.as<const double>() : nullptr);
+    ember::cuda::check_launch("cross_entropy backward");
+  });
+}
+
+void nll_loss_forward(DType dtype, const ClassLayout& layout, const void* log_probs, const int64_t* target,
+                      const void* weight, int64_t ignore_index, double* loss, double* target_weight) {
+  EMBER_DISPATCH_FLOAT(dtype, "nll_loss", [&] {
+    using T = scalar_t;
+    const int64_t samples = layout.samples();
+    if (samples == 0) return;
+    EMBER_LAUNCH_FLAT((nll_loss_forward_kernel<T>), grid_for(samples, kThreads), kThreads,
+                      ember::cuda::current_stream(), samples, layout.c, layout.s, static_cast<const T*>(log_probs),
+                      target, static_cast<const T*>(weight), ignore_index, loss, target_weight);
+    ember::cuda::check_launch("nll_loss");
+  });
+}
+
+void nll_loss_backward(DType dtype, const ClassLayout& layout, void* grad_input, const int64_t* target,
+                       const void* weight, int64_t ignore_index, const void* grad_loss, int64_t grad_stride,
+                       double grad_factor) {
+  EMBER_DISPATCH_FLOAT(dtype, "nll_loss backward", [&] {
+    using T = scalar_t;
+    const int64_t total = layout.samples() * layout.c;
+    if (total == 0) return;
+    EMBER_LAUNCH_FLAT((nll_loss_backward_kernel<T>), grid_for(total, kThreads), kThreads,
+                      ember::cuda::current_stream(), total, layout.c, layout.s, static_cast<T*>(grad_input), target,
+                      static_cast<const T*>(weight), ignore_index, static_cast<const T*>(grad_loss), grad_stride,
+                      grad_factor);
+    ember::cuda::check_launch("nll_loss backward");
+  });
+}
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,342 @@
+// Optimizer steps on a CUDA device: the shared per-element functors of kernels/optim.h in
+// elementwise kernels, multi-tensor launches, and the gradient-norm reduction.
+//
+// Bit-exactness with the CPU (Note [Matching torch.optim bit for bit] in kernels/optim.h) needs
+// the same roundings, so no multiply-add may be fused into an FMA: g++ (the SIMT flavour) gets
+// fp-contract=off from the pragma below, nvcc gets --fmad=false for this file from
+// cmake/EmberCuda.cmake. IEEE division and sqrt are nvcc's defaults (no --use_fast_math).
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "launch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "../../core/error.h"
+#include "block_reduce.cuh"
+#include "optim.h"
+#include "runtime.h"
+
+namespace ember::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// ---- single tensor ---------------------------------------------------------------------------
+
+// One thread per element (grid-stride): every element's update is independent, so this is a pure
+// bandwidth kernel (Adam reads 4 arrays and writes 3). Decay and Amsgrad are template parameters,
+// as in the CPU loop, so the body is straight-line code.
+template <WeightDecayMode Decay, bool Amsgrad, typename T>
+__global__ void adam_kernel(int64_t n, T* p, const T* g, T* m, T* v, T* vmax, AdamCoeffs<T> c) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    adam_update<Decay, Amsgrad>(p[i], g[i], m[i], v[i], Amsgrad ? vmax + i : static_cast<T*>(nullptr), c);
+}
+
+template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
+__global__ void sgd_kernel(int64_t n, T* p, const T* g, T* buf, SgdCoeffs<T> c) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    sgd_update<L2, Momentum, Nesterov, First>(p[i], g[i], Momentum ? buf + i : static_cast<T*>(nullptr), c);
+}
+
+// ---- multi-tensor ----------------------------------------------------------------------------
+
+// Note [Multi-tensor apply]
+// A model has tens to hundreds of parameter tensors, many of them tiny (biases, norms). One launch
+// per tensor costs a few microseconds of launch overhead each, more than the update itself. As
+// PyTorch's multi_tensor_apply does, we launch once for the whole list: the host writes an array
+// of tensor records {pointers, n} and a table of jobs {tensor, first element}, one per chunk of
+// kChunk elements, to device memory; block b reads job b, finds its tensor's pointers, and
+// updates that chunk with a block-stride loop. Every element is still updated by the same functor
+// with the same coefficients, so results equal the per-tensor kernels bit for bit.
+constexpr int64_t kChunk = 4096;
+
+struct Job {
+  int64_t tensor;
+  int64_t start;
+};
+
+template <typename T>
+struct AdamRef {
+  T* p;
+  const T* g;
+  T* m;
+  T* v;
+  T* vmax;
+  int64_t n;
+};
+
+template <typename T>
+struct SgdRef {
+  T* p;
+  const T* g;
+  T* buf;
+  int64_t n;
+};
+
+template <WeightDecayMode Decay, bool Amsgrad, typename T>
+__global__ void adam_multi_kernel(const AdamRef<T>* refs, const Job* jobs, AdamCoeffs<T> c) {
+  const Job job = jobs[blockIdx.x];
+  const AdamRef<T> r = refs[job.tensor];
+  const int64_t end = min(job.start + kChunk, r.n);
+  for (int64_t i = job.start + threadIdx.x; i < end; i += blockDim.x)
+    adam_update<Decay, Amsgrad>(r.p[i], r.g[i], r.m[i], r.v[i], Amsgrad ? r.vmax + i : static_cast<T*>(nullptr), c);
+}
+
+template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
+__global__ void sgd_multi_kernel(const SgdRef<T>* refs, const Job* jobs, SgdCoeffs<T> c) {
+  const Job job = jobs[blockIdx.x];
+  const SgdRef<T> r = refs[job.tensor];
+  const int64_t end = min(job.start + kChunk, r.n);
+  for (int64_t i = job.start + threadIdx.x; i < end; i += blockDim.x)
+    sgd_update<L2, Momentum, Nesterov, First>(r.p[i], r.g[i], Momentum ? r.buf + i : static_cast<T*>(nullptr), c);
+}
+
+// The records and the job table of one multi-tensor launch, in one device buffer.
+template <typename Ref>
+struct MultiLaunch {
+  ::ember::cuda::Scratch buffer;
+  int64_t jobs = 0;
+  const Ref* refs() const { return buffer.as<const Ref>(); }
+  const Job* job_table(size_t count) const {
+    return reinterpret_cast<const Job*>(buffer.as<const char>() + count * sizeof(Ref));
+  }
+
+  MultiLaunch(const std::vector<Ref>& host_refs, const std::vector<Job>& host_jobs)
+      : buffer(host_refs.size() * sizeof(Ref) + host_jobs.size() * sizeof(Job)), jobs(static_cast<int64_t>(host_jobs.size())) {
+    static_assert(sizeof(Ref) % alignof(Job) == 0, "the job table must stay aligned");
+    std::vector<char> host(buffer.size());
+    std::memcpy(host.data(), host_refs.data(), host_refs.size() * sizeof(Ref));
+    std::memcpy(host.data() + host_refs.size() * sizeof(Ref), host_jobs.data(), host_jobs.size() * sizeof(Job));
+    // From pageable memory: returns once the data is staged, so `host` may go away.
+    if (!host.empty())
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(buffer.get(), host.data(), host.size(), cudaMemcpyHostToDevice,
+                                       ::ember::cuda::current_stream()));
+  }
+};
+
+template <typename Ref>
+void add_jobs(std::vector<Job>& jobs, int64_t tensor, int64_t n) {
+  for (int64_t s = 0; s < n; s += kChunk) jobs.push_back({tensor, s});
+}
+
+// ---- dispatch on the template flags ----------------------------------------------------------
+
+template <typename T>
+struct AdamArrays {
+  int64_t n;
+  T *p;
+  const T* g;
+  T *m, *v, *vmax;
+};
+
+template <WeightDecayMode Decay, typename T>
+void adam_launch(const AdamArrays<T>& a, const AdamCoeffs<T>& c, bool amsgrad) {
+  const unsigned grid = detail::grid_stride_blocks(a.n, kThreads);
+  if (amsgrad) {
+    EMBER_LAUNCH_FLAT((adam_kernel<Decay, true, T>), grid, kThreads, ::ember::cuda::current_stream(), a.n, a.p, a.g,
+                      a.m, a.v, a.vmax, c);
+  } else {
+    EMBER_LAUNCH_FLAT((adam_kernel<Decay, false, T>), grid, kThreads, ::ember::cuda::current_stream(), a.n, a.p, a.g,
+                      a.m, a.v, static_cast<T*>(nullptr), c);
+  }
+  ::ember::cuda::check_launch("adam_step");
+}
+
+template <WeightDecayMode Decay, typename T>
+void adam_multi_launch(const MultiLaunch<AdamRef<T>>& ml, size_t count, const AdamCoeffs<T>& c, bool amsgrad) {
+  const unsigned grid = static_cast<unsigned>(ml.jobs);
+  if (amsgrad) {
+    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, true, T>), grid, kThreads, ::ember::cuda::current_stream(), ml.refs(),
+                      ml.job_table(count), c);
+  } else {
+    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, false, T>), grid, kThreads, ::ember::cuda::current_stream(), ml.refs(),
+                      ml.job_table(count), c);
+  }
+  ::ember::cuda::check_launch("adam_step_multi");
+}
+
+// Calls f.template operator()<L2, Momentum, Nesterov, First>() for the flags of one SGD step,
+// mirroring kernels/cpu/optim.cpp (weight decay is skipped entirely when 0: 0 * inf = NaN).
+template <typename F>
+void sgd_flags(const SgdHyper& h, bool first, const F& f) {
+  auto momentum = [&](auto l2) {
+    constexpr bool L2 = decltype(l2)::value;
+    if (h.momentum == 0) {
+      f.template operator()<L2, false, false, false>();
+    } else if (h.nesterov) {
+      first ? f.template operator()<L2, true, true, true>() : f.template operator()<L2, true, true, false>();
+    } else {
+      first ? f.template operator()<L2, true, false, true>() : f.template operator()<L2, true, false, false>();
+    }
+  };
+  if (h.weight_decay != 0) {
+    momentum(std::true_type{});
+  } else {
+    momentum(std::false_type{});
+  }
+}
+
+template <typename F>
+void adam_decay(WeightDecayMode decay, const F& f) {
+  switch (decay) {
+    case WeightDecayMode::None: f(std::integral_constant<WeightDecayMode, WeightDecayMode::None>{}); break;
+    case WeightDecayMode::L2: f(std::integral_constant<WeightDecayMode, WeightDecayMode::L2>{}); break;
+    case WeightDecayMode::Decoupled: f(std::integral_constant<WeightDecayMode, WeightDecayMode::Decoupled>{}); break;
+  }
+}
+
+// ---- gradient norm ---------------------------------------------------------------------------
+
+// How one element enters the norm, and how two partial results combine.
+struct NormOp {
+  double p;
+  bool is_inf;
+  __device__ double term(double x) const {  // x = |g|
+    if (is_inf) return x;
+    return p == 2 ? x * x : (p == 1 ? x : pow(x, p));
+  }
+  __device__ double operator()(double a, double b) const {
+    if (!is_inf) return a + b;
+    return (a != a) ? a : ((b != b || b > a) ? b : a);  // max that keeps NaN
+  }
+};
+
+// Pass 1: block b reduces its grid-stride share of the elements into partial[b].
+template <typename T>
+__global__ void norm_partial_kernel(int64_t n, const T* g, NormOp op, double* partial) {
+  double acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    acc = op(acc, op.term(fabs(static_cast<double>(g[i]))));
+  acc = detail::block_reduce(acc, op);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// Pass 2: one block reduces the partials (at most kNormBlocks of them).
+__global__ void norm_final_kernel(int64_t count, const double* partial, NormOp op, double* result) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc = op(acc, partial[i]);
+  acc = detail::block_reduce(acc, op);
+  if (threadIdx.x == 0) *result = acc;
+}
+
+constexpr int64_t kNormBlocks = 1024;
+
+}  // namespace
+
+void adam_step(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+               void* max_exp_avg_sq, const AdamHyper& h) {
+  EMBER_CHECK(!h.amsgrad || max_exp_avg_sq != nullptr, "adam_step: amsgrad needs max_exp_avg_sq");
+  EMBER_CHECK(n >= 0, "adam_step: n = ", n);
+  if (n == 0) return;
+  EMBER_DISPATCH_FLOAT(dtype, "adam_step", [&] {
+    using T = scalar_t;
+    const AdamArrays<T> a{n, static_cast<T*>(param), static_cast<const T*>(grad), static_cast<T*>(exp_avg),
+                          static_cast<T*>(exp_avg_sq), static_cast<T*>(max_exp_avg_sq)};
+    const AdamCoeffs<T> c = make_adam_coeffs<T>(h);
+    adam_decay(h.decay, [&](auto d) { adam_launch<decltype(d)::value>(a, c, h.amsgrad); });
+  });
+}
+
+void sgd_step(DType dtype, int64_t n, void* param, const void* grad, void* momentum_buffer, bool init_buffer,
+              const SgdHyper& h) {
+  EMBER_CHECK(h.momentum == 0 || momentum_buffer != nullptr, "sgd_step: momentum needs a momentum buffer");
+  EMBER_CHECK(n >= 0, "sgd_step: n = ", n);
+  if (n == 0) return;
+  EMBER_DISPATCH_FLOAT(dtype, "sgd_step", [&] {
+    using T = scalar_t;
+    T* p = static_cast<T*>(param);
+    const T* g = static_cast<const T*>(grad);
+    T* buf = static_cast<T*>(momentum_buffer);
+    const SgdCoeffs<T> c = make_sgd_coeffs<T>(h);
+    const unsigned grid = detail::grid_stride_blocks(n, kThreads);
+    sgd_flags(h, init_buffer, [&]<bool L2, bool Momentum, bool Nesterov, bool First>() {
+      EMBER_LAUNCH_FLAT((sgd_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads,
+                        ::ember::cuda::current_stream(), n, p, g, Momentum ? buf : static_cast<T*>(nullptr), c);
+    });
+    ::ember::cuda::check_launch("sgd_step");
+  });
+}
+
+void adam_step_multi(DType dtype, const AdamTensor* tensors, int64_t count, const AdamHyper& h) {
+  EMBER_CHECK(count >= 0 && (count == 0 || tensors != nullptr), "adam_step_multi: bad tensor list");
+  EMBER_DISPATCH_FLOAT(dtype, "adam_step_multi", [&] {
+    using T = scalar_t;
+    std::vector<AdamRef<T>> refs;
+    std::vector<Job> jobs;
+    for (int64_t i = 0; i < count; ++i) {
+      const AdamTensor& t = tensors[i];
+      EMBER_CHECK(t.n >= 0, "adam_step_multi: tensor ", i, " has n = ", t.n);
+      EMBER_CHECK(!h.amsgrad || t.n == 0 || t.max_exp_avg_sq != nullptr, "adam_step_multi: amsgrad needs "
+                  "max_exp_avg_sq (tensor ", i, ")");
+      if (t.n == 0) continue;
+      add_jobs<AdamRef<T>>(jobs, static_cast<int64_t>(refs.size()), t.n);
+      refs.push_back({static_cast<T*>(t.param), static_cast<const T*>(t.grad), static_cast<T*>(t.exp_avg),
+                      static_cast<T*>(t.exp_avg_sq), static_cast<T*>(t.max_exp_avg_sq), t.n});
+    }
+    if (jobs.empty()) return;
+    EMBER_CHECK(jobs.size() <= 2147483647u, "adam_step_multi: too many chunks for one grid");
+    const MultiLaunch<AdamRef<T>> ml(refs, jobs);
+    const AdamCoeffs<T> c = make_adam_coeffs<T>(h);
+    adam_decay(h.decay, [&](auto d) { adam_multi_launch<decltype(d)::value>(ml, refs.size(), c, h.amsgrad); });
+  });
+}
+
+void sgd_step_multi(DType dtype, const SgdTensor* tensors, int64_t count, bool init_buffer, const SgdHyper& h) {
+  EMBER_CHECK(count >= 0 && (count == 0 || tensors != nullptr), "sgd_step_multi: bad tensor list");
+  EMBER_DISPATCH_FLOAT(dtype, "sgd_step_multi", [&] {
+    using T = scalar_t;
+    std::vector<SgdRef<T>> refs;
+    std::vector<Job> jobs;
+    for (int64_t i = 0; i < count; ++i) {
+      const SgdTensor& t = tensors[i];
+      EMBER_CHECK(t.n >= 0, "sgd_step_multi: tensor ", i, " has n = ", t.n);
+      EMBER_CHECK(h.momentum == 0 || t.n == 0 || t.momentum_buffer != nullptr,
+                  "sgd_step_multi: momentum needs a momentum buffer (tensor ", i, ")");
+      if (t.n == 0) continue;
+      add_jobs<SgdRef<T>>(jobs, static_cast<int64_t>(refs.size()), t.n);
+      refs.push_back({static_cast<T*>(t.param), static_cast<const T*>(t.grad), static_cast<T*>(t.momentum_buffer), t.n});
+    }
+    if (jobs.empty()) return;
+    EMBER_CHECK(jobs.size() <= 2147483647u, "sgd_step_multi: too many chunks for one grid");
+    const MultiLaunch<SgdRef<T>> ml(refs, jobs);
+    const SgdCoeffs<T> c = make_sgd_coeffs<T>(h);
+    const unsigned grid = static_cast<unsigned>(ml.jobs);
+    sgd_flags(h, init_buffer, [&]<bool L2, bool Momentum, bool Nesterov, bool First>() {
+      EMBER_LAUNCH_FLAT((sgd_multi_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads,
+                        ::ember::cuda::current_stream(), ml.refs(), ml.job_table(refs.size()), c);
+    });
+    ::ember::cuda::check_launch("sgd_step_multi");
+  });
+}
+
+double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
+  EMBER_CHECK(n >= 0, "grad_norm: n = ", n);
+  if (n == 0) return 0;
+  const NormOp op{p, std::isinf(p)};
+  double result = 0;
+  EMBER_DISPATCH_FLOAT(dtype, "grad_norm", [&] {
+    using T = scalar_t;
+    const int64_t blocks = std::min<int64_t>(kNormBlocks, (n + kThreads - 1) / kThreads);
+    ::ember::cuda::Scratch partial(static_cast<size_t>(blocks + 1) * sizeof(double));
+    double* d = partial.as<double>();
+    const ::ember::cuda::Stream s = ::ember::cuda::current_stream();
+    EMBER_LAUNCH(norm_partial_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, s, n, static_cast<const T*>(grad),
+                 op, d);
+    ::ember::cuda::check_launch("grad_norm");
+    EMBER_LAUNCH(norm_final_kernel, 1, kThreads, 0, s, blocks, static_cast<const double*>(d), op, d + blocks);
+    ::ember::cuda::check_launch("grad_norm");
+    // The host needs the value: copy it back on the stream, then wait for the stream.
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(&result, d + blocks, sizeof(double), cudaMemcpyDeviceToHost, s));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+  });
+  return result;
+}
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,310 @@
+// CUDA reductions (contracts in reduce.h; the CPU reference is kernels/cpu/reduce.cpp).
+//
+// Parallel decomposition: every output position o is owned by a *group* of G threads (one
+// thread, one warp, or a whole block of 256, chosen from the reduction's length on the host).
+// The G threads stride over the n_red reduced elements of o — lane l takes j = l, l + G, ... —
+// so when the reduced dim is contiguous neighbouring lanes read neighbouring addresses
+// (coalesced). Each thread accumulates privately, then the group combines: warp shuffles
+// inside a warp (no shared memory, no barrier), plus one shared-memory exchange across the 8
+// warps of a block (detail::group_all_reduce). Groups take outputs with a grid stride. Short
+// reductions with many outputs use G = 1: neighbouring threads own neighbouring outputs.
+//
+// Parity with the CPU: sums accumulate in double as the CPU does (the order differs, so f32
+// results agree after rounding and f64 within a few ulp). max/min/argmax/argmin are exact:
+// a (value, index) pair with "first NaN, else extreme value, ties to the lower index" is an
+// associative and commutative choice, so any reduction tree picks the CPU's element.
+
+#include "launch.h"
+
+#include "reduce.h"
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../../core/error.h"
+#include "common.cuh"
+#include "runtime.h"
+
+// The dtypes max/min/argmax accept: the arithmetic floats and the integer types (as the CPU).
+#define EMBER_DISPATCH_ORDERED(DTYPE, NAME, ...)                                                          \
+  do {                                                                                                    \
+    switch (DTYPE) {                                                                                      \
+      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                           \
+      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                          \
+      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                                         \
+      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                                         \
+      EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                                                          \
+      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32, float64, int32, " \
+                           "int64 or uint8)");                                                            \
+    }                                                                                                     \
+  } while (0)
+
+namespace ember::kernels::cuda {
+
+namespace {
+
+using detail::group_all_reduce;
+using detail::group_sum;
+using detail::kThreads;
+using detail::with_group;
+
+// The CPU's ReduceIndexer as a plain struct the kernels take by value: kept dims (output
+// positions) and reduced dims (elements of one output), row-major each.
+struct Indexer {
+  int64_t sizes[kMaxDims] = {};
+  int kept[kMaxDims] = {}, red[kMaxDims] = {};
+  int nk = 0, nr = 0;
+  int64_t n_out = 1, n_red = 1;
+
+  explicit Indexer(const cpu::ReduceIndexer& ix) : nk(ix.nk), nr(ix.nr), n_out(ix.n_out), n_red(ix.n_red) {
+    for (int d = 0; d < ix.shape.ndim; ++d) sizes[d] = ix.shape.sizes[d];
+    for (int i = 0; i < nk; ++i) kept[i] = ix.kept[i];
+    for (int i = 0; i < nr; ++i) red[i] = ix.red[i];
+  }
+  // Offset in an operand (its strides) of the first element of output position o.
+  __host__ __device__ int64_t base(int64_t o, const int64_t* strides) const {
+    int64_t off = 0;
+    for (int i = nk - 1; i >= 0; --i) {
+      const int d = kept[i];
+      off += (o % sizes[d]) * strides[d];
+      o /= sizes[d];
+    }
+    return off;
+  }
+  // Offset, relative to base(), of reduced element j.
+  __host__ __device__ int64_t offset(int64_t j, const int64_t* strides) const {
+    if (nr == 1) return j * strides[red[0]];
+    int64_t off = 0;
+    for (int i = nr - 1; i >= 0; --i) {
+      const int d = red[i];
+      off += (j % sizes[d]) * strides[d];
+      j /= sizes[d];
+    }
+    return off;
+  }
+};
+
+// Group size for a reduction: one thread per output when each output is short, or when the
+// reduced elements are far apart in memory and there are outputs enough to keep a GPU busy
+// (then neighbouring threads read neighbouring outputs' elements); a warp up to 1024 elements;
+// a block beyond.
+int group_size(const Indexer& ix, const Operand& in) {
+  int64_t inner_stride = 1;
+  if (ix.nr > 0) inner_stride = in.strides[ix.red[ix.nr - 1]];
+  if (ix.n_red <= 16 || (inner_stride != 1 && ix.n_out >= 4096)) return 1;
+  if (ix.n_red <= 1024) return detail::kWarp;
+  return kThreads;
+}
+
+template <typename T>
+__device__ bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  else return false;
+}
+
+// ---- sum and var ---------------------------------------------------------------------------------
+
+template <int G, typename T>
+__global__ void sum_kernel(Indexer ix, Operand in, Operand out) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
+    const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
+    double acc = 0;
+    for (int64_t j = lane; j < ix.n_red; j += G) acc += static_cast<double>(x[ix.offset(j, in.strides)]);
+    acc = group_sum<G>(acc);
+    if (lane == 0) static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(acc);
+  }
+}
+
+// Two passes over the group's elements, as the CPU: the mean, then the squared deviations.
+template <int G, typename T>
+__global__ void var_kernel(Indexer ix, Operand in, Operand out, double divisor) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
+    const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
+    double total = 0;
+    for (int64_t j = lane; j < ix.n_red; j += G) total += static_cast<double>(x[ix.offset(j, in.strides)]);
+    const double mean = group_sum<G>(total) / static_cast<double>(ix.n_red);
+    double ss = 0;
+    for (int64_t j = lane; j < ix.n_red; j += G) {
+      const double d = static_cast<double>(x[ix.offset(j, in.strides)]) - mean;
+      ss += d * d;
+    }
+    ss = group_sum<G>(ss);
+    if (lane == 0) static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(ix.n_red == 0 ? NAN : ss / divisor);
+  }
+}
+
+// ---- max / min / argmax / argmin ----------------------------------------------------------------
+
+// A candidate: value v at reduced position j (j < 0: no element seen yet).
+template <typename T>
+struct Best {
+  T v;
+  int64_t j;
+};
+
+// The CPU's choice as a commutative, associative combine: the first NaN wins; otherwise the
+// larger (smaller) value; equal values (including -0 == +0) go to the lower index.
+template <typename T, Extremum kKind>
+struct PickBest {
+  __device__ Best<T> operator()(Best<T> a, Best<T> b) const {
+    if (a.j < 0) return b;
+    if (b.j < 0) return a;
+    const bool an = is_nan(a.v), bn = is_nan(b.v);
+    if (an || bn) {
+      if (an && bn) return a.j < b.j ? a : b;
+      return an ? a : b;
+    }
+    if (a.v == b.v) return a.j < b.j ? a : b;
+    if constexpr (kKind == Extremum::Max) return a.v > b.v ? a : b;
+    else return a.v < b.v ? a : b;
+  }
+};
+struct BestShfl {
+  template <typename T>
+  __device__ Best<T> operator()(Best<T> b, int m) const {
+    return Best<T>{detail::shfl_xor(b.v, m), detail::shfl_xor(b.j, m)};
+  }
+};
+
+// Writes the value (values.data may be null) and/or the index of the chosen element.
+template <int G, typename T, Extremum kKind>
+__global__ void extremum_kernel(Indexer ix, Operand in, Operand values, Operand indices) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
+    const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
+    const PickBest<T, kKind> pick;
+    Best<T> best{T(0), -1};
+    for (int64_t j = lane; j < ix.n_red; j += G) best = pick(best, Best<T>{x[ix.offset(j, in.strides)], j});
+    best = group_all_reduce<G>(best, pick, BestShfl{});
+    if (lane == 0) {
+      if (values.data) static_cast<T*>(values.data)[ix.base(o, values.strides)] = best.v;
+      if (indices.data) static_cast<int64_t*>(indices.data)[ix.base(o, indices.strides)] = best.j;
+    }
+  }
+}
+
+template <typename T>
+void launch_extremum(Extremum kind, const Indexer& ix, Operand in, Operand values, Operand indices, const char* op) {
+  with_group(group_size(ix, in), [&]<int G>() {
+    const unsigned grid = detail::grid_for_groups<G>(ix.n_out);
+    const cudaStream_t stream = ember::cuda::current_stream();
+    if (kind == Extremum::Max)
+      EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Max>), grid, kThreads, 0, stream, ix, in, values, indices);
+    else
+      EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Min>), grid, kThreads, 0, stream, ix, in, values, indices);
+  });
+  ember::cuda::check_launch(op);
+}
+
+// Counts the elements equal to the output's value (NaN matches NaN), then writes each its share.
+template <int G, typename T>
+__global__ void extremum_backward_kernel(Indexer ix, Operand grad_in, Operand x, Operand value, Operand grad_out) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
+    const T v = static_cast<const T*>(value.data)[ix.base(o, value.strides)];
+    const T* xo = static_cast<const T*>(x.data) + ix.base(o, x.strides);
+    T* gio = static_cast<T*>(grad_in.data) + ix.base(o, grad_in.strides);
+    auto matches = [v](T e) { return e == v || (e != e && v != v); };
+    int64_t count = 0;
+    for (int64_t j = lane; j < ix.n_red; j += G) count += matches(xo[ix.offset(j, x.strides)]) ? 1 : 0;
+    count = group_sum<G>(count);
+    const T share = count > 0 ? static_cast<const T*>(grad_out.data)[ix.base(o, grad_out.strides)] / static_cast<T>(count)
+                              : T(0);
+    for (int64_t j = lane; j < ix.n_red; j += G)
+      gio[ix.offset(j, grad_in.strides)] = matches(xo[ix.offset(j, x.strides)]) ? share : T(0);
+  }
+}
+
+// No reduction: each group scatters grad_out[o] to the chosen position and zeros elsewhere.
+template <int G, typename T>
+__global__ void index_backward_kernel(Indexer ix, Operand grad_in, Operand grad_out, Operand indices) {
+  EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
+    const int64_t chosen = static_cast<const int64_t*>(indices.data)[ix.base(o, indices.strides)];
+    const T g = static_cast<const T*>(grad_out.data)[ix.base(o, grad_out.strides)];
+    T* gio = static_cast<T*>(grad_in.data) + ix.base(o, grad_in.strides);
+    for (int64_t j = lane; j < ix.n_red; j += G) gio[ix.offset(j, grad_in.strides)] = j == chosen ? g : T(0);
+  }
+}
+
+}  // namespace
+
+// ---- entry points --------------------------------------------------------------------------------
+
+void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape) {
+  EMBER_DISPATCH_FLOAT(dtype, "sum", [&] {
+    using T = scalar_t;
+    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    if (ix.n_out == 0) return;
+    with_group(group_size(ix, in), [&]<int G>() {
+      EMBER_LAUNCH((sum_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, ember::cuda::current_stream(), ix,
+                   in, out);
+    });
+    ember::cuda::check_launch("sum");
+  });
+}
+
+void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape,
+         int64_t correction) {
+  EMBER_DISPATCH_FLOAT(dtype, "var", [&] {
+    using T = scalar_t;
+    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    if (ix.n_out == 0) return;
+    const double divisor = static_cast<double>(ix.n_red - correction > 0 ? ix.n_red - correction : 0);
+    with_group(group_size(ix, in), [&]<int G>() {
+      EMBER_LAUNCH((var_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, ember::cuda::current_stream(), ix,
+                   in, out, divisor);
+    });
+    ember::cuda::check_launch("var");
+  });
+}
+
+void extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in, Operand out,
+              const IterShape& out_shape) {
+  const char* op = kind == Extremum::Max ? "amax" : "amin";
+  EMBER_DISPATCH_ORDERED(dtype, op, [&] {
+    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    EMBER_CHECK(ix.n_red > 0 || ix.n_out == 0, "extremum: empty reduction");
+    if (ix.n_out == 0) return;
+    launch_extremum<scalar_t>(kind, ix, in, out, Operand{}, op);
+  });
+}
+
+void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand x, Operand value,
+                       Operand grad_out, const IterShape& out_shape) {
+  EMBER_DISPATCH_FLOAT(dtype, "amax backward", [&] {
+    using T = scalar_t;
+    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    if (ix.n_out == 0) return;
+    with_group(group_size(ix, x), [&]<int G>() {
+      EMBER_LAUNCH((extremum_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0,
+                   ember::cuda::current_stream(), ix, grad_in, x, value, grad_out);
+    });
+    ember::cuda::check_launch("amax backward");
+  });
+}
+
+void arg_extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in, Operand values,
+                  Operand indices, const IterShape& out_shape) {
+  const char* op = kind == Extremum::Max ? "argmax" : "argmin";
+  EMBER_DISPATCH_ORDERED(dtype, op, [&] {
+    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    EMBER_CHECK(ix.n_red > 0 || ix.n_out == 0, "arg_extremum: empty reduction");
+    if (ix.n_out == 0) return;
+    launch_extremum<scalar_t>(kind, ix, in, values, indices, op);
+  });
+}
+
+void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand grad_out, Operand indices,
+                    const IterShape& out_shape) {
+  EMBER_DISPATCH_FLOAT(dtype, "max backward", [&] {
+    using T = scalar_t;
+    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    if (ix.n_out == 0) return;
+    with_group(group_size(ix, grad_in), [&]<int G>() {
+      // No barrier and no shuffle: the emulator may run it as plain loops.
+      EMBER_LAUNCH_FLAT((index_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads,
+                        ember::cuda::current_stream(), ix, grad_in, grad_out, indices);
+    });
+    ember::cuda::check_launch("max backward");
+  });
+}
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,109 @@
+#pragma once
+// Shared declarations of the emulator's implementation files (kernels/simt/*.cpp). Not a kernel
+// header: .cu files see simt.h only.
+//
+//   config.cpp       EMBER_SIMT_* environment settings, read once
+//   diagnostics.cpp  "[simt] ERROR: ..." reports, then abort()
+//   fiber.cpp        persistent worker fibers (boost.context), stacks, sanitizer annotations
+//   block.cpp        the block scheduler: barriers, warp ops, deadlock detection
+//   grid.cpp         launch validation, fiber grids, flat grids on a thread pool
+//   memory.cpp       devices, device/pinned memory registries, copies, memsets, errors
+//   streams.cpp      streams, events, deferred execution (EMBER_SIMT_DEFER=1)
+
+#include <cstdarg>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "simt.h"
+
+// Set by CMake for EMBER_SANITIZE=thread builds, whose kernels/simt/*.cpp are compiled without
+// TSan instrumentation and annotate fibers and CUDA's synchronization instead.
+#ifndef EMBER_SIMT_WITH_TSAN
+#define EMBER_SIMT_WITH_TSAN 0
+#endif
+
+// The emulator's own stream and event objects; cudaStream_t / cudaEvent_t point to them.
+struct CUstream_st;
+struct CUevent_st;
+
+namespace ember::simt::detail {
+
+// ---- configuration (config.cpp) ---------------------------------------------------------------
+enum class Order : uint8_t { Forward, Reverse, Random };
+
+struct Config {
+  Order schedule = Order::Forward;     // EMBER_SIMT_SCHEDULE: order of ready threads in a block
+  Order block_order = Order::Forward;  // EMBER_SIMT_BLOCK_ORDER
+  uint64_t seed = 12345;               // EMBER_SIMT_SEED
+  bool poison = true;                  // EMBER_SIMT_POISON=0 turns 0xFF poisoning off
+  bool exit_at_barrier_allowed = false;  // EMBER_SIMT_EXIT_AT_BARRIER=allow
+  bool defer = false;                  // EMBER_SIMT_DEFER=1
+  size_t stack_bytes = 64 * 1024;      // EMBER_SIMT_STACK_KB
+  int devices = 2;                     // EMBER_SIMT_DEVICES
+  size_t device_memory = size_t{16} << 30;  // EMBER_SIMT_DEVICE_MEMORY (bytes per device)
+  int flat_threads = 0;                // EMBER_SIMT_FLAT_THREADS (0: hardware_concurrency)
+};
+const Config& config();
+const char* order_name(Order o);
+
+// A small deterministic generator for the random orders (splitmix64).
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  unsigned below(unsigned n) { return static_cast<unsigned>(next() % n); }
+};
+// Fills `order` with 0..n-1 in the given order (a fresh shuffle each call for Random).
+void make_order(unsigned* order, unsigned n, Order how, Rng& rng);
+
+// ---- diagnostics (diagnostics.cpp) ------------------------------------------------------------
+// Prints "[simt] ERROR: <message> in kernel K block (x,y,z)" (the kernel part when a kernel is
+// running on this OS thread), then the optional detail lines, and aborts.
+[[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+[[noreturn]] void fatal_with_detail(const std::string& detail, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string site_string(Site s);
+bool same_site(Site a, Site b);
+
+// ---- errors (memory.cpp) ----------------------------------------------------------------------
+// Records `e` as this host thread's last error (cudaGetLastError) and returns it.
+cudaError_t fail(cudaError_t e);
+
+// ---- devices and memory (memory.cpp) ------------------------------------------------------------
+int current_device();
+enum class MemoryKind : uint8_t { Device, Pinned };
+struct Allocation {
+  uintptr_t base = 0;
+  size_t size = 0;
+  int device = -1;
+  MemoryKind kind = MemoryKind::Device;
+};
+// The allocation containing p (p == base + size counts when one_past_end). False if none.
+bool find_allocation(const void* p, bool one_past_end, Allocation* out);
+
+// ---- streams (streams.cpp) ----------------------------------------------------------------------
+// The stream object behind a handle (0, cudaStreamLegacy, cudaStreamPerThread or a created one),
+// or null (and *err set) for a handle that is not a live stream.
+CUstream_st* resolve_stream(cudaStream_t s, cudaError_t* err);
+int stream_device(const CUstream_st* s);
+// Runs `work` now, or queues it on `s` when EMBER_SIMT_DEFER=1.
+void enqueue(CUstream_st* s, std::function<void()> work);
+// Runs every queued operation of `device` (all devices when device < 0).
+void drain_device(int device);
+
+// ---- grid execution (grid.cpp, block.cpp) -------------------------------------------------------
+// Runs a validated launch: every block, in EMBER_SIMT_BLOCK_ORDER.
+void run_grid(const LaunchRequest& r);
+// Runs the blocks of a fiber launch on this OS thread, one at a time (block.cpp). block_order:
+// the blocks' linear indices in the order to run them, or null for forward order.
+void run_fiber_grid(const LaunchRequest& r, const unsigned* block_order, unsigned nblocks);
+// The dynamic shared-memory size limit of a kernel (48 KiB unless raised by cudaFuncSetAttribute).
+size_t max_dynamic_smem(const void* func);
+
+}  // namespace ember::simt::detail

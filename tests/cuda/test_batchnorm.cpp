@@ -1,0 +1,167 @@
+// kernels/cuda/batchnorm against kernels/cpu/batchnorm.
+//
+// Tolerances. Statistics and the backward sums accumulate in double on both sides and round to T
+// once; only the summation order differs (a block tree vs a loop), which moves a double sum of
+// M terms by at most ~M * 2^-53 relative — far below one rounding of a float, and below 1e-12
+// relative for M <= 10^4 in f64. So f32 results agree to one ulp (rtol = FLT_EPSILON), f64 to
+// 1e-12 (atol covers results near 0 from cancelling sums). apply: the same T operations in the
+// same order, except that nvcc may fuse (x - m) * scale + shift into an FMA (one rounding
+// instead of two): within 2 ulp of the result's magnitude terms.
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../../kernels/cpu/batchnorm.h"
+#include "../../kernels/cuda/batchnorm.h"
+#include "device_buffer.h"
+#include "random_data.h"
+
+namespace {
+
+using ember::DType;
+using ember::kernels::cpu::BatchNormShape;
+using ember::test::DeviceBuffer;
+using ember::test::random_vector;
+
+template <typename T>
+DType dtype_of() {
+  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
+}
+
+template <typename T>
+double sum_rtol() {
+  return std::is_same_v<T, float> ? static_cast<double>(std::numeric_limits<float>::epsilon()) : 1e-12;
+}
+template <typename T>
+double sum_atol() {
+  return std::is_same_v<T, float> ? 1e-6 : 1e-12;
+}
+
+template <typename T>
+std::vector<T> checked(const DeviceBuffer<T>& b) {
+  b.check_guards();
+  return b.download();
+}
+
+const BatchNormShape kShapes[] = {
+    {4, 3, 37},     // images with odd spatial size
+    {33, 5, 1},     // (N, C) input: channel stride 1 between rows of one element
+    {2, 2, 1030},   // long rows: many elements per thread, 1000+
+    {1, 1, 1},      // one element: variance 0
+    {3, 70, 4},     // more channels than a warp
+};
+
+template <typename T>
+struct Inputs {
+  std::vector<T> x, gy, mean, invstd, weight, bias;
+  Inputs(const BatchNormShape& sh, uint64_t seed) {
+    const size_t n = static_cast<size_t>(sh.n * sh.c * sh.s), c = static_cast<size_t>(sh.c);
+    x = random_vector<T>(n, seed, -2.0, 3.0);  // off-centre: mean != 0
+    gy = random_vector<T>(n, seed + 1);
+    mean = random_vector<T>(c, seed + 2);
+    invstd = random_vector<T>(c, seed + 3, 0.5, 2.0);
+    weight = random_vector<T>(c, seed + 4);
+    bias = random_vector<T>(c, seed + 5);
+  }
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (two-pass mean and biased variance)", "[cuda][batchnorm]",
+                   float, double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  uint64_t seed = 1;
+  for (const BatchNormShape& sh : kShapes) {
+    INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s);
+    const Inputs<T> in(sh, seed += 10);
+    DeviceBuffer<T> dx(in.x), dmean(static_cast<size_t>(sh.c)), dvar(static_cast<size_t>(sh.c));
+    ember::kernels::cuda::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
+    std::vector<T> mean(static_cast<size_t>(sh.c)), var(static_cast<size_t>(sh.c));
+    ember::kernels::cpu::batch_norm_stats(dt, sh, in.x.data(), mean.data(), var.data());
+    ember::test::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
+    ember::test::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda batch_norm_apply matches the CPU, with and without affine parameters", "[cuda][batchnorm]",
+                   float, double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  const double eps = std::numeric_limits<T>::epsilon();
+  uint64_t seed = 100;
+  for (const BatchNormShape& sh : kShapes) {
+    const Inputs<T> in(sh, seed += 10);
+    DeviceBuffer<T> dx(in.x), dm(in.mean), dis(in.invstd), dw(in.weight), db(in.bias);
+    DeviceBuffer<T> dy(in.x.size());
+    for (bool affine : {true, false}) {
+      INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s << " affine=" << affine);
+      ember::kernels::cuda::batch_norm_apply(dt, sh, dx.data(), dm.data(), dis.data(), affine ? dw.data() : nullptr,
+                                             affine ? db.data() : nullptr, dy.data());
+      std::vector<T> want(in.x.size());
+      ember::kernels::cpu::batch_norm_apply(dt, sh, in.x.data(), in.mean.data(), in.invstd.data(),
+                                            affine ? in.weight.data() : nullptr, affine ? in.bias.data() : nullptr,
+                                            want.data());
+      // |x - m| * |scale| <= 5 * 2 * 1 and |shift| <= 1: 2 ulp of 11.
+      ember::test::require_close(checked(dy), want, 2 * 11 * eps, 0, "apply");
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval, any outputs null)",
+                   "[cuda][batchnorm]", float, double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  uint64_t seed = 200;
+  for (const BatchNormShape& sh : kShapes) {
+    const Inputs<T> in(sh, seed += 10);
+    const size_t n = in.x.size(), c = static_cast<size_t>(sh.c);
+    DeviceBuffer<T> dx(in.x), dgy(in.gy), dm(in.mean), dis(in.invstd), dw(in.weight);
+    DeviceBuffer<T> dgx(n), dgw(c), dgb(c);
+    for (bool training : {true, false}) {
+      for (int mask = 1; mask < 8; ++mask) {  // which of grad_x, grad_weight, grad_bias are wanted
+        const bool want_x = mask & 1, want_w = mask & 2, want_b = mask & 4;
+        const bool affine = mask != 3;  // also once without weight
+        INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s << " training=" << training << " mask=" << mask);
+        ember::kernels::cuda::batch_norm_backward(dt, sh, training, dx.data(), dgy.data(), dm.data(), dis.data(),
+                                                  affine ? dw.data() : nullptr, want_x ? dgx.data() : nullptr,
+                                                  want_w ? dgw.data() : nullptr, want_b ? dgb.data() : nullptr);
+        std::vector<T> gx(n), gw(c), gb(c);
+        ember::kernels::cpu::batch_norm_backward(dt, sh, training, in.x.data(), in.gy.data(), in.mean.data(),
+                                                 in.invstd.data(), affine ? in.weight.data() : nullptr, gx.data(),
+                                                 gw.data(), gb.data());
+        // grad_x is a double expression of the (double) sums, rounded once; the sums' order
+        // differences are scaled by |xhat| * |weight * invstd| / M <= 10: same bound, x10.
+        if (want_x) ember::test::require_close(checked(dgx), gx, 10 * sum_atol<T>(), 2 * sum_rtol<T>(), "grad_x");
+        if (want_w) ember::test::require_close(checked(dgw), gw, sum_atol<T>(), sum_rtol<T>(), "grad_weight");
+        if (want_b) ember::test::require_close(checked(dgb), gb, sum_atol<T>(), sum_rtol<T>(), "grad_bias");
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel; empty shapes", "[cuda][batchnorm]", float,
+                   double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  const BatchNormShape sh{3, 4, 5};
+  Inputs<T> in(sh, 7);
+  in.x[static_cast<size_t>((1 * sh.c + 2) * sh.s + 3)] = std::numeric_limits<T>::quiet_NaN();  // channel 2
+  DeviceBuffer<T> dx(in.x), dmean(4), dvar(4);
+  ember::kernels::cuda::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
+  std::vector<T> mean(4), var(4);
+  ember::kernels::cpu::batch_norm_stats(dt, sh, in.x.data(), mean.data(), var.data());
+  REQUIRE(std::isnan(mean[2]));
+  ember::test::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
+  ember::test::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
+
+  // No channels / no elements: nothing is written (no channels) or statistics are NaN (0 / 0).
+  DeviceBuffer<T> one(1), m1(1), v1(1);
+  ember::kernels::cuda::batch_norm_stats(dt, {0, 0, 1}, one.data(), m1.data(), v1.data());
+  ember::kernels::cuda::batch_norm_apply(dt, {0, 3, 4}, one.data(), m1.data(), v1.data(), nullptr, nullptr, m1.data());
+  ember::kernels::cuda::batch_norm_stats(dt, {0, 1, 1}, one.data(), m1.data(), v1.data());
+  REQUIRE(std::isnan(checked(m1)[0]));
+  one.check_guards();
+}

@@ -1,0 +1,235 @@
+// kernels/cuda/optim: Adam/AdamW and SGD steps (single and multi-tensor) bit-identical to the CPU
+// step — the same kernels/optim.h functor, compiled without FMA contraction — and the gradient
+// norm within double rounding of the CPU's.
+
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../core/error.h"
+#include "../../kernels/cpu/optim.h"
+#include "../../kernels/cuda/optim.h"
+#include "device_buffer.h"
+#include "random_data.h"
+
+namespace {
+
+using ember::DType;
+using ember::kernels::AdamHyper;
+using ember::kernels::SgdHyper;
+using ember::kernels::WeightDecayMode;
+using ember::test::DeviceBuffer;
+using ember::test::random_vector;
+
+template <typename T>
+DType dtype_of() {
+  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
+}
+
+// Bit-for-bit equality, except that any NaN matches any NaN (a GPU returns its canonical NaN,
+// x86 propagates the payload of an input NaN).
+template <typename T>
+void require_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      INFO(what << " element " << i << ": got " << got[i] << ", want " << want[i]);
+      REQUIRE(false);
+    }
+  }
+}
+
+// One tensor's optimizer state, on the host and on the device.
+template <typename T>
+struct State {
+  std::vector<T> p, g, m, v, vmax;
+  DeviceBuffer<T> dp, dg, dm, dv, dvmax;
+  explicit State(size_t n, uint64_t seed)
+      : p(random_vector<T>(n, seed)),
+        g(random_vector<T>(n, seed + 1)),
+        m(random_vector<T>(n, seed + 2, -0.1, 0.1)),
+        v(random_vector<T>(n, seed + 3, 0.0, 0.01)),
+        vmax(random_vector<T>(n, seed + 4, 0.0, 0.01)),
+        dp(p), dg(g), dm(m), dv(v), dvmax(vmax) {
+    if (n > 3) {  // non-finite gradients propagate the same way on both sides
+      g[1] = std::numeric_limits<T>::quiet_NaN();
+      g[2] = std::numeric_limits<T>::infinity();
+      dg.upload(g);
+    }
+  }
+  void require_same(const std::string& what, bool with_vmax = true) {
+    require_bits(dp.download(), p, what + " param");
+    require_bits(dm.download(), m, what + " exp_avg / momentum");
+    require_bits(dv.download(), v, what + " exp_avg_sq");
+    if (with_vmax) require_bits(dvmax.download(), vmax, what + " max_exp_avg_sq");
+    for (auto* b : {&dp, &dm, &dv, &dvmax}) b->check_guards();
+  }
+};
+
+std::vector<AdamHyper> adam_configs() {
+  std::vector<AdamHyper> v;
+  for (WeightDecayMode d : {WeightDecayMode::None, WeightDecayMode::L2, WeightDecayMode::Decoupled})
+    for (bool ams : {false, true})
+      for (bool maximize : {false, true}) {
+        AdamHyper h;
+        h.lr = 3e-3, h.beta1 = 0.9, h.beta2 = 0.999, h.eps = 1e-8, h.step = 7;
+        h.decay = d, h.weight_decay = d == WeightDecayMode::None ? 0.0 : 0.01, h.amsgrad = ams, h.maximize = maximize;
+        v.push_back(h);
+      }
+  AdamHyper odd;  // beta1 >= 0.5 flips the lerp branch
+  odd.beta1 = 0.3, odd.step = 1;
+  v.push_back(odd);
+  return v;
+}
+
+std::vector<SgdHyper> sgd_configs() {
+  std::vector<SgdHyper> v;
+  v.push_back({0.1, 0, 0, 0, false, false});
+  v.push_back({0.1, 0.9, 0, 0, false, false});
+  v.push_back({0.05, 0.9, 0.1, 1e-4, false, false});
+  v.push_back({0.05, 0.9, 0, 1e-4, true, false});
+  v.push_back({0.01, 0.5, 0, 0, true, true});
+  return v;
+}
+
+const size_t kSizes[] = {1, 31, 33, 1000, 4097, 9001};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda adam_step is bit-identical to the CPU step", "[cuda][optim]", float, double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  uint64_t seed = 1;
+  for (const AdamHyper& h : adam_configs()) {
+    for (size_t n : kSizes) {
+      INFO("n=" << n << " decay=" << int(h.decay) << " amsgrad=" << h.amsgrad << " maximize=" << h.maximize);
+      State<T> s(n, seed += 10);
+      for (int step = 0; step < 2; ++step) {  // twice: the second step reads the first's state
+        ember::kernels::cuda::adam_step(dt, static_cast<int64_t>(n), s.dp.data(), s.dg.data(), s.dm.data(),
+                                        s.dv.data(), h.amsgrad ? s.dvmax.data() : nullptr, h);
+        ember::kernels::cpu::adam_step(dt, static_cast<int64_t>(n), s.p.data(), s.g.data(), s.m.data(), s.v.data(),
+                                       h.amsgrad ? s.vmax.data() : nullptr, h);
+      }
+      s.require_same("adam");
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda sgd_step is bit-identical to the CPU step", "[cuda][optim]", float, double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  uint64_t seed = 500;
+  for (const SgdHyper& h : sgd_configs()) {
+    for (size_t n : kSizes) {
+      INFO("n=" << n << " momentum=" << h.momentum << " nesterov=" << h.nesterov << " wd=" << h.weight_decay);
+      State<T> s(n, seed += 10);
+      for (int step = 0; step < 2; ++step) {  // step 0 initialises the buffer, step 1 reads it
+        const bool first = step == 0;
+        ember::kernels::cuda::sgd_step(dt, static_cast<int64_t>(n), s.dp.data(), s.dg.data(),
+                                       h.momentum != 0 ? s.dm.data() : nullptr, first, h);
+        ember::kernels::cpu::sgd_step(dt, static_cast<int64_t>(n), s.p.data(), s.g.data(),
+                                      h.momentum != 0 ? s.m.data() : nullptr, first, h);
+      }
+      s.require_same("sgd", false);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda adam_step_multi / sgd_step_multi equal per-tensor CPU steps in one launch", "[cuda][optim]",
+                   float, double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  const size_t sizes[] = {1, 4097, 0, 300, 8192, 5};  // chunk boundaries, an empty tensor
+  std::vector<std::unique_ptr<State<T>>> states;
+  for (size_t i = 0; i < std::size(sizes); ++i) states.push_back(std::make_unique<State<T>>(sizes[i], 900 + 10 * i));
+
+  for (const AdamHyper& h : adam_configs()) {
+    std::vector<ember::kernels::cuda::AdamTensor> list;
+    for (auto& s : states)
+      list.push_back({s->dp.data(), s->dg.data(), s->dm.data(), s->dv.data(), h.amsgrad ? s->dvmax.data() : nullptr,
+                      static_cast<int64_t>(s->p.size())});
+    ember::kernels::cuda::adam_step_multi(dt, list.data(), static_cast<int64_t>(list.size()), h);
+    for (auto& s : states)
+      if (!s->p.empty())  // (an empty vector's data() is null, which the CPU's amsgrad check rejects)
+        ember::kernels::cpu::adam_step(dt, static_cast<int64_t>(s->p.size()), s->p.data(), s->g.data(), s->m.data(),
+                                     s->v.data(), h.amsgrad ? s->vmax.data() : nullptr, h);
+  }
+  for (size_t i = 0; i < states.size(); ++i) states[i]->require_same("adam_multi tensor " + std::to_string(i));
+
+  for (const SgdHyper& h : sgd_configs()) {
+    for (bool first : {true, false}) {
+      std::vector<ember::kernels::cuda::SgdTensor> list;
+      for (auto& s : states)
+        list.push_back({s->dp.data(), s->dg.data(), s->dm.data(), static_cast<int64_t>(s->p.size())});
+      ember::kernels::cuda::sgd_step_multi(dt, list.data(), static_cast<int64_t>(list.size()), first, h);
+      for (auto& s : states)
+        if (!s->p.empty())
+          ember::kernels::cpu::sgd_step(dt, static_cast<int64_t>(s->p.size()), s->p.data(), s->g.data(), s->m.data(),
+                                      first, h);
+    }
+  }
+  for (size_t i = 0; i < states.size(); ++i) states[i]->require_same("sgd_multi tensor " + std::to_string(i));
+
+  // An empty list is a no-op; a missing buffer is an ember::Error.
+  ember::kernels::cuda::adam_step_multi(dt, nullptr, 0, AdamHyper{});
+  AdamHyper ams;
+  ams.amsgrad = true;
+  ember::kernels::cuda::AdamTensor bad{states[0]->dp.data(), states[0]->dg.data(), states[0]->dm.data(),
+                                       states[0]->dv.data(), nullptr, 1};
+  REQUIRE_THROWS_AS(ember::kernels::cuda::adam_step_multi(dt, &bad, 1, ams), ember::Error);
+}
+
+TEMPLATE_TEST_CASE("cuda grad_norm_partial matches the CPU within double rounding", "[cuda][optim]", float, double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (size_t n : {size_t{1}, size_t{31}, size_t{1000}, size_t{70001}}) {
+    const std::vector<T> g = random_vector<T>(n, 77 + n, -3.0, 3.0);
+    DeviceBuffer<T> dg(g);
+    for (double p : {2.0, 1.0, 3.0, inf}) {
+      INFO("n=" << n << " p=" << p);
+      const double got = ember::kernels::cuda::grad_norm_partial(dt, static_cast<int64_t>(n), dg.data(), p);
+      const double want = ember::kernels::cpu::grad_norm_partial(dt, static_cast<int64_t>(n), g.data(), p);
+      // Sums of n non-negative doubles in different orders: relative difference <= n * 2^-53;
+      // pow may differ by an ulp per term. The max is exact.
+      if (std::isinf(p)) {
+        REQUIRE(got == want);
+      } else {
+        REQUIRE(std::fabs(got - want) <= 1e-11 * want);
+      }
+    }
+  }
+  // NaN anywhere: the inf-norm is NaN, and so are the sums.
+  std::vector<T> g = random_vector<T>(5000, 3);
+  g[4321] = std::numeric_limits<T>::quiet_NaN();
+  DeviceBuffer<T> dg(g);
+  REQUIRE(std::isnan(ember::kernels::cuda::grad_norm_partial(dt, 5000, dg.data(), inf)));
+  REQUIRE(std::isnan(ember::kernels::cuda::grad_norm_partial(dt, 5000, dg.data(), 2.0)));
+  // An inf (no NaN): inf.
+  g[4321] = -std::numeric_limits<T>::infinity();
+  dg.upload(g);
+  REQUIRE(ember::kernels::cuda::grad_norm_partial(dt, 5000, dg.data(), inf) == inf);
+  // Empty.
+  REQUIRE(ember::kernels::cuda::grad_norm_partial(dt, 0, dg.data(), 2.0) == 0.0);
+}
+
+TEST_CASE("cuda optimizer steps: n == 0 and missing state are handled like the CPU", "[cuda][optim]") {
+  DeviceBuffer<float> p(1), g(1), m(1), v(1);
+  AdamHyper h;
+  ember::kernels::cuda::adam_step(DType::f32, 0, p.data(), g.data(), m.data(), v.data(), nullptr, h);
+  h.amsgrad = true;
+  REQUIRE_THROWS_AS(ember::kernels::cuda::adam_step(DType::f32, 1, p.data(), g.data(), m.data(), v.data(), nullptr, h),
+                    ember::Error);
+  SgdHyper s;
+  s.momentum = 0.9;
+  REQUIRE_THROWS_AS(ember::kernels::cuda::sgd_step(DType::f32, 1, p.data(), g.data(), nullptr, true, s), ember::Error);
+  REQUIRE_THROWS_AS(ember::kernels::cuda::adam_step(DType::i64, 1, p.data(), g.data(), m.data(), v.data(), m.data(),
+                                                    AdamHyper{}),
+                    ember::Error);
+  p.check_guards();
+}

@@ -1,0 +1,89 @@
+// kernels/cuda/softmax vs the kernels/cpu reference: both kinds, forward and backward, f32 and
+// f64, layouts that select each group size (thread per strided line, warp or block per row),
+// large logits, and lines with NaN, +inf and all -inf (the CPU's NaN results, exactly).
+
+#include <ember/kernels/cpu/softmax.h>
+#include <ember/kernels/cuda/softmax.h>
+
+#include <limits>
+
+#include "kernel_check.h"
+
+using namespace ember;
+using namespace ember::kernels;
+using namespace ember::test;
+using cpu::SoftmaxKind;
+
+namespace {
+
+struct Layout {
+  int64_t outer, n, inner;
+};
+
+const Layout kLayouts[] = {
+    {5, 10, 1},    // a warp per row
+    {3, 2000, 1},  // a block per row
+    {4, 7, 1},     // a thread per (short) row
+    {2, 9, 33},    // a thread per strided line
+    {1, 1, 1},     {3, 1, 5}, {0, 4, 1}, {2, 0, 3},
+};
+
+// Tolerance: the online max/sum adds the same exponentials in another order and rescales
+// partial sums by exp(m_old - m_new), so s differs from the CPU's by a few double ulp; f32
+// outputs agree within an ulp or two, f64 within ~1e-14 relative (more for log_softmax values
+// near zero: the absolute floor).
+template <typename T>
+Tol softmax_tol() {
+  if constexpr (std::is_same_v<T, float>) return {1e-7, 3e-7};
+  else return {1e-13, 1e-13};
+}
+
+template <typename T>
+std::vector<T> logits(const Layout& l, uint64_t seed, bool specials) {
+  const auto total = static_cast<size_t>(l.outer * l.n * l.inner);
+  auto x = random_values<T>(total, seed, -6, 6);
+  if (specials && l.n >= 7 && l.inner == 1 && l.outer >= 4) {
+    const T inf = std::numeric_limits<T>::infinity();
+    x[0 * l.n + 2] = std::numeric_limits<T>::quiet_NaN();          // row 0: NaN -> all NaN
+    x[1 * l.n + 3] = inf;                                           // row 1: +inf -> NaN (CPU)
+    for (int64_t k = 0; k < l.n; ++k) x[2 * l.n + k] = -inf;        // row 2: all -inf -> NaN
+    x[3 * l.n + 1] = -inf;                                          // row 3: one -inf -> 0 prob
+    x[3 * l.n + 4] = T(1e4);                                        // and a huge logit
+  }
+  return x;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda softmax and log_softmax forward/backward match the CPU", "[cuda][softmax]", float, double) {
+  using T = TestType;
+  const DType dt = dtype_of<T>::value;
+  for (const Layout& l : kLayouts) {
+    for (const SoftmaxKind kind : {SoftmaxKind::Softmax, SoftmaxKind::LogSoftmax}) {
+      for (const bool specials : {false, true}) {
+        INFO("layout " << l.outer << "x" << l.n << "x" << l.inner << (kind == SoftmaxKind::Softmax ? " softmax" : " log_softmax")
+                       << (specials ? " specials" : ""));
+        const auto total = static_cast<size_t>(l.outer * l.n * l.inner);
+        const auto x = logits<T>(l, 3, specials);
+        std::vector<T> y(total);
+        cpu::softmax_forward(kind, dt, l.outer, l.n, l.inner, x.data(), y.data());
+        DeviceBuffer<T> dx(x), dy(total);
+        cuda::softmax_forward(kind, dt, l.outer, l.n, l.inner, dx.data(), dy.data());
+        dy.check_guards();
+        const Tol t = softmax_tol<T>();
+        require_close(dy.download(), y, t.atol, t.rtol, "softmax forward");
+
+        // Backward from the CPU's y (so both sides see the same inputs).
+        const auto gy = random_values<T>(total, 4);
+        std::vector<T> gx(total);
+        cpu::softmax_backward(kind, dt, l.outer, l.n, l.inner, gx.data(), gy.data(), y.data());
+        DeviceBuffer<T> dgy(gy), dyc(y), dgx(total);
+        cuda::softmax_backward(kind, dt, l.outer, l.n, l.inner, dgx.data(), dgy.data(), dyc.data());
+        dgx.check_guards();
+        // The dot product is a reordered double sum; grad = y * (g - dot) can cancel, hence
+        // the absolute floor relative to |g| ~ 3.
+        require_close(dgx.download(), gx, std::is_same_v<T, float> ? 1e-6 : 1e-13, t.rtol, "softmax backward");
+      }
+    }
+  }
+}
