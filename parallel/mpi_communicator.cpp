@@ -5,6 +5,9 @@
 #include "../core/error.h"
 
 #if EMBER_MPI
+// The C API only: no deprecated C++ bindings (and their warnings).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <atomic>
