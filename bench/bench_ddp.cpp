@@ -7,7 +7,9 @@
 // (rank 0 prints). Fields: step_ms (median), images_per_sec (global), bytes_reduced_per_step,
 // comm_wait_ms_per_step (time the end of backward waited for all-reduces: the communication
 // that did not overlap), comm_busy_ms_per_step (time the comm thread spent in collectives).
-//   ./build/bench/bench_ddp [--steps N]
+//   ./build/bench/bench_ddp [--steps N] [--device cuda]
+// With --device cuda only the first two lines run (on the GPU): the 1-GPU DDP step against the
+// plain step, i.e. the wrapper's overhead (scripts/gpu-check.sh; PyTorch loses about 3%).
 // On a machine shared with other work, run it with OMP_WAIT_POLICY=passive: spinning OpenMP
 // workers on oversubscribed cores make the 2-thread baseline erratic (docs/distributed.md).
 
@@ -29,6 +31,7 @@ using namespace ember;
 namespace {
 
 constexpr int64_t kGlobalBatch = 128;
+Device g_device = Device::cpu();
 
 struct Result {
   double step_ms = 0, comm_wait_ms = 0, comm_busy_ms = 0;
@@ -40,10 +43,11 @@ Result run_rank(std::shared_ptr<parallel::Communicator> comm, bool use_ddp, int 
   const int world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
   manual_seed(1);
   auto model = models::create_model({.name = "cnn"});
+  model->to(g_device);
   Generator gen(100 + rank);
   const int64_t local = kGlobalBatch / world;
-  const Tensor x = randn({local, 1, 28, 28}, {}, gen);
-  const Tensor y = randint(0, 10, {local}, {.dtype = DType::i64}, gen);
+  const Tensor x = randn({local, 1, 28, 28}, {}, gen).to(g_device);
+  const Tensor y = randint(0, 10, {local}, {.dtype = DType::i64}, gen).to(g_device);
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   if (use_ddp) ddp = std::make_unique<parallel::DistributedDataParallel>(*model, comm);
   optim::AdamW opt(model->parameters(), {.lr = 1e-3});
@@ -59,6 +63,7 @@ Result run_rank(std::shared_ptr<parallel::Communicator> comm, bool use_ddp, int 
       opt.zero_grad();
       cross_entropy(ddp ? ddp->forward(x) : model->forward(x), y).backward();
       opt.step();
+      if (g_device.is_cuda()) (void)model->parameters().front().sum().item();  // wait for the GPU
     });
     if (s >= 3) times.push_back(t);
   }
@@ -75,11 +80,11 @@ Result run_rank(std::shared_ptr<parallel::Communicator> comm, bool use_ddp, int 
 }
 
 void print(const char* transport, int ranks, int threads, bool ddp, const Result& r) {
-  std::printf("{\"bench\":\"ddp_step\",\"model\":\"cnn\",\"transport\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%d,"
+  std::printf("{\"bench\":\"ddp_step\",\"model\":\"cnn\",\"device\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%d,"
               "\"ddp\":%s,\"global_batch\":%lld,\"step_ms\":%.2f,\"images_per_sec\":%.1f,"
               "\"bytes_reduced_per_step\":%lld,\"buckets\":%lld,\"comm_wait_ms_per_step\":%.3f,"
               "\"comm_busy_ms_per_step\":%.3f}\n",
-              transport, ranks, threads, ddp ? "true" : "false", static_cast<long long>(kGlobalBatch), r.step_ms,
+              g_device.str().c_str(), transport, ranks, threads, ddp ? "true" : "false", static_cast<long long>(kGlobalBatch), r.step_ms,
               1e3 * static_cast<double>(kGlobalBatch) / r.step_ms, static_cast<long long>(r.bytes_per_step),
               static_cast<long long>(r.buckets), r.comm_wait_ms, r.comm_busy_ms);
   std::fflush(stdout);
@@ -89,9 +94,13 @@ void print(const char* transport, int ranks, int threads, bool ddp, const Result
 
 int main(int argc, char** argv) {
   int steps = 20;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string device = "cpu";
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--device") == 0) device = argv[i + 1];
+  }
   try {
+    g_device = Device(device);
     const parallel::LaunchInfo li = parallel::detect_launch();
     if (li.world_size > 1) {
       auto comm = parallel::init_from_env();
@@ -107,6 +116,7 @@ int main(int argc, char** argv) {
       parallel::InProcessGroup one(1);
       print("inprocess", 1, cores, true, run_rank(one.communicator(0), true, steps));
     }
+    if (g_device.is_cuda()) return 0;  // one GPU: the wrapper's overhead only
     set_num_threads(1);
     parallel::InProcessGroup group(2);
     std::vector<Result> results(2);
