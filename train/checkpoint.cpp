@@ -182,7 +182,8 @@ void save_checkpoint(const TrainConfig& cfg, const DataInfo& d, const nn::Module
                      {"shuffle", cfg.shuffle ? "1" : "0"},
                      {"seed", std::to_string(cfg.seed)},
                      {"in_channels", std::to_string(d.channels)},
-                     {"image_size", std::to_string(d.image_size)}};
+                     {"image_size", std::to_string(d.image_size)},
+                     {"world_size", std::to_string(cfg.world_size)}};
   st.class_names = d.classes;
   st.epoch = epochs_completed;
   st.step = step;
@@ -227,6 +228,11 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg) {
   cfg.augment = get("augment") == "1";
   cfg.shuffle = get("shuffle") == "1";
   cfg.seed = std::stoull(get("seed"));
+  // The loader position is per process: it means the same batches only with the same world size.
+  const auto ws = m.find("world_size");
+  const int saved_world = ws == m.end() ? 1 : std::stoi(ws->second);
+  EMBER_CHECK(saved_world == cfg.world_size, "--resume: the checkpoint was written by a run with ", saved_world,
+              " process(es) but this run has ", cfg.world_size, "; resume it with the same number (docs/distributed.md)");
   cfg.init_weights.clear();  // the checkpoint's weights win
 }
 
