@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 // stb_image's implementation lives here, once, with its symbols static so nothing clashes with an
@@ -57,10 +58,13 @@ struct RgbImage {
   std::vector<uint8_t> pixels;
 };
 
-void check_dims(const std::string& name, const char* format, int64_t height, int64_t width) {
+void check_dims(const std::string& name, const char* format, int64_t height, int64_t width, int64_t max_pixels) {
   EMBER_CHECK(height > 0 && width > 0, name, ": ", format, " image has invalid size ", width, "x", height);
-  EMBER_CHECK(height <= kMaxPixels / width, name, ": ", format, " image of ", width, "x", height,
-              " is larger than the limit of ", kMaxPixels, " pixels");
+  EMBER_CHECK(height <= kMaxImageSide && width <= kMaxImageSide, name, ": ", format, " image of ", width, "x", height,
+              " has a side longer than the limit of ", kMaxImageSide, " pixels");
+  const int64_t limit = std::min(max_pixels, kMaxPixels);
+  EMBER_CHECK(height <= limit / width, name, ": ", format, " image of ", width, "x", height,
+              " is larger than the limit of ", limit, " pixels");
 }
 
 std::vector<uint8_t> read_file(const std::string& path) {
@@ -89,7 +93,25 @@ std::vector<uint8_t> read_file(const std::string& path) {
 
 // ---- stb_image: PNG, BMP, GIF, PPM/PGM, TGA (and CMYK JPEGs) ------------------------------------
 
-RgbImage decode_stb(std::span<const uint8_t> bytes, const std::string& name, const char* format) {
+// Width and height straight from the header of the formats stb_image decodes, so that the size
+// limits are checked (with their own message) before stb_image looks at the data; stb_image's own
+// limits would otherwise report a huge image as "corrupt". {0, 0} when the header is too short.
+std::pair<int64_t, int64_t> stb_header_dims(std::span<const uint8_t> b, ImageFormat format) {
+  auto be32 = [&](size_t at) { return (uint32_t{b[at]} << 24) | (uint32_t{b[at + 1]} << 16) | (uint32_t{b[at + 2]} << 8) | b[at + 3]; };
+  auto le16 = [&](size_t at) { return static_cast<uint32_t>(b[at] | (b[at + 1] << 8)); };
+  auto le32 = [&](size_t at) { return le16(at) | (le16(at + 2) << 16); };
+  if (format == ImageFormat::png && b.size() >= 24 && std::memcmp(b.data() + 12, "IHDR", 4) == 0)
+    return {be32(16), be32(20)};
+  if (format == ImageFormat::gif && b.size() >= 10) return {le16(6), le16(8)};
+  if (format == ImageFormat::bmp && b.size() >= 26) {
+    if (le32(14) == 12) return {le16(18), le16(20)};
+    const auto w = static_cast<int32_t>(le32(18)), h = static_cast<int32_t>(le32(22));
+    return {std::abs(static_cast<int64_t>(w)), std::abs(static_cast<int64_t>(h))};
+  }
+  return {0, 0};
+}
+
+RgbImage decode_stb(std::span<const uint8_t> bytes, const std::string& name, const char* format, int64_t max_pixels) {
   EMBER_CHECK(bytes.size() <= static_cast<size_t>(std::numeric_limits<int>::max()), name, ": ", format,
               " file too large for stb_image");
   const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
@@ -99,7 +121,7 @@ RgbImage decode_stb(std::span<const uint8_t> bytes, const std::string& name, con
     const char* why = stbi_failure_reason();
     EMBER_THROW(name, ": corrupt or unsupported ", format, " data (", why ? why : "unknown", ")");
   }
-  check_dims(name, format, h, w);
+  check_dims(name, format, h, w, max_pixels);
   std::unique_ptr<stbi_uc, void (*)(void*)> out(stbi_load_from_memory(data, len, &w, &h, &comp, 3), &stbi_image_free);
   if (!out) {
     const char* why = stbi_failure_reason();
@@ -202,11 +224,11 @@ RgbImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& name, co
   if (tjDecompressHeader3(tj.h, data, size, &width, &height, &subsamp, &colorspace) != 0)
     EMBER_THROW(name, ": corrupt JPEG header (", tjGetErrorStr2(tj.h), ")");
   // TurboJPEG will not convert CMYK / YCCK to RGB; stb_image does (Adobe's inverted CMYK).
-  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) return decode_stb(bytes, name, "JPEG");
+  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) return decode_stb(bytes, name, "JPEG", options.max_pixels);
+  check_dims(name, "JPEG", height, width, options.max_pixels);
   const tjscalingfactor scale = pick_jpeg_scale(width, height, options);
   const int sw = TJSCALED(width, scale);
   const int sh = TJSCALED(height, scale);
-  check_dims(name, "JPEG", sh, sw);
   RgbImage img{sh, sw, std::vector<uint8_t>(static_cast<size_t>(sh) * sw * 3)};
   // Accurate IDCT and fancy upsampling: libjpeg's defaults, which PIL uses.
   if (tjDecompress2(tj.h, data, size, img.pixels.data(), sw, 0, sh, TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
@@ -221,13 +243,13 @@ RgbImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& name, co
 
 // ---- WebP: libwebp -----------------------------------------------------------------------------
 
-RgbImage decode_webp(std::span<const uint8_t> bytes, const std::string& name) {
+RgbImage decode_webp(std::span<const uint8_t> bytes, const std::string& name, int64_t max_pixels) {
   WebPBitstreamFeatures features;
   const VP8StatusCode status = WebPGetFeatures(bytes.data(), bytes.size(), &features);
   EMBER_CHECK(status == VP8_STATUS_OK, name, ": corrupt or truncated WebP header (VP8 status ", static_cast<int>(status),
               ")");
   EMBER_CHECK(!features.has_animation, name, ": animated WebP is not supported");
-  check_dims(name, "WebP", features.height, features.width);
+  check_dims(name, "WebP", features.height, features.width, max_pixels);
   int w = 0, h = 0;
   std::unique_ptr<uint8_t, void (*)(void*)> out(WebPDecodeRGB(bytes.data(), bytes.size(), &w, &h), &WebPFree);
   EMBER_CHECK(out != nullptr, name, ": truncated or corrupt WebP data");
@@ -276,7 +298,7 @@ int tiff_on_error(TIFF*, void* user, const char* module, const char* fmt, va_lis
 }
 int tiff_on_warning(TIFF*, void*, const char*, const char*, va_list) { return 1; }
 
-RgbImage decode_tiff(std::span<const uint8_t> bytes, const std::string& name) {
+RgbImage decode_tiff(std::span<const uint8_t> bytes, const std::string& name, int64_t max_pixels) {
   TiffMemory mem{bytes, 0, {}};
   std::unique_ptr<TIFFOpenOptions, void (*)(TIFFOpenOptions*)> opts(TIFFOpenOptionsAlloc(), &TIFFOpenOptionsFree);
   EMBER_CHECK(opts != nullptr, name, ": out of memory opening TIFF");
@@ -290,7 +312,7 @@ RgbImage decode_tiff(std::span<const uint8_t> bytes, const std::string& name) {
   uint32_t w = 0, h = 0;
   EMBER_CHECK(TIFFGetField(tif.get(), TIFFTAG_IMAGEWIDTH, &w) == 1 && TIFFGetField(tif.get(), TIFFTAG_IMAGELENGTH, &h) == 1,
               name, ": TIFF without image size");
-  check_dims(name, "TIFF", h, w);
+  check_dims(name, "TIFF", h, w, max_pixels);
   std::vector<uint32_t> raster(static_cast<size_t>(w) * h);
   char why[1024] = "";
   EMBER_CHECK(TIFFRGBAImageOK(tif.get(), why) == 1, name, ": unsupported TIFF (", why, ")");
@@ -368,15 +390,17 @@ Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& nam
   RgbImage img;
   switch (format) {
     case ImageFormat::jpeg: img = decode_jpeg(bytes, name, options); break;
-    case ImageFormat::webp: img = decode_webp(bytes, name); break;
-    case ImageFormat::tiff: img = decode_tiff(bytes, name); break;
+    case ImageFormat::webp: img = decode_webp(bytes, name, options.max_pixels); break;
+    case ImageFormat::tiff: img = decode_tiff(bytes, name, options.max_pixels); break;
     case ImageFormat::png:
     case ImageFormat::bmp:
     case ImageFormat::gif:
     case ImageFormat::pnm:
+      if (const auto [w, h] = stb_header_dims(bytes, format); w > 0 && h > 0)
+        check_dims(name, image_format_name(format), h, w, options.max_pixels);
       if (format == ImageFormat::bmp) check_bmp_size(bytes, name);
       if (format == ImageFormat::pnm) check_pnm_size(bytes, name);
-      img = decode_stb(bytes, name, image_format_name(format));
+      img = decode_stb(bytes, name, image_format_name(format), options.max_pixels);
       break;
     case ImageFormat::unknown: {
       // TGA has no magic number: let stb_image try; anything else is unsupported.
@@ -386,7 +410,7 @@ Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& nam
       EMBER_CHECK(stb_knows, name,
                   ": unsupported or unrecognized image format (supported: JPEG, PNG, BMP, GIF, PPM/PGM, TGA, WebP, "
                   "TIFF)");
-      img = decode_stb(bytes, name, "TGA");
+      img = decode_stb(bytes, name, "TGA", options.max_pixels);
       break;
     }
   }
@@ -399,5 +423,67 @@ Tensor decode_image(const std::string& path, const DecodeOptions& options) {
 }
 
 Tensor decode_image(const std::string& path, ImageMode mode) { return decode_image(path, DecodeOptions{.mode = mode}); }
+
+}  // namespace ember::data
+
+namespace ember::data {
+
+namespace {
+
+// The TIFF's first directory's size, from its tags.
+ImageInfo probe_tiff(std::span<const uint8_t> bytes, const std::string& name) {
+  TiffMemory mem{bytes, 0, {}};
+  std::unique_ptr<TIFFOpenOptions, void (*)(TIFFOpenOptions*)> opts(TIFFOpenOptionsAlloc(), &TIFFOpenOptionsFree);
+  EMBER_CHECK(opts != nullptr, name, ": out of memory opening TIFF");
+  TIFFOpenOptionsSetErrorHandlerExtR(opts.get(), &tiff_on_error, &mem);
+  TIFFOpenOptionsSetWarningHandlerExtR(opts.get(), &tiff_on_warning, &mem);
+  std::unique_ptr<TIFF, void (*)(TIFF*)> tif(
+      TIFFClientOpenExt(name.c_str(), "rm", &mem, &tiff_read, &tiff_write, &tiff_seek, &tiff_close, &tiff_size,
+                        &tiff_map, &tiff_unmap, opts.get()),
+      &TIFFClose);
+  EMBER_CHECK(tif != nullptr, name, ": corrupt TIFF (", mem.error, ")");
+  uint32_t w = 0, h = 0;
+  EMBER_CHECK(TIFFGetField(tif.get(), TIFFTAG_IMAGEWIDTH, &w) == 1 && TIFFGetField(tif.get(), TIFFTAG_IMAGELENGTH, &h) == 1,
+              name, ": TIFF without image size");
+  return {ImageFormat::tiff, w, h};
+}
+
+}  // namespace
+
+ImageInfo probe_image_bytes(std::span<const uint8_t> bytes, const std::string& name) {
+  EMBER_CHECK(!bytes.empty(), name, ": empty file");
+  const ImageFormat format = detect_image_format(bytes);
+  if (format == ImageFormat::jpeg) {
+    TjHandle tj;
+    EMBER_CHECK(tj.h != nullptr, name, ": cannot create a TurboJPEG decompressor: ", tjGetErrorStr2(nullptr));
+    int width = 0, height = 0, subsamp = 0, colorspace = 0;
+    if (tjDecompressHeader3(tj.h, const_cast<unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()),
+                            &width, &height, &subsamp, &colorspace) != 0)
+      EMBER_THROW(name, ": corrupt JPEG header (", tjGetErrorStr2(tj.h), ")");
+    return {format, width, height};
+  }
+  if (format == ImageFormat::webp) {
+    WebPBitstreamFeatures features;
+    const VP8StatusCode status = WebPGetFeatures(bytes.data(), bytes.size(), &features);
+    EMBER_CHECK(status == VP8_STATUS_OK, name, ": corrupt or truncated WebP header (VP8 status ",
+                static_cast<int>(status), ")");
+    return {format, features.width, features.height};
+  }
+  if (format == ImageFormat::tiff) return probe_tiff(bytes, name);
+  int w = 0, h = 0, comp = 0;
+  const bool ok = bytes.size() <= static_cast<size_t>(std::numeric_limits<int>::max()) &&
+                  stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &comp);
+  EMBER_CHECK(ok || format != ImageFormat::unknown, name,
+              ": unsupported or unrecognized image format (supported: JPEG, PNG, BMP, GIF, PPM/PGM, TGA, WebP, TIFF)");
+  EMBER_CHECK(ok, name, ": corrupt or unsupported ", image_format_name(format), " header");
+  return {format, w, h};
+}
+
+ImageInfo probe_image(const std::string& path) {
+  // Headers sit at the start, except TIFF's (an offset) and some JPEG files with big EXIF blocks:
+  // read the whole file; a probe is still far cheaper than a decode.
+  const std::vector<uint8_t> bytes = read_file(path);
+  return probe_image_bytes(bytes, path);
+}
 
 }  // namespace ember::data

@@ -43,6 +43,20 @@ struct DecodeOptions {
   // faster and the Resize input is smaller.
   int64_t min_height = 0;
   int64_t min_width = 0;
+  // Size limits, checked on the header before any pixel buffer is allocated: a side longer than
+  // kMaxImageSide (32768) or more than max_pixels pixels is an error naming the file (a corrupt or
+  // hostile header must not ask for gigabytes). The default, 2^28 (16384 x 16384), is above
+  // PIL's decompression-bomb error threshold (~179M pixels).
+  int64_t max_pixels = int64_t{1} << 28;
+};
+
+// The longest side decode_image accepts.
+inline constexpr int64_t kMaxImageSide = 32768;
+
+// What an image file's header says, without decoding the pixels.
+struct ImageInfo {
+  ImageFormat format = ImageFormat::unknown;
+  int64_t width = 0, height = 0;
 };
 
 // Decodes the image file at `path` into a new contiguous u8 tensor (3, H, W) for RGB or (1, H, W)
@@ -56,5 +70,11 @@ Tensor decode_image(const std::string& path, const DecodeOptions& options);
 // As decode_image, from bytes already in memory; `name` is what error messages call them.
 Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& name,
                           const DecodeOptions& options = {});
+
+// The format and full-size dimensions from the header only (cheap: no pixel is decoded). Throws
+// ember::Error "<name>: ..." for an empty, unrecognized or corrupt header. A file whose header
+// reads fine may still fail to decode (truncated data): only decode_image tells.
+ImageInfo probe_image_bytes(std::span<const uint8_t> bytes, const std::string& name);
+ImageInfo probe_image(const std::string& path);
 
 }  // namespace ember::data
