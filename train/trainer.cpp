@@ -11,6 +11,7 @@
 #include "../core/autograd.h"
 #include "../core/generator.h"
 #include "../data/dataset.h"
+#include "../data/image_dataset.h"
 #include "../data/loader.h"
 #include "../data/transforms.h"
 #include "../io/safetensors.h"
@@ -103,7 +104,24 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"classes", d.classes},
               {"steps_per_epoch", steps_per_epoch},
               {"step_event_every", c.log_every},
-              {"normalize", {{"mean", d.mean}, {"std", d.std}}}};
+              {"normalize", {{"mean", d.mean}, {"std", d.std}}},
+              {"image_size", d.image_size},
+              {"eval_resize", d.resize},
+              {"cache", c.cache_dir},
+              {"skip_bad_images", c.skip_bad_images}};
+}
+
+// Prints the files an image dataset skipped since the last call (BadImages::skip); returns how many.
+int64_t report_skipped(const data::ImageDataset* ds, const char* what, bool quiet) {
+  if (ds == nullptr) return 0;
+  const std::vector<data::SkippedImage> skipped = ds->take_skipped();
+  if (!quiet && !skipped.empty()) {
+    std::fprintf(stderr, "ember train: skipped %zu unreadable %s image%s:\n", skipped.size(), what,
+                 skipped.size() == 1 ? "" : "s");
+    for (size_t i = 0; i < skipped.size() && i < 10; ++i) std::fprintf(stderr, "  %s\n", skipped[i].reason.c_str());
+    if (skipped.size() > 10) std::fprintf(stderr, "  ... and %zu more\n", skipped.size() - 10);
+  }
+  return static_cast<int64_t>(skipped.size());
 }
 
 }  // namespace
@@ -180,7 +198,9 @@ TrainSummary run_training(TrainConfig cfg) {
   if (cfg.threads > 0) set_num_threads(cfg.threads);
 
   // Data (first, so that a missing dataset is the only thing printed).
-  DataInfo d = open_data(cfg.data, cfg.data_dir);
+  DataInfo d = open_data(cfg.data, cfg.data_dir,
+                         {.val = cfg.val, .val_split = cfg.val_split, .image_size = cfg.image_size,
+                          .cache_dir = cfg.cache_dir, .skip_bad_images = cfg.skip_bad_images, .seed = cfg.seed});
   if (!cfg.quiet && !chose.empty()) {
     std::string s;
     for (const std::string& x : chose) s += (s.empty() ? "" : ", ") + x;
@@ -233,6 +253,7 @@ TrainSummary run_training(TrainConfig cfg) {
     RunningStats rs;
     progress.start_epoch(epoch + 1, cfg.epochs, steps_per_epoch);
     for (auto& [host_images, host_labels] : loader) {
+      if (host_labels.numel() == 0) continue;  // every file of the batch was unreadable and skipped
       const Tensor images = host_images.to(device), labels = host_labels.to(device);
       opt.zero_grad();
       Tensor logits = model->forward(images);
@@ -265,6 +286,7 @@ TrainSummary run_training(TrainConfig cfg) {
       }
     }
     progress.end_epoch();
+    const int64_t skipped_train = report_skipped(d.image_train.get(), "training", cfg.quiet);
     const double epoch_seconds = seconds_since(t_epoch);
     train_seconds += epoch_seconds;
     train_images += rs.seen;
@@ -278,6 +300,7 @@ TrainSummary run_training(TrainConfig cfg) {
     const bool last = epoch + 1 == cfg.epochs || stopped;
     if ((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) {
       EvalResult ev = evaluate_loader(*model, test_loader, static_cast<int64_t>(d.classes.size()));
+      report_skipped(d.image_test.get(), "validation", cfg.quiet);
       es.test_loss = ev.loss;
       es.test_acc = ev.accuracy;
       summary.test_acc = ev.accuracy;
@@ -287,7 +310,8 @@ TrainSummary run_training(TrainConfig cfg) {
                             {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
                             {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
                             {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
-                            {"loader_wait_seconds", loader.stats().wait_seconds - loader_wait_before}}
+                            {"loader_wait_seconds", loader.stats().wait_seconds - loader_wait_before},
+                            {"skipped_images", skipped_train}}
                            .dump());
     if (!cfg.quiet) {
       std::fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%%", es.epoch, cfg.epochs, es.train_loss,
