@@ -34,10 +34,15 @@ const char* image_format_name(ImageFormat format);
 // decode_image still tries stb_image on unknown data.
 ImageFormat detect_image_format(std::span<const uint8_t> bytes);
 
+// Memory layout of a decoded image: planes (C, H, W), the tensor convention, or interleaved
+// (H, W, C), what the decoders produce (no conversion pass; the fused pipeline reads it directly).
+enum class ImageLayout { CHW, HWC };
+
 struct DecodeOptions {
   ImageMode mode = ImageMode::RGB;
+  ImageLayout layout = ImageLayout::CHW;
   // JPEG draft mode (PIL's Image.draft): when either is > 0, a JPEG is decoded at the largest
-  // DCT-domain reduction TurboJPEG offers (1/2, 1/4, 1/8, ...) that keeps height >= min_height
+  // DCT-domain reduction among 1/2, 1/4 and 1/8 that keeps height >= min_height
   // and width >= min_width; an image already smaller decodes at full size. Other formats ignore
   // it. Use it when a Resize follows that shrinks the image anyway: decoding is several times
   // faster and the Resize input is smaller.

@@ -42,7 +42,8 @@ constexpr uint64_t kSplitStream = uint64_t{0x5B11} << 48;
 Example ImageDataset::get(int64_t index) const { return {load_image(index, {}), label(index)}; }
 
 Tensor ImageDataset::decode_file(const std::string& path, DecodeOptions decode, JpegDraft draft,
-                                 const DecodeHint& hint) const {
+                                 const DecodeHint& hint, ImageLayout layout) const {
+  decode.layout = layout;
   if (draft == JpegDraft::on && (hint.min_height > 0 || hint.min_width > 0)) {
     decode.min_height = hint.min_height;
     decode.min_width = hint.min_width;
@@ -112,6 +113,9 @@ Batch ImageDataset::load_transformed(std::span<const int64_t> indices, const Any
   std::vector<std::string> bad(static_cast<size_t>(n));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   const bool skip = bad_images() == BadImages::skip;
+  // With nothing before the fused part, the image goes to it in the dataset's native layout.
+  const bool native = plan.fused && plan.prefix.empty();
+  const ImageLayout layout = native ? native_layout() : ImageLayout::CHW;
 
   // One sample per task: decode and transform are per image (the loader's workers, when there are
   // any, run this serially, each on its own batch).
@@ -122,7 +126,7 @@ Batch ImageDataset::load_transformed(std::span<const int64_t> indices, const Any
       try {
         Tensor img;
         try {
-          img = load_image(index, plan.hint);
+          img = native ? load_native(index, plan.hint) : load_image(index, plan.hint);
         } catch (const Error& e) {
           if (!skip) throw;
           bad[k] = e.what();
@@ -132,16 +136,18 @@ Batch ImageDataset::load_transformed(std::span<const int64_t> indices, const Any
         SampleRng rng = sample_rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
         for (const Transform* t : plan.prefix) img = t->apply(img, rng);
         if (plan.fused) {
-          EMBER_CHECK(img.dim() == 3 && img.size(0) == c && img.dtype() == DType::u8, "ImageDataset: sample ", index,
+          const int64_t ci = layout == ImageLayout::HWC ? 2 : 0;
+          EMBER_CHECK(img.dim() == 3 && img.size(ci) == c && img.dtype() == DType::u8, "ImageDataset: sample ", index,
                       " (", path(index), ") is ", describe(img), " before the fused transforms; expected u8 with ", c,
                       " channels");
           img = img.contiguous();
           if (direct.defined()) {
-            run_fused_pipeline(plan, img, rng, lut, direct.data_ptr<float>() + s * slot);
+            run_fused_pipeline(plan, img, rng, lut, direct.data_ptr<float>() + s * slot, layout);
           } else {
-            const auto [oh, ow] = fused_output_size(plan, img.size(1), img.size(2));
+            const int64_t hi = layout == ImageLayout::HWC ? 0 : 1;
+            const auto [oh, ow] = fused_output_size(plan, img.size(hi), img.size(hi + 1));
             Tensor o = empty({c, oh, ow});
-            run_fused_pipeline(plan, img, rng, lut, o.data_ptr<float>());
+            run_fused_pipeline(plan, img, rng, lut, o.data_ptr<float>(), layout);
             results[k] = o;
           }
         } else {

@@ -69,6 +69,10 @@ class ImageDataset : public Dataset {
   virtual std::string path(int64_t index) const = 0;
   // 3 (RGB) or 1 (gray).
   virtual int64_t channels() const = 0;
+  // The layout load_native returns: a file dataset hands the decoder's interleaved (H, W, C)
+  // buffer to the fused pipeline as it is (no conversion pass); the default is load_image's.
+  virtual ImageLayout native_layout() const { return ImageLayout::CHW; }
+  virtual Tensor load_native(int64_t index, const DecodeHint& hint) const { return load_image(index, hint); }
 
   Example get(int64_t index) const override;
   // Per-sample loading (see the file comment): images (B', C, H, W) float32 or u8 as the
@@ -90,7 +94,8 @@ class ImageDataset : public Dataset {
 
   // Reads and decodes `path` for load_image, timed and counted in stats(). With JpegDraft::on a
   // non-zero hint sets decode.min_height / min_width.
-  Tensor decode_file(const std::string& path, DecodeOptions decode, JpegDraft draft, const DecodeHint& hint) const;
+  Tensor decode_file(const std::string& path, DecodeOptions decode, JpegDraft draft, const DecodeHint& hint,
+                     ImageLayout layout = ImageLayout::CHW) const;
   // Counts and times one decode (for load_image implementations).
   void count_decode(double read_s, double decode_s) const;
   void count_cache_read(double read_s) const;

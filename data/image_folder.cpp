@@ -142,4 +142,8 @@ Tensor ImageFolder::load_image(int64_t index, const DecodeHint& hint) const {
   return decode_file(sample(index).path.string(), options_.decode, options_.jpeg_draft, hint);
 }
 
+Tensor ImageFolder::load_native(int64_t index, const DecodeHint& hint) const {
+  return decode_file(sample(index).path.string(), options_.decode, options_.jpeg_draft, hint, ImageLayout::HWC);
+}
+
 }  // namespace ember::data

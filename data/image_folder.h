@@ -66,6 +66,9 @@ class ImageFolder : public ImageDataset {
   // Decodes sample `index` now (u8 (3 or 1, H, W)); throws ember::Error "<path>: ..." when the
   // file cannot be decoded, and outside [0, size()). Thread-safe. (get() is load_image(i, {}).)
   Tensor load_image(int64_t index, const DecodeHint& hint) const override;
+  // The decoder's (H, W, C) buffer, for the fused pipeline.
+  ImageLayout native_layout() const override { return ImageLayout::HWC; }
+  Tensor load_native(int64_t index, const DecodeHint& hint) const override;
   int64_t label(int64_t index) const override { return sample(index).label; }
   std::string path(int64_t index) const override { return sample(index).path.string(); }
   int64_t channels() const override { return options_.decode.mode == ImageMode::Gray ? 1 : 3; }

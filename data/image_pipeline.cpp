@@ -68,6 +68,113 @@ int64_t center_offset(int64_t n, int64_t len) {
   return detail::round_half_even(static_cast<double>(padded - len) / 2.0) - pad_before;
 }
 
+
+// PIL's taps recast with one trip count: output i reads in[start[i] .. start[i] + k) with weights
+// w[i * k + t]. Each window is PIL's shifted left where it would pass the end of the input, with
+// zero weights on the extra taps, so the integer sums (and so the bytes) are PIL's exactly while
+// the inner loop no longer depends on i. Only outputs [lo, hi) are kept (i counts from lo).
+struct FixedTaps {
+  int64_t k = 0;
+  std::vector<int32_t> start;
+  std::vector<int32_t> w;
+};
+
+FixedTaps fixed_taps(const detail::AxisCoeffs& c, int64_t in_size, int64_t lo, int64_t hi) {
+  FixedTaps t;
+  t.k = std::min(c.ksize, in_size);
+  t.start.resize(static_cast<size_t>(std::max<int64_t>(0, hi - lo)));
+  t.w.assign(t.start.size() * static_cast<size_t>(t.k), 0);
+  for (int64_t i = lo; i < hi; ++i) {
+    const int64_t first = c.first[static_cast<size_t>(i)], count = c.count[static_cast<size_t>(i)];
+    const int64_t start = std::min(first, in_size - t.k);
+    const auto j = static_cast<size_t>(i - lo);
+    t.start[j] = static_cast<int32_t>(start);
+    for (int64_t q = 0; q < count; ++q)
+      t.w[j * static_cast<size_t>(t.k) + static_cast<size_t>(first - start + q)] = c.k[static_cast<size_t>(i * c.ksize + q)];
+  }
+  return t;
+}
+
+// PIL accumulates in a C int: sum of weights is 2^22 (+ rounding), times 255, plus the half, stays
+// far below 2^31, so int32 gives PIL's sums; clip8 is PIL's on them.
+constexpr int32_t kHalf = int32_t{1} << (detail::kPrecisionBits - 1);
+
+// Samples of one channel along a row are `ps` bytes apart (1 for CHW planes, C for HWC pixels).
+template <int K, int PS>
+void horizontal_fixed(const uint8_t* row, uint8_t* dst, const FixedTaps& t) {
+  const auto n = static_cast<int64_t>(t.start.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* p = row + static_cast<int64_t>(t.start[static_cast<size_t>(i)]) * PS;
+    const int32_t* k = t.w.data() + i * K;
+    int32_t a = kHalf;
+    for (int q = 0; q < K; ++q) a += int32_t{p[q * PS]} * k[q];
+    dst[i] = detail::clip8(a);
+  }
+}
+
+template <int PS>
+void horizontal_any(const uint8_t* row, uint8_t* dst, const FixedTaps& t) {
+  switch (t.k) {
+    case 3: return horizontal_fixed<3, PS>(row, dst, t);
+    case 5: return horizontal_fixed<5, PS>(row, dst, t);
+    case 7: return horizontal_fixed<7, PS>(row, dst, t);
+    case 9: return horizontal_fixed<9, PS>(row, dst, t);
+    default: break;
+  }
+  const auto n = static_cast<int64_t>(t.start.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* p = row + static_cast<int64_t>(t.start[static_cast<size_t>(i)]) * PS;
+    const int32_t* k = t.w.data() + i * t.k;
+    int32_t a = kHalf;
+    for (int64_t q = 0; q < t.k; ++q) a += int32_t{p[q * PS]} * k[q];
+    dst[i] = detail::clip8(a);
+  }
+}
+
+// One row of the horizontal pass: the common tap counts and strides get loops the compiler
+// unrolls.
+void horizontal_row(const uint8_t* row, int64_t ps, uint8_t* dst, const FixedTaps& t) {
+  switch (ps) {
+    case 1: return horizontal_any<1>(row, dst, t);
+    case 3: return horizontal_any<3>(row, dst, t);
+    default: break;
+  }
+  const auto n = static_cast<int64_t>(t.start.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* p = row + t.start[static_cast<size_t>(i)] * ps;
+    const int32_t* k = t.w.data() + i * t.k;
+    int32_t a = kHalf;
+    for (int64_t q = 0; q < t.k; ++q) a += int32_t{p[q * ps]} * k[q];
+    dst[i] = detail::clip8(a);
+  }
+}
+
+// One row of the vertical pass: k consecutive rows of `first` (row stride n) weighted and summed,
+// column by column (vectorized; an AVX2 clone is picked at run time where the CPU has it).
+__attribute__((target_clones("avx2", "default"))) void vertical_row(const uint8_t* first, int64_t n,
+                                                                  const int32_t* k, int64_t taps, int32_t* acc,
+                                                                  uint8_t* out) {
+  for (int64_t x = 0; x < n; ++x) acc[x] = kHalf;
+  for (int64_t q = 0; q < taps; ++q) {
+    const uint8_t* r = first + q * n;
+    const int32_t kq = k[q];
+    if (kq == 0) continue;
+    for (int64_t x = 0; x < n; ++x) acc[x] += int32_t{r[x]} * kq;
+  }
+  for (int64_t x = 0; x < n; ++x) out[x] = detail::clip8(acc[x]);
+}
+
+// Table lookup of one output row: output column ox shows value ox + shift (zero outside
+// [0, n)), stored at ox or, mirrored, at ow - 1 - ox.
+void store_row(const uint8_t* vals, const float* table, float zero, int64_t shift, int64_t n, float* orow, int64_t ow,
+               bool mirror) {
+  for (int64_t ox = 0; ox < ow; ++ox) {
+    const int64_t x = ox + shift;
+    const float v = (x < 0 || x >= n) ? zero : table[vals[x]];
+    orow[mirror ? ow - 1 - ox : ox] = v;
+  }
+}
+
 }  // namespace
 
 ImagePipeline plan_image_pipeline(const AnyTransform& transform) {
@@ -111,12 +218,18 @@ std::array<int64_t, 2> fused_output_size(const ImagePipeline& p, int64_t height,
 // kept rows' vertical taps touch (a u8 scratch of rows x kept columns per channel), then the
 // vertical taps, the table lookup and the store.
 void run_fused_pipeline(const ImagePipeline& p, const Tensor& image, SampleRng& rng, const std::vector<float>& lut,
-                        float* out) {
+                        float* out, ImageLayout layout) {
   EMBER_CHECK(p.fused, "run_fused_pipeline: the pipeline has no fused part");
   EMBER_CHECK(image.defined() && image.dim() == 3 && image.dtype() == DType::u8 && image.is_contiguous() &&
                   image.device().is_cpu(),
-              "run_fused_pipeline: expected a contiguous u8 (C, H, W) CPU image, got ", describe(image));
-  const int64_t c = image.size(0), h = image.size(1), w = image.size(2);
+              "run_fused_pipeline: expected a contiguous u8 ", layout == ImageLayout::HWC ? "(H, W, C)" : "(C, H, W)",
+              " CPU image, got ", describe(image));
+  const bool hwc = layout == ImageLayout::HWC;
+  const int64_t c = hwc ? image.size(2) : image.size(0), h = hwc ? image.size(0) : image.size(1),
+                w = hwc ? image.size(1) : image.size(2);
+  // Where sample (ch, y, x) lives: base(ch, y) + x * ps.
+  const int64_t ps = hwc ? c : 1;
+  auto base = [&](int64_t ch, int64_t y) { return hwc ? (y * w) * c + ch : (ch * h + y) * w; };
   EMBER_CHECK(h > 0 && w > 0, "run_fused_pipeline: empty image ", describe(image));
   EMBER_CHECK(static_cast<int64_t>(lut.size()) == c * 256, "run_fused_pipeline: table for ", lut.size() / 256,
               " channels, image has ", c);
@@ -142,19 +255,18 @@ void run_fused_pipeline(const ImagePipeline& p, const Tensor& image, SampleRng& 
   const int64_t oh = ay.out_len, ow = ax.out_len;
 
   // Taps for the kept span of each resampled axis (coefficients of the whole axis, as PIL).
-  detail::AxisCoeffs cx, cy;
-  if (ax.resample()) cx = detail::precompute_coeffs(ax.src_len, ax.resized);
-  if (ay.resample()) cy = detail::precompute_coeffs(ay.src_len, ay.resized);
   const int64_t x_lo = ax.lo(), x_hi = ax.hi(), y_lo = ay.lo(), y_hi = ay.hi();
   const int64_t kept_w = std::max<int64_t>(0, x_hi - x_lo);
+  FixedTaps tx, ty;
+  if (ax.resample()) tx = fixed_taps(detail::precompute_coeffs(ax.src_len, ax.resized), ax.src_len, x_lo, x_hi);
+  if (ay.resample()) ty = fixed_taps(detail::precompute_coeffs(ay.src_len, ay.resized), ay.src_len, y_lo, y_hi);
   // Source rows (relative to the window) that the kept output rows read.
   int64_t r_lo = 0, r_hi = 0;
   if (y_lo < y_hi) {
     if (ay.resample()) {
-      r_lo = cy.first[static_cast<size_t>(y_lo)];
-      r_hi = r_lo;
-      for (int64_t y = y_lo; y < y_hi; ++y)
-        r_hi = std::max(r_hi, cy.first[static_cast<size_t>(y)] + cy.count[static_cast<size_t>(y)]);
+      r_lo = ty.start.front();
+      r_hi = ty.start.back() + ty.k;  // starts never decrease along an axis
+      for (int32_t st : ty.start) r_lo = std::min<int64_t>(r_lo, st);
     } else {
       r_lo = y_lo;
       r_hi = y_hi;
@@ -162,10 +274,9 @@ void run_fused_pipeline(const ImagePipeline& p, const Tensor& image, SampleRng& 
   }
   const int64_t rows = r_hi - r_lo;
   std::vector<uint8_t> mid(static_cast<size_t>(rows * kept_w));  // one channel's horizontal pass
-  std::vector<int64_t> acc(static_cast<size_t>(kept_w));
+  std::vector<int32_t> acc(static_cast<size_t>(kept_w));
   std::vector<uint8_t> line(static_cast<size_t>(kept_w));  // one output row after the vertical pass
   const uint8_t* src = image.data_ptr<uint8_t>();
-  constexpr int64_t kHalf = int64_t{1} << (detail::kPrecisionBits - 1);
 
   for (int64_t ch = 0; ch < c; ++ch) {
     const float* table = lut.data() + ch * 256;
@@ -173,18 +284,14 @@ void run_fused_pipeline(const ImagePipeline& p, const Tensor& image, SampleRng& 
     const float zero = table[0];
     // Horizontal pass over the needed rows (or a plain copy when the width does not change).
     for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* row = src + (ch * h + ay.src0 + r_lo + r) * w + ax.src0;
+      const uint8_t* row = src + base(ch, ay.src0 + r_lo + r) + ax.src0 * ps;
       uint8_t* dst = mid.data() + r * kept_w;
-      if (!ax.resample()) {
+      if (ax.resample()) {
+        horizontal_row(row, ps, dst, tx);
+      } else if (ps == 1) {
         std::memcpy(dst, row + x_lo, static_cast<size_t>(kept_w));
-        continue;
-      }
-      for (int64_t x = x_lo; x < x_hi; ++x) {
-        const int32_t* k = cx.k.data() + x * cx.ksize;
-        const uint8_t* s = row + cx.first[static_cast<size_t>(x)];
-        int64_t a = kHalf;
-        for (int64_t t = 0; t < cx.count[static_cast<size_t>(x)]; ++t) a += int64_t{s[t]} * k[t];
-        dst[x - x_lo] = detail::clip8(a);
+      } else {
+        for (int64_t x = 0; x < kept_w; ++x) dst[x] = row[(x_lo + x) * ps];
       }
     }
     // Vertical pass, lookup and store; rows and columns outside the resized image are zero.
@@ -197,24 +304,14 @@ void run_fused_pipeline(const ImagePipeline& p, const Tensor& image, SampleRng& 
       }
       const uint8_t* vals = nullptr;
       if (ay.resample()) {
-        std::fill(acc.begin(), acc.end(), kHalf);
-        const int32_t* k = cy.k.data() + y * cy.ksize;
-        const int64_t first = cy.first[static_cast<size_t>(y)] - r_lo;
-        for (int64_t t = 0; t < cy.count[static_cast<size_t>(y)]; ++t) {
-          const uint8_t* m = mid.data() + (first + t) * kept_w;
-          const int64_t kt = k[t];
-          for (int64_t x = 0; x < kept_w; ++x) acc[static_cast<size_t>(x)] += int64_t{m[x]} * kt;
-        }
-        for (int64_t x = 0; x < kept_w; ++x) line[static_cast<size_t>(x)] = detail::clip8(acc[static_cast<size_t>(x)]);
+        const auto i = static_cast<size_t>(y - y_lo);
+        vertical_row(mid.data() + (ty.start[i] - r_lo) * kept_w, kept_w, ty.w.data() + i * static_cast<size_t>(ty.k),
+                     ty.k, acc.data(), line.data());
         vals = line.data();
       } else {
         vals = mid.data() + (y - r_lo) * kept_w;
       }
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        const int64_t x = ax.out0 + ox;
-        const float v = (x < x_lo || x >= x_hi) ? zero : table[vals[x - x_lo]];
-        orow[mirror ? ow - 1 - ox : ox] = v;
-      }
+      store_row(vals, table, zero, ax.out0 - x_lo, kept_w, orow, ow, mirror);
     }
   }
 }

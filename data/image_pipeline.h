@@ -52,10 +52,11 @@ ImagePipeline plan_image_pipeline(const AnyTransform& transform);
 // The fused output's (height, width) for a (height, width) input.
 std::array<int64_t, 2> fused_output_size(const ImagePipeline& p, int64_t height, int64_t width);
 
-// Runs the fused suffix of `p` (p.fused) on `image`, u8 (C, H, W) contiguous CPU, drawing from
-// `rng` as the composed transforms do; writes the float32 (C, OH, OW) result, OH x OW =
-// fused_output_size(H, W), contiguously at `out`. `lut` is detail::to_tensor_lut(p.normalize, C).
+// Runs the fused suffix of `p` (p.fused) on `image`, u8 contiguous CPU in `layout` ((C, H, W) or
+// the decoders' interleaved (H, W, C)), drawing from `rng` as the composed transforms do; writes
+// the float32 (C, OH, OW) result, OH x OW = fused_output_size(H, W), contiguously at `out`.
+// `lut` is detail::to_tensor_lut(p.normalize, C).
 void run_fused_pipeline(const ImagePipeline& p, const Tensor& image, SampleRng& rng, const std::vector<float>& lut,
-                        float* out);
+                        float* out, ImageLayout layout = ImageLayout::CHW);
 
 }  // namespace ember::data

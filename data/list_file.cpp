@@ -62,4 +62,8 @@ Tensor ListFileDataset::load_image(int64_t index, const DecodeHint& hint) const 
   return decode_file(sample(index).path.string(), decode_, JpegDraft::off, hint);
 }
 
+Tensor ListFileDataset::load_native(int64_t index, const DecodeHint& hint) const {
+  return decode_file(sample(index).path.string(), decode_, JpegDraft::off, hint, ImageLayout::HWC);
+}
+
 }  // namespace ember::data

@@ -26,6 +26,9 @@ class ListFileDataset : public ImageDataset {
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   // Decodes sample `index` (u8 (3 or 1, H, W)); throws "<path>: ..." when it cannot.
   Tensor load_image(int64_t index, const DecodeHint& hint) const override;
+  // The decoder's (H, W, C) buffer, for the fused pipeline.
+  ImageLayout native_layout() const override { return ImageLayout::HWC; }
+  Tensor load_native(int64_t index, const DecodeHint& hint) const override;
   int64_t label(int64_t index) const override { return sample(index).label; }
   std::string path(int64_t index) const override { return sample(index).path.string(); }
   int64_t channels() const override { return decode_.mode == ImageMode::Gray ? 1 : 3; }

@@ -28,6 +28,12 @@ inline uint8_t clip8(int64_t acc) {
   return static_cast<uint8_t>(acc >> kPrecisionBits);
 }
 
+inline uint8_t clip8(int32_t acc) {
+  if (acc >= (int32_t{1} << kPrecisionBits << 8)) return 255;
+  if (acc <= 0) return 0;
+  return static_cast<uint8_t>(acc >> kPrecisionBits);
+}
+
 // Python's round() for the values torchvision rounds: ties go to the even neighbour.
 int64_t round_half_even(double x);
 

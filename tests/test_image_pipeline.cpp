@@ -122,7 +122,13 @@ Tensor fused(const AnyTransform& tf, const Tensor& image, uint64_t seed, uint64_
   img = img.contiguous();
   const auto [oh, ow] = fused_output_size(p, img.size(1), img.size(2));
   Tensor out = empty({img.size(0), oh, ow});
-  run_fused_pipeline(p, img, rng, data::detail::to_tensor_lut(p.normalize, img.size(0)), out.data_ptr<float>());
+  SampleRng rng_hwc = rng;
+  const std::vector<float> lut = data::detail::to_tensor_lut(p.normalize, img.size(0));
+  run_fused_pipeline(p, img, rng, lut, out.data_ptr<float>());
+  // The decoders' interleaved layout gives the same bytes.
+  Tensor out_hwc = empty({img.size(0), oh, ow});
+  run_fused_pipeline(p, img.permute({1, 2, 0}).contiguous(), rng_hwc, lut, out_hwc.data_ptr<float>(), ImageLayout::HWC);
+  CHECK(out_hwc.to_vector<float>() == out.to_vector<float>());
   return out;
 }
 
