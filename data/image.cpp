@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -126,13 +127,31 @@ RgbImage decode_stb(std::span<const uint8_t> bytes, const std::string& name, con
     EMBER_THROW(name, ": corrupt or unsupported ", format, " data (", why ? why : "unknown", ")");
   }
   check_dims(name, format, h, w, max_pixels);
-  std::unique_ptr<stbi_uc, void (*)(void*)> out(stbi_load_from_memory(data, len, &w, &h, &comp, 3), &stbi_image_free);
+  // The file's own channels (req_comp 0), expanded to RGB here as stb_image would: stb's channel
+  // conversion runs before its 16-to-8-bit one, so with req_comp 3 a valid 16-bit PGM (1 channel)
+  // overflowed its buffer (found by fuzz/fuzz_decode; stb_image 2.28, stbi__pnm_load).
+  int n = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> out(stbi_load_from_memory(data, len, &w, &h, &n, 0), &stbi_image_free);
   if (!out) {
     const char* why = stbi_failure_reason();
     EMBER_THROW(name, ": truncated or corrupt ", format, " data (", why ? why : "unknown", ")");
   }
+  EMBER_CHECK(n >= 1 && n <= 4, name, ": ", format, " image with ", n, " channels");
   RgbImage img(h, w);
-  std::memcpy(img.data(), out.get(), static_cast<size_t>(h) * w * 3);
+  const int64_t pixels = static_cast<int64_t>(h) * w;
+  const stbi_uc* src = out.get();
+  uint8_t* dst = img.data();
+  if (n == 3) {
+    std::memcpy(dst, src, static_cast<size_t>(pixels) * 3);
+  } else {
+    for (int64_t i = 0; i < pixels; ++i) {
+      const stbi_uc* p = src + i * n;
+      // gray (+ alpha): replicated; RGBA: alpha dropped (stb_image's own conversions)
+      dst[3 * i] = p[0];
+      dst[3 * i + 1] = n >= 3 ? p[1] : p[0];
+      dst[3 * i + 2] = n >= 3 ? p[2] : p[0];
+    }
+  }
   return img;
 }
 
@@ -166,8 +185,16 @@ void check_bmp_size(std::span<const uint8_t> b, const std::string& name) {
 
 // The same for binary PNM (P5 gray, P6 RGB): header "P5|P6 <w> <h> <maxval>" with whitespace and
 // '#' comments between fields, one whitespace byte, then w*h*channels samples of 1 or 2 bytes.
-void check_pnm_size(std::span<const uint8_t> b, const std::string& name) {
-  if (b.size() < 2 || (b[1] != '5' && b[1] != '6')) return;  // stb_image rejects P1-P4 itself
+// Binary PNM (P5 gray, P6 RGB) header: "P5|P6 <w> <h> <maxval>", whitespace and '#' comments
+// between fields, one whitespace byte, then w*h*channels samples of 1 byte (maxval < 256) or 2
+// big-endian bytes. Checks that the samples are all there (stb_image reads past the end as zeros).
+struct PnmHeader {
+  uint64_t width = 0, height = 0, maxval = 0, channels = 0;
+  size_t data_at = 0;
+};
+
+std::optional<PnmHeader> check_pnm_size(std::span<const uint8_t> b, const std::string& name) {
+  if (b.size() < 2 || (b[1] != '5' && b[1] != '6')) return std::nullopt;  // stb_image rejects P1-P4 itself
   size_t at = 2;
   uint64_t fields[3] = {0, 0, 0};
   for (uint64_t& field : fields) {
@@ -186,6 +213,26 @@ void check_pnm_size(std::span<const uint8_t> b, const std::string& name) {
   const uint64_t channels = b[1] == '6' ? 3 : 1;
   const uint64_t need = at + fields[0] * fields[1] * channels * (fields[2] > 255 ? 2 : 1);
   EMBER_CHECK(b.size() >= need, name, ": truncated PNM data (", b.size(), " bytes, the header needs ", need, ")");
+  return PnmHeader{fields[0], fields[1], fields[2], channels, at};
+}
+
+// 16-bit binary PNM (maxval 256..65535), which stb_image mishandles (its RGB conversion of a 16-bit
+// PGM overflowed a buffer: a fuzzer finding): samples scaled to 8 bits as round(v * 255 / maxval),
+// clamped (a sample above maxval is out of spec).
+RgbImage decode_pnm16(std::span<const uint8_t> b, const PnmHeader& p, const std::string& name, int64_t max_pixels) {
+  EMBER_CHECK(p.maxval <= 65535, name, ": PNM maxval ", p.maxval, " is above 65535");
+  check_dims(name, "PNM", static_cast<int64_t>(p.height), static_cast<int64_t>(p.width), max_pixels);
+  RgbImage img(static_cast<int64_t>(p.height), static_cast<int64_t>(p.width));
+  const uint64_t pixels = p.width * p.height;
+  const uint8_t* src = b.data() + p.data_at;
+  uint8_t* dst = img.data();
+  for (uint64_t i = 0; i < pixels; ++i)
+    for (uint64_t k = 0; k < 3; ++k) {
+      const uint64_t s = p.channels == 3 ? 3 * i + k : i;
+      const uint64_t v = std::min<uint64_t>((uint64_t{src[2 * s]} << 8) | src[2 * s + 1], p.maxval);
+      dst[3 * i + k] = static_cast<uint8_t>((v * 255 + p.maxval / 2) / p.maxval);
+    }
+  return img;
 }
 
 // ---- JPEG: TurboJPEG ---------------------------------------------------------------------------
@@ -408,7 +455,13 @@ Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& nam
       if (const auto [w, h] = stb_header_dims(bytes, format); w > 0 && h > 0)
         check_dims(name, image_format_name(format), h, w, options.max_pixels);
       if (format == ImageFormat::bmp) check_bmp_size(bytes, name);
-      if (format == ImageFormat::pnm) check_pnm_size(bytes, name);
+      if (format == ImageFormat::pnm) {
+        const std::optional<PnmHeader> pnm = check_pnm_size(bytes, name);
+        if (pnm && pnm->maxval > 255) {
+          img = decode_pnm16(bytes, *pnm, name, options.max_pixels);
+          break;
+        }
+      }
       img = decode_stb(bytes, name, image_format_name(format), options.max_pixels);
       break;
     case ImageFormat::unknown: {

@@ -384,3 +384,37 @@ TEST_CASE("stratified_split: seeded, per class, disjoint", "[image_pipeline]") {
   std::sort(all.begin(), all.end());
   for (int i = 0; i < 100; ++i) CHECK(all[static_cast<size_t>(i)] == i);
 }
+
+TEST_CASE("16-bit PGM and PPM decode, scaled to 8 bits (a fuzzer finding)", "[image_pipeline]") {
+  // fuzz/fuzz_decode found that stb_image's RGB conversion of a 16-bit PGM overflowed its buffer;
+  // 16-bit PNM is now decoded by ember itself (and decode_stb converts channels itself).
+  TempDir tmp;
+  for (const bool colour : {false, true}) {
+    const int w = 5, h = 3, c = colour ? 3 : 1;
+    std::string head = std::string(colour ? "P6" : "P5") + "\n5 3\n1000\n";
+    std::vector<uint8_t> b(head.begin(), head.end());
+    std::vector<int> expect;
+    for (int i = 0; i < w * h * c; ++i) {
+      const int v = (i * 67) % 1001;
+      b.push_back(static_cast<uint8_t>(v >> 8));
+      b.push_back(static_cast<uint8_t>(v & 0xFF));
+      expect.push_back(v);
+    }
+    const fs::path p = tmp.path / (colour ? "a.ppm" : "a.pgm");
+    write_bytes(p, b);
+    const Tensor t = decode_image(p.string());
+    REQUIRE(t.shape() == Shape{3, h, w});
+    const std::vector<int64_t> got = t.to(DType::i64).to_vector<int64_t>();
+    for (int ch = 0; ch < 3; ++ch)
+      for (int i = 0; i < w * h; ++i) {
+        // scaled to 8 bits: round(v * 255 / maxval)
+        const int v = expect[static_cast<size_t>(i * c + (colour ? ch : 0))];
+        CHECK(got[static_cast<size_t>(ch * w * h + i)] == (v * 255 + 500) / 1000);
+      }
+  }
+  // The fuzzer's input itself (a P5 23x17 maxval 295 file, after the option byte).
+  const std::vector<uint8_t> crash = read_bytes(fs::path(EMBER_TEST_DATA_DIR) / "fuzz" / "pgm16_overflow.bin");
+  REQUIRE(crash.size() > 1);
+  const std::vector<uint8_t> file(crash.begin() + 1, crash.end());
+  CHECK(decode_image_bytes(file, "pgm16").shape() == Shape{3, 17, 23});
+}
