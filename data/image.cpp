@@ -26,6 +26,7 @@
 #define STB_IMAGE_STATIC
 #define STBI_NO_STDIO
 #define STBI_NO_HDR
+#define STBI_NO_JPEG  // JPEG is TurboJPEG's, CMYK included
 #define STBI_NO_PSD
 #define STBI_NO_PIC
 #define STBI_NO_LINEAR
@@ -276,20 +277,36 @@ RgbImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& name, co
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj.h, data, size, &width, &height, &subsamp, &colorspace) != 0)
     EMBER_THROW(name, ": corrupt JPEG header (", tjGetErrorStr2(tj.h), ")");
-  // TurboJPEG will not convert CMYK / YCCK to RGB; stb_image does (Adobe's inverted CMYK).
-  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) return decode_stb(bytes, name, "JPEG", options.max_pixels);
   check_dims(name, "JPEG", height, width, options.max_pixels);
   const tjscalingfactor scale = pick_jpeg_scale(width, height, options);
   const int sw = TJSCALED(width, scale);
   const int sh = TJSCALED(height, scale);
   RgbImage img(sh, sw);
+  // TurboJPEG will not convert CMYK / YCCK to RGB: it decodes them to CMYK (YCCK converted by
+  // libjpeg), and cmyk_to_rgb below applies Adobe's inverted-CMYK rule as stb_image does. (stb_image
+  // decoded these JPEGs before; its Huffman-table code overflows on corrupt tables: a fuzzer finding.)
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  std::vector<uint8_t> cmyk_pixels(cmyk ? static_cast<size_t>(sh) * sw * 4 : 0);
   // Accurate IDCT and fancy upsampling: libjpeg's defaults, which PIL uses.
-  if (tjDecompress2(tj.h, data, size, img.data(), sw, 0, sh, TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+  if (tjDecompress2(tj.h, data, size, cmyk ? cmyk_pixels.data() : img.data(), sw, 0, sh, cmyk ? TJPF_CMYK : TJPF_RGB,
+                    TJFLAG_ACCURATEDCT) != 0) {
     const std::string why = tjGetErrorStr2(tj.h);
     // Like PIL, a warning ("Corrupt JPEG data: N extraneous bytes before marker") still yields
     // the image; running out of data does not.
     const bool warning_only = tjGetErrorCode(tj.h) == TJERR_WARNING && why.find("Premature end") == std::string::npos;
     EMBER_CHECK(warning_only, name, ": truncated or corrupt JPEG data (", why, ")");
+  }
+  if (cmyk) {
+    // Adobe stores inverted CMYK (255 = no ink): R = C * K / 255 with stb_image's rounding.
+    auto blinn = [](unsigned x, unsigned y) {
+      const unsigned t = x * y + 128;
+      return static_cast<uint8_t>((t + (t >> 8)) >> 8);
+    };
+    uint8_t* dst = img.data();
+    for (size_t i = 0; i < static_cast<size_t>(sh) * sw; ++i) {
+      const uint8_t* p = cmyk_pixels.data() + 4 * i;
+      for (int k = 0; k < 3; ++k) dst[3 * i + k] = blinn(p[k], p[3]);
+    }
   }
   return img;
 }

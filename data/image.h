@@ -67,7 +67,7 @@ struct ImageInfo {
 // Decodes the image file at `path` into a new contiguous u8 tensor (3, H, W) for RGB or (1, H, W)
 // for Gray. 16-bit samples are reduced to 8 bits (high byte; binary PNM with maxval > 255: round(v * 255 / maxval)),
 // palettes expanded, alpha dropped.
-// JPEG: TurboJPEG; CMYK/YCCK JPEGs go through stb_image. TIFF: any layout TIFFReadRGBAImage
+// JPEG: TurboJPEG (CMYK/YCCK too, as Adobe inverted CMYK). TIFF: any layout TIFFReadRGBAImage
 // handles (strips/tiles, CMYK, palette, 16-bit, gray), first directory only. GIF: first frame.
 // Throws ember::Error "<path>: <problem>".
 Tensor decode_image(const std::string& path, ImageMode mode = ImageMode::RGB);

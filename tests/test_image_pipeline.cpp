@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -417,4 +418,33 @@ TEST_CASE("16-bit PGM and PPM decode, scaled to 8 bits (a fuzzer finding)", "[im
   REQUIRE(crash.size() > 1);
   const std::vector<uint8_t> file(crash.begin() + 1, crash.end());
   CHECK(decode_image_bytes(file, "pgm16").shape() == Shape{3, 17, 23});
+}
+
+TEST_CASE("CMYK JPEGs decode through TurboJPEG; the fuzzer's corrupt one is an error", "[image_pipeline]") {
+  // A YCCK JPEG as libjpeg-turbo writes it from CMYK pixels (Adobe marker, inverted CMYK).
+  const int w = 16, h = 8;
+  std::vector<uint8_t> cmyk(static_cast<size_t>(w * h * 4));
+  for (size_t i = 0; i < cmyk.size(); ++i) cmyk[i] = static_cast<uint8_t>(i % 4 == 3 ? 200 : 40 + (i * 13) % 200);
+  tjhandle tj = tjInitCompress();
+  REQUIRE(tj != nullptr);
+  unsigned char* jpeg = nullptr;
+  unsigned long jpeg_size = 0;
+  REQUIRE(tjCompress2(tj, cmyk.data(), w, 0, h, TJPF_CMYK, &jpeg, &jpeg_size, TJSAMP_444, 100, 0) == 0);
+  const std::vector<uint8_t> file(jpeg, jpeg + jpeg_size);
+  tjFree(jpeg);
+  tjDestroy(tj);
+  const Tensor t = decode_image_bytes(file, "cmyk.jpg");
+  REQUIRE(t.shape() == Shape{3, h, w});
+  const std::vector<int64_t> got = t.to(DType::i64).to_vector<int64_t>();
+  for (int ch = 0; ch < 3; ++ch)
+    for (int i = 0; i < w * h; ++i) {
+      const int c = cmyk[static_cast<size_t>(i * 4 + ch)], k = cmyk[static_cast<size_t>(i * 4 + 3)];
+      CHECK(std::abs(got[static_cast<size_t>(ch * w * h + i)] - (c * k + 127) / 255) <= 3);  // JPEG rounding
+    }
+  // The fuzzer's input: an Adobe JPEG with a Huffman table of more than 256 codes, past whose
+  // array stb_image wrote. libjpeg-turbo tolerates it (the unused codes never occur).
+  const std::vector<uint8_t> crash = read_bytes(fs::path(EMBER_TEST_DATA_DIR) / "fuzz" / "jpeg_cmyk_huffman.bin");
+  REQUIRE(crash.size() > 1);
+  const std::vector<uint8_t> bad(crash.begin() + 1, crash.end());
+  CHECK(decode_image_bytes(bad, "bad.jpg").size(0) == 3);
 }
