@@ -189,7 +189,7 @@ TEST_CASE("fused pipeline: what fuses", "[image_pipeline]") {
   CHECK(jitter.prefix.size() == 2);
 }
 
-TEST_CASE("ImageFolder batches: fused, composed per sample, and the same for 0 and 2 workers", "[image_pipeline]") {
+TEST_CASE("ImageFolder batches: fused, composed per sample, and the same for 0, 1 and 4 workers", "[image_pipeline]") {
   TempDir tmp;
   make_tree(tmp.path);
   const ImageFolder ds(tmp.path);
@@ -200,13 +200,15 @@ TEST_CASE("ImageFolder batches: fused, composed per sample, and the same for 0 a
     for (auto& b : loader) out.push_back(b);
     return out;
   };
-  const std::vector<Batch> serial = run(0), threaded = run(2);
+  const std::vector<Batch> serial = run(0), one = run(1), threaded = run(4);
   REQUIRE(serial.size() == 3);
   REQUIRE(threaded.size() == 3);
+  REQUIRE(one.size() == 3);
   DataLoader loader(ds, {.batch_size = 4, .shuffle = true, .seed = 3, .transform = tf});
   for (size_t b = 0; b < serial.size(); ++b) {
     CHECK(serial[b].images.shape() == Shape{b < 2 ? 4 : 2, 3, 20, 20});
     CHECK(max_abs_diff(serial[b].images, threaded[b].images) == 0.0);
+    CHECK(max_abs_diff(serial[b].images, one[b].images) == 0.0);
     CHECK(serial[b].labels.to_vector<int64_t>() == threaded[b].labels.to_vector<int64_t>());
     const std::vector<int64_t> idx = loader.batch_indices(0, static_cast<int64_t>(b));
     for (size_t i = 0; i < idx.size(); ++i) {
@@ -217,7 +219,7 @@ TEST_CASE("ImageFolder batches: fused, composed per sample, and the same for 0 a
     }
   }
   const ImageLoadStats st = ds.stats();
-  CHECK(st.decoded == 30);  // 10 images, 3 passes
+  CHECK(st.decoded == 40);  // 10 images, 4 passes
   CHECK(st.decode_seconds > 0);
   // Different sizes without a size-fixing transform: a clear error.
   DataLoader raw(ds, {.batch_size = 10});

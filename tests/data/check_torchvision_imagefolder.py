@@ -11,7 +11,9 @@ file, and a file whose name merely contains an image extension. torchvision list
 decoding them, and so does `ember inspect --json`, so the files hold a few bytes only.
 
 classes, class_to_idx and samples (path, label) must be equal, in order. Then the same with
-`--skip-hidden` against torchvision with the hidden entries removed by hand.
+`--skip-hidden` against torchvision with the hidden entries removed by hand. Last, smoke checks
+of `ember inspect` (the summary: counts, size statistics, the unreadable file) and
+`ember bench loader` (its JSON line) on a few real PNGs written with the standard library.
 
 Exit status: 0 pass, 1 fail (including torchvision missing: scripts/install-deps.sh installs
 python3-torchvision, and a cross-check that did not run must not pass). Run it with Debian's
@@ -21,8 +23,10 @@ python3-torchvision, and a cross-check that did not run must not pass). Run it w
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import zlib
 
 try:
     from torchvision import datasets
@@ -84,6 +88,49 @@ def compare(what, got, ds):
     return ok
 
 
+def write_png(path, w, h, seed):
+    """A real RGB PNG with the standard library only."""
+    rows = b"".join(b"\x00" + bytes(((x * 7 + y * 3 + seed * 50 + c * 80) % 256) for x in range(w) for c in range(3))
+                    for y in range(h))
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+    png += chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    touch(path, png)
+
+
+def check_commands(ember, work):
+    """`ember inspect` (summary) and `ember bench loader` on a small tree of real PNGs + one bad file."""
+    root = os.path.join(work, "pngs")
+    shutil.rmtree(root, ignore_errors=True)
+    for i in range(6):
+        write_png(os.path.join(root, "ab"[i % 2], f"{i}.png"), 30 + i, 20 + 2 * i, i)
+    touch(os.path.join(root, "a", "broken.png"), b"\x89PNG\r\n\x1a\nnot really")
+    out = subprocess.run([ember, "inspect", root], capture_output=True, text=True)
+    text = out.stdout
+    ok = out.returncode == 0
+    for want in ("7 images in 2 classes", "width min 30, median 33, max 35", "height min 20, median 26, max 30",
+                 "unreadable files: 1", "broken.png"):
+        if want not in text:
+            ok = False
+            print(f"FAIL (inspect): '{want}' not in:\n{text}{out.stderr}")
+    os.remove(os.path.join(root, "a", "broken.png"))
+    out = subprocess.run([ember, "bench", "loader", "--root", root, "--batch-size", "4", "--workers", "1",
+                          "--resize", "20", "--crop", "16", "--epochs", "2"], capture_output=True, text=True)
+    try:
+        j = json.loads(out.stdout)
+        good = j["images"] == 12 and j["decoded"] == 12 and j["images_per_sec"] > 0 and "stall_seconds" in j \
+            and "decode_seconds" in j and "transform_seconds" in j
+    except (ValueError, KeyError):
+        good = False
+    if not good:
+        ok = False
+        print(f"FAIL (bench loader): {out.stdout} {out.stderr}")
+    if ok:
+        print("ok (inspect summary, bench loader JSON)")
+    return ok
+
+
 def main():
     ember, work = sys.argv[1], sys.argv[2]
     root = os.path.join(work, "tree")
@@ -105,6 +152,7 @@ def main():
         part.startswith(".") for part in os.path.relpath(p, hidden_free).split(os.sep))
         and p.lower().endswith(datasets.folder.IMG_EXTENSIONS))
     ok = compare("--skip-hidden", got, ds) and ok
+    ok = check_commands(ember, work) and ok
     sys.exit(0 if ok else 1)
 
 
