@@ -194,34 +194,48 @@ struct PnmHeader {
   size_t data_at = 0;
 };
 
-std::optional<PnmHeader> check_pnm_size(std::span<const uint8_t> b, const std::string& name) {
-  if (b.size() < 2 || (b[1] != '5' && b[1] != '6')) return std::nullopt;  // stb_image rejects P1-P4 itself
+// The header alone (nullopt for the ASCII variants P1-P4, which stb_image rejects itself). Fields
+// are checked here, before stb_image parses them into an int (it overflowed on a 40-digit maxval:
+// a fuzzer finding): 1 <= width, height < 2^31, 1 <= maxval <= 65535.
+std::optional<PnmHeader> parse_pnm_header(std::span<const uint8_t> b, const std::string& name) {
+  if (b.size() < 2 || (b[1] != '5' && b[1] != '6')) return std::nullopt;
   size_t at = 2;
   uint64_t fields[3] = {0, 0, 0};
   for (uint64_t& field : fields) {
     for (;;) {  // whitespace and comments
       while (at < b.size() && std::isspace(b[at])) ++at;
-      if (at < b.size() && b[at] == '#') {
-        while (at < b.size() && b[at] != '\n') ++at;
+      if (at < b.size() && b[at] == '#') {  // to the end of the line, '\n' or '\r' as stb_image
+        while (at < b.size() && b[at] != '\n' && b[at] != '\r') ++at;
         continue;
       }
       break;
     }
     EMBER_CHECK(at < b.size() && std::isdigit(b[at]), name, ": truncated or corrupt PNM header");
-    while (at < b.size() && std::isdigit(b[at]) && field < (uint64_t{1} << 40)) field = field * 10 + (b[at++] - '0');
+    int digits = 0;
+    while (at < b.size() && std::isdigit(b[at])) {
+      EMBER_CHECK(++digits <= 10, name, ": corrupt PNM header (a number of more than 10 digits)");
+      field = field * 10 + (b[at++] - '0');
+    }
   }
+  EMBER_CHECK(fields[0] >= 1 && fields[0] < (uint64_t{1} << 31) && fields[1] >= 1 && fields[1] < (uint64_t{1} << 31),
+              name, ": PNM image has invalid size ", fields[0], "x", fields[1]);
+  EMBER_CHECK(fields[2] >= 1 && fields[2] <= 65535, name, ": PNM maxval ", fields[2], " is outside [1, 65535]");
   ++at;  // the single whitespace byte before the samples
-  const uint64_t channels = b[1] == '6' ? 3 : 1;
-  const uint64_t need = at + fields[0] * fields[1] * channels * (fields[2] > 255 ? 2 : 1);
+  return PnmHeader{fields[0], fields[1], fields[2], b[1] == '6' ? uint64_t{3} : uint64_t{1}, at};
+}
+
+std::optional<PnmHeader> check_pnm_size(std::span<const uint8_t> b, const std::string& name) {
+  const std::optional<PnmHeader> p = parse_pnm_header(b, name);
+  if (!p) return p;
+  const uint64_t need = p->data_at + p->width * p->height * p->channels * (p->maxval > 255 ? 2 : 1);
   EMBER_CHECK(b.size() >= need, name, ": truncated PNM data (", b.size(), " bytes, the header needs ", need, ")");
-  return PnmHeader{fields[0], fields[1], fields[2], channels, at};
+  return p;
 }
 
 // 16-bit binary PNM (maxval 256..65535), which stb_image mishandles (its RGB conversion of a 16-bit
 // PGM overflowed a buffer: a fuzzer finding): samples scaled to 8 bits as round(v * 255 / maxval),
 // clamped (a sample above maxval is out of spec).
 RgbImage decode_pnm16(std::span<const uint8_t> b, const PnmHeader& p, const std::string& name, int64_t max_pixels) {
-  EMBER_CHECK(p.maxval <= 65535, name, ": PNM maxval ", p.maxval, " is above 65535");
   check_dims(name, "PNM", static_cast<int64_t>(p.height), static_cast<int64_t>(p.width), max_pixels);
   RgbImage img(static_cast<int64_t>(p.height), static_cast<int64_t>(p.width));
   const uint64_t pixels = p.width * p.height;
@@ -549,6 +563,9 @@ ImageInfo probe_image_bytes(std::span<const uint8_t> bytes, const std::string& n
     return {format, features.width, features.height};
   }
   if (format == ImageFormat::tiff) return probe_tiff(bytes, name);
+  if (format == ImageFormat::pnm)
+    if (const std::optional<PnmHeader> p = parse_pnm_header(bytes, name))
+      return {format, static_cast<int64_t>(p->width), static_cast<int64_t>(p->height)};
   int w = 0, h = 0, comp = 0;
   const bool ok = bytes.size() <= static_cast<size_t>(std::numeric_limits<int>::max()) &&
                   stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &comp);

@@ -450,3 +450,24 @@ TEST_CASE("CMYK JPEGs decode through TurboJPEG; the fuzzer's corrupt one is an e
   const std::vector<uint8_t> bad(crash.begin() + 1, crash.end());
   CHECK(decode_image_bytes(bad, "bad.jpg").size(0) == 3);
 }
+
+TEST_CASE("PNM headers with absurd numbers are errors before stb_image parses them (a fuzzer finding)",
+          "[image_pipeline]") {
+  auto pnm = [](const std::string& head) {
+    std::vector<uint8_t> b(head.begin(), head.end());
+    b.resize(b.size() + 64, 7);
+    return b;
+  };
+  CHECK_THAT(error_of([&] { decode_image_bytes(pnm("P5\n23 17\n88888888888888888888888888\n"), "a.pgm"); }),
+             Catch::Contains("more than 10 digits"));
+  CHECK_THAT(error_of([&] { probe_image_bytes(pnm("P6\n4294967296 2\n255\n"), "b.ppm"); }),
+             Catch::Contains("invalid size"));
+  CHECK_THAT(error_of([&] { decode_image_bytes(pnm("P5\n2 2\n70000\n"), "c.pgm"); }),
+             Catch::Contains("maxval 70000 is outside"));
+  CHECK(probe_image_bytes(pnm("P5 # comment\r\n4 2\n255\n"), "d.pgm").width == 4);
+  const std::vector<uint8_t> crash = read_bytes(fs::path(EMBER_TEST_DATA_DIR) / "fuzz" / "pnm_maxval_overflow.bin");
+  REQUIRE(crash.size() > 1);
+  const std::vector<uint8_t> bad(crash.begin() + 1, crash.end());
+  CHECK_THAT(error_of([&] { probe_image_bytes(bad, "crash.pgm"); }), Catch::Contains("crash.pgm"));
+  CHECK_THAT(error_of([&] { decode_image_bytes(bad, "crash.pgm"); }), Catch::Contains("crash.pgm"));
+}
