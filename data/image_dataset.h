@@ -89,8 +89,9 @@ class ImageDataset : public Dataset {
 
  protected:
   ImageDataset() = default;
-  // A view (a Subset) shares its parent's counters, skip list and policy.
-  explicit ImageDataset(const ImageDataset& parent_for_stats) : shared_(parent_for_stats.shared_) {}
+  // Copies and views (ImageSubset) share the original's counters, skip list and policy.
+  ImageDataset(const ImageDataset& other) : Dataset(other), shared_(other.shared_) {}
+  ImageDataset& operator=(const ImageDataset&) = default;
 
   // Reads and decodes `path` for load_image, timed and counted in stats(). With JpegDraft::on a
   // non-zero hint sets decode.min_height / min_width.
