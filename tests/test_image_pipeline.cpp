@@ -471,3 +471,21 @@ TEST_CASE("PNM headers with absurd numbers are errors before stb_image parses th
   CHECK_THAT(error_of([&] { probe_image_bytes(bad, "crash.pgm"); }), Catch::Contains("crash.pgm"));
   CHECK_THAT(error_of([&] { decode_image_bytes(bad, "crash.pgm"); }), Catch::Contains("crash.pgm"));
 }
+
+TEST_CASE("ImageFolder loader: leaving an epoch early with workers stops them cleanly", "[image_pipeline]") {
+  TempDir tmp;
+  make_tree(tmp.path);
+  const ImageFolder ds(tmp.path, {.bad_images = BadImages::skip});
+  const AnyTransform tf = Compose{RandomResizedCrop(12), RandomHorizontalFlip(), ToTensor(), kImageNet};
+  for (int round = 0; round < 5; ++round) {
+    DataLoader loader(ds, {.batch_size = 2, .shuffle = true, .seed = 9, .transform = tf, .num_workers = 3,
+                           .prefetch = 2});
+    int seen = 0;
+    for (auto& [x, y] : loader) {
+      CHECK(x.shape() == Shape{2, 3, 12, 12});
+      if (++seen == 1 + round % 3) break;  // the iterator's destruction joins the workers
+    }
+    CHECK(loader.position() == LoaderPosition{0, 1 + round % 3});
+  }
+  CHECK(ds.stats().skipped == 0);
+}
