@@ -15,9 +15,19 @@ namespace ember {
 namespace {
 thread_local bool t_grad_mode = true;
 std::atomic<uint64_t> g_sequence{0};
+// Nesting depth of execute() on this thread, and the callbacks to run when the outermost ends.
+thread_local int t_backward_depth = 0;
+thread_local std::vector<std::function<void()>> t_backward_callbacks;
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
+
+void queue_backward_callback(std::function<void()> callback) {
+  EMBER_CHECK(t_backward_depth > 0, "queue_backward_callback: no backward pass is running on this thread");
+  t_backward_callbacks.push_back(std::move(callback));
+}
+
+bool in_backward() { return t_backward_depth > 0; }
 void set_grad_mode(bool enabled) { t_grad_mode = enabled; }
 
 SavedTensor::SavedTensor(const Tensor& t, const char* op) : tensor_(t), op_(op) {
@@ -134,6 +144,14 @@ void accumulate_into_leaf(Node& acc, Tensor g) {
 static void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads, bool retain_graph,
                     const std::vector<Edge>* capture, std::vector<Tensor>* captured) {
   NoGradGuard no_grad;  // backward closures compute with plain ops: no graph of the graph
+  // Depth of nested passes (grad() inside a hook); the outermost runs the queued callbacks, or
+  // drops them when the pass throws.
+  struct DepthGuard {
+    DepthGuard() { ++t_backward_depth; }
+    ~DepthGuard() {
+      if (--t_backward_depth == 0) t_backward_callbacks.clear();
+    }
+  } depth_guard;
 
   // 1. Collect the graph and count, for each node, the edges that lead into it.
   std::unordered_map<Node*, int> dependencies;
@@ -214,6 +232,14 @@ static void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>&
       accumulate(slot(e.fn.get())[e.input_nr], input_grads[i]);
       if (--dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
     }
+  }
+
+  if (t_backward_depth == 1) {
+    for (size_t i = 0; i < t_backward_callbacks.size(); ++i) {
+      std::function<void()> cb = std::move(t_backward_callbacks[i]);
+      cb();  // may queue more (index-based loop: the vector may grow)
+    }
+    t_backward_callbacks.clear();
   }
 }
 

@@ -111,6 +111,15 @@ void record(const char* name, const std::vector<Tensor>& inputs, const std::vect
 // null when t does not require grad.
 Edge gradient_edge(const Tensor& t);
 
+// Runs `callback` once the backward pass running on this thread has finished (after every node
+// ran, before backward() returns), like PyTorch's Engine::queue_callback. DistributedDataParallel
+// uses it to wait for its last gradient all-reduce. Callbacks run in the order queued and may
+// queue more; an exception from one propagates out of backward() and drops the rest. Throws
+// ember::Error when no backward pass is running on this thread.
+void queue_backward_callback(std::function<void()> callback);
+// Whether a backward pass is running on this thread (inside a hook or a backward closure).
+bool in_backward();
+
 // Runs backward from `roots` with the given gradients (engine.cpp).
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
 

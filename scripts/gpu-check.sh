@@ -5,8 +5,8 @@
 #   2. find cuDNN and NCCL in PyTorch's Python packages (nvidia-cudnn-cu13, nvidia-nccl-cu13);
 #   3. build the real CUDA flavour (nvcc, sm_90) with ninja;
 #   4. run tests/cuda (the same parity tests the SIMT flavour runs in CI) and the unit tests;
-#   5. run bench_cuda (bandwidth, SGEMM vs cuBLAS, cuDNN conv, cnn training steps) and print a
-#      short table last.
+#   5. run bench_cuda (bandwidth, SGEMM vs cuBLAS, cuDNN conv, cnn training steps) and bench_ddp
+#      (the 1-GPU DDP step vs the plain step) and print a short table last.
 # Results (stdout, and $OUT/gpu-check/ when OUT is set) go into docs/gpu-validation.md by hand.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +77,9 @@ log "bench_cuda"
 timeout 150 ./build-gpu/bench/bench_cuda > "$out/bench_cuda.jsonl" 2> "$out/bench_cuda.err"
 bench_rc=$?
 cat "$out/bench_cuda.jsonl"
+# DistributedDataParallel's overhead on one GPU: the DDP step against the plain step (not fatal).
+timeout 60 ./build-gpu/bench/bench_ddp --device cuda --steps 20 >> "$out/bench_cuda.jsonl" 2> "$out/bench_ddp.err"
+tail -2 "$out/bench_cuda.jsonl"
 
 echo
 echo "==== gpu-check summary ($(cat "$out/gpu.txt")), $((SECONDS - start)) s"

@@ -28,6 +28,7 @@ packages=(
   libtiff-dev                   # TIFF decoding
   pkg-config                    # how CMake finds TurboJPEG and libwebp
   libomp-dev                    # not required by g++ (libgomp ships with it); kept for clang builds
+  libopenmpi-dev openmpi-bin    # MPI communicator and mpirun (parallel/, `mpirun -np 2 ember train`)
   libboost-context-dev          # fibers for the SIMT emulator (one per emulated CUDA thread)
   # torchvision 0.14 (with PyTorch) for Debian's /usr/bin/python3: the ctest
   # data:torchvision_imagefolder (ImageFolder order cross-check) and the side-by-side loader

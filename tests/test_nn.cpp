@@ -144,7 +144,7 @@ TEST_CASE("nn: train/eval, to(dtype), zero_grad, Sequential, printing", "[nn]") 
   const std::string s = seq->str();
   CHECK(s.find("(0): Linear(in_features=4, out_features=8, bias=True)") != std::string::npos);
   CHECK(s.find("(1): ReLU()") != std::string::npos);
-  CHECK_THROWS_WITH(seq->to(Device::cuda(0)), Catch::Contains("CUDA"));
+  if (!cuda_built()) CHECK_THROWS_WITH(seq->to(Device::cuda(0)), Catch::Contains("CUDA"));  // a CPU-only build
 }
 
 TEST_CASE("nn: BatchNorm2d counts batches and switches statistics with the mode", "[nn]") {

@@ -245,7 +245,8 @@ void save_checkpoint(const TrainConfig& cfg, const DataInfo& d, const nn::Module
                      {"cache_dir", cfg.cache_dir},
                      {"skip_bad_images", cfg.skip_bad_images ? "1" : "0"},
                      {"in_channels", std::to_string(d.channels)},
-                     {"image_size", std::to_string(d.image_size)}};
+                     {"image_size", std::to_string(d.image_size)},
+                     {"world_size", std::to_string(cfg.world_size)}};
   st.class_names = d.classes;
   st.epoch = epochs_completed;
   st.step = step;
@@ -300,6 +301,11 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg) {
   cfg.image_size = std::stoll(get_or("image_size_option", "-1"));
   cfg.cache_dir = get_or("cache_dir", "");
   cfg.skip_bad_images = get_or("skip_bad_images", "0") == "1";
+  // The loader position is per process: it means the same batches only with the same world size.
+  const auto ws = m.find("world_size");
+  const int saved_world = ws == m.end() ? 1 : std::stoi(ws->second);
+  EMBER_CHECK(saved_world == cfg.world_size, "--resume: the checkpoint was written by a run with ", saved_world,
+              " process(es) but this run has ", cfg.world_size, "; resume it with the same number (docs/distributed.md)");
   cfg.init_weights.clear();  // the checkpoint's weights win
 }
 

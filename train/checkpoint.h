@@ -15,6 +15,10 @@
 #include "../optim/scheduler.h"
 #include "trainer.h"
 
+namespace ember::parallel {
+class Communicator;
+}
+
 namespace ember::train {
 
 enum class DataKind { in_memory, image_folder };
@@ -81,6 +85,9 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg);
 void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
                             data::DataLoader& loader, int64_t& step, int& start_epoch, double& best_acc);
 
-EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes);
+// With a communicator of world size W, rank r evaluates batches r, r + W, ... and the results
+// are summed over the ranks (every rank returns the whole test set's numbers).
+EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
+                           parallel::Communicator* comm = nullptr);
 
 }  // namespace ember::train

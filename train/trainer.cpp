@@ -22,6 +22,8 @@
 #include "../layers/reduce.h"
 #include "../models/zoo.h"
 #include "../optim/optim.h"
+#include "../parallel/communicator.h"
+#include "../parallel/ddp.h"
 #include "checkpoint.h"
 #include "report.h"
 
@@ -92,6 +94,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"seed", c.seed},
               {"device", resolve_device(c.device).str()},
               {"threads", get_num_threads()},
+              {"world_size", c.world_size},
               {"workers", c.workers},
               {"save", c.save_dir},
               {"resume", c.resume_dir},
@@ -146,7 +149,8 @@ struct RunningStats {
 
 }  // namespace
 
-EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes) {
+EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
+                           parallel::Communicator* comm) {
   NoGradGuard no_grad;
   // The model's device (the first parameter's; the CPU for a model without parameters).
   const std::vector<Tensor> params = model.parameters();
@@ -158,8 +162,10 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
   double loss_sum = 0;
   int64_t correct = 0;
   const int64_t epoch = loader.position().epoch;
-  for (int64_t b = 0; b < loader.size(); ++b) {
+  const int64_t first = comm ? comm->rank() : 0, stride = comm ? comm->world_size() : 1;
+  for (int64_t b = first; b < loader.size(); b += stride) {
     data::Batch batch = loader.load_batch(epoch, b);
+    if (batch.labels.numel() == 0) continue;  // every file unreadable and skipped (BadImages::skip)
     Tensor logits = model.forward(batch.images.to(device));
     loss_sum += cross_entropy(logits, batch.labels.to(device), {.reduction = Reduction::Sum}).item();
     const std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>();
@@ -171,6 +177,20 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
     r.count += static_cast<int64_t>(pred.size());
   }
   model.train(was_training);
+  if (comm != nullptr && comm->world_size() > 1) {
+    std::vector<int64_t> counts{correct, r.count};
+    for (const auto& row : r.confusion) counts.insert(counts.end(), row.begin(), row.end());
+    Tensor t = from_vector<int64_t>(counts);
+    comm->all_reduce(t);
+    counts = t.to_vector<int64_t>();
+    correct = counts[0];
+    r.count = counts[1];
+    for (int64_t c = 0; c < num_classes; ++c)
+      for (int64_t p = 0; p < num_classes; ++p) r.confusion[c][p] = counts[2 + c * num_classes + p];
+    Tensor l = scalar_tensor(loss_sum, {.dtype = DType::f64});
+    comm->all_reduce(l);
+    loss_sum = l.item();
+  }
   r.accuracy = r.count ? static_cast<double>(correct) / static_cast<double>(r.count) : NAN;
   r.loss = r.count ? loss_sum / static_cast<double>(r.count) : NAN;
   for (int64_t c = 0; c < num_classes; ++c) {
@@ -183,6 +203,22 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
 
 TrainSummary run_training(TrainConfig cfg) {
   const auto t_start = std::chrono::steady_clock::now();
+  // One process, or one rank of an mpirun / srun job (docs/distributed.md).
+  const parallel::LaunchInfo launch = parallel::detect_launch();
+  std::shared_ptr<parallel::Communicator> comm = parallel::init_from_env();
+  const int rank = comm->rank();
+  cfg.world_size = comm->world_size();
+  const bool distributed = cfg.world_size > 1;
+  if (distributed) {
+    // Ranks on one machine share its cores; only rank 0 talks.
+    if (cfg.threads == 0) cfg.threads = std::max(1, get_num_threads() / std::max(1, launch.local_world_size));
+    if (cfg.device == "cuda") cfg.device = "cuda:" + std::to_string(launch.local_rank);
+    if (rank != 0) {
+      cfg.quiet = true;
+      cfg.metrics_path.clear();
+    }
+  }
+  const bool lead = rank == 0;
   std::optional<io::TrainingState> resume_state;
   if (!cfg.resume_dir.empty()) {
     // The run continues with the configuration it was started with; --epochs may extend it.
@@ -209,8 +245,18 @@ TrainSummary run_training(TrainConfig cfg) {
   const bool flip = cfg.data == "fashion-mnist";
   data::AnyTransform train_tf = cfg.augment ? data::AnyTransform(make_train_transform(d, flip))
                                             : data::AnyTransform(make_eval_transform(d));
-  data::DataLoader loader(d.train, {.batch_size = cfg.batch_size, .shuffle = cfg.shuffle, .drop_last = false,
-                                    .seed = cfg.seed, .transform = train_tf, .num_workers = cfg.workers});
+  data::LoaderOptions train_options{.batch_size = cfg.batch_size, .shuffle = cfg.shuffle, .drop_last = false,
+                                    .seed = cfg.seed, .transform = train_tf, .num_workers = cfg.workers};
+  if (distributed) {
+    // Each rank reads its shard of every epoch (the same shuffle everywhere, keyed by --seed) and
+    // augments with its own streams.
+    train_options.sampler = std::make_shared<data::DistributedSampler>(
+        d.train->size(), data::DistributedOptions{.rank = rank, .world_size = cfg.world_size, .shuffle = cfg.shuffle,
+                                                  .seed = cfg.seed});
+    train_options.shuffle = false;
+    train_options.seed = cfg.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank);
+  }
+  data::DataLoader loader(d.train, train_options);
   data::DataLoader test_loader(d.test, {.batch_size = 256, .transform = make_eval_transform(d)});
   const int64_t steps_per_epoch = loader.size();
 
@@ -233,6 +279,9 @@ TrainSummary run_training(TrainConfig cfg) {
     load_weights_into(*model, p.weights);
     restore_training_state(*resume_state, *optimizer, scheduler.get(), loader, step, start_epoch, best_acc);
   }
+  // Every rank checks that the others built the same model, then starts from rank 0's weights.
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;
+  if (distributed) ddp = std::make_unique<parallel::DistributedDataParallel>(*model, comm);
 
   MetricsWriter metrics(cfg.metrics_path);
   metrics.write_line(config_json(cfg, d, steps_per_epoch).dump());
@@ -253,12 +302,17 @@ TrainSummary run_training(TrainConfig cfg) {
     RunningStats rs;
     progress.start_epoch(epoch + 1, cfg.epochs, steps_per_epoch);
     for (auto& [host_images, host_labels] : loader) {
-      if (host_labels.numel() == 0) continue;  // every file of the batch was unreadable and skipped
+      if (host_labels.numel() == 0) {  // every file of the batch was unreadable and skipped
+        // Every rank must take part in each step's gradient all-reduce: no step can be left out.
+        EMBER_CHECK(!distributed, "every image of a batch was unreadable (--skip-bad-images); with several "
+                    "processes a step cannot be skipped: remove the files (ember inspect lists them)");
+        continue;
+      }
       const Tensor images = host_images.to(device), labels = host_labels.to(device);
       opt.zero_grad();
-      Tensor logits = model->forward(images);
+      Tensor logits = ddp ? ddp->forward(images) : model->forward(images);
       Tensor loss = criterion(logits, labels);
-      loss.backward();
+      loss.backward();  // with DDP: returns with the gradients averaged over the ranks
       const double lr_used = opt.get_lr(0);
       opt.step();
       if (scheduler) scheduler->step();
@@ -287,6 +341,15 @@ TrainSummary run_training(TrainConfig cfg) {
     }
     progress.end_epoch();
     const int64_t skipped_train = report_skipped(d.image_train.get(), "training", cfg.quiet);
+    if (distributed) {
+      // The epoch's numbers over every rank's shard.
+      Tensor t = from_vector<double>({rs.loss_sum, static_cast<double>(rs.correct), static_cast<double>(rs.seen)});
+      comm->all_reduce(t);
+      const std::vector<double> v = t.to_vector<double>();
+      rs.loss_sum = v[0];
+      rs.correct = static_cast<int64_t>(v[1]);
+      rs.seen = static_cast<int64_t>(v[2]);
+    }
     const double epoch_seconds = seconds_since(t_epoch);
     train_seconds += epoch_seconds;
     train_images += rs.seen;
@@ -299,7 +362,7 @@ TrainSummary run_training(TrainConfig cfg) {
     const bool epoch_done = loader.position().batch == 0;
     const bool last = epoch + 1 == cfg.epochs || stopped;
     if ((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) {
-      EvalResult ev = evaluate_loader(*model, test_loader, static_cast<int64_t>(d.classes.size()));
+      EvalResult ev = evaluate_loader(*model, test_loader, static_cast<int64_t>(d.classes.size()), comm.get());
       report_skipped(d.image_test.get(), "validation", cfg.quiet);
       es.test_loss = ev.loss;
       es.test_acc = ev.accuracy;
@@ -322,13 +385,13 @@ TrainSummary run_training(TrainConfig cfg) {
     summary.epochs.push_back(es);
     const bool improved = !std::isnan(es.test_acc) && es.test_acc > best_acc;
     if (improved) best_acc = es.test_acc;
-    if (!cfg.save_dir.empty()) {
+    if (!cfg.save_dir.empty() && lead) {
       save_checkpoint(cfg, d, *model, opt, scheduler.get(), loader, step, epoch_done ? epoch + 1 : epoch, best_acc,
                       improved);
     }
   }
 
-  if (!cfg.save_weights.empty()) save_weights(cfg.save_weights, *model, cfg, d);
+  if (!cfg.save_weights.empty() && lead) save_weights(cfg.save_weights, *model, cfg, d);
   summary.steps = step;
   summary.seconds = seconds_since(t_start);
   summary.images_per_sec = static_cast<double>(train_images) / std::max(1e-9, train_seconds);
@@ -337,8 +400,9 @@ TrainSummary run_training(TrainConfig cfg) {
                           {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", step}}
                          .dump());
   if (!cfg.quiet) {
-    std::printf("ember train: %s on %s, %d epochs, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
-                cfg.data.c_str(), cfg.epochs, 100 * summary.test_acc, summary.images_per_sec,
+    const std::string procs = distributed ? ", " + std::to_string(cfg.world_size) + " processes" : "";
+    std::printf("ember train: %s on %s, %d epochs%s, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
+                cfg.data.c_str(), cfg.epochs, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
                 format_duration(summary.seconds).c_str());
   }
   return summary;

@@ -63,6 +63,10 @@ struct TrainConfig {
   bool quiet = false;
   int64_t log_every = 1;  // metrics "step" events every N steps
 
+  // Data-parallel runs (mpirun / srun; docs/distributed.md): not options, filled by run_training
+  // from the launcher. batch_size stays per process: the global batch is batch_size * world_size.
+  int world_size = 1;
+
   // Which fields the user set explicitly (for printing the recipe's choices).
   std::vector<std::string> explicitly_set;
 };
@@ -92,6 +96,12 @@ struct TrainSummary {
 
 // Runs a whole training (or its remainder, with resume_dir). Progress goes to stderr, the
 // one-line summary to stdout (unless quiet).
+//
+// Started by mpirun / srun with more than one process (parallel::init_from_env), every process
+// trains a replica wrapped in parallel::DistributedDataParallel on its DistributedSampler shard
+// of each epoch (per-process batch --batch-size, augmentation seeded per rank); gradients are
+// averaged every step. Only rank 0 prints, writes metrics and saves checkpoints; every rank
+// resumes from the same checkpoint directory. --threads defaults to cores / processes per node.
 TrainSummary run_training(TrainConfig cfg);
 
 // --device: "auto" (a real GPU if there is one, else the CPU — never the SIMT emulator, which is

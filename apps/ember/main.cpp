@@ -5,6 +5,7 @@
 //   ember predict CHECKPOINT IMAGE...          top-5 classes for image files (or IDX FILE:INDEX samples)
 //   ember inspect PATH [--json]                an ImageFolder tree: classes, counts, sizes, bad files
 //   ember bench loader --root PATH ...         data-loader throughput (one JSON line)
+//   mpirun -np 2 ember train ...               data-parallel training (docs/distributed.md)
 //
 // Every error is one line on stderr and a non-zero exit; nothing is left half-written.
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <ember/ember.h>
+#include <ember/parallel/communicator.h>
 #include <ember/train/trainer.h>
 
 #include "data_commands.h"
@@ -35,7 +37,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--data-dir", c.data_dir, "where the dataset files are (default: Debian's dataset package)");
   app.add_option("--model", c.model, "simple_cnn | cnn | resnet18 | resnet18_cifar | resnet_small");
   app.add_option("--epochs", c.epochs, "number of epochs");
-  app.add_option("--batch-size", c.batch_size, "images per step");
+  app.add_option("--batch-size", c.batch_size, "images per step (per process under mpirun/srun)");
   app.add_option("--lr", c.lr, "learning rate (the peak lr for onecycle)");
   app.add_option("--optimizer", c.optimizer, "adam | adamw | sgd");
   app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov when > 0)")->capture_default_str();
@@ -45,7 +47,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1]");
   app.add_option("--seed", c.seed, "seed for initialization, shuffling, augmentation and dropout")->capture_default_str();
   app.add_option("--device", c.device, "auto | cpu | cuda[:n]")->capture_default_str();
-  app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--threads", c.threads, "CPU threads (0: all cores, shared among the processes of a node)")
+      ->capture_default_str();
   app.add_option("--workers", c.workers, "data-loader worker threads (0: load in the training thread)")
       ->capture_default_str();
   app.add_option("--save", c.save_dir, "checkpoint directory (last and best every epoch)");
@@ -155,6 +158,9 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember: error: %s\n", e.what());
+    std::fflush(stderr);
+    // Under mpirun the other ranks may be waiting for this one in a collective: end the job.
+    parallel::abort_job(1);
     return 1;
   }
   return 0;

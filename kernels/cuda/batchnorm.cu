@@ -1,7 +1,7 @@
 // Batch normalization on a CUDA device: per-channel block reductions and elementwise passes.
 //
 // Decomposition. A per-channel reduction (statistics; the two sums of the backward) is one block
-// per channel: channel c's n * s values lie in n rows of s contiguous elements, (i * C + c) * s
+// per channel (or per slice of a channel: Note [Split channel reductions]): channel c's n * s values lie in n rows of s contiguous elements, (i * C + c) * s
 // apart. The block's 256 threads walk them with a block stride over the flattened index
 // i * s + j, so for s >= 32 a warp reads 32 consecutive elements of one row (coalesced); each
 // thread accumulates in double, then block_reduce (warp shuffles + one shared slot per warp)
@@ -9,12 +9,19 @@
 // gets the mean, then the block reduces the squared deviations. The elementwise passes (apply,
 // grad_x) are one thread per element with a grid-stride loop.
 //
-// Limits worth knowing: with few channels and large n * s (C = 64 at 112 x 112 x 32) one block
-// per channel leaves most of an H200's 132 SMs idle; a split reduction (several blocks per
-// channel, then a second pass) is the next step when it shows in a profile.
+// Note [Split channel reductions]
+// One block per channel leaves most of a GPU idle when there are few channels and many elements
+// per channel (C = 64 at 32 x 112 x 112: 64 blocks for 132 SMs, each block reading 1.6 MB on its
+// own). Then each channel is cut into `splits` contiguous slices, one block per (channel, slice)
+// (a 2-D grid: blockIdx.x = channel, blockIdx.y = slice), each writing one double partial sum; a
+// small finalize kernel (one thread per channel) adds a channel's partials in slice order. The
+// two-pass variance becomes partial sums -> mean -> partial squared deviations -> variance. The
+// slices and their order are fixed by the shape and the device's SM count, so results are
+// deterministic. With one slice (small problems) the fused one-block-per-channel kernels run.
 
 #include "launch.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "../../core/error.h"
@@ -110,6 +117,99 @@ __global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy
   }
 }
 
+// ---- split reductions (Note [Split channel reductions]) ----------------------------------------
+
+// Elements [lo, hi) of a channel's count are slice `part` of `parts`.
+__device__ inline void channel_slice(int64_t count, int64_t part, int64_t parts, int64_t* lo, int64_t* hi) {
+  *lo = count * part / parts;
+  *hi = count * (part + 1) / parts;
+}
+
+// Block (c, part): sum of x (mean == null) or of (x - mean[c])^2 over its slice -> partial[c * parts + part].
+template <typename T>
+__global__ void stats_partial_kernel(BatchNormShape sh, const T* x, const double* mean, double* partial) {
+  const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
+  int64_t lo, hi;
+  channel_slice(sh.n * sh.s, part, parts, &lo, &hi);
+  const double m = mean ? mean[c] : 0.0;
+  double acc = 0;
+  for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+    const double v = static_cast<double>(x[channel_offset(sh, c, k)]);
+    acc += mean ? (v - m) * (v - m) : v;
+  }
+  acc = detail::block_sum(acc);
+  if (threadIdx.x == 0) partial[c * parts + part] = acc;
+}
+
+// One thread per channel: out[c] = (sum of the channel's partials, in slice order) / count; the
+// double value also goes to mean_out when given (the mean for the second pass).
+template <typename T>
+__global__ void stats_finalize_kernel(int64_t channels, int64_t parts, double count, const double* partial,
+                                      double* mean_out, T* out) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
+    double sum = 0;
+    for (int64_t p = 0; p < parts; ++p) sum += partial[c * parts + p];
+    const double v = sum / count;
+    if (mean_out) mean_out[c] = v;
+    out[c] = static_cast<T>(v);
+  }
+}
+
+// Block (c, part): sum(grad_y) and sum(grad_y * xhat) over its slice -> partial[2 (c * parts + part) + {0, 1}].
+template <typename T>
+__global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mean, const T* invstd,
+                                        double* partial) {
+  const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
+  int64_t lo, hi;
+  channel_slice(sh.n * sh.s, part, parts, &lo, &hi);
+  const double m = mean[c], is = invstd[c];
+  double sg = 0, sgx = 0;
+  for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+    const int64_t off = channel_offset(sh, c, k);
+    const double g = gy[off];
+    sg += g;
+    sgx += g * (static_cast<double>(x[off]) - m) * is;
+  }
+  sg = detail::block_sum(sg);
+  sgx = detail::block_sum(sgx);
+  if (threadIdx.x == 0) {
+    partial[2 * (c * parts + part)] = sg;
+    partial[2 * (c * parts + part) + 1] = sgx;
+  }
+}
+
+// One thread per channel: the two sums in slice order -> grad_weight, grad_bias, sums (as the
+// one-block backward_reduce_kernel writes them).
+template <typename T>
+__global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const double* partial, T* gw, T* gb,
+                                         double* sums) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
+    double sg = 0, sgx = 0;
+    for (int64_t p = 0; p < parts; ++p) {
+      sg += partial[2 * (c * parts + p)];
+      sgx += partial[2 * (c * parts + p) + 1];
+    }
+    if (gw) gw[c] = static_cast<T>(sgx);
+    if (gb) gb[c] = static_cast<T>(sg);
+    if (sums) {
+      sums[c] = sg;
+      sums[channels + c] = sgx;
+    }
+  }
+}
+
+// Slices per channel: enough blocks in all to give every SM about four, but at least
+// kMinPerBlock elements per block (fewer and the partials cost more than they save).
+constexpr int64_t kMinPerBlock = int64_t{kThreads} * 16;
+
+int64_t channel_splits(const BatchNormShape& sh) {
+  const int64_t count = sh.n * sh.s;
+  const int64_t sms = ::ember::cuda::properties(::ember::cuda::current_device()).multiprocessor_count;
+  const int64_t fill = std::max<int64_t>(1, 4 * sms / std::max<int64_t>(1, sh.c));
+  const int64_t useful = std::max<int64_t>(1, count / kMinPerBlock);
+  return std::min<int64_t>({fill, useful, 65535});
+}
+
 void check_shape(const char* op, const BatchNormShape& sh) {
   EMBER_CHECK(sh.n >= 0 && sh.c >= 0 && sh.s >= 0, op, ": negative size (n=", sh.n, " c=", sh.c, " s=", sh.s, ")");
   EMBER_CHECK(sh.c <= 2147483647, op, ": ", sh.c, " channels do not fit one grid");
@@ -119,9 +219,30 @@ template <typename T>
 void stats_impl(const BatchNormShape& sh, const T* x, T* mean, T* var) {
   check_shape("batch_norm", sh);
   if (sh.c == 0) return;
-  // n * s == 0 gives 0 / 0 = NaN statistics, as on the CPU.
-  EMBER_LAUNCH(stats_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, ::ember::cuda::current_stream(), sh, x,
-               mean, var);
+  const ::ember::cuda::Stream stream = ::ember::cuda::current_stream();
+  const int64_t splits = channel_splits(sh);
+  if (splits == 1) {
+    // n * s == 0 gives 0 / 0 = NaN statistics, as on the CPU.
+    EMBER_LAUNCH(stats_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, stream, sh, x, mean, var);
+    ::ember::cuda::check_launch("batch_norm stats");
+    return;
+  }
+  ::ember::cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(double));
+  ::ember::cuda::Scratch mean_d(static_cast<size_t>(sh.c) * sizeof(double));
+  const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
+  const unsigned fin_blocks = detail::grid_stride_blocks(sh.c, kThreads);
+  const double count = static_cast<double>(sh.n * sh.s);
+  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const double*>(nullptr),
+               partial.as<double>());
+  ::ember::cuda::check_launch("batch_norm stats");
+  EMBER_LAUNCH_FLAT(stats_finalize_kernel<T>, fin_blocks, kThreads, stream, sh.c, splits, count,
+                    static_cast<const double*>(partial.as<double>()), mean_d.as<double>(), mean);
+  ::ember::cuda::check_launch("batch_norm stats");
+  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const double*>(mean_d.as<double>()),
+               partial.as<double>());
+  ::ember::cuda::check_launch("batch_norm stats");
+  EMBER_LAUNCH_FLAT(stats_finalize_kernel<T>, fin_blocks, kThreads, stream, sh.c, splits, count,
+                    static_cast<const double*>(partial.as<double>()), static_cast<double*>(nullptr), var);
   ::ember::cuda::check_launch("batch_norm stats");
 }
 
@@ -143,9 +264,20 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   if (sh.c == 0) return;
   const bool need_sums = gx != nullptr && training;
   ::ember::cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(double) : 0);
-  if (gw || gb || need_sums) {
+  const int64_t splits = channel_splits(sh);
+  if ((gw || gb || need_sums) && splits == 1) {
     EMBER_LAUNCH(backward_reduce_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, ::ember::cuda::current_stream(),
                  sh, x, gy, mean, invstd, gw, gb, sums.as<double>());
+    ::ember::cuda::check_launch("batch_norm backward");
+  } else if (gw || gb || need_sums) {
+    ::ember::cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(double));
+    const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
+    EMBER_LAUNCH(backward_partial_kernel<T>, grid, kThreads, 0, ::ember::cuda::current_stream(), sh, x, gy, mean,
+                 invstd, partial.as<double>());
+    ::ember::cuda::check_launch("batch_norm backward");
+    EMBER_LAUNCH_FLAT(backward_finalize_kernel<T>, detail::grid_stride_blocks(sh.c, kThreads), kThreads,
+                      ::ember::cuda::current_stream(), sh.c, splits, static_cast<const double*>(partial.as<double>()),
+                      gw, gb, sums.as<double>());
     ::ember::cuda::check_launch("batch_norm backward");
   }
   const int64_t total = sh.n * sh.c * sh.s;

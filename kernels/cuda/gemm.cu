@@ -33,6 +33,7 @@
 #include "../../core/error.h"
 #include "gemm.h"
 #include "runtime.h"
+#include "staging.h"
 
 // Wraps a cuBLAS call: anything but CUBLAS_STATUS_SUCCESS throws ember::Error naming the call.
 #define EMBER_CUBLAS_CHECK(expr)                                                                      \
@@ -181,14 +182,19 @@ void launch_tiled(TiledArgs<T> args, int64_t batch) {
 
 // ---- argument checks (shared by both paths) --------------------------------------------------
 
+// Throws for arguments no BLAS would accept. Like the CPU gemm, a product with no output
+// (m == 0 or n == 0) needs no valid leading dimensions, and with k == 0 A and B are not read.
 void check_gemm_args(const char* op, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, int64_t lda,
                      int64_t ldb, int64_t ldc) {
   for (int64_t v : {m, n, k, lda, ldb, ldc})
     EMBER_CHECK(v >= 0 && v <= INT_MAX, op, ": dimension ", v, " does not fit a 32-bit int (m=", m, " n=", n,
                 " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, ")");
+  if (m == 0 || n == 0) return;
   const int64_t a_cols = ta == Transpose::No ? k : m, b_cols = tb == Transpose::No ? n : k;
-  EMBER_CHECK(lda >= std::max<int64_t>(1, a_cols), op, ": lda = ", lda, " < ", std::max<int64_t>(1, a_cols));
-  EMBER_CHECK(ldb >= std::max<int64_t>(1, b_cols), op, ": ldb = ", ldb, " < ", std::max<int64_t>(1, b_cols));
+  if (k > 0) {
+    EMBER_CHECK(lda >= std::max<int64_t>(1, a_cols), op, ": lda = ", lda, " < ", std::max<int64_t>(1, a_cols));
+    EMBER_CHECK(ldb >= std::max<int64_t>(1, b_cols), op, ": ldb = ", ldb, " < ", std::max<int64_t>(1, b_cols));
+  }
   EMBER_CHECK(ldc >= std::max<int64_t>(1, n), op, ": ldc = ", ldc, " < ", std::max<int64_t>(1, n));
 }
 
@@ -315,9 +321,8 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
   check_gemm_args("gemm_batched", ta, tb, m, n, k, lda, ldb, ldc);
   EMBER_CHECK(batch >= 0 && batch <= INT_MAX, "gemm_batched: batch = ", batch, " does not fit a 32-bit int");
   if (m == 0 || n == 0 || batch == 0) return;
-  // The pointer arrays live on the host; both paths read them on the device. One scratch buffer
-  // holds the three arrays; cudaMemcpyAsync from pageable memory returns once the host data has
-  // been staged, so the caller's arrays may go away as soon as we return.
+  // The pointer arrays live on the host; both paths read them on the device: one scratch buffer
+  // holds the three arrays, uploaded without blocking (detail::upload_async).
   const size_t bytes = 3 * static_cast<size_t>(batch) * sizeof(void*);
   std::vector<const void*> host(3 * static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) {
@@ -326,8 +331,7 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
     host[static_cast<size_t>(2 * batch + i)] = c[i];
   }
   ::ember::cuda::Scratch lists(bytes);
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(lists.get(), host.data(), bytes, cudaMemcpyHostToDevice,
-                                   ::ember::cuda::current_stream()));
+  detail::upload_async(lists.get(), host.data(), bytes);
   const T* const* a_dev = lists.as<const T*>();
   const T* const* b_dev = a_dev + batch;
   T* const* c_dev = lists.as<T*>() + 2 * batch;

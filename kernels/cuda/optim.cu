@@ -21,6 +21,7 @@
 #include "block_reduce.cuh"
 #include "optim.h"
 #include "runtime.h"
+#include "staging.h"
 
 namespace ember::kernels::cuda {
 
@@ -114,10 +115,7 @@ struct MultiLaunch {
     std::vector<char> host(buffer.size());
     std::memcpy(host.data(), host_refs.data(), host_refs.size() * sizeof(Ref));
     std::memcpy(host.data() + host_refs.size() * sizeof(Ref), host_jobs.data(), host_jobs.size() * sizeof(Job));
-    // From pageable memory: returns once the data is staged, so `host` may go away.
-    if (!host.empty())
-      EMBER_CUDA_CHECK(cudaMemcpyAsync(buffer.get(), host.data(), host.size(), cudaMemcpyHostToDevice,
-                                       ::ember::cuda::current_stream()));
+    detail::upload_async(buffer.get(), host.data(), host.size());
   }
 };
 

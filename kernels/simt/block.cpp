@@ -437,6 +437,11 @@ void run_fiber_grid(const LaunchRequest& r, const unsigned* block_order, unsigne
     b.warps[w].exists = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
   }
   b.warp_tokens.assign(b.warps.size(), 0);
+  // Allocate on the host thread what the fibers would otherwise allocate: TSan intercepts
+  // malloc/free even in uninstrumented code, and would see a fiber's allocation freed later by
+  // another fiber as a race in the emulator.
+  for (Warp& w : b.warps) w.groups.reserve(4);
+  if (kFiberPerThreadIndex) b.pool.by_index(n - 1);
   b.start_order.resize(n);
   make_order(b.start_order.data(), n, cfg.schedule, b.rng);
   b.runnable.reserve(n);

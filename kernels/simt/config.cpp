@@ -32,8 +32,17 @@ bool parse_flag(const char* v, bool fallback) {
 
 Config load() {
   Config c;
-  c.schedule = parse_order("EMBER_SIMT_SCHEDULE", std::getenv("EMBER_SIMT_SCHEDULE"));
-  c.block_order = parse_order("EMBER_SIMT_BLOCK_ORDER", std::getenv("EMBER_SIMT_BLOCK_ORDER"));
+  // EMBER_SIMT_PERTURB=<seed>: random thread and block order with that seed, in one variable
+  // (ctest's ENVIRONMENT property cannot pass a list through catch_discover_tests).
+  const char* perturb = std::getenv("EMBER_SIMT_PERTURB");
+  const bool perturbed = perturb != nullptr && *perturb != '\0';
+  if (perturbed) {
+    c.schedule = c.block_order = Order::Random;
+    c.seed = parse_size("EMBER_SIMT_PERTURB", perturb, c.seed);
+  }
+  if (const char* v = std::getenv("EMBER_SIMT_SCHEDULE"); v || !perturbed) c.schedule = parse_order("EMBER_SIMT_SCHEDULE", v);
+  if (const char* v = std::getenv("EMBER_SIMT_BLOCK_ORDER"); v || !perturbed)
+    c.block_order = parse_order("EMBER_SIMT_BLOCK_ORDER", v);
   c.seed = parse_size("EMBER_SIMT_SEED", std::getenv("EMBER_SIMT_SEED"), c.seed);
   c.poison = parse_flag(std::getenv("EMBER_SIMT_POISON"), true);
   c.defer = parse_flag(std::getenv("EMBER_SIMT_DEFER"), false);

@@ -74,7 +74,8 @@ size_t span_bytes(int rows, int cols, int ld, size_t elem) {
 
 // The checks every gemm entry point shares; parameter numbers are those of cublas<t>gemm
 // (1 handle, 2 transa, 3 transb, 4 m, 5 n, 6 k, 7 alpha, 8 A, 9 lda, 10 B, 11 ldb, 12 beta,
-// 13 C, 14 ldc). Returns SUCCESS when the call may go ahead.
+// 13 C, 14 ldc; 15 batchCount), also for the Ex variants, whose own numbering counts the type
+// arguments too. Returns SUCCESS when the call may go ahead.
 cublasStatus_t check_gemm(const char* fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                           int k, const void* alpha, int lda, int ldb, const void* beta, int ldc) {
   if (!live(h)) return CUBLAS_STATUS_NOT_INITIALIZED;

@@ -29,50 +29,48 @@ namespace {
 
 struct FlatJob {
   size_t chunks = 0;
-  std::function<void(size_t)> body;
+  const std::function<void(size_t)>* body = nullptr;
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
-  std::mutex mu;
-  std::condition_variable finished;
+  int users = 0;  // helpers working on it (guarded by the pool's mutex)
 };
 
 class FlatPool {
  public:
-  explicit FlatPool(int helpers) {
+  explicit FlatPool(int helpers) : helpers_(helpers) {
     for (int i = 0; i < helpers; ++i) std::thread([this] { helper_loop(); }).detach();
-    helpers_ = helpers;
   }
   int helpers() const { return helpers_; }
 
-  // Runs body(0) ... body(chunks - 1), on this thread and the helpers; returns when all are done.
-  void run(size_t chunks, std::function<void(size_t)> body) {
-    auto job = std::make_shared<FlatJob>();
-    job->chunks = chunks;
-    job->body = std::move(body);
+  // Runs body(0) ... body(chunks - 1), on this thread and the helpers; returns when all are done
+  // and no helper holds the job any more. Everything the helpers did happens before the return
+  // (they hand the job back under mu_, which is also what TSan sees).
+  void run(size_t chunks, const std::function<void(size_t)>& body) {
+    FlatJob job;
+    job.chunks = chunks;
+    job.body = &body;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back(job);
+      jobs_.push_back(&job);
     }
     wake_.notify_all();
-    work_on(*job);
-    std::unique_lock<std::mutex> lock(job->mu);
-    job->finished.wait(lock, [&] { return job->done.load() == job->chunks; });
+    work_on(job);
+    std::unique_lock<std::mutex> lock(mu_);
+    jobs_.erase(std::remove(jobs_.begin(), jobs_.end(), &job), jobs_.end());  // no new helpers
+    returned_.wait(lock, [&] { return job.users == 0 && job.done.load() == job.chunks; });
   }
 
  private:
   static void work_on(FlatJob& job) {
     for (size_t i; (i = job.next.fetch_add(1)) < job.chunks;) {
-      job.body(i);
-      if (job.done.fetch_add(1) + 1 == job.chunks) {
-        std::lock_guard<std::mutex> lock(job.mu);
-        job.finished.notify_all();
-      }
+      (*job.body)(i);
+      job.done.fetch_add(1);
     }
   }
 
   void helper_loop() {
     for (;;) {
-      std::shared_ptr<FlatJob> job;
+      FlatJob* job = nullptr;
       {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait(lock, [&] { return !jobs_.empty(); });
@@ -81,15 +79,21 @@ class FlatPool {
           jobs_.pop_front();
           continue;
         }
+        ++job->users;
       }
       work_on(*job);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --job->users;
+      }
+      returned_.notify_all();
     }
   }
 
   int helpers_ = 0;
   std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::shared_ptr<FlatJob>> jobs_;
+  std::condition_variable wake_, returned_;
+  std::deque<FlatJob*> jobs_;
 };
 
 FlatPool& flat_pool() {
@@ -150,8 +154,8 @@ constexpr int kMaxDynamicSmemOptin = 227 * 1024;  // sm_90: 232448 bytes
 
 std::mutex attribute_mutex;
 std::map<const void*, int>& max_dynamic_smem_table() {
-  static std::map<const void*, int> table;
-  return table;
+  static auto* table = new std::map<const void*, int>;  // never destroyed, like the registry
+  return *table;
 }
 
 cudaError_t validate(const LaunchRequest& r) {

@@ -33,6 +33,7 @@ namespace ember::simt::detail {
 enum class Order : uint8_t { Forward, Reverse, Random };
 
 struct Config {
+  // EMBER_SIMT_PERTURB=<seed> sets both orders to random and the seed at once.
   Order schedule = Order::Forward;     // EMBER_SIMT_SCHEDULE: order of ready threads in a block
   Order block_order = Order::Forward;  // EMBER_SIMT_BLOCK_ORDER
   uint64_t seed = 12345;               // EMBER_SIMT_SEED

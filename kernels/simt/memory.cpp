@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <vector>
@@ -31,8 +32,10 @@ struct Registry {
 };
 
 Registry& registry() {
-  static Registry r;
-  return r;
+  // Never destroyed: static destructors elsewhere (device contexts, caching allocators) may still
+  // free device memory while the process exits.
+  static Registry* r = new Registry;
+  return *r;
 }
 
 int device_count() { return config().devices; }
@@ -400,12 +403,25 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
   return cudaSuccess;
 }
 
+// CUDA's rules for pageable (unregistered) host memory matter with EMBER_SIMT_DEFER=1: a copy
+// from it returns once the data is staged (the caller may free the buffer right away), a copy to
+// it returns once the copy is done. Only pinned memory is truly asynchronous.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
   cudaError_t e = check_copy(dst, src, n, kind);
   if (e) return fail(e);
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
-  if (n) enqueue(s, [=] { std::memmove(dst, src, n); });
+  if (n == 0) return cudaSuccess;
+  Allocation a;
+  const bool src_pageable = !find_allocation(src, false, &a);
+  const bool dst_pageable = !find_allocation(dst, false, &a);
+  if (config().defer && src_pageable) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
+    enqueue(s, [=] { std::memcpy(dst, staged->data(), n); });
+  } else {
+    enqueue(s, [=] { std::memmove(dst, src, n); });
+  }
+  if (dst_pageable) cudaStreamSynchronize(stream);
   return cudaSuccess;
 }
 

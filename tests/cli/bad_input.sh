@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The ember command on bad input: each case must exit non-zero, print exactly one line on stderr
 # that starts with "ember: error:" and names the problem, and leave no file behind.
-#   tests/cli/bad_input.sh path/to/ember
+#   tests/cli/bad_input.sh path/to/ember [no-cuda|cuda]   (whether the build has a CUDA backend)
 set -u
 ember="$1"
 work="$(mktemp -d)"
@@ -32,7 +32,11 @@ expect_error "unknown model 'nope'" train --model nope
 expect_error "'/nonexistent/data' does not exist" train --data /nonexistent/data --save-weights "$work/w.safetensors"
 expect_error "--epochs must be at least 1" train --epochs 0
 expect_error "--optimizer must be adam, adamw or sgd" train --optimizer lbfgs
-expect_error "no CUDA backend" train --device cuda --epochs 1
+if [ "${2:-no-cuda}" = "no-cuda" ]; then
+  expect_error "no CUDA backend" train --device cuda --epochs 1
+else  # a CUDA backend (a GPU, or the SIMT emulator) is built: ask for a device that is not there
+  expect_error "--device cuda:99: no such CUDA device" train --device cuda:99 --epochs 1
+fi
 expect_error "/nonexistent.safetensors" eval /nonexistent.safetensors
 printf 'garbage that is not a safetensors file' > "$work/garbled.safetensors"
 expect_error "$work/garbled.safetensors" eval "$work/garbled.safetensors"

@@ -41,13 +41,16 @@ inline constexpr bool kSimt = true;
 inline constexpr bool kSimt = false;
 #endif
 
-// Same operations in the same order: identical under SIMT; on a GPU FMA contraction and the
-// device libm allow a few ulp (f32 ulp 1.2e-7, f64 2.2e-16) and a small absolute floor.
+// Same operations in the same order: identical under SIMT. On a GPU FMA contraction and the
+// device libm (tanh/erf/exp 2 ulp, pow 4 ulp in f32) allow ~16 ulp relative (f32 ulp 1.2e-7,
+// f64 2.2e-16), and an absolute floor for results that cancel: gelu_tanh(-4) = 0.5 x (1 + tanh)
+// with tanh ~ -1 keeps tanh's absolute error (2 ulp of 1), scaled by |x| <= 4 and, in the
+// backward, by |g| <= 3: ~6e-6 in f32, ~1e-14 in f64.
 template <typename T>
 Tol same_math() {
   if (kSimt) return {0, 0};
-  if constexpr (std::is_same_v<T, float>) return {1e-6, 8e-7};
-  else return {1e-14, 2e-15};
+  if constexpr (std::is_same_v<T, float>) return {6e-6, 2e-6};
+  else return {1e-13, 4e-15};
 }
 
 // Reductions and sums in a different order than the CPU's sequential loop. Accumulation is in

@@ -51,6 +51,7 @@ const BatchNormShape kShapes[] = {
     {2, 2, 1030},   // long rows: many elements per thread, 1000+
     {1, 1, 1},      // one element: variance 0
     {3, 70, 4},     // more channels than a warp
+    {8, 3, 2000},   // few channels, many elements: split reductions (3 slices per channel on 132 SMs)
 };
 
 template <typename T>
@@ -142,7 +143,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval,
   }
 }
 
-TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel; empty shapes", "[cuda][batchnorm]", float,
+TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel, and empty shapes", "[cuda][batchnorm]", float,
                    double) {
   using T = TestType;
   const DType dt = dtype_of<T>();

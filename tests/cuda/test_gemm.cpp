@@ -140,6 +140,14 @@ TEMPLATE_TEST_CASE("cuda gemm: empty products and k == 0", "[cuda][gemm]", float
   // k == 0: C = beta * C, and beta == 0 clears even NaN.
   check_case<T>({7, 9, 0, Transpose::No, Transpose::Yes, 2}, path, T(2), T(0.5), 3);
   check_case<T>({7, 9, 0, Transpose::No, Transpose::No, 0}, path, T(2), T(0), 4);
+  // As on the CPU, operands that are not read need no valid leading dimension (nor a pointer).
+  if (path == Path::Gemm) {
+    DeviceBuffer<T> c(4);
+    ember::kernels::cuda::gemm(Transpose::No, Transpose::No, 0, 3, 5, T(1), nullptr, 0, nullptr, 0, T(0), nullptr, 0);
+    ember::kernels::cuda::gemm(Transpose::No, Transpose::Yes, 2, 2, 0, T(1), nullptr, 0, nullptr, 0, T(0), c.data(), 2);
+    REQUIRE(c.download() == std::vector<T>(4, T(0)));
+    c.check_guards();
+  }
 }
 
 TEMPLATE_TEST_CASE("cuda gemm: NaN and Inf in A propagate like the reference", "[cuda][gemm]", float, double) {

@@ -126,8 +126,9 @@ TEMPLATE_TEST_CASE("cuda max_pool2d forward/backward equal the CPU (values, ties
     INFO(s.name);
     const Pool2dGeometry g = geometry(s);
     const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w);
-    run_max<T>(g, random_vector<T>(in_n, seed++), seed);
-    run_max<T>(g, ember::test::random_ties<T>(in_n, seed++), seed);  // first index wins on ties
+    run_max<T>(g, random_vector<T>(in_n, seed), seed + 1);
+    run_max<T>(g, ember::test::random_ties<T>(in_n, seed + 2), seed + 3);  // first index wins on ties
+    seed += 4;
   }
   // Dilation (max pooling only).
   const Spec dil{"3x3 dilation 2 pad 2", 2, 11, 12, 3, 3, 1, 2, 2, 2, 2, 2, false};

@@ -248,7 +248,9 @@ TEST_CASE("simt: shared and device memory start poisoned", "[simt]") {
   if (const char* p = std::getenv("EMBER_SIMT_POISON"); p && p[0] == '0') return;
   Dev<unsigned> out(1);
   EMBER_LAUNCH(read_poisoned_shared, 1, 32, 0, 0, out.p);
+#if !defined(__SANITIZE_ADDRESS__)  // ASan builds keep static __shared__ out of the poisoned section
   CHECK(out.get()[0] == 0xFFFFFFFFu);
+#endif
   unsigned* raw = nullptr;
   REQUIRE(cudaMalloc(reinterpret_cast<void**>(&raw), 16) == cudaSuccess);
   unsigned h[4];
@@ -281,20 +283,23 @@ TEST_CASE("simt: tiled SGEMM matches the CPU, square and ragged", "[simt]") {
   }
 }
 
-TEST_CASE("simt: streams order work; deferred mode waits for synchronization", "[simt]") {
+TEST_CASE("simt: streams order work, deferred mode waits for synchronization", "[simt]") {
   const int n = 1 << 12;
   Dev<float> x(static_cast<size_t>(n), 1.0f);
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
   EMBER_LAUNCH_FLAT(flat_scale, n / 256, 256, s, x.p, n, 3.0f);
-  std::vector<float> early(static_cast<size_t>(n), -1.0f);
-  REQUIRE(cudaMemcpyAsync(early.data(), x.p, n * sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  float* early = nullptr;  // pinned: a copy to pageable memory would return only when done
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&early), n * sizeof(float)) == cudaSuccess);
+  early[0] = early[n - 1] = -1.0f;
+  REQUIRE(cudaMemcpyAsync(early, x.p, n * sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess);
   const bool deferred = std::getenv("EMBER_SIMT_DEFER") && std::getenv("EMBER_SIMT_DEFER")[0] == '1';
   CHECK(early[0] == (deferred ? -1.0f : 3.0f));  // no synchronization yet
   CHECK(cudaStreamQuery(s) == (deferred ? cudaErrorNotReady : cudaSuccess));
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
   CHECK(early[0] == 3.0f);
-  CHECK(early[static_cast<size_t>(n - 1)] == 3.0f);
+  CHECK(early[n - 1] == 3.0f);
+  cudaFreeHost(early);
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
   CHECK(cudaStreamDestroy(s) == cudaErrorInvalidResourceHandle);
   (void)cudaGetLastError();
