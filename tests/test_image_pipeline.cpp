@@ -251,11 +251,13 @@ TEST_CASE("bad image files: an error naming the file, or skipped and reported", 
     const std::string e = error_of([&] { loader.load_batch(0, 0); });
     CHECK_THAT(e, Catch::Contains("notes.jpg"));  // the first bad sample in batch order
     CHECK_THAT(e, Catch::Contains("unrecognized image format"));
-    for (const auto& [path, what] : std::vector<std::pair<fs::path, std::string>>{
+    // (no structured bindings: clang 14 cannot capture them in the lambda)
+    for (const std::pair<fs::path, std::string>& bad : std::vector<std::pair<fs::path, std::string>>{
              {zero, "empty file"}, {text, "unrecognized"}, {trunc, "JPEG"}, {corrupt, "PNG"}}) {
+      const fs::path& path = bad.first;
       const std::string msg = error_of([&] { decode_image(path.string()); });
       CHECK_THAT(msg, Catch::Contains(path.string()));
-      CHECK_THAT(msg, Catch::Contains(what));
+      CHECK_THAT(msg, Catch::Contains(bad.second));
     }
   }
   SECTION("skip: left out of the batch, counted, listed once") {

@@ -150,3 +150,28 @@ TEST_CASE("train on an ImageFolder tree: --val tree, cache, bad files", "[train]
   fs::remove_all(val);
   fs::remove_all(cache);
 }
+
+TEST_CASE("train on a CIFAR-10 binary directory (detected by its batch files)", "[train]") {
+  const fs::path dir = fs::temp_directory_path() / ("ember_train_cifar_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::mt19937 rng(2);
+  auto batch = [&](const std::string& name, int records) {
+    std::ofstream out(dir / name, std::ios::binary);
+    for (int r = 0; r < records; ++r) {
+      const auto label = static_cast<char>(r % 10);
+      out.put(label);
+      for (int i = 0; i < 3072; ++i) out.put(static_cast<char>((i / 1024 == r % 3 ? 200 : 30) + rng() % 40));
+    }
+  };
+  for (int b = 1; b <= 5; ++b) batch("data_batch_" + std::to_string(b) + ".bin", 8);
+  batch("test_batch.bin", 10);
+  std::ofstream(dir / "batches.meta.txt") << "airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n";
+  train::TrainConfig c = config(dir);
+  c.image_size = -1;  // CIFAR: the images' own 32x32
+  c.epochs = 1;
+  const train::TrainSummary s = train::run_training(c);
+  CHECK(s.steps == 5);  // 40 images, batch 8
+  CHECK(s.epochs.size() == 1);
+  fs::remove_all(dir);
+}
