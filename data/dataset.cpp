@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../kernels/cpu/parallel.h"
+#include "transforms.h"
 
 namespace ember::data {
 
@@ -33,6 +34,18 @@ Batch Dataset::get_batch(std::span<const int64_t> indices) const {
     labels[i] = e.label;
   }
   return {images, from_vector(labels)};
+}
+
+Batch Dataset::load_transformed(std::span<const int64_t> indices, const AnyTransform& transform, uint64_t seed,
+                                int64_t epoch) const {
+  Batch raw = get_batch(indices);
+  EMBER_CHECK(raw.images.defined() && raw.images.dim() == 4 && raw.labels.defined() && raw.labels.dim() == 1 &&
+                  raw.labels.size(0) == static_cast<int64_t>(indices.size()) && raw.labels.dtype() == DType::i64,
+              "Dataset: get_batch returned images ",
+              raw.images.defined() ? describe(raw.images) : std::string("(undefined)"), " and labels ",
+              raw.labels.defined() ? describe(raw.labels) : std::string("(undefined)"), " for ", indices.size(),
+              " indices; expected (", indices.size(), ", C, H, W) and (", indices.size(), ",) int64");
+  return {apply_batch(transform, raw.images, indices, seed, epoch), raw.labels};
 }
 
 const std::vector<std::string>& Dataset::classes() const {

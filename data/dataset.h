@@ -15,6 +15,8 @@
 
 namespace ember::data {
 
+class AnyTransform;  // transforms.h
+
 // One sample.
 struct Example {
   Tensor image;       // (C, H, W) on the CPU; any dtype (u8 for the image datasets)
@@ -42,6 +44,12 @@ class Dataset {
   // int64. The default calls get() for each and copies the images into one tensor (they must
   // share shape and dtype); tensor-backed datasets override it with one gather.
   virtual Batch get_batch(std::span<const int64_t> indices) const;
+  // The samples at `indices`, each transformed with its own stream sample_rng(seed, epoch, index)
+  // (data/random.h): what the DataLoader calls for every batch. The default is
+  // apply_batch(transform, get_batch(indices).images, ...); datasets of images of varying size
+  // (ImageDataset) load and transform sample by sample, and may leave unreadable files out.
+  virtual Batch load_transformed(std::span<const int64_t> indices, const AnyTransform& transform, uint64_t seed,
+                                 int64_t epoch) const;
   // Class names by label; empty when the dataset has none.
   virtual const std::vector<std::string>& classes() const;
 };

@@ -34,20 +34,40 @@ const char* image_format_name(ImageFormat format);
 // decode_image still tries stb_image on unknown data.
 ImageFormat detect_image_format(std::span<const uint8_t> bytes);
 
+// Memory layout of a decoded image: planes (C, H, W), the tensor convention, or interleaved
+// (H, W, C), what the decoders produce (no conversion pass; the fused pipeline reads it directly).
+enum class ImageLayout { CHW, HWC };
+
 struct DecodeOptions {
   ImageMode mode = ImageMode::RGB;
+  ImageLayout layout = ImageLayout::CHW;
   // JPEG draft mode (PIL's Image.draft): when either is > 0, a JPEG is decoded at the largest
-  // DCT-domain reduction TurboJPEG offers (1/2, 1/4, 1/8, ...) that keeps height >= min_height
+  // DCT-domain reduction among 1/2, 1/4 and 1/8 that keeps height >= min_height
   // and width >= min_width; an image already smaller decodes at full size. Other formats ignore
   // it. Use it when a Resize follows that shrinks the image anyway: decoding is several times
   // faster and the Resize input is smaller.
   int64_t min_height = 0;
   int64_t min_width = 0;
+  // Size limits, checked on the header before any pixel buffer is allocated: a side longer than
+  // kMaxImageSide (32768) or more than max_pixels pixels is an error naming the file (a corrupt or
+  // hostile header must not ask for gigabytes). The default, 2^28 (16384 x 16384), is above
+  // PIL's decompression-bomb error threshold (~179M pixels).
+  int64_t max_pixels = int64_t{1} << 28;
+};
+
+// The longest side decode_image accepts.
+inline constexpr int64_t kMaxImageSide = 32768;
+
+// What an image file's header says, without decoding the pixels.
+struct ImageInfo {
+  ImageFormat format = ImageFormat::unknown;
+  int64_t width = 0, height = 0;
 };
 
 // Decodes the image file at `path` into a new contiguous u8 tensor (3, H, W) for RGB or (1, H, W)
-// for Gray. 16-bit samples are reduced to 8 bits (high byte), palettes expanded, alpha dropped.
-// JPEG: TurboJPEG; CMYK/YCCK JPEGs go through stb_image. TIFF: any layout TIFFReadRGBAImage
+// for Gray. 16-bit samples are reduced to 8 bits (high byte; binary PNM with maxval > 255: round(v * 255 / maxval)),
+// palettes expanded, alpha dropped.
+// JPEG: TurboJPEG (CMYK/YCCK too, as Adobe inverted CMYK). TIFF: any layout TIFFReadRGBAImage
 // handles (strips/tiles, CMYK, palette, 16-bit, gray), first directory only. GIF: first frame.
 // Throws ember::Error "<path>: <problem>".
 Tensor decode_image(const std::string& path, ImageMode mode = ImageMode::RGB);
@@ -56,5 +76,11 @@ Tensor decode_image(const std::string& path, const DecodeOptions& options);
 // As decode_image, from bytes already in memory; `name` is what error messages call them.
 Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& name,
                           const DecodeOptions& options = {});
+
+// The format and full-size dimensions from the header only (cheap: no pixel is decoded). Throws
+// ember::Error "<name>: ..." for an empty, unrecognized or corrupt header. A file whose header
+// reads fine may still fail to decode (truncated data): only decode_image tells.
+ImageInfo probe_image_bytes(std::span<const uint8_t> bytes, const std::string& name);
+ImageInfo probe_image(const std::string& path);
 
 }  // namespace ember::data

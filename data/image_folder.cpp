@@ -85,6 +85,7 @@ bool has_extension(const std::string& name, const std::vector<std::string>& exte
 
 ImageFolder::ImageFolder(const fs::path& root, ImageFolderOptions options)
     : root_(root), options_(std::move(options)) {
+  set_bad_images(options_.bad_images);
   std::error_code ec;
   const fs::file_status st = fs::status(root_, ec);
   EMBER_CHECK(fs::exists(st), "ImageFolder: root ", quoted(root_), " does not exist");
@@ -131,11 +132,18 @@ ImageFolder::ImageFolder(const fs::path& root, ImageFolderOptions options)
   }
 }
 
-Example ImageFolder::get(int64_t index) const {
-  EMBER_CHECK(index >= 0 && index < size(), "ImageFolder::get: index ", index, " is out of range for ", size(),
+const ImageSample& ImageFolder::sample(int64_t index) const {
+  EMBER_CHECK(index >= 0 && index < size(), "ImageFolder: index ", index, " is out of range for ", size(),
               " samples");
-  const ImageSample& s = samples_[static_cast<size_t>(index)];
-  return {decode_image(s.path.string(), options_.decode), s.label};
+  return samples_[static_cast<size_t>(index)];
+}
+
+Tensor ImageFolder::load_image(int64_t index, const DecodeHint& hint) const {
+  return decode_file(sample(index).path.string(), options_.decode, options_.jpeg_draft, hint);
+}
+
+Tensor ImageFolder::load_native(int64_t index, const DecodeHint& hint) const {
+  return decode_file(sample(index).path.string(), options_.decode, options_.jpeg_draft, hint, ImageLayout::HWC);
 }
 
 }  // namespace ember::data

@@ -27,6 +27,7 @@
 
 #include "dataset.h"
 #include "image.h"
+#include "image_dataset.h"
 
 namespace ember::data {
 
@@ -42,6 +43,10 @@ struct ImageFolderOptions {
   bool skip_hidden = false;
   // Accepted file name endings, compared case-insensitively (ASCII); default image_extensions().
   std::vector<std::string> extensions = image_extensions();
+  // What a file that cannot be decoded does to its batch (Note [Bad image files]).
+  BadImages bad_images = BadImages::error;
+  // Decode JPEGs at a reduced DCT scale when a Resize follows (see JpegDraft).
+  JpegDraft jpeg_draft = JpegDraft::off;
 };
 
 // A sample of a file-backed dataset.
@@ -50,7 +55,7 @@ struct ImageSample {
   int64_t label = 0;
 };
 
-class ImageFolder : public Dataset {
+class ImageFolder : public ImageDataset {
  public:
   // Scans `root` (see Note [ImageFolder order]). Throws ember::Error naming the path when root is
   // missing or not a directory, has no class directories, or a class has no image file (the
@@ -59,8 +64,15 @@ class ImageFolder : public Dataset {
 
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   // Decodes sample `index` now (u8 (3 or 1, H, W)); throws ember::Error "<path>: ..." when the
-  // file cannot be decoded, and outside [0, size()). Thread-safe.
-  Example get(int64_t index) const override;
+  // file cannot be decoded, and outside [0, size()). Thread-safe. (get() is load_image(i, {}).)
+  Tensor load_image(int64_t index, const DecodeHint& hint) const override;
+  // The decoder's (H, W, C) buffer, for the fused pipeline.
+  ImageLayout native_layout() const override { return ImageLayout::HWC; }
+  Tensor load_native(int64_t index, const DecodeHint& hint) const override;
+  int64_t label(int64_t index) const override { return sample(index).label; }
+  std::string path(int64_t index) const override { return sample(index).path.string(); }
+  int64_t channels() const override { return options_.decode.mode == ImageMode::Gray ? 1 : 3; }
+  const ImageFolderOptions& options() const { return options_; }
   // Class names by label: the sorted class directory names.
   const std::vector<std::string>& classes() const override { return classes_; }
 
@@ -69,6 +81,7 @@ class ImageFolder : public Dataset {
   const std::filesystem::path& root() const { return root_; }
 
  private:
+  const ImageSample& sample(int64_t index) const;
   std::filesystem::path root_;
   ImageFolderOptions options_;
   std::vector<std::string> classes_;

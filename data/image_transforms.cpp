@@ -7,24 +7,11 @@
 #include <vector>
 
 #include "../kernels/cpu/parallel.h"
+#include "resample.h"
 
 namespace ember::data {
 
-namespace {
-
-// Output rows per thread chunk: keeps small images inline (the loader parallelizes batches).
-constexpr int64_t kRowGrainElements = 1 << 16;
-
-// A contiguous CPU copy of a (C, H, W) image, after checking rank, device and (when u8_only)
-// dtype.
-Tensor checked_chw(const Tensor& image, const std::string& op, bool u8_only) {
-  EMBER_CHECK(image.defined(), op, ": undefined image");
-  EMBER_CHECK(image.dim() == 3, op, ": expected a (C, H, W) image, got ", describe(image));
-  EMBER_CHECK(image.device().is_cpu(), op, ": transforms run on the CPU, got ", describe(image));
-  EMBER_CHECK(!u8_only || image.dtype() == DType::u8, op, ": expected uint8 pixels (apply it before ToTensor), got ",
-              describe(image));
-  return image.contiguous();
-}
+namespace detail {
 
 // Python's round() for the values torchvision rounds: ties go to the even neighbour.
 int64_t round_half_even(double x) {
@@ -35,23 +22,10 @@ int64_t round_half_even(double x) {
   return static_cast<int64_t>(r);
 }
 
-// ---- PIL resampling (Note [Bilinear resize like PIL]) -------------------------------------------
-
-constexpr int kPrecisionBits = 32 - 8 - 2;  // PIL's PRECISION_BITS
-
 double triangle(double x) {
   x = std::fabs(x);
   return x < 1.0 ? 1.0 - x : 0.0;
 }
-
-// One axis' taps: output i reads in[first[i] .. first[i] + count[i]) with weights
-// k[i * ksize + t] (fixed point, kPrecisionBits fractional bits). Mirrors precompute_coeffs +
-// normalize_coeffs_8bpc, box = (0, in_size).
-struct AxisCoeffs {
-  int64_t ksize = 0;
-  std::vector<int64_t> first, count;
-  std::vector<int32_t> k;
-};
 
 AxisCoeffs precompute_coeffs(int64_t in_size, int64_t out_size) {
   // PIL takes the box as floats; (double)(in1 - in0) / outSize with in0 = 0.
@@ -90,12 +64,29 @@ AxisCoeffs precompute_coeffs(int64_t in_size, int64_t out_size) {
   return c;
 }
 
-// PIL's clip8: the accumulator (with its rounding half added) to u8.
-inline uint8_t clip8(int64_t acc) {
-  if (acc >= (int64_t{1} << kPrecisionBits << 8)) return 255;
-  if (acc <= 0) return 0;
-  return static_cast<uint8_t>(acc >> kPrecisionBits);
+}  // namespace detail
+
+namespace {
+
+// Output rows per thread chunk: keeps small images inline (the loader parallelizes batches).
+constexpr int64_t kRowGrainElements = 1 << 16;
+
+// A contiguous CPU copy of a (C, H, W) image, after checking rank, device and (when u8_only)
+// dtype.
+Tensor checked_chw(const Tensor& image, const std::string& op, bool u8_only) {
+  EMBER_CHECK(image.defined(), op, ": undefined image");
+  EMBER_CHECK(image.dim() == 3, op, ": expected a (C, H, W) image, got ", describe(image));
+  EMBER_CHECK(image.device().is_cpu(), op, ": transforms run on the CPU, got ", describe(image));
+  EMBER_CHECK(!u8_only || image.dtype() == DType::u8, op, ": expected uint8 pixels (apply it before ToTensor), got ",
+              describe(image));
+  return image.contiguous();
 }
+
+using detail::AxisCoeffs;
+using detail::clip8;
+using detail::kPrecisionBits;
+using detail::precompute_coeffs;
+using detail::round_half_even;
 
 // src (rows, in_w) u8 -> dst (rows, out_w) along each row.
 void resample_horizontal(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t in_w, int64_t out_w) {

@@ -98,6 +98,10 @@ class Resize final : public Transform {
 
   // The output size for an (height, width) input.
   std::array<int64_t, 2> output_size(int64_t height, int64_t width) const;
+  // The shorter side for Resize(size), 0 for an exact Resize(height, width).
+  int64_t shorter() const { return shorter_; }
+  int64_t height() const { return height_; }  // exact size (0 for Resize(size))
+  int64_t width() const { return width_; }
 
  private:
   int64_t shorter_ = 0;  // > 0: Resize(size); 0: exact (height_, width_)
@@ -113,6 +117,8 @@ class CenterCrop final : public Transform {
   Tensor apply(const Tensor& image, SampleRng& rng) const override;
   bool is_random() const override { return false; }
   std::string name() const override;
+  int64_t height() const { return height_; }
+  int64_t width() const { return width_; }
 
  private:
   int64_t height_, width_;
@@ -130,6 +136,10 @@ class RandomResizedCrop final : public Transform {
   Tensor apply(const Tensor& image, SampleRng& rng) const override;
   bool is_random() const override { return true; }
   std::string name() const override;
+  int64_t height() const { return height_; }
+  int64_t width() const { return width_; }
+  std::pair<double, double> scale() const { return scale_; }
+  std::pair<double, double> ratio() const { return ratio_; }
 
  private:
   int64_t height_, width_;

@@ -52,11 +52,18 @@ ListFileDataset::ListFileDataset(const std::filesystem::path& list_path, DecodeO
   EMBER_CHECK(!samples_.empty(), name, ": the list names no sample");
 }
 
-Example ListFileDataset::get(int64_t index) const {
-  EMBER_CHECK(index >= 0 && index < size(), "ListFileDataset::get: index ", index, " is out of range for ", size(),
+const ImageSample& ListFileDataset::sample(int64_t index) const {
+  EMBER_CHECK(index >= 0 && index < size(), "ListFileDataset: index ", index, " is out of range for ", size(),
               " samples");
-  const ImageSample& s = samples_[static_cast<size_t>(index)];
-  return {decode_image(s.path.string(), decode_), s.label};
+  return samples_[static_cast<size_t>(index)];
+}
+
+Tensor ListFileDataset::load_image(int64_t index, const DecodeHint& hint) const {
+  return decode_file(sample(index).path.string(), decode_, JpegDraft::off, hint);
+}
+
+Tensor ListFileDataset::load_native(int64_t index, const DecodeHint& hint) const {
+  return decode_file(sample(index).path.string(), decode_, JpegDraft::off, hint, ImageLayout::HWC);
 }
 
 }  // namespace ember::data

@@ -176,14 +176,7 @@ std::vector<int64_t> DataLoader::batch_indices(int64_t epoch, int64_t batch) con
 
 Batch DataLoader::load_batch(int64_t epoch, int64_t batch) const {
   const std::vector<int64_t> indices = batch_indices(epoch, batch);
-  Batch raw = dataset_->get_batch(indices);
-  EMBER_CHECK(raw.images.defined() && raw.images.dim() == 4 && raw.labels.defined() && raw.labels.dim() == 1 &&
-                  raw.labels.size(0) == static_cast<int64_t>(indices.size()) && raw.labels.dtype() == DType::i64,
-              "DataLoader: the dataset's get_batch returned images ",
-              raw.images.defined() ? describe(raw.images) : std::string("(undefined)"), " and labels ",
-              raw.labels.defined() ? describe(raw.labels) : std::string("(undefined)"), " for ", indices.size(),
-              " indices; expected (", indices.size(), ", C, H, W) and (", indices.size(), ",) int64");
-  return {apply_batch(options_.transform, raw.images, indices, options_.seed, epoch), raw.labels};
+  return dataset_->load_transformed(indices, options_.transform, options_.seed, epoch);
 }
 
 DataLoader::Iterator DataLoader::begin() { return Iterator(this); }

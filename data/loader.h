@@ -144,7 +144,9 @@ class DataLoader {
 
   // The dataset indices in batch `batch` of epoch `epoch` (in batch order).
   std::vector<int64_t> batch_indices(int64_t epoch, int64_t batch) const;
-  // Loads batch `batch` of epoch `epoch` without moving the cursor. Thread-safe.
+  // Loads batch `batch` of epoch `epoch` without moving the cursor: the dataset's
+  // load_transformed(batch_indices(...), transform, seed, epoch). Thread-safe. A dataset that skips
+  // unreadable files (data/image_dataset.h, BadImages::skip) returns fewer rows, possibly none.
   Batch load_batch(int64_t epoch, int64_t batch) const;
 
   // Iteration from position() to the end of its epoch; each batch handed out advances position().

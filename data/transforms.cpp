@@ -218,6 +218,20 @@ std::string Compose::name() const {
 
 // ---- apply_batch -----------------------------------------------------------------------------
 
+std::vector<float> detail::to_tensor_lut(const Normalize* normalize, int64_t channels) {
+  std::vector<float> lut(static_cast<size_t>(channels * 256));
+  for (int64_t ch = 0; ch < channels; ++ch)
+    for (int v = 0; v < 256; ++v) {
+      float x = static_cast<float>(v) / 255.0f;
+      if (normalize) {
+        const size_t k = normalize->mean().size() == 1 ? 0 : static_cast<size_t>(ch);
+        x = (x - normalize->mean()[k]) / normalize->std()[k];
+      }
+      lut[static_cast<size_t>(ch * 256 + v)] = x;
+    }
+  return lut;
+}
+
 namespace {
 
 void flatten(const Transform& t, std::vector<const Transform*>& out) {
@@ -267,16 +281,7 @@ Tensor apply_fused(const FusedPlan& plan, const Tensor& batch, std::span<const i
     EMBER_CHECK(m == 1 || static_cast<int64_t>(m) == c, plan.normalize->name(), ": ", m, " means for ", c,
                 " channels in ", describe(batch));
   }
-  std::vector<float> lut(static_cast<size_t>(c * 256));
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int v = 0; v < 256; ++v) {
-      float x = static_cast<float>(v) / 255.0f;
-      if (plan.normalize) {
-        const size_t k = plan.normalize->mean().size() == 1 ? 0 : static_cast<size_t>(ch);
-        x = (x - plan.normalize->mean()[k]) / plan.normalize->std()[k];
-      }
-      lut[static_cast<size_t>(ch * 256 + v)] = x;
-    }
+  const std::vector<float> lut = detail::to_tensor_lut(plan.normalize, c);
 
   Tensor out = empty({n, c, oh, ow}, {.dtype = DType::f32});
   const uint8_t* src = in.data_ptr<uint8_t>();

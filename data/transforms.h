@@ -150,4 +150,11 @@ class Compose final : public Transform {
 Tensor apply_batch(const AnyTransform& transform, const Tensor& batch, std::span<const int64_t> sample_indices,
                    uint64_t seed, int64_t epoch);
 
+namespace detail {
+// ToTensor then Normalize (when not null) of each u8 value, per channel: lut[c * 256 + v], with
+// exactly the float operations of the two transforms (so table lookups are bit-identical to them).
+// A single mean/std applies to every channel; otherwise the caller checked mean().size() == channels.
+std::vector<float> to_tensor_lut(const Normalize* normalize, int64_t channels);
+}  // namespace detail
+
 }  // namespace ember::data

@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ember builds against, only those that are missing.
 # Idempotent: a second run installs nothing. Needs root (or sudo) for apt-get.
+#
+#   scripts/install-deps.sh          what the build, the tests and the benchmarks need
+#   scripts/install-deps.sh --fuzz   also clang, for the optional libFuzzer target (EMBER_FUZZ=ON)
 set -euo pipefail
+
+fuzz=0
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) fuzz=1 ;;
+    *) echo "install-deps: unknown option '$arg' (known: --fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake         # compiler and build system
@@ -19,7 +30,15 @@ packages=(
   libomp-dev                    # not required by g++ (libgomp ships with it); kept for clang builds
   libopenmpi-dev openmpi-bin    # MPI communicator and mpirun (parallel/, `mpirun -np 2 ember train`)
   libboost-context-dev          # fibers for the SIMT emulator (one per emulated CUDA thread)
+  # torchvision 0.14 (with PyTorch) for Debian's /usr/bin/python3: the ctest
+  # data:torchvision_imagefolder (ImageFolder order cross-check) and the side-by-side loader
+  # benchmark (bench/torchvision_loader.py); the build itself does not use it.
+  python3-torchvision
+  python3-pil                   # bench/make_jpeg_tree.py, fuzz/make_seed_corpus.py
 )
+if [ "$fuzz" -eq 1 ]; then
+  packages+=(clang)             # libFuzzer + ASan/UBSan runtime for fuzz/fuzz_decode
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -243,10 +243,14 @@ TEST_CASE("decode_image: JPEG within tolerance, draft scaling picks the largest 
   for (size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::abs(got[i] - want[i]));
   CHECK(max_err <= 6);
 
-  // Scaling factors are k/8: for 64x48 and min 16x12, 1/4 is the smallest that fits -> 16x12.
+  // PIL's draft factors 1/2, 1/4, 1/8: for 64x48 and min 16x12, 1/4 is the smallest that fits -> 16x12.
   CHECK(decode_image(p.string(), DecodeOptions{.min_height = 12, .min_width = 16}).shape() == Shape{3, 12, 16});
-  // min width 17: 1/4 gives 16 < 17, 3/8 gives 24x18.
-  CHECK(decode_image(p.string(), DecodeOptions{.min_height = 1, .min_width = 17}).shape() == Shape{3, 18, 24});
+  // min width 17: 1/4 gives 16 < 17, so 1/2 (libjpeg-turbo's 3/8 would fit, but is no faster).
+  CHECK(decode_image(p.string(), DecodeOptions{.min_height = 1, .min_width = 17}).shape() == Shape{3, 24, 32});
+  // The interleaved layout holds the same pixels.
+  const Tensor hwc = decode_image(p.string(), DecodeOptions{.layout = ImageLayout::HWC});
+  REQUIRE(hwc.shape() == Shape{h, w, 3});
+  CHECK(vals(hwc.permute({2, 0, 1}).contiguous()) == vals(t));
   // Asking for more than the image has: full size.
   CHECK(decode_image(p.string(), DecodeOptions{.min_height = 100, .min_width = 100}).shape() == Shape{3, h, w});
   // Drafts do not touch other formats.

@@ -8,7 +8,10 @@
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
+#include "../data/cifar.h"
 #include "../data/idx.h"
+#include "../data/image.h"
+#include "../data/image_transforms.h"
 #include "../io/safetensors.h"
 #include "../layers/nn_functional.h"
 #include "../layers/reduce.h"
@@ -45,39 +48,92 @@ void channel_stats(const Tensor& images, std::vector<double>& mean, std::vector<
   }
 }
 
-DataInfo open_data(const std::string& data, const std::string& data_dir) {
+bool is_cifar_dir(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "data_batch_1.bin") || fs::exists(fs::path(dir) / "train.bin");
+}
+
+namespace {
+bool is_idx_dir(const std::string& dir) {
+  for (const char* name : {"train-images-idx3-ubyte", "train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte",
+                           "t10k-images-idx3-ubyte.gz"})
+    if (fs::exists(fs::path(dir) / name)) return true;
+  return false;
+}
+}  // namespace
+
+DataInfo open_data(const std::string& data, const std::string& data_dir, const ImageDataOptions& image) {
   DataInfo d;
+  std::shared_ptr<const data::InMemoryImageDataset> train, test;
   if (data == "fashion-mnist") {
     d.dir = data_dir.empty() ? data::default_fashion_mnist_dir().string() : data_dir;
-    d.train = std::make_shared<data::InMemoryImageDataset>(data::fashion_mnist(d.dir, data::Split::train));
-    d.test = std::make_shared<data::InMemoryImageDataset>(data::fashion_mnist(d.dir, data::Split::test));
+    train = std::make_shared<data::InMemoryImageDataset>(data::fashion_mnist(d.dir, data::Split::train));
+    test = std::make_shared<data::InMemoryImageDataset>(data::fashion_mnist(d.dir, data::Split::test));
   } else {
-    // mnist, or a directory holding MNIST-style IDX files
+    // mnist, or a directory: IDX files, CIFAR batches, or an ImageFolder tree
     d.dir = data == "mnist" ? data_dir : (data_dir.empty() ? data : data_dir);
     EMBER_CHECK(!d.dir.empty(), "--data mnist needs --data-dir DIR (the directory with the MNIST IDX files)");
     EMBER_CHECK(fs::is_directory(d.dir), "data directory '", d.dir, "' does not exist or is not a directory");
-    d.train = std::make_shared<data::InMemoryImageDataset>(data::mnist(d.dir, data::Split::train));
-    d.test = std::make_shared<data::InMemoryImageDataset>(data::mnist(d.dir, data::Split::test));
+    if (data != "mnist" && is_cifar_dir(d.dir)) {
+      const bool c10 = fs::exists(fs::path(d.dir) / "data_batch_1.bin");
+      train = std::make_shared<data::InMemoryImageDataset>(c10 ? data::cifar10(d.dir, data::Split::train)
+                                                               : data::cifar100(d.dir, data::Split::train));
+      test = std::make_shared<data::InMemoryImageDataset>(c10 ? data::cifar10(d.dir, data::Split::test)
+                                                              : data::cifar100(d.dir, data::Split::test));
+    } else if (data == "mnist" || is_idx_dir(d.dir)) {
+      train = std::make_shared<data::InMemoryImageDataset>(data::mnist(d.dir, data::Split::train));
+      test = std::make_shared<data::InMemoryImageDataset>(data::mnist(d.dir, data::Split::test));
+    } else {
+      return open_image_folder(d.dir, image);
+    }
   }
-  d.classes = d.train->classes();
-  d.channels = d.train->channels();
-  EMBER_CHECK(d.train->height() == d.train->width(), "images must be square, got ", d.train->height(), "x",
-              d.train->width());
-  d.image_size = d.train->height();
-  channel_stats(d.train->images(), d.mean, d.std);
+  d.train = train;
+  d.test = test;
+  d.classes = train->classes();
+  if (d.classes.empty())  // no names in the files: the label numbers
+    for (int64_t i = 0, n = static_cast<int64_t>(max(train->labels()).item()) + 1; i < n; ++i)
+      d.classes.push_back(std::to_string(i));
+  d.channels = train->channels();
+  EMBER_CHECK(train->height() == train->width(), "images must be square, got ", train->height(), "x",
+              train->width());
+  d.image_size = train->height();
+  channel_stats(train->images(), d.mean, d.std);
   return d;
+}
+
+data::Compose image_eval_transform(int64_t resize, int64_t image_size, bool cached, const std::vector<double>& mean,
+                                   const std::vector<double>& std) {
+  std::vector<data::AnyTransform> t;
+  if (!cached) {
+    if (resize > 0) t.push_back(data::Resize(resize));
+    t.push_back(data::CenterCrop(image_size));
+  } else {
+    t.push_back(data::CenterCrop(image_size));
+  }
+  t.push_back(data::ToTensor());
+  t.push_back(data::Normalize(mean, std));
+  return data::Compose(t);
 }
 
 data::Compose make_train_transform(const DataInfo& d, bool flip) {
   std::vector<data::AnyTransform> t;
-  t.push_back(data::RandomCrop(d.image_size, d.image_size, 2));
-  if (flip) t.push_back(data::RandomHorizontalFlip(0.5));
+  if (d.kind == DataKind::image_folder) {
+    // torchvision's ImageNet training recipe; with the cache, the crop is taken from the image
+    // pre-resized to `resize` (docs/data.md).
+    t.push_back(data::RandomResizedCrop(d.image_size));
+    t.push_back(data::RandomHorizontalFlip(0.5));
+  } else {
+    t.push_back(data::RandomCrop(d.image_size, d.image_size, 2));
+    if (flip) t.push_back(data::RandomHorizontalFlip(0.5));
+  }
   t.push_back(data::ToTensor());
   t.push_back(data::Normalize(d.mean, d.std));
   return data::Compose(t);
 }
 
-data::Compose make_eval_transform(const DataInfo& d) { return data::Compose{data::ToTensor(), data::Normalize(d.mean, d.std)}; }
+data::Compose make_eval_transform(const DataInfo& d) {
+  if (d.kind == DataKind::image_folder) return image_eval_transform(d.resize, d.image_size, d.cached, d.mean, d.std);
+  return data::Compose{data::ToTensor(), data::Normalize(d.mean, d.std)};
+}
 
 // ---- weights files ------------------------------------------------------------------------------
 
@@ -92,6 +148,7 @@ void save_weights(const std::string& path, const nn::Module& model, const TrainC
       {"ember.model", cfg.model},
       {"ember.in_channels", std::to_string(d.channels)},
       {"ember.image_size", std::to_string(d.image_size)},
+      {"ember.resize", std::to_string(d.resize)},
       {"ember.classes", json(d.classes).dump()},
       {"ember.mean", json(d.mean).dump()},
       {"ember.std", json(d.std).dump()},
@@ -127,6 +184,7 @@ LoadedModel load_model(const std::string& checkpoint) {
     m.model_name = need("ember.model");
     m.in_channels = std::stoll(need("ember.in_channels"));
     m.image_size = std::stoll(need("ember.image_size"));
+    if (auto it = f.metadata.find("ember.resize"); it != f.metadata.end()) m.resize = std::stoll(it->second);
     m.classes = json::parse(need("ember.classes")).get<std::vector<std::string>>();
     m.mean = json::parse(need("ember.mean")).get<std::vector<double>>();
     m.std = json::parse(need("ember.std")).get<std::vector<double>>();
@@ -181,6 +239,11 @@ void save_checkpoint(const TrainConfig& cfg, const DataInfo& d, const nn::Module
                      {"augment", cfg.augment ? "1" : "0"},
                      {"shuffle", cfg.shuffle ? "1" : "0"},
                      {"seed", std::to_string(cfg.seed)},
+                     {"val", cfg.val},
+                     {"val_split", fmt(cfg.val_split)},
+                     {"image_size_option", std::to_string(cfg.image_size)},
+                     {"cache_dir", cfg.cache_dir},
+                     {"skip_bad_images", cfg.skip_bad_images ? "1" : "0"},
                      {"in_channels", std::to_string(d.channels)},
                      {"image_size", std::to_string(d.image_size)},
                      {"world_size", std::to_string(cfg.world_size)}};
@@ -228,6 +291,16 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg) {
   cfg.augment = get("augment") == "1";
   cfg.shuffle = get("shuffle") == "1";
   cfg.seed = std::stoull(get("seed"));
+  // ImageFolder settings (absent from checkpoints written before them: the defaults).
+  auto get_or = [&](const char* key, const std::string& fallback) {
+    auto it = m.find(key);
+    return it != m.end() ? it->second : fallback;
+  };
+  cfg.val = get_or("val", "");
+  cfg.val_split = std::stod(get_or("val_split", "-1"));
+  cfg.image_size = std::stoll(get_or("image_size_option", "-1"));
+  cfg.cache_dir = get_or("cache_dir", "");
+  cfg.skip_bad_images = get_or("skip_bad_images", "0") == "1";
   // The loader position is per process: it means the same batches only with the same world size.
   const auto ws = m.find("world_size");
   const int saved_world = ws == m.end() ? 1 : std::stoi(ws->second);
@@ -254,7 +327,8 @@ void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, 
 // ---- eval and predict ----------------------------------------------------------------------
 
 EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::string& data_dir, int64_t batch_size) {
-  DataInfo d = open_data(data, data_dir);
+  DataInfo d = open_data(data, data_dir, {.image_size = m.image_size, .eval_only = true});
+  if (d.kind == DataKind::image_folder) d.resize = m.resize;  // resize as the model was trained
   EMBER_CHECK(d.channels == m.in_channels && d.image_size == m.image_size, "eval: the model expects ", m.in_channels,
               "x", m.image_size, "x", m.image_size, " images, the data has ", d.channels, "x", d.image_size, "x",
               d.image_size);
@@ -274,27 +348,37 @@ std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::str
   norm.std = m.std;
   const data::Compose tf = make_eval_transform(norm);
   for (const std::string& in : inputs) {
-    const size_t colon = in.rfind(':');
-    EMBER_CHECK(colon != std::string::npos && colon + 1 < in.size(), "predict: '", in,
-                "' is not FILE:INDEX (an image inside an IDX images file)");
-    const std::string file = in.substr(0, colon);
-    int64_t index = -1;
-    try {
-      index = std::stoll(in.substr(colon + 1));
-    } catch (const std::exception&) {
-      EMBER_THROW("predict: '", in.substr(colon + 1), "' in '", in, "' is not an image index");
+    Tensor input;  // (C, H, W) float32, normalized
+    std::error_code ec;
+    if (fs::is_regular_file(in, ec)) {
+      // An image file: decoded as the model's channels, then the checkpoint's eval transform.
+      const Tensor img = data::decode_image(in, m.in_channels == 1 ? data::ImageMode::Gray : data::ImageMode::RGB);
+      const int64_t resize = m.resize > 0 ? m.resize : m.image_size;
+      input = image_eval_transform(resize, m.image_size, false, m.mean, m.std)(img);
+    } else {
+      const size_t colon = in.rfind(':');
+      EMBER_CHECK(colon != std::string::npos && colon + 1 < in.size(), "predict: '", in,
+                  "' is neither an image file nor FILE:INDEX (an image inside an IDX images file)");
+      const std::string file = in.substr(0, colon);
+      int64_t index = -1;
+      try {
+        index = std::stoll(in.substr(colon + 1));
+      } catch (const std::exception&) {
+        EMBER_THROW("predict: '", in.substr(colon + 1), "' in '", in, "' is not an image index");
+      }
+      Tensor images = data::read_idx(file);
+      EMBER_CHECK(images.dim() == 3 || images.dim() == 4, "predict: ", file, " holds no images (shape ", images.shape(), ")");
+      EMBER_CHECK(index >= 0 && index < images.size(0), "predict: index ", index, " is out of range for ", file, " (",
+                  images.size(0), " images)");
+      Tensor img = images.select(0, index);
+      if (img.dim() == 2) img = img.unsqueeze(0);
+      EMBER_CHECK(img.size(0) == m.in_channels && img.size(1) == m.image_size && img.size(2) == m.image_size,
+                  "predict: the model expects ", m.in_channels, "x", m.image_size, "x", m.image_size, " images, ", in,
+                  " is ", shape_str(img.shape()));
+      input = tf(img);
     }
-    Tensor images = data::read_idx(file);
-    EMBER_CHECK(images.dim() == 3 || images.dim() == 4, "predict: ", file, " holds no images (shape ", images.shape(), ")");
-    EMBER_CHECK(index >= 0 && index < images.size(0), "predict: index ", index, " is out of range for ", file, " (",
-                images.size(0), " images)");
-    Tensor img = images.select(0, index);
-    if (img.dim() == 2) img = img.unsqueeze(0);
-    EMBER_CHECK(img.size(0) == m.in_channels && img.size(1) == m.image_size && img.size(2) == m.image_size,
-                "predict: the model expects ", m.in_channels, "x", m.image_size, "x", m.image_size, " images, ", in,
-                " is ", shape_str(img.shape()));
     NoGradGuard g;
-    Tensor probs = softmax(m.model->forward(tf(img).unsqueeze(0)), 1).select(0, 0);
+    Tensor probs = softmax(m.model->forward(input.unsqueeze(0)), 1).select(0, 0);
     std::vector<float> p = probs.to_vector<float>();
     std::vector<int> order(p.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);

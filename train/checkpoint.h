@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../data/dataset.h"
+#include "../data/image_dataset.h"
 #include "../data/loader.h"
 #include "../data/transforms.h"
 #include "../io/training_state.h"
@@ -20,16 +21,45 @@ class Communicator;
 
 namespace ember::train {
 
+enum class DataKind { in_memory, image_folder };
+
 struct DataInfo {
   std::string dir;  // where the files were read from
-  std::shared_ptr<const data::InMemoryImageDataset> train, test;
+  DataKind kind = DataKind::in_memory;
+  std::shared_ptr<const data::Dataset> train, test;
+  // The image datasets behind train/test (ImageFolder data), for the skipped-file report.
+  std::shared_ptr<const data::ImageDataset> image_train, image_test;
   std::vector<std::string> classes;
   int64_t channels = 1, image_size = 28;
-  std::vector<double> mean, std;  // per channel, of the training images scaled to [0, 1]
+  // ImageFolder: eval Resize(resize) + CenterCrop(image_size); 0 for in-memory data.
+  int64_t resize = 0;
+  // The images are pre-resized to `resize` by the decoded cache: transforms start after it.
+  bool cached = false;
+  std::vector<double> mean, std;  // per channel, of the training images scaled to [0, 1] (ImageNet's for ImageFolder)
 };
 
-// fashion-mnist | mnist | a directory with MNIST-style IDX files; data_dir overrides the location.
-DataInfo open_data(const std::string& data, const std::string& data_dir);
+// How to open an ImageFolder tree (TrainConfig's fields of the same names).
+struct ImageDataOptions {
+  std::string val = "";
+  double val_split = -1;
+  int64_t image_size = -1;
+  std::string cache_dir = "";
+  bool skip_bad_images = false;
+  uint64_t seed = 1;
+  bool eval_only = false;  // `ember eval`: the whole tree is the test set
+};
+
+// fashion-mnist | mnist | a directory: MNIST-style IDX files, CIFAR-10/100 binary batches or an
+// ImageFolder tree (docs/data.md); data_dir overrides the location.
+DataInfo open_data(const std::string& data, const std::string& data_dir, const ImageDataOptions& image = {});
+// The ImageFolder part of open_data (train/image_data.cpp).
+DataInfo open_image_folder(const std::string& root, const ImageDataOptions& options);
+// Whether `dir` looks like a CIFAR-10 or CIFAR-100 binary directory.
+bool is_cifar_dir(const std::string& dir);
+// The ImageFolder eval transform for a model: Resize(resize) + CenterCrop(image_size) + ToTensor +
+// Normalize (no Resize when resize is 0; no Resize/CenterCrop when `cached`).
+data::Compose image_eval_transform(int64_t resize, int64_t image_size, bool cached, const std::vector<double>& mean,
+                                   const std::vector<double>& std);
 // Per-channel mean and std of u8 images (N, C, H, W), scaled to [0, 1].
 void channel_stats(const Tensor& images, std::vector<double>& mean, std::vector<double>& std);
 data::Compose make_train_transform(const DataInfo& d, bool flip);

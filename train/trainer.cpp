@@ -11,6 +11,7 @@
 #include "../core/autograd.h"
 #include "../core/generator.h"
 #include "../data/dataset.h"
+#include "../data/image_dataset.h"
 #include "../data/loader.h"
 #include "../data/transforms.h"
 #include "../io/safetensors.h"
@@ -107,7 +108,24 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"classes", d.classes},
               {"steps_per_epoch", steps_per_epoch},
               {"step_event_every", c.log_every},
-              {"normalize", {{"mean", d.mean}, {"std", d.std}}}};
+              {"normalize", {{"mean", d.mean}, {"std", d.std}}},
+              {"image_size", d.image_size},
+              {"eval_resize", d.resize},
+              {"cache", c.cache_dir},
+              {"skip_bad_images", c.skip_bad_images}};
+}
+
+// Prints the files an image dataset skipped since the last call (BadImages::skip); returns how many.
+int64_t report_skipped(const data::ImageDataset* ds, const char* what, bool quiet) {
+  if (ds == nullptr) return 0;
+  const std::vector<data::SkippedImage> skipped = ds->take_skipped();
+  if (!quiet && !skipped.empty()) {
+    std::fprintf(stderr, "ember train: skipped %zu unreadable %s image%s:\n", skipped.size(), what,
+                 skipped.size() == 1 ? "" : "s");
+    for (size_t i = 0; i < skipped.size() && i < 10; ++i) std::fprintf(stderr, "  %s\n", skipped[i].reason.c_str());
+    if (skipped.size() > 10) std::fprintf(stderr, "  ... and %zu more\n", skipped.size() - 10);
+  }
+  return static_cast<int64_t>(skipped.size());
 }
 
 }  // namespace
@@ -148,6 +166,7 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
   const int64_t first = comm ? comm->rank() : 0, stride = comm ? comm->world_size() : 1;
   for (int64_t b = first; b < loader.size(); b += stride) {
     data::Batch batch = loader.load_batch(epoch, b);
+    if (batch.labels.numel() == 0) continue;  // every file unreadable and skipped (BadImages::skip)
     Tensor logits = model.forward(batch.images.to(device));
     loss_sum += cross_entropy(logits, batch.labels.to(device), {.reduction = Reduction::Sum}).item();
     const std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>();
@@ -216,7 +235,9 @@ TrainSummary run_training(TrainConfig cfg) {
   if (cfg.threads > 0) set_num_threads(cfg.threads);
 
   // Data (first, so that a missing dataset is the only thing printed).
-  DataInfo d = open_data(cfg.data, cfg.data_dir);
+  DataInfo d = open_data(cfg.data, cfg.data_dir,
+                         {.val = cfg.val, .val_split = cfg.val_split, .image_size = cfg.image_size,
+                          .cache_dir = cfg.cache_dir, .skip_bad_images = cfg.skip_bad_images, .seed = cfg.seed});
   if (!cfg.quiet && !chose.empty()) {
     std::string s;
     for (const std::string& x : chose) s += (s.empty() ? "" : ", ") + x;
@@ -284,6 +305,12 @@ TrainSummary run_training(TrainConfig cfg) {
     RunningStats rs;
     progress.start_epoch(epoch + 1, cfg.epochs, steps_per_epoch);
     for (auto& [host_images, host_labels] : loader) {
+      if (host_labels.numel() == 0) {  // every file of the batch was unreadable and skipped
+        // Every rank must take part in each step's gradient all-reduce: no step can be left out.
+        EMBER_CHECK(!distributed, "every image of a batch was unreadable (--skip-bad-images); with several "
+                    "processes a step cannot be skipped: remove the files (ember inspect lists them)");
+        continue;
+      }
       const Tensor images = host_images.to(device), labels = host_labels.to(device);
       opt.zero_grad();
       Tensor logits = ddp ? ddp->forward(images) : model->forward(images);
@@ -316,6 +343,7 @@ TrainSummary run_training(TrainConfig cfg) {
       }
     }
     progress.end_epoch();
+    const int64_t skipped_train = report_skipped(d.image_train.get(), "training", cfg.quiet);
     if (distributed) {
       // The epoch's numbers over every rank's shard.
       Tensor t = from_vector<double>({rs.loss_sum, static_cast<double>(rs.correct), static_cast<double>(rs.seen)});
@@ -338,6 +366,7 @@ TrainSummary run_training(TrainConfig cfg) {
     const bool last = epoch + 1 == cfg.epochs || stopped;
     if ((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) {
       EvalResult ev = evaluate_loader(*model, test_loader, static_cast<int64_t>(d.classes.size()), comm.get());
+      report_skipped(d.image_test.get(), "validation", cfg.quiet);
       es.test_loss = ev.loss;
       es.test_acc = ev.accuracy;
       summary.test_acc = ev.accuracy;
@@ -347,7 +376,8 @@ TrainSummary run_training(TrainConfig cfg) {
                             {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
                             {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
                             {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
-                            {"loader_wait_seconds", loader.stats().wait_seconds - loader_wait_before}}
+                            {"loader_wait_seconds", loader.stats().wait_seconds - loader_wait_before},
+                            {"skipped_images", skipped_train}}
                            .dump());
     if (!cfg.quiet) {
       std::fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%%", es.epoch, cfg.epochs, es.train_loss,

@@ -25,8 +25,16 @@ namespace ember::train {
 
 struct TrainConfig {
   // data
-  std::string data = "fashion-mnist";  // fashion-mnist | mnist | a directory of IDX files
+  // fashion-mnist | mnist | a directory: MNIST-style IDX files, CIFAR-10/100 binary batches, or an
+  // ImageFolder tree (class subdirectories of images; docs/data.md)
+  std::string data = "fashion-mnist";
   std::string data_dir;                // overrides where fashion-mnist / mnist are read from
+  // ImageFolder only:
+  std::string val;          // a validation tree with the same classes; else a split of --data
+  double val_split = -1;    // fraction held out for validation (stratified, seeded); -1: 0.1 without --val
+  int64_t image_size = -1;  // training crop N (eval: Resize(round(N*256/224)) + CenterCrop(N)); -1: 224
+  std::string cache_dir;    // decoded cache directory (data/image_cache.h); "": decode every epoch
+  bool skip_bad_images = false;  // leave unreadable files out (reported per epoch) instead of failing
   // model and recipe ("" or negative = chosen by the default recipe; see resolve())
   std::string model;
   int epochs = -1;
@@ -107,6 +115,7 @@ struct LoadedModel {
   std::shared_ptr<nn::Module> model;
   std::string model_name;
   int64_t in_channels = 1, image_size = 28;
+  int64_t resize = 0;  // eval Resize(resize) before CenterCrop(image_size) (ImageFolder models); 0: none
   std::vector<std::string> classes;
   std::vector<double> mean, std;
 };
@@ -126,8 +135,9 @@ EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::st
 struct Prediction {
   std::vector<std::pair<std::string, double>> top;  // (class name, probability), best first
 };
-// Top-k predictions for IDX samples: each input is "FILE.idx[.gz]:INDEX" (an image inside an
-// IDX images file). Image files (PNG/JPEG) arrive with the data-pipeline issue.
+// Top-k predictions: each input is an image file (PNG, JPEG, ... : decoded, then the checkpoint's
+// eval transform: Resize(resize) + CenterCrop(image_size), or Resize + CenterCrop to image_size
+// for a model without a recorded resize) or "FILE.idx[.gz]:INDEX" (an image inside an IDX file).
 std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::string>& inputs, int k = 5);
 
 }  // namespace ember::train

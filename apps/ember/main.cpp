@@ -2,23 +2,38 @@
 //
 //   ember train [--model cnn --epochs 2 ...]   train on Fashion-MNIST (the default) or MNIST
 //   ember eval CHECKPOINT [--data ...]         accuracy, per-class accuracy, confusion matrix
-//   ember predict CHECKPOINT FILE:INDEX...     top-5 classes for IDX samples
+//   ember predict CHECKPOINT IMAGE...          top-5 classes for image files (or IDX FILE:INDEX samples)
+//   ember inspect PATH [--json]                an ImageFolder tree: classes, counts, sizes, bad files
+//   ember bench loader --root PATH ...         data-loader throughput (one JSON line)
 //   mpirun -np 2 ember train ...               data-parallel training (docs/distributed.md)
 //
 // Every error is one line on stderr and a non-zero exit; nothing is left half-written.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <ember/ember.h>
 #include <ember/parallel/communicator.h>
 #include <ember/train/trainer.h>
+
+#include "data_commands.h"
 
 using namespace ember;
 
 namespace {
 
 void add_train_options(CLI::App& app, train::TrainConfig& c) {
-  app.add_option("--data", c.data, "fashion-mnist | mnist | a directory of MNIST-style IDX files")->capture_default_str();
+  app.add_option("--data", c.data,
+                 "fashion-mnist | mnist | a directory: an ImageFolder tree (class subdirectories of images), "
+                 "MNIST-style IDX files or CIFAR-10/100 binary batches")
+      ->capture_default_str();
+  app.add_option("--val", c.val, "ImageFolder validation tree (same classes as --data)");
+  app.add_option("--val-split", c.val_split, "ImageFolder: fraction held out for validation, stratified and seeded "
+                 "(default 0.1 without --val)");
+  app.add_option("--image-size", c.image_size, "ImageFolder: crop size N (eval Resize(N*256/224) + CenterCrop(N); "
+                 "default 224)");
+  app.add_option("--cache", c.cache_dir, "ImageFolder: decode and resize once into a cache file in this directory");
+  app.add_flag("--skip-bad-images", c.skip_bad_images, "ImageFolder: leave unreadable files out (reported each epoch)");
   app.add_option("--data-dir", c.data_dir, "where the dataset files are (default: Debian's dataset package)");
   app.add_option("--model", c.model, "simple_cnn | cnn | resnet18 | resnet18_cifar | resnet_small");
   app.add_option("--epochs", c.epochs, "number of epochs");
@@ -87,8 +102,30 @@ int main(int argc, char** argv) {
   int top_k = 5;
   CLI::App* predict_cmd = app.add_subcommand("predict", "classify images");
   predict_cmd->add_option("checkpoint", checkpoint, "weights .safetensors file or checkpoint directory")->required();
-  predict_cmd->add_option("images", inputs, "FILE:INDEX — image INDEX of an IDX images file")->required();
+  predict_cmd->add_option("images", inputs, "image files (PNG, JPEG, ...) or FILE:INDEX (image INDEX of an IDX file)")
+      ->required();
   predict_cmd->add_option("--top", top_k, "how many classes to show")->capture_default_str();
+
+  app::InspectOptions inspect;
+  CLI::App* inspect_cmd = app.add_subcommand("inspect", "summarize an ImageFolder tree");
+  inspect_cmd->add_option("path", inspect.path, "root of the tree (class subdirectories of images)")->required();
+  inspect_cmd->add_flag("--json", inspect.json, "print {\"classes\", \"class_to_idx\", \"samples\"} as JSON only");
+  inspect_cmd->add_flag("--skip-hidden", inspect.skip_hidden, "leave out names beginning with '.'");
+
+  app::BenchLoaderOptions bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");
+  bench_cmd->require_subcommand(1);
+  CLI::App* bench_loader = bench_cmd->add_subcommand("loader", "ImageFolder data-loader throughput (JSON line)");
+  bench_loader->add_option("--root", bench.root, "ImageFolder tree")->required();
+  bench_loader->add_option("--batch-size", bench.batch_size, "images per batch")->capture_default_str();
+  bench_loader->add_option("--workers", bench.workers, "loader worker threads")->capture_default_str();
+  bench_loader->add_option("--resize", bench.resize, "Resize (shorter side)")->capture_default_str();
+  bench_loader->add_option("--crop", bench.crop, "CenterCrop size")->capture_default_str();
+  bench_loader->add_option("--epochs", bench.epochs, "passes over the tree")->capture_default_str();
+  bench_loader->add_flag("--cache", bench.cache, "read through the decoded cache (built on the first run)");
+  bench_loader->add_option("--cache-dir", bench.cache_dir, "cache directory (default: a temp directory)");
+  bench_loader->add_option("--threads", bench.threads, "CPU threads (0: all cores)")->capture_default_str();
+  bench_loader->add_flag("!--no-draft", bench.draft, "decode JPEGs at full size (no DCT-domain downscaling)");
 
   try {
     app.parse(argc, argv);
@@ -105,6 +142,12 @@ int main(int argc, char** argv) {
       EMBER_CHECK(batch >= 1, "--batch-size must be at least 1, got ", batch);
       train::LoadedModel m = train::load_model(checkpoint);
       print_eval(m, train::evaluate(m, data, data_dir, batch));
+    } else if (*inspect_cmd) {
+      app::run_inspect(inspect);
+    } else if (*bench_loader) {
+      if (bench.cache && bench.cache_dir.empty())
+        bench.cache_dir = (std::filesystem::temp_directory_path() / "ember-bench-loader-cache").string();
+      app::run_bench_loader(bench);
     } else if (*predict_cmd) {
       EMBER_CHECK(top_k >= 1, "--top must be at least 1, got ", top_k);
       train::LoadedModel m = train::load_model(checkpoint);

@@ -1,0 +1,63 @@
+// `ember train --data DIR` on an ImageFolder tree: the train/validation datasets, the decoded
+// cache, and the ImageNet-style transform sizes (docs/data.md, "Training on a folder of images").
+
+#include <cmath>
+#include <filesystem>
+
+#include "../data/image_cache.h"
+#include "../data/image_folder.h"
+#include "checkpoint.h"
+
+namespace ember::train {
+
+namespace fs = std::filesystem;
+
+DataInfo open_image_folder(const std::string& root, const ImageDataOptions& o) {
+  EMBER_CHECK(o.image_size == -1 || o.image_size >= 8, "--image-size must be at least 8, got ", o.image_size);
+  EMBER_CHECK(o.val_split == -1 || (o.val_split > 0 && o.val_split < 1), "--val-split must be in (0, 1), got ",
+              o.val_split);
+  EMBER_CHECK(o.val.empty() || o.val_split == -1, "--val and --val-split exclude each other");
+  DataInfo d;
+  d.dir = root;
+  d.kind = DataKind::image_folder;
+  d.channels = 3;
+  d.image_size = o.image_size > 0 ? o.image_size : 224;
+  // torchvision's ImageNet evaluation: Resize(256) + CenterCrop(224), the same ratio at any size.
+  d.resize = std::llround(static_cast<double>(d.image_size) * 256.0 / 224.0);
+  d.mean = {0.485, 0.456, 0.406};  // ImageNet's statistics, as torchvision's recipes (docs/data.md)
+  d.std = {0.229, 0.224, 0.225};
+  const data::ImageFolderOptions folder_options{
+      .bad_images = o.skip_bad_images ? data::BadImages::skip : data::BadImages::error,
+      .jpeg_draft = data::JpegDraft::on};
+  auto open = [&](const std::string& dir) -> std::shared_ptr<const data::ImageDataset> {
+    auto folder = std::make_shared<const data::ImageFolder>(dir, folder_options);
+    if (o.cache_dir.empty()) return folder;
+    return std::make_shared<const data::CachedImages>(folder, data::ImageCacheOptions{.dir = o.cache_dir, .resize = d.resize});
+  };
+  std::shared_ptr<const data::ImageDataset> all = open(root);
+  d.cached = !o.cache_dir.empty();
+  d.classes = all->classes();
+  if (o.eval_only) {
+    d.image_train = d.image_test = all;
+  } else if (!o.val.empty()) {
+    std::shared_ptr<const data::ImageDataset> val = open(o.val);
+    EMBER_CHECK(val->classes() == d.classes, "--val '", o.val, "' has ", val->classes().size(),
+                " classes that differ from the ", d.classes.size(), " of --data '", root,
+                "' (both trees need the same class directories)");
+    d.image_train = all;
+    d.image_test = val;
+  } else {
+    std::vector<int64_t> labels(static_cast<size_t>(all->size()));
+    for (int64_t i = 0; i < all->size(); ++i) labels[static_cast<size_t>(i)] = all->label(i);
+    const data::SplitIndices split = data::stratified_split(labels, o.val_split > 0 ? o.val_split : 0.1, o.seed);
+    EMBER_CHECK(!split.val.empty() && !split.train.empty(), "--data '", root, "': ", all->size(),
+                " images are too few to split into training and validation sets");
+    d.image_train = std::make_shared<const data::ImageSubset>(all, split.train);
+    d.image_test = std::make_shared<const data::ImageSubset>(all, split.val);
+  }
+  d.train = d.image_train;
+  d.test = d.image_test;
+  return d;
+}
+
+}  // namespace ember::train
