@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "../kernels/cpu/parallel.h"
+#if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/runtime.h"
+#endif
 
 namespace ember::data {
 
@@ -117,9 +120,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   EMBER_CHECK(n >= 1, "DataLoader: the dataset is empty");
   EMBER_CHECK(options_.num_workers >= 0, "DataLoader: num_workers ", options_.num_workers, " is negative");
   EMBER_CHECK(options_.prefetch >= 1, "DataLoader: prefetch ", options_.prefetch, " must be at least 1");
-  // The seam for the CUDA issue (Note [Loader workers]): no pinned buffers are faked here.
-  EMBER_CHECK(options_.pin_memory == PinMemory::off,
-              "DataLoader: pin_memory needs the CUDA backend (page-locked batches and copies on a copy stream)");
+  EMBER_CHECK(options_.pin_memory == PinMemory::off || cuda_built(),
+              "DataLoader: pin_memory needs a build with a CUDA backend (page-locked host memory)");
+  if (options_.device.is_cuda()) {
+    EMBER_CHECK(cuda_built(), "DataLoader: device ", options_.device, " needs a build with a CUDA backend");
+    EMBER_CHECK(options_.device.index < cuda_device_count(), "DataLoader: device ", options_.device,
+                " does not exist (this machine has ", cuda_device_count(), " CUDA devices)");
+  }
   if (options_.sampler) {
     EMBER_CHECK(!options_.shuffle, "DataLoader: shuffle must be off with a sampler (the sampler sets the order)");
     EMBER_CHECK(options_.sampler->dataset_size() == n, "DataLoader: the sampler indexes a dataset of ",
@@ -181,12 +188,48 @@ Batch DataLoader::load_batch(int64_t epoch, int64_t batch) const {
 
 DataLoader::Iterator DataLoader::begin() { return Iterator(this); }
 
+namespace detail {
+
+// Note [Batches on the device] (loader.h).
+class DeviceCopier {
+ public:
+#if EMBER_CUDA_BACKEND
+  explicit DeviceCopier(Device device) : device_(device), stream_(device.index) {}
+  Batch copy(const Batch& host) {
+    const cuda::DeviceGuard guard(device_.index);
+    const cuda::Stream compute = cuda::current_stream();
+    Batch out;
+    {
+      const cuda::StreamGuard on_copy(stream_.get());
+      out.images = host.images.to(device_, /*non_blocking=*/true);
+      out.labels = host.labels.to(device_, /*non_blocking=*/true);
+      ready_.record(stream_.get());
+    }
+    ready_.wait_on(compute);
+    for (const Tensor* t : {&out.images, &out.labels})
+      if (t->numel() > 0) cuda::record_stream(t->storage()->data(), device_.index, compute);
+    return out;
+  }
+
+ private:
+  Device device_;
+  cuda::StreamHandle stream_;
+  cuda::Event ready_;
+#else
+  explicit DeviceCopier(Device device) { EMBER_THROW("DataLoader: device ", device, " needs a CUDA backend"); }
+  Batch copy(const Batch& host) { return host; }
+#endif
+};
+
+}  // namespace detail
+
 DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader), epoch_(loader->position_.epoch) {
   const LoaderOptions& o = loader->options_;
   if (o.num_workers > 0) {
     prefetcher_ = std::make_unique<detail::Prefetcher>(*loader, epoch_, loader->position_.batch, loader->num_batches_,
                                                        o.num_workers, o.prefetch);
   }
+  if (o.device.is_cuda()) copier_ = std::make_unique<detail::DeviceCopier>(o.device);
   load();
 }
 
@@ -211,6 +254,11 @@ void DataLoader::Iterator::load() {
     batch_ = loader_->load_batch(at.epoch, at.batch);
     loader_->stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (loader_->options_.pin_memory == PinMemory::on) {
+    batch_.images = batch_.images.pin_memory();
+    batch_.labels = batch_.labels.pin_memory();
+  }
+  if (copier_) batch_ = copier_->copy(batch_);
   ++loader_->stats_.batches;
   // Advance only after the batch loaded: a throwing load leaves the position on that batch.
   last_ = at.batch + 1 == loader_->num_batches_;

@@ -40,8 +40,14 @@
 // SerialThreadScope (kernels/cpu/parallel.h): their kernels run single-threaded, rather than N
 // OpenMP teams of all cores fighting the training step for the same cores.
 //
-// Seam for the CUDA issue: pin_memory (page-locked host batches copied to the device on a copy
-// stream, overlapped with compute) is declared here but throws until a CUDA backend provides it.
+// Note [Batches on the device]
+// With `device` a CUDA device, the iterator hands out batches already on it. Each host batch is
+// copied on the loader's own copy stream (pinned first when pin_memory is on, so the copy is a
+// true asynchronous DMA); an event recorded after the copy makes the consumer's current stream
+// wait for it, and the device tensors are marked as used by that stream (record_stream), so the
+// caching allocator does not hand their memory to the copy stream again while compute still
+// reads it. The host never waits: the copy of batch b+1 overlaps the kernels of step b still
+// running on the GPU. A CPU-only build refuses a CUDA device or pin_memory with a clear error.
 
 #include <concepts>
 #include <cstdint>
@@ -78,6 +84,7 @@ struct LoaderOptions {
   // Page-locked batches for asynchronous host-to-device copies: needs the CUDA backend (a later
   // issue); PinMemory::on throws ember::Error until then.
   PinMemory pin_memory = PinMemory::off;
+  Device device = Device::cpu();  // where batches are delivered (Note [Batches on the device])
 };
 
 // How long the iterating thread waited for batches: with workers, the time a batch was not yet
@@ -95,7 +102,8 @@ struct LoaderPosition {
 };
 
 namespace detail {
-class Prefetcher;  // the worker threads of one iteration (loader.cpp)
+class Prefetcher;   // the worker threads of one iteration (loader.cpp)
+class DeviceCopier;  // the copy stream and event of one iteration (loader.cpp)
 }
 
 class DataLoader {
@@ -198,6 +206,7 @@ class DataLoader::Iterator {
 
   DataLoader* loader_ = nullptr;
   std::unique_ptr<detail::Prefetcher> prefetcher_;  // null without workers
+  std::unique_ptr<detail::DeviceCopier> copier_;    // null for CPU batches
   int64_t epoch_ = 0;
   Batch batch_;
   bool last_ = false;  // batch_ is the epoch's last batch

@@ -227,12 +227,20 @@ TEST_CASE("loader threads: stats count batches and the time waited for them", "[
   }
 }
 
-TEST_CASE("loader threads: options are checked; pin_memory waits for the CUDA backend", "[data]") {
+TEST_CASE("loader threads: options are checked; pin_memory and device batches need a CUDA backend", "[data]") {
   const ProbeDataset ds({.n = 10});
   CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .num_workers = -1}), Catch::Contains("num_workers -1"));
   CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .prefetch = 0}), Catch::Contains("prefetch 0"));
-  CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .pin_memory = data::PinMemory::on}),
-                    Catch::Contains("needs the CUDA backend"));
+  if (!cuda_built()) {
+    CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .pin_memory = data::PinMemory::on}),
+                      Catch::Contains("needs a build with a CUDA backend"));
+    CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .device = Device::cuda(0)}),
+                      Catch::Contains("needs a build with a CUDA backend"));
+  } else {
+    // With a backend (tests/cuda checks the batches themselves): a device that does not exist.
+    CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .device = Device::cuda(cuda_device_count())}),
+                      Catch::Contains("does not exist"));
+  }
   auto sampler = std::make_shared<data::SequentialSampler>(10);
   CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .shuffle = true, .sampler = sampler}),
                     Catch::Contains("shuffle must be off"));

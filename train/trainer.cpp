@@ -257,6 +257,11 @@ TrainSummary run_training(TrainConfig cfg) {
     train_options.shuffle = false;
     train_options.seed = cfg.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank);
   }
+  if (device.is_cuda()) {
+    // Batches arrive on the device: pinned, copied on the loader's copy stream (loader.h).
+    train_options.device = device;
+    train_options.pin_memory = data::PinMemory::on;
+  }
   data::DataLoader loader(d.train, train_options);
   std::shared_ptr<const data::Dataset> test_set = d.test;
   if (cfg.eval_limit > 0) test_set = std::make_shared<data::PrefixDataset>(d.test, cfg.eval_limit);
