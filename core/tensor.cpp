@@ -94,7 +94,13 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, const Shape& shape, const S
 Tensor empty(const Shape& shape, TensorOptions opt) {
   for (int64_t d : shape) EMBER_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
   const int64_t n = numel_of(shape);
-  auto storage = std::make_shared<Storage>(static_cast<size_t>(n * dtype_size(opt.dtype)), opt.device);
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = std::make_shared<Storage>(static_cast<size_t>(n * dtype_size(opt.dtype)), opt.device);
+  } catch (const Error& e) {
+    // Out of memory (or no such device): say which tensor could not be made.
+    EMBER_THROW("cannot allocate a tensor of shape ", shape, " ", opt.dtype, " on ", opt.device, ": ", e.what());
+  }
   Tensor t = make_tensor(std::move(storage), shape, contiguous_strides(shape), 0, opt.dtype);
   if (opt.requires_grad) t.requires_grad_(true);
   return t;

@@ -2,11 +2,14 @@
 // Datasets: the interface a DataLoader reads from, and the in-memory, tensor-backed datasets
 // (MNIST, Fashion-MNIST; later CIFAR-10).
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "../core/error.h"
 #include "../core/tensor.h"
 #include "idx.h"
 
@@ -49,6 +52,28 @@ class Dataset {
                                  int64_t epoch) const;
   // Class names by label; empty when the dataset has none.
   virtual const std::vector<std::string>& classes() const;
+};
+
+// The first `count` samples of another dataset (count clamped to its size).
+class PrefixDataset : public Dataset {
+ public:
+  PrefixDataset(std::shared_ptr<const Dataset> base, int64_t count)
+      : base_(std::move(base)), count_(std::min(count, base_->size())) {}
+  int64_t size() const override { return count_; }
+  Example get(int64_t index) const override {
+    EMBER_CHECK(index >= 0 && index < count_, "PrefixDataset: index ", index, " out of range [0, ", count_, ")");
+    return base_->get(index);
+  }
+  Batch get_batch(std::span<const int64_t> indices) const override {
+    for (int64_t i : indices)
+      EMBER_CHECK(i >= 0 && i < count_, "PrefixDataset: index ", i, " out of range [0, ", count_, ")");
+    return base_->get_batch(indices);
+  }
+  const std::vector<std::string>& classes() const override { return base_->classes(); }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  int64_t count_;
 };
 
 // A dataset over two tensors: sample i is (images[i], labels[i]).

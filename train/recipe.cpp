@@ -71,6 +71,7 @@ void validate(const TrainConfig& c) {
   EMBER_CHECK(std::find(names.begin(), names.end(), c.model) != names.end(), "unknown model '", c.model,
               "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");
   EMBER_CHECK(c.eval_every >= 1, "--eval-every must be at least 1, got ", c.eval_every);
+  EMBER_CHECK(c.eval_limit >= 0, "--eval-limit must be 0 (all) or a positive count, got ", c.eval_limit);
   EMBER_CHECK(c.max_steps == -1 || c.max_steps >= 1, "--max-steps must be at least 1, got ", c.max_steps);
   EMBER_CHECK(c.threads >= 0, "--threads must be non-negative, got ", c.threads);
   EMBER_CHECK(c.workers >= 0, "--workers must be non-negative, got ", c.workers);

@@ -99,6 +99,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"save", c.save_dir},
               {"resume", c.resume_dir},
               {"eval_every", c.eval_every},
+              {"eval_limit", c.eval_limit},
               {"init_weights", c.init_weights},
               {"save_weights", c.save_weights},
               {"max_steps", c.max_steps},
@@ -257,7 +258,9 @@ TrainSummary run_training(TrainConfig cfg) {
     train_options.seed = cfg.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank);
   }
   data::DataLoader loader(d.train, train_options);
-  data::DataLoader test_loader(d.test, {.batch_size = 256, .transform = make_eval_transform(d)});
+  std::shared_ptr<const data::Dataset> test_set = d.test;
+  if (cfg.eval_limit > 0) test_set = std::make_shared<data::PrefixDataset>(d.test, cfg.eval_limit);
+  data::DataLoader test_loader(test_set, {.batch_size = 256, .transform = make_eval_transform(d)});
   const int64_t steps_per_epoch = loader.size();
 
   // Model: the same seed gives the same initial weights.

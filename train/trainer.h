@@ -56,6 +56,7 @@ struct TrainConfig {
   std::string save_dir;
   std::string resume_dir;
   int eval_every = 1;  // evaluate on the test set every N epochs (and after the last)
+  int64_t eval_limit = 0;  // evaluate on the first N test images only (0: all of them)
   std::string init_weights;
   std::string save_weights;
   int64_t max_steps = -1;  // stop after this many optimizer steps in total (checkpoint saved)

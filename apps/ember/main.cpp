@@ -54,6 +54,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--save", c.save_dir, "checkpoint directory (last and best every epoch)");
   app.add_option("--resume", c.resume_dir, "continue the run saved in this checkpoint directory");
   app.add_option("--eval-every", c.eval_every, "evaluate on the test set every N epochs")->capture_default_str();
+  app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test images only (0: all)")
+      ->capture_default_str();
   app.add_option("--init-weights", c.init_weights, "start from these weights (.safetensors, PyTorch names)");
   app.add_option("--save-weights", c.save_weights, "write the final weights here (.safetensors)");
   app.add_option("--max-steps", c.max_steps, "stop after N optimizer steps in total");

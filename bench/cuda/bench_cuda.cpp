@@ -93,7 +93,7 @@ void conv(int64_t n, int64_t c, int64_t hw) {
   Tensor x = randn({n, c, hw, hw}, {.device = dev});
   Tensor w = randn({c, c, 3, 3}, {.device = dev, .requires_grad = true});
   const double t = timed(5, [&] {
-    Tensor y = conv2d(x, w, Tensor(), {.padding = 1});
+    Tensor y = conv2d(x, w, Tensor(), {.padding = {1, 1}});
     sum(y).backward();
   });
   const double flop = 3 * 2.0 * n * c * c * 9 * hw * hw;  // forward + two backward passes
