@@ -69,6 +69,13 @@ class PrefixDataset : public Dataset {
       EMBER_CHECK(i >= 0 && i < count_, "PrefixDataset: index ", i, " out of range [0, ", count_, ")");
     return base_->get_batch(indices);
   }
+  // Forwarded, so a prefix of an image dataset keeps its per-sample loading (data/image_dataset.h).
+  Batch load_transformed(std::span<const int64_t> indices, const AnyTransform& transform, uint64_t seed,
+                         int64_t epoch) const override {
+    for (int64_t i : indices)
+      EMBER_CHECK(i >= 0 && i < count_, "PrefixDataset: index ", i, " out of range [0, ", count_, ")");
+    return base_->load_transformed(indices, transform, seed, epoch);
+  }
   const std::vector<std::string>& classes() const override { return base_->classes(); }
 
  private:

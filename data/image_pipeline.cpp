@@ -150,10 +150,9 @@ void horizontal_row(const uint8_t* row, int64_t ps, uint8_t* dst, const FixedTap
 }
 
 // One row of the vertical pass: k consecutive rows of `first` (row stride n) weighted and summed,
-// column by column (vectorized; an AVX2 clone is picked at run time where the CPU has it).
-__attribute__((target_clones("avx2", "default"))) void vertical_row(const uint8_t* first, int64_t n,
-                                                                  const int32_t* k, int64_t taps, int32_t* acc,
-                                                                  uint8_t* out) {
+// column by column (the loops vectorize).
+__attribute__((always_inline)) inline void vertical_row_body(const uint8_t* first, int64_t n, const int32_t* k,
+                                                             int64_t taps, int32_t* acc, uint8_t* out) {
   for (int64_t x = 0; x < n; ++x) acc[x] = kHalf;
   for (int64_t q = 0; q < taps; ++q) {
     const uint8_t* r = first + q * n;
@@ -162,6 +161,26 @@ __attribute__((target_clones("avx2", "default"))) void vertical_row(const uint8_
     for (int64_t x = 0; x < n; ++x) acc[x] += int32_t{r[x]} * kq;
   }
   for (int64_t x = 0; x < n; ++x) out[x] = detail::clip8(acc[x]);
+}
+
+__attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* first, int64_t n, const int32_t* k, int64_t taps,
+                                                       int32_t* acc, uint8_t* out) {
+  vertical_row_body(first, n, k, taps, acc, out);
+}
+
+void vertical_row_baseline(const uint8_t* first, int64_t n, const int32_t* k, int64_t taps, int32_t* acc,
+                           uint8_t* out) {
+  vertical_row_body(first, n, k, taps, acc, out);
+}
+
+// The AVX2 version where the CPU has it. A plain run-time check, not an ifunc (target_clones): an
+// ifunc resolver runs before the sanitizer runtimes start, and crashed every TSan binary.
+void vertical_row(const uint8_t* first, int64_t n, const int32_t* k, int64_t taps, int32_t* acc, uint8_t* out) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2)
+    vertical_row_avx2(first, n, k, taps, acc, out);
+  else
+    vertical_row_baseline(first, n, k, taps, acc, out);
 }
 
 // Table lookup of one output row: output column ox shows value ox + shift (zero outside

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <cmath>
 
 #include <ember/ember.h>
 #include <ember/io/safetensors.h>
@@ -133,6 +134,11 @@ TEST_CASE("train on an ImageFolder tree: --val tree, cache, bad files", "[train]
   CHECK(s.epochs.size() == 2);
   REQUIRE(fs::is_directory(cache));
   CHECK(std::distance(fs::directory_iterator(cache), fs::directory_iterator{}) == 2);  // train and val caches
+  // --eval-limit: a prefix of the validation tree, still loaded image by image.
+  train::TrainConfig limited = c;
+  limited.epochs = 1;
+  limited.eval_limit = 4;
+  CHECK(!std::isnan(train::run_training(limited).test_acc));
 
   // A corrupt file: an error naming it, or, with --skip-bad-images, left out.
   std::ofstream(root / "red" / "broken.jpg") << "not a jpeg";
