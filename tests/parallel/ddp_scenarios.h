@@ -95,13 +95,15 @@ struct DdpRun {
 // The same training with DDP: rank r starts from seed + r (the wrapper must broadcast rank 0's
 // weights), trains on its shard, and weights its loss by world * local / global so the averaged
 // gradient is the full-batch mean gradient even for uneven shards.
+// `device`: where this rank's replica and shard live (the CPU, or e.g. cuda:rank).
 inline DdpRun train_ddp(std::shared_ptr<parallel::Communicator> comm, DType dt, int steps, int64_t n, uint64_t seed,
-                        int64_t bucket_cap_bytes) {
+                        int64_t bucket_cap_bytes, Device device = Device::cpu()) {
   const int rank = comm->rank(), world = comm->world_size();
   auto m = make_model(seed + static_cast<uint64_t>(rank), dt);
+  m->to(device);
   const Batch b = make_batch(n, dt, seed + 1000);
   const auto [lo, hi] = shard(n, rank, world);
-  const Tensor x = b.x.narrow(0, lo, hi - lo), y = b.y.narrow(0, lo, hi - lo);
+  const Tensor x = b.x.narrow(0, lo, hi - lo).to(device), y = b.y.narrow(0, lo, hi - lo).to(device);
   DdpRun run;
   parallel::DistributedDataParallel ddp(*m, comm, {.bucket_cap_bytes = bucket_cap_bytes,
                                                    .on_event = [&](const parallel::DDPEvent& e) { run.events.push_back(e); }});
