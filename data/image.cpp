@@ -382,20 +382,28 @@ int tiff_on_error(TIFF*, void* user, const char* module, const char* fmt, va_lis
 }
 int tiff_on_warning(TIFF*, void*, const char*, const char*, va_list) { return 1; }
 
-RgbImage decode_tiff(std::span<const uint8_t> bytes, const std::string& name, int64_t max_pixels) {
-  TiffMemory mem{bytes, 0, {}};
+using TiffHandle = std::unique_ptr<TIFF, void (*)(TIFF*)>;
+
+// Opens the in-memory TIFF `mem` (its errors are collected in mem.error, which must outlive the
+// handle) and reads the size of its first directory.
+TiffHandle open_tiff(TiffMemory& mem, const std::string& name, uint32_t& w, uint32_t& h) {
   std::unique_ptr<TIFFOpenOptions, void (*)(TIFFOpenOptions*)> opts(TIFFOpenOptionsAlloc(), &TIFFOpenOptionsFree);
   EMBER_CHECK(opts != nullptr, name, ": out of memory opening TIFF");
   TIFFOpenOptionsSetErrorHandlerExtR(opts.get(), &tiff_on_error, &mem);
   TIFFOpenOptionsSetWarningHandlerExtR(opts.get(), &tiff_on_warning, &mem);
-  std::unique_ptr<TIFF, void (*)(TIFF*)> tif(
-      TIFFClientOpenExt(name.c_str(), "rm", &mem, &tiff_read, &tiff_write, &tiff_seek, &tiff_close, &tiff_size,
-                        &tiff_map, &tiff_unmap, opts.get()),
-      &TIFFClose);
+  TiffHandle tif(TIFFClientOpenExt(name.c_str(), "rm", &mem, &tiff_read, &tiff_write, &tiff_seek, &tiff_close,
+                                   &tiff_size, &tiff_map, &tiff_unmap, opts.get()),
+                 &TIFFClose);
   EMBER_CHECK(tif != nullptr, name, ": corrupt TIFF (", mem.error, ")");
-  uint32_t w = 0, h = 0;
   EMBER_CHECK(TIFFGetField(tif.get(), TIFFTAG_IMAGEWIDTH, &w) == 1 && TIFFGetField(tif.get(), TIFFTAG_IMAGELENGTH, &h) == 1,
               name, ": TIFF without image size");
+  return tif;
+}
+
+RgbImage decode_tiff(std::span<const uint8_t> bytes, const std::string& name, int64_t max_pixels) {
+  TiffMemory mem{bytes, 0, {}};
+  uint32_t w = 0, h = 0;
+  const TiffHandle tif = open_tiff(mem, name, w, h);
   check_dims(name, "TIFF", h, w, max_pixels);
   std::vector<uint32_t> raster(static_cast<size_t>(w) * h);
   char why[1024] = "";
@@ -526,18 +534,8 @@ namespace {
 // The TIFF's first directory's size, from its tags.
 ImageInfo probe_tiff(std::span<const uint8_t> bytes, const std::string& name) {
   TiffMemory mem{bytes, 0, {}};
-  std::unique_ptr<TIFFOpenOptions, void (*)(TIFFOpenOptions*)> opts(TIFFOpenOptionsAlloc(), &TIFFOpenOptionsFree);
-  EMBER_CHECK(opts != nullptr, name, ": out of memory opening TIFF");
-  TIFFOpenOptionsSetErrorHandlerExtR(opts.get(), &tiff_on_error, &mem);
-  TIFFOpenOptionsSetWarningHandlerExtR(opts.get(), &tiff_on_warning, &mem);
-  std::unique_ptr<TIFF, void (*)(TIFF*)> tif(
-      TIFFClientOpenExt(name.c_str(), "rm", &mem, &tiff_read, &tiff_write, &tiff_seek, &tiff_close, &tiff_size,
-                        &tiff_map, &tiff_unmap, opts.get()),
-      &TIFFClose);
-  EMBER_CHECK(tif != nullptr, name, ": corrupt TIFF (", mem.error, ")");
   uint32_t w = 0, h = 0;
-  EMBER_CHECK(TIFFGetField(tif.get(), TIFFTAG_IMAGEWIDTH, &w) == 1 && TIFFGetField(tif.get(), TIFFTAG_IMAGELENGTH, &h) == 1,
-              name, ": TIFF without image size");
+  const TiffHandle tif = open_tiff(mem, name, w, h);
   return {ImageFormat::tiff, w, h};
 }
 

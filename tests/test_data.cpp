@@ -23,25 +23,17 @@
 #include <ember/data/transforms.h>
 #include <ember/ember.h>
 
+#include "test_util.h"
+
 using namespace ember;
 namespace fs = std::filesystem;
 
 namespace {
 
 // A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("ember_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// Every temporary directory of this file: testing::TempDir with this file's prefix.
+struct TempDir : ember::testing::TempDir {
+  TempDir() : ember::testing::TempDir("ember_test_data") {}
 };
 
 void write_bytes(const fs::path& p, const std::vector<uint8_t>& bytes) {

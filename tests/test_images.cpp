@@ -46,21 +46,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("ember_test_images_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// Every temporary directory of this file: testing::TempDir with this file's prefix.
+struct TempDir : ember::testing::TempDir {
+  TempDir() : ember::testing::TempDir("ember_test_images") {}
 };
 
 void write_bytes(const fs::path& p, const std::vector<uint8_t>& bytes) {

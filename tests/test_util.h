@@ -5,7 +5,11 @@
 #include <catch2/catch.hpp>
 #include <ember/ember.h>
 
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <system_error>
+#include <unistd.h>
 #include <limits>
 #include <string>
 #include <utility>
@@ -72,6 +76,25 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 struct ThreadsGuard {
   int prev = get_num_threads();
   ~ThreadsGuard() { set_num_threads(prev); }
+};
+
+// A fresh, empty directory under the system temp dir, removed with everything in it at scope
+// end. Names carry a prefix, the process id and a counter, so parallel ctest runs never collide.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix) {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() /
+           (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
 };
 
 }  // namespace ember::testing
