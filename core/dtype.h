@@ -164,6 +164,20 @@ template <> struct dtype_of<bool> { static constexpr DType value = DType::boolea
     }                                                                       \
   } while (0)
 
+// The ordered arithmetic types (floats and integers; no f16/bf16, no bool): max/min/argmax.
+#define EMBER_DISPATCH_ORDERED(DTYPE, NAME, ...)                                                          \
+  do {                                                                                                    \
+    switch (DTYPE) {                                                                                      \
+      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                           \
+      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                          \
+      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                                         \
+      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                                         \
+      EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                                                          \
+      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32, float64, int32, " \
+                           "int64 or uint8)");                                                            \
+    }                                                                                                     \
+  } while (0)
+
 // Integral index types (i32, i64) for gather/scatter/index_select/labels.
 #define EMBER_DISPATCH_INDEX(DTYPE, NAME, ...)                                                  \
   do {                                                                                          \

@@ -13,19 +13,6 @@
 #include "../../core/error.h"
 #include "parallel.h"
 
-// The dtypes max/min/argmax accept: the arithmetic floats and the integer types.
-#define EMBER_DISPATCH_ORDERED(DTYPE, NAME, ...)                                                          \
-  do {                                                                                                    \
-    switch (DTYPE) {                                                                                      \
-      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                           \
-      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                          \
-      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                                         \
-      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                                         \
-      EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                                                          \
-      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32, float64, int32, " \
-                           "int64 or uint8)");                                                            \
-    }                                                                                                     \
-  } while (0)
 
 namespace ember::kernels::cpu {
 
