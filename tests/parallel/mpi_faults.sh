@@ -32,11 +32,13 @@ check kill "$work/kill.log" $rc $elapsed 60 "rank 1: step 1 done" \
 if grep -q "finished (unexpected)" "$work/kill.log"; then echo "FAIL kill: a survivor finished"; fail=1; fi
 
 # 2. A rank that stops without dying: the others' collective times out with an error naming
-#    their rank and the collective; abort_job then ends the job.
+#    their rank and the collective; abort_job then ends the job. Ranks 0 and 1 time out at about
+#    the same moment and the first one's MPI_Abort may kill the other before it prints, so one
+#    survivor's report (naming itself) is what can be asserted.
 run "$work/hang.log" "$mpiexec" -np 3 "$fault" hang
 check hang "$work/hang.log" $rc $elapsed 60 \
-  "ember_mpi_fault: rank 0: error: .*rank 0/3 \(mpi\): .*(all_reduce|broadcast|barrier) #[0-9]+.* failed: timed out" \
-  "ember_mpi_fault: rank 1: error: .*rank 1/3 \(mpi\)"
+  "ember_mpi_fault: rank ([01]): error: .*rank \1/3 \(mpi\): .*(all_reduce|broadcast|barrier) #[0-9]+.* failed: timed out"
+if grep -q "rank 2: error" "$work/hang.log"; then echo "FAIL hang: the stopped rank reported an error"; fail=1; fi
 
 # 3. A mismatched model on one rank (MPMD: rank 1 trains another model), with a checkpoint
 #    directory: both ranks report it; no checkpoint file appears.
