@@ -79,8 +79,11 @@ function(ember_add_simt_flavour target)
   file(GLOB _emulator CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/simt/*.cpp)
   ember_simt_cu_sources(${_cu})
   if(EMBER_SANITIZE STREQUAL "thread")
-    # The scheduler's own bookkeeping must be invisible to TSan (it annotates instead).
-    set_source_files_properties(${_emulator} PROPERTIES COMPILE_OPTIONS "-fno-sanitize=thread")
+    # The scheduler's own bookkeeping must be invisible to TSan (it annotates instead). The NCCL
+    # shim runs no fibers, and its ranks are real threads: TSan checks it like any other code.
+    set(_uninstrumented ${_emulator})
+    list(FILTER _uninstrumented EXCLUDE REGEX "/nccl_(shim|reduce)\\.cpp$")
+    set_source_files_properties(${_uninstrumented} PROPERTIES COMPILE_OPTIONS "-fno-sanitize=thread")
   endif()
   target_sources(${target} PRIVATE ${_cu} ${_emulator})
   ember_simt_compile_settings(${target})

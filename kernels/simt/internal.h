@@ -9,6 +9,8 @@
 //   grid.cpp         launch validation, fiber grids, flat grids on a thread pool
 //   memory.cpp       devices, device/pinned memory registries, copies, memsets, errors
 //   streams.cpp      streams, events, deferred execution (EMBER_SIMT_DEFER=1)
+//   nccl_shim.cpp    NCCL for ranks that are threads of this process (nccl_reduce.cpp: its
+//                    arithmetic); cublas_shim.cpp: the cuBLAS calls ember makes
 
 #include <cstdarg>
 #include <cstdint>
