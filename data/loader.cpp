@@ -194,7 +194,7 @@ namespace detail {
 class DeviceCopier {
  public:
 #if EMBER_CUDA_BACKEND
-  explicit DeviceCopier(Device device) : device_(device), stream_(device.index) {}
+  explicit DeviceCopier(Device device) : device_(device), stream_(device.index), ready_(device.index) {}
   Batch copy(const Batch& host) {
     const cuda::DeviceGuard guard(device_.index);
     const cuda::Stream compute = cuda::current_stream();

@@ -143,7 +143,10 @@ StreamHandle::~StreamHandle() {
   if (stream_) (void)cudaStreamDestroy(stream_);
 }
 
-Event::Event() { EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+Event::Event(int device) {
+  const DeviceGuard guard(device);
+  EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+}
 Event::~Event() {
   if (event_) (void)cudaEventDestroy(event_);
 }

@@ -114,10 +114,11 @@ class StreamHandle {
   int device_ = 0;
 };
 
-// An owned CUDA event (no timing): record on one stream, make another stream wait for it.
+// An owned CUDA event (no timing) of one device: record on a stream of that device, make another
+// stream (of any device) wait for it.
 class Event {
  public:
-  Event();
+  explicit Event(int device);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;

@@ -35,7 +35,7 @@ TEST_CASE("cuda: a copy on a side stream, ordered by an event", "[cuda][streams]
   const Device dev = Device::cuda(0);
   cuda::DeviceGuard guard(0);
   cuda::StreamHandle side(0);
-  cuda::Event ready;
+  cuda::Event ready(0);
   const Tensor host = full({4096}, 3.0, {.dtype = DType::f32}).pin_memory();
   Tensor dst;
   {
@@ -72,29 +72,33 @@ TEST_CASE("cuda: caching allocator statistics and empty_cache", "[cuda][allocato
 }
 
 TEST_CASE("cuda: the DataLoader delivers batches on the device through a copy stream", "[cuda][loader]") {
+  // cuda:1 too: the copy stream and its event must belong to the target device, whatever the
+  // calling thread's current device is (ember train under mpirun puts rank 1 on cuda:1).
+  REQUIRE(cuda_device_count() >= 2);
   const int64_t n = 37;
   Tensor images = arange(0, n * 3 * 4 * 4, 1, {.dtype = DType::f32}).reshape({n, 3, 4, 4});
   Tensor labels = arange(0, n, 1, {.dtype = DType::i64});
   auto dataset = std::make_shared<data::TensorDataset>(images, labels);
-  for (int workers : {0, 2}) {
-    const data::LoaderOptions host_opt{.batch_size = 8, .shuffle = true, .seed = 5, .num_workers = workers};
-    data::LoaderOptions dev_opt = host_opt;
-    dev_opt.device = Device::cuda(0);
-    dev_opt.pin_memory = data::PinMemory::on;
-    data::DataLoader host_loader(dataset, host_opt), dev_loader(dataset, dev_opt);
-    std::vector<data::Batch> expected;
-    for (auto& b : host_loader) expected.push_back({b.images.clone(), b.labels.clone()});
-    size_t i = 0;
-    for (auto& b : dev_loader) {
-      INFO("workers " << workers << " batch " << i);
-      REQUIRE(i < expected.size());
-      REQUIRE(b.images.device() == Device::cuda(0));
-      REQUIRE(b.labels.device() == Device::cuda(0));
-      // Used on the consumer's stream right away: the event orders it after the copy.
-      CHECK(sum(b.images).item() == sum(expected[i].images).item());
-      CHECK(b.labels.to_vector<int64_t>() == expected[i].labels.to_vector<int64_t>());
-      ++i;
+  for (int dev : {0, 1})
+    for (int workers : {0, 2}) {
+      const data::LoaderOptions host_opt{.batch_size = 8, .shuffle = true, .seed = 5, .num_workers = workers};
+      data::LoaderOptions dev_opt = host_opt;
+      dev_opt.device = Device::cuda(dev);
+      dev_opt.pin_memory = data::PinMemory::on;
+      data::DataLoader host_loader(dataset, host_opt), dev_loader(dataset, dev_opt);
+      std::vector<data::Batch> expected;
+      for (auto& b : host_loader) expected.push_back({b.images.clone(), b.labels.clone()});
+      size_t i = 0;
+      for (auto& b : dev_loader) {
+        INFO("cuda:" << dev << " workers " << workers << " batch " << i);
+        REQUIRE(i < expected.size());
+        REQUIRE(b.images.device() == Device::cuda(dev));
+        REQUIRE(b.labels.device() == Device::cuda(dev));
+        // Used on the consumer's stream right away: the event orders it after the copy.
+        CHECK(sum(b.images).item() == sum(expected[i].images).item());
+        CHECK(b.labels.to_vector<int64_t>() == expected[i].labels.to_vector<int64_t>());
+        ++i;
+      }
+      CHECK(i == expected.size());
     }
-    CHECK(i == expected.size());
-  }
 }
