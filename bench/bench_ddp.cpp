@@ -8,21 +8,24 @@
 // comm_wait_ms_per_step (time the end of backward waited for all-reduces: the communication
 // that did not overlap), comm_busy_ms_per_step (time the comm thread spent in collectives).
 //   ./build/bench/bench_ddp [--steps N] [--device cuda]
-// With --device cuda only the first two lines run (on the GPU): the 1-GPU DDP step against the
-// plain step, i.e. the wrapper's overhead (scripts/gpu-check.sh; PyTorch loses about 3%).
+// With --device cuda the first two lines run on the GPU, plus DDP over a one-rank NCCL
+// communicator: the 1-GPU DDP step against the plain step, i.e. the wrapper's overhead
+// (scripts/gpu-check.sh; PyTorch loses about 3%). `mpirun -np N bench_ddp --device cuda` runs one
+// GPU per process (NCCL where the build has it).
 // On a machine shared with other work, run it with OMP_WAIT_POLICY=passive: spinning OpenMP
 // workers on oversubscribed cores make the 2-thread baseline erratic (docs/distributed.md).
+
+#include <ember/ember.h>
+#include <ember/parallel/communicator.h>
+#include <ember/parallel/ddp.h>
+#include <ember/parallel/inprocess_communicator.h>
+#include <ember/parallel/nccl_communicator.h>
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ember/ember.h>
-#include <ember/parallel/communicator.h>
-#include <ember/parallel/ddp.h>
-#include <ember/parallel/inprocess_communicator.h>
 
 #include "bench_util.h"
 
@@ -103,10 +106,11 @@ int main(int argc, char** argv) {
     g_device = Device(device);
     const parallel::LaunchInfo li = parallel::detect_launch();
     if (li.world_size > 1) {
-      auto comm = parallel::init_from_env();
+      if (device == "cuda") g_device = Device::cuda(li.local_rank);  // one GPU per process
+      auto comm = parallel::init_from_env(g_device);
       set_num_threads(std::max(1, get_num_threads() / li.local_world_size));
       const Result r = run_rank(comm, true, steps);
-      if (comm->rank() == 0) print("mpi", comm->world_size(), get_num_threads(), true, r);
+      if (comm->rank() == 0) print(comm->backend().c_str(), comm->world_size(), get_num_threads(), true, r);
       return 0;
     }
     const int cores = get_num_threads();
@@ -116,7 +120,14 @@ int main(int argc, char** argv) {
       parallel::InProcessGroup one(1);
       print("inprocess", 1, cores, true, run_rank(one.communicator(0), true, steps));
     }
-    if (g_device.is_cuda()) return 0;  // one GPU: the wrapper's overhead only
+    if (g_device.is_cuda()) {
+      // One GPU: the wrapper's overhead, with NCCL as the transport a multi-GPU job uses.
+      if (parallel::nccl_built())
+        print(
+            "nccl", 1, cores, true,
+            run_rank(parallel::make_nccl_communicator(0, 1, g_device.index, parallel::nccl_unique_id()), true, steps));
+      return 0;
+    }
     set_num_threads(1);
     parallel::InProcessGroup group(2);
     std::vector<Result> results(2);

@@ -97,4 +97,17 @@ function(ember_add_cuda_flavour target)
     target_compile_definitions(${target} PRIVATE EMBER_HAVE_CUDNN=1)
   endif()
   target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas ${EMBER_CUDNN_LIBRARY})
+  # NCCL (parallel/nccl_communicator.cpp): optional; without it, data-parallel CUDA training goes
+  # through MPI with host staging.
+  find_path(EMBER_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_ROOT PATH_SUFFIXES include)
+  find_library(EMBER_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_ROOT
+               PATH_SUFFIXES lib lib64)
+  if(EMBER_NCCL_INCLUDE_DIR AND EMBER_NCCL_LIBRARY)
+    set(EMBER_WITH_NCCL ON PARENT_SCOPE)
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/parallel/nccl_communicator.cpp PROPERTIES
+      COMPILE_DEFINITIONS EMBER_NCCL=1 INCLUDE_DIRECTORIES ${EMBER_NCCL_INCLUDE_DIR})
+    target_link_libraries(${target} PRIVATE ${EMBER_NCCL_LIBRARY})
+  else()
+    message(STATUS "ember: NCCL not found (nccl.h and libnccl): no NCCL communicator in this build")
+  endif()
 endfunction()

@@ -86,6 +86,10 @@ function(ember_add_simt_flavour target)
     set_source_files_properties(${_uninstrumented} PROPERTIES COMPILE_OPTIONS "-fno-sanitize=thread")
   endif()
   target_sources(${target} PRIVATE ${_cu} ${_emulator})
+  # The NCCL communicator runs over the emulator's NCCL shim (kernels/simt/nccl_shim.cpp).
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/parallel/nccl_communicator.cpp PROPERTIES
+    COMPILE_DEFINITIONS EMBER_NCCL=1)
+  set(EMBER_WITH_NCCL ON PARENT_SCOPE)
   ember_simt_compile_settings(${target})
   target_link_libraries(${target} PRIVATE ${EMBER_BOOST_CONTEXT_LIBRARY})
 endfunction()

@@ -10,6 +10,8 @@
 #include "../core/error.h"
 #include "inprocess_communicator.h"
 #include "mpi_communicator.h"
+#include "nccl_communicator.h"
+#include "rendezvous.h"
 
 namespace ember::parallel {
 
@@ -154,6 +156,7 @@ double Communicator::busy_seconds() const {
 }
 
 std::shared_ptr<Work> Communicator::enqueue(Collective c) {
+  prepare(c);
   std::lock_guard<std::mutex> lock(mu_);
   EMBER_CHECK(!stopping_, who(), ": ", collective_name(c.header.kind), " on a communicator that is shutting down");
   c.header.sequence = next_sequence_++;
@@ -333,6 +336,39 @@ std::shared_ptr<Communicator> init_from_env() {
   EMBER_CHECK(mpi_built(), "launched by ", li.launcher, " as rank ", li.rank, " of ", li.world_size,
               " but this ember was built without MPI (install libopenmpi-dev and reconfigure with EMBER_MPI=ON)");
   return make_mpi_communicator(li);
+}
+
+std::shared_ptr<Communicator> init_from_env(Device device) {
+  const LaunchInfo li = detect_launch();
+  std::string backend = "auto";
+  if (const char* b = std::getenv("EMBER_DIST_BACKEND"); b != nullptr && *b != '\0') backend = b;
+  EMBER_CHECK(backend == "auto" || backend == "mpi" || backend == "nccl",
+              "EMBER_DIST_BACKEND must be mpi or nccl, got '", backend, "'");
+  if (li.world_size == 1) return InProcessGroup(1).communicator(0);
+  if (backend == "auto") backend = device.is_cuda() && nccl_built() && !nccl_is_shim() ? "nccl" : "mpi";
+  if (backend == "mpi") return init_from_env();
+
+  EMBER_CHECK(device.is_cuda(), "EMBER_DIST_BACKEND=nccl: NCCL reduces CUDA tensors, but this process trains on ",
+              device.str(), " (use --device cuda)");
+  EMBER_CHECK(nccl_built(), "EMBER_DIST_BACKEND=nccl: this ember was built without NCCL");
+  EMBER_CHECK(!nccl_is_shim(),
+              "EMBER_DIST_BACKEND=nccl: this is the SIMT flavour, whose NCCL shim joins threads of one "
+              "process only (tests); separate processes reduce through MPI (EMBER_DIST_BACKEND=mpi)");
+  // Rank 0 makes the unique id; every rank gets it through the launcher's channel.
+  std::vector<uint8_t> id = li.rank == 0 ? nccl_unique_id() : std::vector<uint8_t>(128);
+  if (li.launcher == "mpirun" || li.launcher == "slurm") {
+    EMBER_CHECK(mpi_built(), "launched by ", li.launcher, " as rank ", li.rank, " of ", li.world_size,
+                " but this ember was built without MPI, which shares NCCL's id under ", li.launcher,
+                " (install libopenmpi-dev, or launch torchrun-style with MASTER_ADDR/MASTER_PORT)");
+    std::shared_ptr<Communicator> mpi = make_mpi_communicator(li);
+    Tensor t = from_vector<uint8_t>(id);
+    mpi->broadcast(t, 0);
+    id = t.to_vector<uint8_t>();
+  } else {
+    const std::chrono::milliseconds timeout = default_timeout();
+    id = rendezvous_broadcast(li, "nccl-id", id, timeout);
+  }
+  return make_nccl_communicator(li.rank, li.world_size, device.index, id);
 }
 
 }  // namespace ember::parallel

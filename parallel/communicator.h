@@ -9,9 +9,10 @@
 //   work->wait();                                     // rethrows the collective's error, if any
 //
 // Implementations: MpiCommunicator (parallel/mpi_communicator.h; CPU clusters, CI), in-process
-// ranks (parallel/inprocess_communicator.h; threads sharing memory, for tests and the SIMT
-// flavour), and later NCCL for CUDA tensors. They differ only in `run()`, the blocking transport
-// of one collective; everything else (ordering, asynchrony, checks, timeouts) is here.
+// ranks (parallel/inprocess_communicator.h; threads sharing memory, for tests), and NCCL for CUDA
+// tensors (parallel/nccl_communicator.h; one process per GPU). They differ only in `run()`, the
+// blocking transport of one collective (and `prepare()`, what it captures at issue time);
+// everything else (ordering, asynchrony, checks, timeouts) is here.
 //
 // Note [Collectives: order, headers, failure]
 // * Order. Every rank must issue the same collectives in the same order (as in MPI and NCCL).
@@ -104,6 +105,9 @@ struct Collective {
   Tensor tensor;
   std::vector<Tensor> outputs;
   std::shared_ptr<Work> work;
+  // What the transport captured in the caller's thread at issue time (prepare()); NCCL: an event
+  // recorded on the caller's current stream.
+  std::shared_ptr<void> issued;
 };
 
 class Communicator {
@@ -149,6 +153,10 @@ class Communicator {
   // checks the headers, moves the data. Throws ember::Error on failure (the base adds the rank
   // and collective to the message and breaks the communicator).
   virtual void run(Collective& c) = 0;
+  // Called in the caller's thread when a collective is issued, before it is queued: checks that
+  // only this transport makes (ember::Error to the caller; the communicator stays healthy) and
+  // captures what run() needs from the caller's context into c.issued. Default: nothing.
+  virtual void prepare(Collective& c) {}
   // Stops the comm thread after the queued collectives ran (or failed); subclasses call it first
   // thing in their destructor, while their transport still exists.
   void shutdown();
@@ -199,6 +207,16 @@ bool mpi_built();
 // join them (built without MPI, or a torchrun-style environment: ember's CPU transport is MPI;
 // launch with mpirun/srun), or when MPI's view of the job disagrees with the launcher's.
 std::shared_ptr<Communicator> init_from_env();
+
+// The communicator for collectives on tensors of `device` (one device per process: cuda:<local
+// rank>). For a CUDA device in a build with a real NCCL: the NCCL communicator on that device,
+// its unique id made by rank 0 and shared through MPI_Bcast under mpirun/srun, else through the
+// rendezvous in the environment (MASTER_ADDR/MASTER_PORT or EMBER_RENDEZVOUS_FILE; torchrun-style
+// launches work this way). Otherwise (the CPU; a build without NCCL; the SIMT flavour, whose NCCL
+// shim joins only threads of one process) the same as init_from_env(): MPI, staging CUDA tensors
+// through the host. EMBER_DIST_BACKEND=mpi|nccl overrides the choice (nccl where it cannot work is
+// an ember::Error saying why).
+std::shared_ptr<Communicator> init_from_env(Device device);
 
 // Ends the whole job now with `code`: MPI_Abort when MPI is running with more than one process,
 // else returns without doing anything. For applications, after they printed an error that

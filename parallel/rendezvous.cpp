@@ -159,12 +159,22 @@ std::vector<uint8_t> rendezvous_broadcast(const LaunchInfo& li, const std::strin
   if (const char* file = env("EMBER_RENDEZVOUS_FILE"); file != nullptr && *file != '\0') {
     return file_broadcast_bytes(file, li.rank, li.world_size, key, payload, timeout);
   }
-  EMBER_CHECK(!li.master_addr.empty() && li.master_port > 0, "rendezvous '", key, "' (rank ", li.rank, " of ",
-              li.world_size, ", launcher ", li.launcher, "): no way to reach rank 0: ",
+  // Under torchrun itself MASTER_PORT is taken by torchrun's own TCP store: EMBER_RENDEZVOUS_PORT
+  // names another port for ember's.
+  int port = li.master_port;
+  if (const char* p = env("EMBER_RENDEZVOUS_PORT"); p != nullptr && *p != '\0') {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    EMBER_CHECK(end != p && *end == '\0' && v >= 1 && v <= 65535, "EMBER_RENDEZVOUS_PORT='", p,
+                "' is not a TCP port (1..65535)");
+    port = static_cast<int>(v);
+  }
+  EMBER_CHECK(!li.master_addr.empty() && port > 0, "rendezvous '", key, "' (rank ", li.rank, " of ", li.world_size,
+              ", launcher ", li.launcher, "): no way to reach rank 0: ",
               li.master_addr.empty() ? "MASTER_ADDR is not set" : "MASTER_PORT is not set",
               "; set MASTER_ADDR and MASTER_PORT (rank 0's host and a free TCP port there) or "
               "EMBER_RENDEZVOUS_FILE=<a path on a file system every rank sees>");
-  return tcp_broadcast_bytes(li.master_addr, li.master_port, li.rank, li.world_size, key, payload, timeout);
+  return tcp_broadcast_bytes(li.master_addr, port, li.rank, li.world_size, key, payload, timeout);
 }
 
 }  // namespace ember::parallel

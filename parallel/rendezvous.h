@@ -62,7 +62,8 @@ std::vector<uint8_t> file_broadcast_bytes(const std::string& path, int rank, int
                                           const std::vector<uint8_t>& payload, std::chrono::milliseconds timeout);
 
 // Picks the transport from the environment: EMBER_RENDEZVOUS_FILE=<path> → file; else
-// li.master_addr + li.master_port (MASTER_ADDR/MASTER_PORT) → TCP; else an ember::Error naming the
+// li.master_addr + li.master_port (MASTER_ADDR/MASTER_PORT; EMBER_RENDEZVOUS_PORT overrides the
+// port — under torchrun itself MASTER_PORT is its own store's) → TCP; else an ember::Error naming the
 // variables to set. Uses li.rank / li.world_size; a world of one needs no variable. `env` is for
 // tests (default: std::getenv).
 std::vector<uint8_t> rendezvous_broadcast(const LaunchInfo& li, const std::string& key,

@@ -386,6 +386,17 @@ TEST_CASE("rendezvous: rendezvous_broadcast picks the file, else MASTER_ADDR/MAS
   });
   for (auto& [r, res] : results) CHECK((res.error == "" && res.bytes == id));
 
+  // EMBER_RENDEZVOUS_PORT overrides MASTER_PORT (under torchrun, MASTER_PORT is its own store's).
+  const int other = free_port();
+  results = run_ranks({0, 1}, [&](int r) {
+    return rendezvous_broadcast(launch(r, "127.0.0.1", port), "nccl-id", r == 0 ? id : Bytes{}, 5s,
+                                env_of({{"EMBER_RENDEZVOUS_PORT", std::to_string(other)}}));
+  });
+  for (auto& [r, res] : results) CHECK((res.error == "" && res.bytes == id));
+  CHECK_THROWS_WITH(rendezvous_broadcast(launch(1, "127.0.0.1", port), "nccl-id", {}, 300ms,
+                                         env_of({{"EMBER_RENDEZVOUS_PORT", "70000"}})),
+                    Catch::Contains("EMBER_RENDEZVOUS_PORT='70000' is not a TCP port"));
+
   // Neither: an error naming the variables.
   CHECK_THROWS_WITH(rendezvous_broadcast(launch(1, "", 0), "nccl-id", {}, 300ms, env_of({})),
                     Catch::Contains("rendezvous 'nccl-id' (rank 1 of 2, launcher torchrun): no way to reach rank 0: "

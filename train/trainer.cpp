@@ -206,14 +206,18 @@ TrainSummary run_training(TrainConfig cfg) {
   const auto t_start = std::chrono::steady_clock::now();
   // One process, or one rank of an mpirun / srun job (docs/distributed.md).
   const parallel::LaunchInfo launch = parallel::detect_launch();
-  std::shared_ptr<parallel::Communicator> comm = parallel::init_from_env();
+  // One GPU per process: --device cuda (or auto on a GPU machine) means cuda:<local rank>, and the
+  // communicator reduces on that device (NCCL where the build has it; parallel::init_from_env).
+  if (launch.world_size > 1 && (cfg.device == "cuda" || (cfg.device == "auto" && Device::best().is_cuda())))
+    cfg.device = "cuda:" + std::to_string(launch.local_rank);
+  std::shared_ptr<parallel::Communicator> comm =
+      parallel::init_from_env(launch.world_size > 1 ? resolve_device(cfg.device) : Device::cpu());
   const int rank = comm->rank();
   cfg.world_size = comm->world_size();
   const bool distributed = cfg.world_size > 1;
   if (distributed) {
     // Ranks on one machine share its cores; only rank 0 talks.
     if (cfg.threads == 0) cfg.threads = std::max(1, get_num_threads() / std::max(1, launch.local_world_size));
-    if (cfg.device == "cuda") cfg.device = "cuda:" + std::to_string(launch.local_rank);
     if (rank != 0) {
       cfg.quiet = true;
       cfg.metrics_path.clear();

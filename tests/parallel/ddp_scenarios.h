@@ -148,10 +148,13 @@ inline size_t last_of(const std::vector<parallel::DDPEvent>& ev, parallel::DDPEv
 // no_sync accumulation over `micro` micro-batches, then one synchronized backward; returns the
 // gradients (which must equal the full-batch gradient of the sum of the micro-batch losses).
 inline std::vector<Tensor> no_sync_grads(std::shared_ptr<parallel::Communicator> comm, DType dt, int micro, int64_t n,
-                                         uint64_t seed) {
+                                         uint64_t seed, Device device = Device::cpu()) {
   const int rank = comm->rank(), world = comm->world_size();
   auto m = make_model(seed, dt, /*with_extra=*/true);  // extra: unused on every rank
-  const Batch b = make_batch(n, dt, seed + 1000);
+  m->to(device);
+  Batch b = make_batch(n, dt, seed + 1000);
+  b.x = b.x.to(device);
+  b.y = b.y.to(device);
   parallel::DistributedDataParallel ddp(*m, comm);
   // Rank r's micro-batch k: rows of shard(n, k * world + r, micro * world); each loss weighted so
   // the total is the mean over all n rows (times world, undone by DDP's average).
