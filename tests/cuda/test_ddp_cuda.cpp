@@ -17,7 +17,7 @@ using namespace ember;
 using namespace ember::parallel;
 using namespace ddp_test;
 
-TEST_CASE("cuda ddp: 2 in-process ranks on cuda:0 and cuda:1 equal full-batch CPU training", "[cuda][ddp]") {
+TEST_CASE("cuda ddp: 2 in-process ranks on cuda:0 and cuda:1 equal full-batch CPU training", "[cuda][ddp][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   const int steps = 3, world = 2;
   const int64_t n = 10;

@@ -2,26 +2,32 @@
 // device (the emulator's cuda:0 and cuda:1, with kernels/simt/nccl_shim.cpp as NCCL; on a GPU
 // build, real NCCL and as many GPUs as the machine has). Collectives against CPU-computed values,
 // header checks, timeouts, and DistributedDataParallel through NCCL equal to full-batch training.
-// Registered a third time with deferred streams ("cuda-defer:nccl"), where a missing stream
-// dependency (the comm stream not waiting for the caller's kernels) reads stale data.
+// Cases that need two devices carry [multi-gpu] (scripts/gpu-check.sh leaves them out on a
+// one-GPU machine and says so). Registered a third time with deferred streams ("cuda-defer:"),
+// where a missing stream dependency (the comm stream not waiting for the caller's kernels) reads
+// stale data.
+
+// clang-format off
+#include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
-#include <ember/ember.h>
-#include <ember/parallel/ddp.h>
-#include <ember/parallel/nccl_communicator.h>
-#include <ember/parallel/rendezvous.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <thread>
 
+#include <ember/ember.h>
+#include <ember/parallel/ddp.h>
+#include <ember/parallel/nccl_communicator.h>
+#include <ember/parallel/rendezvous.h>
+
 #include "../parallel/ddp_scenarios.h"
+// clang-format on
 
 using namespace ember;
 using namespace ember::parallel;
@@ -112,7 +118,18 @@ TEST_CASE("nccl: the build has a communicator and a unique id is 128 bytes", "[c
   CHECK(!nccl_version().empty());
 }
 
-TEST_CASE("nccl: all_reduce, broadcast, all_gather and barrier on 2 ranks equal the CPU's values", "[cuda][nccl]") {
+TEST_CASE("nccl: a world of one (a single GPU) reduces to itself", "[cuda][nccl]") {
+  REQUIRE(all_ok(run_nccl(1, [&](std::shared_ptr<Communicator> c) {
+    Tensor t = rank_data(0, {5}, DType::f32, Device::cuda(0));
+    c->all_reduce(t, ReduceOp::avg);
+    EXPECT(max_abs_diff(t, rank_data(0, {5}, DType::f64, Device::cpu())) == 0);
+    const std::vector<Tensor> g = c->all_gather(t);
+    EXPECT(g.size() == 1 && max_abs_diff(g[0], t) == 0);
+    c->barrier();
+  })));
+}
+
+TEST_CASE("nccl: all_reduce, broadcast, all_gather and barrier on 2 ranks equal the CPU's values", "[cuda][nccl][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   const int world = 2;
   std::vector<std::vector<std::string>> failures(world);
@@ -183,7 +200,7 @@ TEST_CASE("nccl: all_reduce, broadcast, all_gather and barrier on 2 ranks equal 
 }
 
 TEST_CASE("nccl: the comm stream waits for the caller's kernels (a result produced just before the call)",
-          "[cuda][nccl]") {
+          "[cuda][nccl][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   // The tensor is written by kernels on the caller's stream right before all_reduce_async: with
   // deferred streams (cuda-defer:) those kernels have not run when the comm thread issues the
@@ -200,7 +217,7 @@ TEST_CASE("nccl: the comm stream waits for the caller's kernels (a result produc
   })));
 }
 
-TEST_CASE("nccl: mismatched collectives are an error on every rank naming both calls", "[cuda][nccl]") {
+TEST_CASE("nccl: mismatched collectives are an error on every rank naming both calls", "[cuda][nccl][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   const std::vector<std::string> errors = run_nccl(2, [&](std::shared_ptr<Communicator> c) {
     const Device dev = Device::cuda(c->rank());
@@ -215,7 +232,7 @@ TEST_CASE("nccl: mismatched collectives are an error on every rank naming both c
   }
 }
 
-TEST_CASE("nccl: a rank that stops calling makes the other time out, then fail at once", "[cuda][nccl]") {
+TEST_CASE("nccl: a rank that stops calling makes the other time out, then fail at once", "[cuda][nccl][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   std::string later;
   std::atomic<bool> rank0_done{false};
@@ -254,7 +271,7 @@ TEST_CASE("nccl: a rank that stops calling makes the other time out, then fail a
   CHECK(seconds < 30);
 }
 
-TEST_CASE("nccl: a tensor on another device is refused at issue time; the communicator stays usable", "[cuda][nccl]") {
+TEST_CASE("nccl: a tensor on another device is refused at issue time; the communicator stays usable", "[cuda][nccl][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   REQUIRE(all_ok(run_nccl(2, [&](std::shared_ptr<Communicator> c) {
     const int other = 1 - c->rank();
@@ -288,7 +305,7 @@ TEST_CASE("nccl: joining times out when a rank never comes", "[cuda][nccl]") {
   CHECK_THROWS_WITH(make_nccl_communicator(0, 1, 0, std::vector<uint8_t>(5)), Catch::Contains("128 bytes, got 5"));
 }
 
-TEST_CASE("nccl ddp: 2 ranks on cuda:0 and cuda:1 through NCCL equal full-batch CPU training", "[cuda][nccl][ddp]") {
+TEST_CASE("nccl ddp: 2 ranks on cuda:0 and cuda:1 through NCCL equal full-batch CPU training", "[cuda][nccl][ddp][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   const int steps = 3, world = 2;
   const int64_t n = 10;
@@ -318,7 +335,7 @@ TEST_CASE("nccl ddp: 2 ranks on cuda:0 and cuda:1 through NCCL equal full-batch 
   }
 }
 
-TEST_CASE("nccl ddp: no_sync accumulation through NCCL equals the large-batch gradient", "[cuda][nccl][ddp]") {
+TEST_CASE("nccl ddp: no_sync accumulation through NCCL equals the large-batch gradient", "[cuda][nccl][ddp][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   const int64_t n = 13;
   const std::vector<Tensor> ref = reference_grads(DType::f64, n, 5);
@@ -333,7 +350,7 @@ TEST_CASE("nccl ddp: no_sync accumulation through NCCL equals the large-batch gr
   }
 }
 
-TEST_CASE("nccl: the unique id travels by the TCP rendezvous (torchrun-style) and the ranks join", "[cuda][nccl]") {
+TEST_CASE("nccl: the unique id travels by the TCP rendezvous (torchrun-style) and the ranks join", "[cuda][nccl][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   // A free port: bind port 0 and read it back (the tiny race with other processes is acceptable).
   int port = 0;
