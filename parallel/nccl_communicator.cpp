@@ -129,7 +129,18 @@ class NcclCommunicator : public Communicator {
     if (comm_ != nullptr) {
       // Healthy: finalize (flushes nothing here: every collective was waited for), then destroy.
       // Broken: abort, which never waits for peers.
-      if (failure().empty() && ncclCommFinalize(comm_) == ncclSuccess) {
+      bool finalized = false;
+      if (failure().empty()) {
+        // Non-blocking: ncclCommFinalize may answer ncclInProgress; wait (bounded) until it is done.
+        try {
+          const double timeout_s = static_cast<double>(timeout().count()) / 1000.0;
+          issue(comm_, ncclCommFinalize(comm_), "ncclCommFinalize", Clock::now() + timeout(), timeout_s);
+          finalized = true;
+        } catch (const Error&) {
+          // fall through to abort: a destructor reports nothing
+        }
+      }
+      if (finalized) {
         ncclCommDestroy(comm_);
       } else {
         ncclCommAbort(comm_);
