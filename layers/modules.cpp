@@ -111,21 +111,34 @@ BatchNorm2d::BatchNorm2d(int64_t n, BatchNormOptions opt) : num_features(n), opt
 Tensor BatchNorm2d::forward(const Tensor& x) {
   EMBER_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d: expected input (N, ", num_features,
               ", H, W), got ", describe(x));
+  // The replacement (set_training_function) runs in training mode only: in eval mode without
+  // running statistics the batch's own statistics normalize it, as in PyTorch.
+  auto normalize = [&](const Tensor& rm, const Tensor& rv, bool training) {
+    if (is_training() && training_fn_)
+      return training_fn_(x, rm, rv, weight, bias, training, options.momentum, options.eps);
+    return batch_norm(x, rm, rv, weight, bias, training, options.momentum, options.eps);
+  };
   if (!options.track_running_stats) {
     // No running statistics: always normalize with the batch's own.
-    return batch_norm(x, Tensor(), Tensor(), weight, bias, /*training=*/true, options.momentum, options.eps);
+    return normalize(Tensor(), Tensor(), /*training=*/true);
   }
   if (is_training()) {
     // An integer buffer: counted on the host (one scalar per step).
     num_batches_tracked.fill_(num_batches_tracked.item() + 1);
   }
-  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), options.momentum, options.eps);
+  return normalize(running_mean, running_var, is_training());
+}
+
+void BatchNorm2d::set_training_function(BatchNormFunction fn, std::string label) {
+  training_fn_ = std::move(fn);
+  training_label_ = training_fn_ ? std::move(label) : std::string();
 }
 
 std::string BatchNorm2d::extra_repr() const {
   std::ostringstream os;
   os << num_features << ", eps=" << options.eps << ", momentum=" << options.momentum
      << ", affine=" << (options.affine ? "True" : "False");
+  if (!training_label_.empty()) os << ", " << training_label_;
   return os.str();
 }
 

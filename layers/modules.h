@@ -3,6 +3,7 @@
 // and default initialization (kaiming_uniform with a = sqrt(5) for weights, U(±1/sqrt(fan_in))
 // for biases; BatchNorm weight 1, bias 0).
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -54,6 +55,12 @@ struct BatchNormOptions {
   bool affine = true;
   bool track_running_stats = true;
 };
+// What a BatchNorm2d calls to normalize: ember::batch_norm's signature and contract
+// (layers/nn_functional.h).
+using BatchNormFunction =
+    std::function<Tensor(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                         const Tensor& bias, bool training, double momentum, double eps)>;
+
 // Per-channel batch normalization of (N, C, H, W). Buffers: running_mean, running_var,
 // num_batches_tracked (int64), as PyTorch.
 class BatchNorm2d : public Module {
@@ -65,6 +72,19 @@ class BatchNorm2d : public Module {
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   int64_t num_features;
   BatchNormOptions options;
+
+  // Training-mode forward calls `fn` instead of batch_norm; eval mode always calls batch_norm.
+  // This is how parallel::convert_sync_batchnorm makes the BatchNorm2d layers of a model compute
+  // their statistics over every rank's batch: models hold them as members, which cannot be
+  // swapped for another type (parallel/sync_batchnorm.h). `fn` keeps batch_norm's contract and is
+  // given this module's tensors at every call (so to() and load_state_dict() keep working);
+  // `label` is shown by str(). An empty fn restores batch_norm.
+  void set_training_function(BatchNormFunction fn, std::string label);
+  const std::string& training_function_label() const { return training_label_; }
+
+ private:
+  BatchNormFunction training_fn_;
+  std::string training_label_;
 };
 
 class ReLU : public Module {

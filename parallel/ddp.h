@@ -45,7 +45,12 @@
 // * no_sync(): inside the guard, backward only accumulates local gradients; the first backward
 //   after it all-reduces the accumulated sums (gradient accumulation, as in PyTorch).
 // * Buffers (BatchNorm running stats) are broadcast from rank 0 at construction and at every
-//   forward in training mode (broadcast_buffers), so every rank evaluates with rank 0's.
+//   forward in training mode (broadcast_buffers), so every rank evaluates with rank 0's. With
+//   SyncBatchNorm (parallel/sync_batchnorm.h) the running statistics are computed from the
+//   global batch and are already the same on every rank: the per-forward broadcast is redundant
+//   but harmless, and broadcast_buffers = false skips it. The construction-time broadcast always
+//   runs (replicas must start equal). SyncBatchNorm's own all-reduces share the communicator's
+//   queue with the buckets; every rank issues both in the same order, as the graph is the same.
 // * A backward must follow a forward of this wrapper in training mode; a parameter receiving its
 //   gradient twice in one iteration (two backward calls without no_sync) is an ember::Error.
 // * Place the model on its device before wrapping (Module::to replaces the parameter tensors,

@@ -246,7 +246,8 @@ void save_checkpoint(const TrainConfig& cfg, const DataInfo& d, const nn::Module
                      {"skip_bad_images", cfg.skip_bad_images ? "1" : "0"},
                      {"in_channels", std::to_string(d.channels)},
                      {"image_size", std::to_string(d.image_size)},
-                     {"world_size", std::to_string(cfg.world_size)}};
+                     {"world_size", std::to_string(cfg.world_size)},
+                     {"sync_bn", cfg.sync_bn ? "1" : "0"}};
   st.class_names = d.classes;
   st.epoch = epochs_completed;
   st.step = step;
@@ -301,6 +302,7 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg) {
   cfg.image_size = std::stoll(get_or("image_size_option", "-1"));
   cfg.cache_dir = get_or("cache_dir", "");
   cfg.skip_bad_images = get_or("skip_bad_images", "0") == "1";
+  cfg.sync_bn = get_or("sync_bn", "0") == "1";
   // The loader position is per process: it means the same batches only with the same world size.
   const auto ws = m.find("world_size");
   const int saved_world = ws == m.end() ? 1 : std::stoi(ws->second);

@@ -24,6 +24,7 @@
 #include "../optim/optim.h"
 #include "../parallel/communicator.h"
 #include "../parallel/ddp.h"
+#include "../parallel/sync_batchnorm.h"
 #include "checkpoint.h"
 #include "report.h"
 
@@ -95,6 +96,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"device", resolve_device(c.device).str()},
               {"threads", get_num_threads()},
               {"world_size", c.world_size},
+              {"sync_bn", c.sync_bn},
               {"workers", c.workers},
               {"save", c.save_dir},
               {"resume", c.resume_dir},
@@ -291,6 +293,8 @@ TrainSummary run_training(TrainConfig cfg) {
     load_weights_into(*model, p.weights);
     restore_training_state(*resume_state, *optimizer, scheduler.get(), loader, step, start_epoch, best_acc);
   }
+  // Batch statistics over every rank's images (a model without BatchNorm is left as it is).
+  if (distributed && cfg.sync_bn) parallel::convert_sync_batchnorm(*model, comm);
   // Every rank checks that the others built the same model, then starts from rank 0's weights.
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   if (distributed) ddp = std::make_unique<parallel::DistributedDataParallel>(*model, comm);

@@ -64,8 +64,12 @@ struct TrainConfig {
   bool quiet = false;
   int64_t log_every = 1;  // metrics "step" events every N steps
 
-  // Data-parallel runs (mpirun / srun; docs/distributed.md): not options, filled by run_training
-  // from the launcher. batch_size stays per process: the global batch is batch_size * world_size.
+  // Data-parallel runs (mpirun / srun; docs/distributed.md).
+  // --sync-bn: BatchNorm layers normalize with the statistics of the global batch (every
+  // process's images; parallel::convert_sync_batchnorm). Nothing changes on one process.
+  bool sync_bn = false;
+  // Not options, filled by run_training from the launcher. batch_size stays per process: the
+  // global batch is batch_size * world_size.
   int world_size = 1;
 
   // Which fields the user set explicitly (for printing the recipe's choices).

@@ -63,6 +63,9 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_flag("--no-augment", [&c](int64_t) { c.augment = false; }, "no random crops or flips");
   app.add_option("--metrics", c.metrics_path, "write JSON-lines metrics here (docs/metrics.md)");
   app.add_option("--log-every", c.log_every, "metrics step events every N steps")->capture_default_str();
+  app.add_flag("--sync-bn", c.sync_bn,
+               "under mpirun/srun: BatchNorm statistics over every process's batch "
+               "(SyncBatchNorm); no effect on one process");
   app.add_flag("--quiet", c.quiet, "no progress output");
 }
 

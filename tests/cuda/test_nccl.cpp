@@ -27,23 +27,15 @@
 #include <ember/parallel/rendezvous.h>
 
 #include "../parallel/ddp_scenarios.h"
+#include "nccl_ranks.h"
 // clang-format on
 
 using namespace ember;
 using namespace ember::parallel;
 using namespace ddp_test;
+using namespace rank_test;
 
 namespace {
-
-using Fn = std::function<void(std::shared_ptr<Communicator>)>;
-
-// Catch's assertions are not thread-safe: code running on a rank's thread records failed
-// expectations with EXPECT, and run_nccl reports them as that rank's error.
-thread_local std::vector<std::string>* t_failed = nullptr;
-#define EXPECT(...)                                                                                  \
-  do {                                                                                               \
-    if (!(__VA_ARGS__)) t_failed->push_back("line " + std::to_string(__LINE__) + ": " #__VA_ARGS__); \
-  } while (0)
 
 // The message of what fn throws ("" when it does not).
 std::string error_of(const std::function<void()>& fn) {
@@ -55,44 +47,6 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Runs fn on `world` threads, rank r with an NCCL communicator on cuda:r (joined through one
-// unique id); returns each rank's error ("" for success). A rank's communicator is destroyed when
-// its fn returns.
-std::vector<std::string> run_nccl(int world, const Fn& fn,
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  const std::vector<uint8_t> id = nccl_unique_id();
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      std::vector<std::string> failed;
-      t_failed = &failed;
-      try {
-        std::shared_ptr<Communicator> c = make_nccl_communicator(r, world, r, id);
-        c->set_timeout(timeout);
-        fn(c);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-      for (const std::string& f : failed) errors[r] += (errors[r].empty() ? "failed: " : "; ") + f;
-      t_failed = nullptr;
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-bool all_ok(const std::vector<std::string>& errors) {
-  bool ok = true;
-  for (size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r].empty()) {
-      UNSCOPED_INFO("rank " << r << ": " << errors[r]);
-      ok = false;
-    }
-  }
-  return ok;
-}
 
 // Rank r's test data: values that differ per rank and per element.
 Tensor rank_data(int r, const Shape& shape, DType dt, Device d) {
