@@ -49,7 +49,7 @@ TEST_CASE("autograd: backward with an explicit gradient, and the non-scalar erro
   CHECK_THROWS_WITH((x * 1.0).backward(ones({3}, {.dtype = DType::f64})), Catch::Contains("gradient has shape (3,)"));
 }
 
-TEST_CASE("autograd: second backward through a freed graph is an error; retain_graph keeps it", "[autograd]") {
+TEST_CASE("autograd: second backward through a freed graph is an error, retain_graph keeps it", "[autograd]") {
   Tensor x = leaf({2});
   Tensor y = exp(x * x);
   y.backward();
@@ -99,7 +99,7 @@ TEST_CASE("autograd: retain_grad keeps a non-leaf's gradient", "[autograd]") {
   CHECK(!h2.grad().defined());  // not retained
 }
 
-TEST_CASE("autograd: tensor hooks see and may replace gradients; post-accumulate hooks fire", "[autograd]") {
+TEST_CASE("autograd: tensor hooks see and may replace gradients, post-accumulate hooks fire", "[autograd]") {
   Tensor x = leaf({1, 2});
   Tensor h = x * 2.0;
   VD seen;

@@ -229,7 +229,7 @@ TEST_CASE("launcher: rank and world size from mpirun, Slurm and torchrun-style e
   }
 }
 
-TEST_CASE("autograd: post-accumulate-grad hooks see the accumulated gradient; backward callbacks run last",
+TEST_CASE("autograd: post-accumulate-grad hooks see the accumulated gradient, backward callbacks run last",
           "[autograd][parallel]") {
   Tensor w = from_vector<double>({1, 2}, {.dtype = DType::f64, .requires_grad = true});
   Tensor v = from_vector<double>({3}, {.dtype = DType::f64, .requires_grad = true});

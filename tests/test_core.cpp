@@ -219,7 +219,7 @@ TEST_CASE("errors: ember::Error carries the op and the shapes", "[core]") {
   CHECK_THROWS_WITH(undefined.numel(), Catch::Contains("undefined tensor"));
 }
 
-TEST_CASE("cpu allocator: large blocks are cached and reused; empty_cache releases them", "[core]") {
+TEST_CASE("cpu allocator: large blocks are cached and reused, empty_cache releases them", "[core]") {
   CpuAllocator alloc;
   void* a = alloc.allocate(1 << 20);
   alloc.deallocate(a, 1 << 20);

@@ -183,7 +183,7 @@ TEST_CASE("idx: raw files with known values, every element type", "[data]") {
   CHECK(data::read_idx(dir.path / "empty").shape() == Shape{0, 28, 28});
 }
 
-TEST_CASE("idx: write_idx writes the hand-built bytes; gzip round-trips", "[data]") {
+TEST_CASE("idx: write_idx writes the hand-built bytes, gzip round-trips", "[data]") {
   TempDir dir;
   write_bytes(dir.path / "images", small_images_file());
   const Tensor images = data::read_idx(dir.path / "images");

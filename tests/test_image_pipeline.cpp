@@ -412,7 +412,7 @@ TEST_CASE("16-bit PGM and PPM decode, scaled to 8 bits (a fuzzer finding)", "[im
   CHECK(decode_image_bytes(file, "pgm16").shape() == Shape{3, 17, 23});
 }
 
-TEST_CASE("CMYK JPEGs decode through TurboJPEG; the fuzzer's corrupt one is an error", "[image_pipeline]") {
+TEST_CASE("CMYK JPEGs decode through TurboJPEG, the fuzzer's corrupt one is an error", "[image_pipeline]") {
   // A YCCK JPEG as libjpeg-turbo writes it from CMYK pixels (Adobe marker, inverted CMYK).
   const int w = 16, h = 8;
   std::vector<uint8_t> cmyk(static_cast<size_t>(w * h * 4));

@@ -253,7 +253,7 @@ TEST_CASE("decode_image: JPEG within tolerance, draft scaling picks the largest 
   }
 }
 
-TEST_CASE("decode_image: WebP lossless exact, lossy close; TIFF RGB, 16-bit and palette exact", "[images]") {
+TEST_CASE("decode_image: WebP lossless exact, lossy close, TIFF RGB, 16-bit and palette exact", "[images]") {
   TempDir tmp;
   const int w = 6, h = 4;
   const std::vector<uint8_t> px = pattern(w, h, 3);

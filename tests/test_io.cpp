@@ -103,7 +103,7 @@ std::vector<std::pair<std::string, Tensor>> every_dtype() {
 
 // ---- atomic files -----------------------------------------------------------------------------
 
-TEST_CASE("atomic write replaces the file; a writer that throws leaves the old file and no temp file", "[io]") {
+TEST_CASE("atomic write replaces the file, a writer that throws leaves the old file and no temp file", "[io]") {
   TempDir tmp;
   const std::string path = tmp.path("ckpt.bin");
   write_file_atomic(path, std::string_view("first version"));

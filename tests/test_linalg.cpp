@@ -184,7 +184,7 @@ TEST_CASE("gemm_batched: batch-parallel and BLAS-threaded paths match the refere
     }
 }
 
-TEST_CASE("mm: transposed views reach BLAS without a copy; other layouts are copied", "[linalg]") {
+TEST_CASE("mm: transposed views reach BLAS without a copy, other layouts are copied", "[linalg]") {
   NoGradGuard no_grad;
   Tensor a = randn({6, 4}), b = randn({6, 5});
   Tensor expected = mm(a.t().contiguous(), b);

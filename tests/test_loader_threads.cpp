@@ -227,7 +227,7 @@ TEST_CASE("loader threads: stats count batches and the time waited for them", "[
   }
 }
 
-TEST_CASE("loader threads: options are checked; pin_memory and device batches need a CUDA backend", "[data]") {
+TEST_CASE("loader threads: options are checked, pin_memory and device batches need a CUDA backend", "[data]") {
   const ProbeDataset ds({.n = 10});
   CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .num_workers = -1}), Catch::Contains("num_workers -1"));
   CHECK_THROWS_WITH(data::DataLoader(ds, {.batch_size = 2, .prefetch = 0}), Catch::Contains("prefetch 0"));

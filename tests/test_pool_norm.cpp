@@ -154,7 +154,7 @@ TEST_CASE("adaptive_avg_pool2d: 5 -> 3 cells overlap", "[pool]") {
   check_close_margin(vec(x.grad()), {0.5, 0.5 + 1.0 / 3, 1.0 / 3, 1.0 / 3 + 0.5, 0.5});
 }
 
-TEST_CASE("adaptive_avg_pool2d: 5x5 -> 3x3 is separable; global pooling is the mean", "[pool]") {
+TEST_CASE("adaptive_avg_pool2d: 5x5 -> 3x3 is separable, global pooling is the mean", "[pool]") {
   Tensor x = arange(25, {.dtype = DType::f64}).reshape({1, 5, 5});  // x = 5 h + w
   // Row cells average h to 0.5, 2, 3.5; column cells w likewise: out = 5 mean_h + mean_w.
   Tensor y = adaptive_avg_pool2d(x, {3, 3});
@@ -217,7 +217,7 @@ TEST_CASE("batch_norm: 4-D input matches the per-channel formula, float32 too", 
   check_close_margin(vec(y32), vec(y), 1e-5);
 }
 
-TEST_CASE("batch_norm: backward of sum(y) without affine is zero; grads for weight and bias", "[norm]") {
+TEST_CASE("batch_norm: backward of sum(y) without affine is zero, grads for weight and bias", "[norm]") {
   Tensor x = f64({1, 4, 2, 4, 3, 10, 0, 1}, {4, 2}, true);
   Tensor w = f64({2, 0.5}, {2}, true), b = f64({1, -1}, {2}, true);
   Tensor rm = zeros({2}, {.dtype = DType::f64}), rv = ones({2}, {.dtype = DType::f64});
@@ -294,7 +294,7 @@ TEST_CASE("dropout: backward multiplies by the same scaled mask", "[dropout]") {
   for (size_t i = 0; i < yv.size(); ++i) CHECK(gv[i] == Approx(yv[i] / xv[i]));
 }
 
-TEST_CASE("dropout: identity in eval or with p = 0; p = 1 drops everything; p is checked", "[dropout]") {
+TEST_CASE("dropout: identity in eval or with p = 0, p = 1 drops everything, p is checked", "[dropout]") {
   Tensor x = rand({3, 4});
   CHECK(dropout(x, 0.5, false).is_same(x));
   CHECK(dropout(x, 0.0, true).is_same(x));

@@ -140,7 +140,7 @@ TEST_CASE("gather: errors", "[shape]") {
              Contains("gather") && Contains("float64"));
 }
 
-TEST_CASE("scatter_add: PyTorch's example; x gets g, src gets gather(g)", "[shape]") {
+TEST_CASE("scatter_add: PyTorch's example, x gets g, src gets gather(g)", "[shape]") {
   // zeros(3, 5).scatter_add(0, [[0,1,2,0,0],[2,0,0,1,2]], ones(2, 5)): out[index[i][j]][j] += 1
   Tensor x = zeros({3, 5}, {.dtype = DType::f64, .requires_grad = true});
   Tensor src = ones({2, 5}, {.dtype = DType::f64, .requires_grad = true});
@@ -158,7 +158,7 @@ TEST_CASE("scatter_add: PyTorch's example; x gets g, src gets gather(g)", "[shap
   CHECK(vec(x.detach()) == std::vector<double>(15, 0.0));
 }
 
-TEST_CASE("scatter_add: repeated targets sum; src larger than index; integer dtype", "[shape]") {
+TEST_CASE("scatter_add: repeated targets sum, src larger than index, integer dtype", "[shape]") {
   Tensor x = i64({1, 1, 1}, {3});
   Tensor y = scatter_add(x, 0, i64({2, 2, 0}, {3}), i64({10, 20, 30, 99}, {4}));
   CHECK(y.to_vector<int64_t>() == std::vector<int64_t>{31, 1, 31});

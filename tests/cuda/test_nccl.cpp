@@ -225,7 +225,7 @@ TEST_CASE("nccl: a rank that stops calling makes the other time out, then fail a
   CHECK(seconds < 30);
 }
 
-TEST_CASE("nccl: a tensor on another device is refused at issue time; the communicator stays usable", "[cuda][nccl][multi-gpu]") {
+TEST_CASE("nccl: a tensor on another device is refused at issue time, the communicator stays usable", "[cuda][nccl][multi-gpu]") {
   REQUIRE(cuda_device_count() >= 2);
   REQUIRE(all_ok(run_nccl(2, [&](std::shared_ptr<Communicator> c) {
     const int other = 1 - c->rank();

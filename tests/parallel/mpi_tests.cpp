@@ -26,7 +26,7 @@ TEST_CASE("mpi: the launcher environment and MPI agree", "[mpi]") {
   CHECK(comm->world_size() >= 2);
 }
 
-TEST_CASE("mpi: all_reduce, broadcast, all_gather, barrier; non-contiguous and integer tensors", "[mpi]") {
+TEST_CASE("mpi: all_reduce, broadcast, all_gather, barrier, non-contiguous and integer tensors", "[mpi]") {
   auto comm = init_from_env();
   const int r = comm->rank();
   const double n = comm->world_size();
@@ -60,7 +60,7 @@ TEST_CASE("mpi: a mismatched collective is an error on every rank", "[mpi]") {
                                              Catch::Contains("rank " + std::to_string(comm->rank()) + "/"));
 }
 
-TEST_CASE("mpi: DDP after K steps equals full-batch training (f64 1e-6, f32 1e-5; 10 samples)", "[mpi][ddp]") {
+TEST_CASE("mpi: DDP after K steps equals full-batch training (f64 1e-6, f32 1e-5, 10 samples)", "[mpi][ddp]") {
   for (DType dt : {DType::f64, DType::f32}) {
     const std::vector<Tensor> ref = train_reference(dt, 3, 10, 7);
     for (int64_t cap : {int64_t{256}, int64_t{25} << 20}) {
