@@ -24,12 +24,12 @@ namespace ember {
 namespace {
 
 // A per-channel vector argument (weight, bias, running stats): undefined, or C elements.
-void check_channel_vector(const char* what, const Tensor& t, const Tensor& x, int64_t channels) {
+void check_channel_vector(const char* op, const char* what, const Tensor& t, const Tensor& x, int64_t channels) {
   if (!t.defined()) return;
-  EMBER_CHECK(t.dim() == 1 && t.numel() == channels, "batch_norm: ", what, " must have shape ", Shape{channels},
+  EMBER_CHECK(t.dim() == 1 && t.numel() == channels, op, ": ", what, " must have shape ", Shape{channels},
               " for input ", describe(x), ", got ", describe(t));
-  detail::check_same_device("batch_norm", x, t);
-  EMBER_CHECK(is_floating(t.dtype()), "batch_norm: ", what, " must be floating-point, got ", describe(t));
+  detail::check_same_device(op, x, t);
+  EMBER_CHECK(is_floating(t.dtype()), op, ": ", what, " must be floating-point, got ", describe(t));
 }
 
 // t (or undefined) as a contiguous tensor of dtype dt, cut from the graph.
@@ -39,21 +39,27 @@ void* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
 }  // namespace
 
+void detail::check_batch_norm_args(const char* op, const Tensor& x, const Tensor& running_mean,
+                                   const Tensor& running_var, const Tensor& weight, const Tensor& bias, double eps) {
+  EMBER_CHECK(x.dim() >= 2, op, ": expected an input of shape (N, C, ...), got ", describe(x));
+  check_floating(op, x);
+  const int64_t channels = x.size(1);
+  check_channel_vector(op, "weight", weight, x, channels);
+  check_channel_vector(op, "bias", bias, x, channels);
+  check_channel_vector(op, "running_mean", running_mean, x, channels);
+  check_channel_vector(op, "running_var", running_var, x, channels);
+  EMBER_CHECK(running_mean.defined() == running_var.defined(), op,
+              ": running_mean and running_var must both be given or both be undefined");
+  EMBER_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
+}
+
 Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
-  EMBER_CHECK(x0.dim() >= 2, "batch_norm: expected an input of shape (N, C, ...), got ", describe(x0));
-  detail::check_floating("batch_norm", x0);
+  detail::check_batch_norm_args("batch_norm", x0, running_mean, running_var, weight, bias, eps);
   const DType dt = x0.dtype();
   const int64_t channels = x0.size(1);
-  check_channel_vector("weight", weight, x0, channels);
-  check_channel_vector("bias", bias, x0, channels);
-  check_channel_vector("running_mean", running_mean, x0, channels);
-  check_channel_vector("running_var", running_var, x0, channels);
-  EMBER_CHECK(running_mean.defined() == running_var.defined(),
-              "batch_norm: running_mean and running_var must both be given or both be undefined");
   EMBER_CHECK(training || running_mean.defined(),
               "batch_norm: running_mean and running_var are required in eval mode (training = false)");
-  EMBER_CHECK(eps >= 0, "batch_norm: eps must be non-negative, got ", eps);
 
   kernels::cpu::BatchNormShape sh{x0.size(0), channels, 1};
   for (int d = 2; d < x0.dim(); ++d) sh.s *= x0.size(d);

@@ -57,6 +57,7 @@
 #include "../core/error.h"
 #include "../layers/elementwise.h"
 #include "../layers/nn_functional.h"
+#include "../layers/op_helpers.h"
 #include "../layers/reduce.h"
 #include "../layers/shape_ops.h"
 
@@ -78,16 +79,6 @@ Dims reduced_dims(int dims) {
   return d;
 }
 
-// A per-channel argument (weight, bias, running statistics): undefined, or C floating-point
-// values on x's device. Checked before the collective, so a bad argument fails on its own rank
-// with this message rather than as a mismatched collective.
-void check_channel_vector(const char* what, const Tensor& t, const Tensor& x, int64_t channels) {
-  if (!t.defined()) return;
-  EMBER_CHECK(t.dim() == 1 && t.numel() == channels && t.device() == x.device() && is_floating(t.dtype()),
-              "sync_batch_norm: ", what, " must be a floating-point tensor of shape ", Shape{channels}, " on ",
-              x.device().str(), " for input ", describe(x), ", got ", describe(t));
-}
-
 }  // namespace
 
 Tensor sync_batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
@@ -97,18 +88,12 @@ Tensor sync_batch_norm(const Tensor& x0, const Tensor& running_mean, const Tenso
   if (!training || comm->world_size() == 1)
     return batch_norm(x0, running_mean, running_var, weight, bias, training, momentum, eps);
 
-  EMBER_CHECK(x0.dim() >= 2 && x0.size(1) > 0, "sync_batch_norm: expected an input of shape (N, C, ...), got ",
-              describe(x0));
-  EMBER_CHECK(is_floating(x0.dtype()), "sync_batch_norm: expected a floating-point input, got ", describe(x0));
+  // Checked before the collective, so a bad argument fails on its own rank with this message
+  // rather than as a mismatched collective.
+  detail::check_batch_norm_args("sync_batch_norm", x0, running_mean, running_var, weight, bias, eps);
+  EMBER_CHECK(x0.size(1) > 0, "sync_batch_norm: expected at least one channel, got ", describe(x0));
   const DType dt = x0.dtype();
   const int64_t channels = x0.size(1);
-  check_channel_vector("weight", weight, x0, channels);
-  check_channel_vector("bias", bias, x0, channels);
-  check_channel_vector("running_mean", running_mean, x0, channels);
-  check_channel_vector("running_var", running_var, x0, channels);
-  EMBER_CHECK(running_mean.defined() == running_var.defined(),
-              "sync_batch_norm: running_mean and running_var must both be given or both be undefined");
-  EMBER_CHECK(eps >= 0, "sync_batch_norm: eps must be non-negative, got ", eps);
 
   const Tensor x = x0.detach().contiguous();
   const Shape cshape = channel_shape(channels, x.dim());
