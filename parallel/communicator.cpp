@@ -355,7 +355,7 @@ std::shared_ptr<Communicator> init_from_env(Device device) {
               "EMBER_DIST_BACKEND=nccl: this is the SIMT flavour, whose NCCL shim joins threads of one "
               "process only (tests); separate processes reduce through MPI (EMBER_DIST_BACKEND=mpi)");
   // Rank 0 makes the unique id; every rank gets it through the launcher's channel.
-  std::vector<uint8_t> id = li.rank == 0 ? nccl_unique_id() : std::vector<uint8_t>(128);
+  std::vector<uint8_t> id = li.rank == 0 ? nccl_unique_id() : std::vector<uint8_t>(kNcclUniqueIdBytes);
   if (li.launcher == "mpirun" || li.launcher == "slurm") {
     EMBER_CHECK(mpi_built(), "launched by ", li.launcher, " as rank ", li.rank, " of ", li.world_size,
                 " but this ember was built without MPI, which shares NCCL's id under ", li.launcher,

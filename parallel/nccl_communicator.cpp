@@ -23,6 +23,8 @@ namespace ember::parallel {
 
 #if EMBER_NCCL
 
+static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes, "ncclUniqueId changed size");
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -34,6 +34,7 @@
 // process, each on its own emulated device (tests, docs/simt.md). nccl_built() says whether this
 // build has a communicator at all; nccl_is_shim() whether it is the emulator's.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -49,7 +50,10 @@ bool nccl_is_shim();
 // NCCL's version as "2.28.9", or "" without NCCL.
 std::string nccl_version();
 
-// A fresh ncclUniqueId (128 bytes), made on rank 0 and given to every rank (MPI_Bcast, the
+// The size of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES), for code that ships it without nccl.h.
+constexpr size_t kNcclUniqueIdBytes = 128;
+
+// A fresh ncclUniqueId (kNcclUniqueIdBytes), made on rank 0 and given to every rank (MPI_Bcast, the
 // rendezvous in parallel/rendezvous.h, or shared memory for in-process ranks).
 std::vector<uint8_t> nccl_unique_id();
 

@@ -357,6 +357,19 @@ ncclResult_t ensure_ready(const char* fn, ncclComm& c, Use use) {
   return ensure_ready_locked(fn, c, use);
 }
 
+// ncclCommCount, ncclCommCuDevice, ncclCommUserRank: one int of a live, ready communicator.
+// `arg` names the output parameter as NCCL's warning does.
+template <class Get>
+ncclResult_t query(const char* fn, const ncclComm* handle, int* out, const char* arg, Get get) {
+  ncclResult_t r = ncclSuccess;
+  const std::shared_ptr<ncclComm> c = checked(fn, handle, &r);
+  if (c == nullptr) return r;
+  if (out == nullptr) return warn(ncclInvalidArgument, format("%s : %s argument is NULL", fn, arg));
+  if ((r = ensure_ready(fn, *c, Use::Query)) != ncclSuccess) return r;
+  *out = get(*c);
+  return ncclSuccess;
+}
+
 // ncclCommAbort and ncclCommDestroy: the rank leaves its clique (Note [Cliques and rounds]).
 ncclResult_t leave(const char* fn, ncclComm_t handle) {
   if (handle == nullptr) return ncclSuccess;  // as in NCCL
@@ -735,33 +748,15 @@ const char* ncclGetErrorString(ncclResult_t result) {
 const char* ncclGetLastError(ncclComm_t) { return tls_last_error.c_str(); }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  ncclResult_t r = ncclSuccess;
-  const std::shared_ptr<ncclComm> c = checked("ncclCommCount", comm, &r);
-  if (c == nullptr) return r;
-  if (count == nullptr) return warn(ncclInvalidArgument, "ncclCommCount : count argument is NULL");
-  if ((r = ensure_ready("ncclCommCount", *c, Use::Query)) != ncclSuccess) return r;
-  *count = c->nranks;
-  return ncclSuccess;
+  return query("ncclCommCount", comm, count, "count", [](const ncclComm& c) { return c.nranks; });
 }
 
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-  ncclResult_t r = ncclSuccess;
-  const std::shared_ptr<ncclComm> c = checked("ncclCommCuDevice", comm, &r);
-  if (c == nullptr) return r;
-  if (device == nullptr) return warn(ncclInvalidArgument, "ncclCommCuDevice : devid argument is NULL");
-  if ((r = ensure_ready("ncclCommCuDevice", *c, Use::Query)) != ncclSuccess) return r;
-  *device = c->device;
-  return ncclSuccess;
+  return query("ncclCommCuDevice", comm, device, "devid", [](const ncclComm& c) { return c.device; });
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  ncclResult_t r = ncclSuccess;
-  const std::shared_ptr<ncclComm> c = checked("ncclCommUserRank", comm, &r);
-  if (c == nullptr) return r;
-  if (rank == nullptr) return warn(ncclInvalidArgument, "ncclCommUserRank : rank argument is NULL");
-  if ((r = ensure_ready("ncclCommUserRank", *c, Use::Query)) != ncclSuccess) return r;
-  *rank = c->rank;
-  return ncclSuccess;
+  return query("ncclCommUserRank", comm, rank, "rank", [](const ncclComm& c) { return c.rank; });
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,

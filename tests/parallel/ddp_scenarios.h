@@ -145,6 +145,16 @@ inline size_t last_of(const std::vector<parallel::DDPEvent>& ev, parallel::DDPEv
   return at;
 }
 
+// The overlap DDP promises (Note [DDP buckets and overlap]): a bucket's all-reduce was launched
+// before the last gradient of the backward pass was ready, and the pass ended with
+// backward_finished. What each transport's overlap test asserts.
+inline bool overlapped(const std::vector<parallel::DDPEvent>& ev) {
+  const size_t first_launch = first_of(ev, parallel::DDPEventKind::bucket_launched);
+  const size_t last_ready = last_of(ev, parallel::DDPEventKind::grad_ready);
+  return last_ready < ev.size() && first_launch < last_ready &&
+         ev.back().kind == parallel::DDPEventKind::backward_finished;
+}
+
 // no_sync accumulation over `micro` micro-batches, then one synchronized backward; returns the
 // gradients (which must equal the full-batch gradient of the sum of the micro-batch losses).
 inline std::vector<Tensor> no_sync_grads(std::shared_ptr<parallel::Communicator> comm, DType dt, int micro, int64_t n,
