@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "../kernels/cpu/elementwise.h"
-#include "../layers/op_helpers.h"
 #include "autograd.h"
+#include "op_helpers.h"
 
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/elementwise.h"
@@ -267,8 +267,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
                        detail::operand(src, shape()));
   } else if (device() == src.device()) {
     EMBER_CUDA_CALL(device(), "copy_",
-                    kernels::cuda::copy(detail::iter_shape(shape()), dtype(), detail::operand(*this), src.dtype(),
-                                        detail::operand(src, shape())));
+                    kernels::gpu::copy(detail::iter_shape(shape()), dtype(), detail::operand(*this), src.dtype(),
+                                       detail::operand(src, shape())));
   } else {
     copy_across_devices(*this, src);
   }
@@ -278,13 +278,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace("fill_", *this);
-  switch (device().type) {
-    case DeviceType::CPU: kernels::cpu::fill(dtype(), detail::iter_shape(shape()), detail::operand(*this), value); break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(device(), "fill_",
-                      kernels::cuda::fill(dtype(), detail::iter_shape(shape()), detail::operand(*this), value));
-      break;
-  }
+  EMBER_KERNEL_CALL(device(), "fill_", fill, dtype(), detail::iter_shape(shape()), detail::operand(*this), value);
   bump_version();
   return *this;
 }
@@ -410,17 +404,8 @@ Tensor& inplace_binary(const char* op, Tensor& self, const Tensor& other, kernel
   EMBER_CHECK(broadcast_shapes(other.shape(), self.shape(), op) == self.shape(), op, ": operand of shape ",
               other.shape(), " cannot be broadcast to shape ", self.shape());
   Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());
-  switch (self.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::binary(bop, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
-                           detail::operand(self), detail::operand(o, self.shape()), alpha);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(self.device(), op,
-                      kernels::cuda::binary(bop, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
-                                            detail::operand(self), detail::operand(o, self.shape()), alpha));
-      break;
-  }
+  EMBER_KERNEL_CALL(self.device(), op, binary, bop, self.dtype(), detail::iter_shape(self.shape()),
+                    detail::operand(self), detail::operand(self), detail::operand(o, self.shape()), alpha);
   self.bump_version();
   return self;
 }
@@ -436,17 +421,8 @@ namespace {
 Tensor& inplace_unary(const char* op, Tensor& self, kernels::UnaryOp k, double alpha) {
   check_inplace(op, self);
   detail::check_floating(op, self);
-  switch (self.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::unary(k, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
-                          detail::operand(self), alpha);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(self.device(), op,
-                      kernels::cuda::unary(k, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
-                                           detail::operand(self), alpha));
-      break;
-  }
+  EMBER_KERNEL_CALL(self.device(), op, unary, k, self.dtype(), detail::iter_shape(self.shape()), detail::operand(self),
+                    detail::operand(self), alpha);
   self.bump_version();
   return self;
 }
@@ -458,18 +434,8 @@ Tensor& Tensor::mul_(double value) { return inplace_unary("mul_", *this, kernels
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
   check_inplace("clamp_", *this);
   detail::check_floating("clamp_", *this);
-  switch (device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::clamp(dtype(), detail::iter_shape(shape()), detail::operand(*this), detail::operand(*this),
-                          lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          device(), "clamp_",
-          kernels::cuda::clamp(dtype(), detail::iter_shape(shape()), detail::operand(*this), detail::operand(*this),
-                               lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0)));
-      break;
-  }
+  EMBER_KERNEL_CALL(device(), "clamp_", clamp, dtype(), detail::iter_shape(shape()), detail::operand(*this),
+                    detail::operand(*this), lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0));
   bump_version();
   return *this;
 }

@@ -2,8 +2,9 @@
 // (kernels/cpu/conv.h, Note [im2col]).
 
 #include "../kernels/cpu/conv.h"
+
+#include "../core/op_helpers.h"
 #include "nn_functional.h"
-#include "op_helpers.h"
 
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/conv.h"
@@ -83,10 +84,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     case DeviceType::CUDA:
       EMBER_CUDA_CALL(x.device(), "conv2d", {
         const void* b = bc.defined() ? bc.data() : nullptr;
-        if (kernels::cuda::cudnn::use_for_conv())
-          kernels::cuda::cudnn::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
+        if (kernels::gpu::cudnn::use_for_conv())
+          kernels::gpu::cudnn::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
         else
-          kernels::cuda::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
+          kernels::gpu::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
       });
       break;
   }
@@ -113,7 +114,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         break;
       case DeviceType::CUDA:
         EMBER_CUDA_CALL(gy.device(), "conv2d backward", {
-          namespace kc = kernels::cuda;
+          namespace kc = kernels::gpu;
           if (kc::cudnn::use_for_conv()) {
             if (need_x) kc::cudnn::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
             if (need_w) kc::cudnn::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());

@@ -5,9 +5,9 @@
 // below 1 - p. One call consumes ceil(numel / 4) Philox blocks of `gen`, on every device, so a
 // seed reproduces the same mask on the CPU and on a GPU.
 
+#include "../core/op_helpers.h"
 #include "elementwise.h"
 #include "nn_functional.h"
-#include "op_helpers.h"
 
 namespace ember {
 

@@ -3,8 +3,8 @@
 
 #include "elementwise.h"
 
+#include "../core/op_helpers.h"
 #include "../kernels/cpu/elementwise.h"
-#include "op_helpers.h"
 #include "reduce.h"
 
 #if EMBER_CUDA_BACKEND
@@ -61,33 +61,16 @@ Tensor binary_forward(BinaryOp op, const Tensor& a0, const Tensor& b0, double al
   const Shape shape = broadcast_shapes(a0.shape(), b0.shape(), name);
   const Tensor a = a0.to(dt), b = b0.to(dt);
   Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
-  switch (out.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::binary(op, dt, detail::iter_shape(shape), detail::operand(out), detail::operand(a, shape),
-                           detail::operand(b, shape), alpha);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(out.device(), name,
-                      kernels::cuda::binary(op, dt, detail::iter_shape(shape), detail::operand(out),
-                                            detail::operand(a, shape), detail::operand(b, shape), alpha));
-      break;
-  }
+  EMBER_KERNEL_CALL(out.device(), name, binary, op, dt, detail::iter_shape(shape), detail::operand(out),
+                    detail::operand(a, shape), detail::operand(b, shape), alpha);
   return out;
 }
 
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double alpha) {
   detail::check_floating(name, x);
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::unary(op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x), alpha);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), name,
-                      kernels::cuda::unary(op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(out),
-                                           detail::operand(x), alpha));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), name, unary, op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(out),
+                    detail::operand(x), alpha);
   return out;
 }
 
@@ -95,18 +78,8 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double alpha
 Tensor unary_backward(UnaryOp op, const char* name, const Tensor& g0, const Tensor& x, const Tensor& y, double alpha) {
   const Tensor g = g0.to(x.dtype());
   Tensor gi = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::unary_backward(op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(gi),
-                                   detail::operand(g, x.shape()), detail::operand(x), detail::operand(y), alpha);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          x.device(), name,
-          kernels::cuda::unary_backward(op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(gi),
-                                        detail::operand(g, x.shape()), detail::operand(x), detail::operand(y), alpha));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), name, unary_backward, op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(gi),
+                    detail::operand(g, x.shape()), detail::operand(x), detail::operand(y), alpha);
   return gi;
 }
 
@@ -211,20 +184,10 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1
         const Tensor av = ta.get().to(dt), bv = tb.get().to(dt), gv = g[0].to(dt);
         Tensor ga = need_a ? empty(shape, {.dtype = dt, .device = y.device()}) : Tensor();
         Tensor gb = need_b ? empty(shape, {.dtype = dt, .device = y.device()}) : Tensor();
-        switch (y.device().type) {
-          case DeviceType::CPU:
-            kernels::cpu::pow_backward(dt, detail::iter_shape(shape), need_a ? detail::operand(ga) : kernels::Operand{},
-                                       need_b ? detail::operand(gb) : kernels::Operand{}, detail::operand(gv, shape),
-                                       detail::operand(av, shape), detail::operand(bv, shape), detail::operand(y));
-            break;
-          case DeviceType::CUDA:
-            EMBER_CUDA_CALL(y.device(), "pow backward",
-                            kernels::cuda::pow_backward(
-                                dt, detail::iter_shape(shape), need_a ? detail::operand(ga) : kernels::Operand{},
-                                need_b ? detail::operand(gb) : kernels::Operand{}, detail::operand(gv, shape),
-                                detail::operand(av, shape), detail::operand(bv, shape), detail::operand(y)));
-            break;
-        }
+        EMBER_KERNEL_CALL(y.device(), "pow backward", pow_backward, dt, detail::iter_shape(shape),
+                          need_a ? detail::operand(ga) : kernels::Operand{},
+                          need_b ? detail::operand(gb) : kernels::Operand{}, detail::operand(gv, shape),
+                          detail::operand(av, shape), detail::operand(bv, shape), detail::operand(y));
         return std::vector<Tensor>{need_a ? fit(ga, sa, da) : Tensor(), need_b ? fit(gb, sb, db) : Tensor()};
       });
       break;
@@ -287,18 +250,8 @@ Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, "silu", "SiluBackw
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   detail::check_floating("clamp", x);
   Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::clamp(x.dtype(), detail::iter_shape(x.shape()), detail::operand(y), detail::operand(x),
-                          lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          x.device(), "clamp",
-          kernels::cuda::clamp(x.dtype(), detail::iter_shape(x.shape()), detail::operand(y), detail::operand(x),
-                               lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0)));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "clamp", clamp, x.dtype(), detail::iter_shape(x.shape()), detail::operand(y),
+                    detail::operand(x), lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0));
   if (any_requires_grad({&x})) {
     SavedTensor sx(x, "ClampBackward");
     record("ClampBackward", {x}, {y}, [=](const std::vector<Tensor>& g) {
@@ -322,17 +275,8 @@ Tensor compare_op(CompareOp op, const char* name, const Tensor& a0, const Tensor
   const Shape shape = broadcast_shapes(a0.shape(), b0.shape(), name);
   const Tensor a = a0.to(dt), b = b0.to(dt);
   Tensor out = empty(shape, {.dtype = DType::boolean, .device = a.device()});
-  switch (out.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::compare(op, dt, detail::iter_shape(shape), detail::operand(out), detail::operand(a, shape),
-                            detail::operand(b, shape));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(out.device(), name,
-                      kernels::cuda::compare(op, dt, detail::iter_shape(shape), detail::operand(out),
-                                             detail::operand(a, shape), detail::operand(b, shape)));
-      break;
-  }
+  EMBER_KERNEL_CALL(out.device(), name, compare, op, dt, detail::iter_shape(shape), detail::operand(out),
+                    detail::operand(a, shape), detail::operand(b, shape));
   return out;
 }
 Tensor compare_scalar(CompareOp op, const char* name, const Tensor& a, double b) {
@@ -359,31 +303,15 @@ Tensor ge(const Tensor& a, double b) { return compare_scalar(CompareOp::Ge, "ge"
 Tensor logical_not(const Tensor& x) {
   EMBER_CHECK(x.dtype() == DType::boolean, "logical_not: expected a bool tensor, got ", describe(x));
   Tensor out = empty(x.shape(), {.dtype = DType::boolean, .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::logical_not(detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          x.device(), "logical_not",
-          kernels::cuda::logical_not(detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x)));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "logical_not", logical_not, detail::iter_shape(x.shape()), detail::operand(out),
+                    detail::operand(x));
   return out;
 }
 
 Tensor isnan(const Tensor& x) {
   Tensor out = empty(x.shape(), {.dtype = DType::boolean, .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::isnan(x.dtype(), detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          x.device(), "isnan",
-          kernels::cuda::isnan(x.dtype(), detail::iter_shape(x.shape()), detail::operand(out), detail::operand(x)));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "isnan", isnan, x.dtype(), detail::iter_shape(x.shape()), detail::operand(out),
+                    detail::operand(x));
   return out;
 }
 
@@ -395,18 +323,8 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   const Shape shape = broadcast_shapes(cond.shape(), broadcast_shapes(a0.shape(), b0.shape(), "where"), "where");
   const Tensor a = a0.to(dt), b = b0.to(dt);
   Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
-  switch (out.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::where(dt, detail::iter_shape(shape), detail::operand(out), detail::operand(cond, shape),
-                          detail::operand(a, shape), detail::operand(b, shape));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          out.device(), "where",
-          kernels::cuda::where(dt, detail::iter_shape(shape), detail::operand(out), detail::operand(cond, shape),
-                               detail::operand(a, shape), detail::operand(b, shape)));
-      break;
-  }
+  EMBER_KERNEL_CALL(out.device(), "where", where, dt, detail::iter_shape(shape), detail::operand(out),
+                    detail::operand(cond, shape), detail::operand(a, shape), detail::operand(b, shape));
   if (any_requires_grad({&a0, &b0})) {
     const bool need_a = a0.requires_grad(), need_b = b0.requires_grad();
     const Shape sa = a0.shape(), sb = b0.shape();

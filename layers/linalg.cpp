@@ -12,9 +12,9 @@
 
 #include <vector>
 
+#include "../core/op_helpers.h"
 #include "../kernels/cpu/gemm.h"
 #include "elementwise.h"
-#include "op_helpers.h"
 #include "reduce.h"
 
 #if EMBER_CUDA_BACKEND
@@ -117,17 +117,8 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
       vc[i] = pc + i * n * m;
     }
     const int64_t ldc = std::max<int64_t>(1, m);
-    switch (out.device().type) {
-      case DeviceType::CPU:
-        kernels::cpu::gemm_batched(la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(), lb.ld, T(beta),
-                                   vc.data(), ldc, batch);
-        break;
-      case DeviceType::CUDA:
-        EMBER_CUDA_CALL(out.device(), op,
-                        kernels::cuda::gemm_batched(la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(),
-                                                    lb.ld, T(beta), vc.data(), ldc, batch));
-        break;
-    }
+    EMBER_KERNEL_CALL(out.device(), op, gemm_batched, la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(),
+                      lb.ld, T(beta), vc.data(), ldc, batch);
   });
 }
 

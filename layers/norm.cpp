@@ -10,10 +10,10 @@
 // backward, so a later update cannot invalidate a pending backward. In eval the running
 // statistics are copied at call time and normalization is an affine map of x.
 
+#include "../core/op_helpers.h"
 #include "../kernels/cpu/batchnorm.h"
 #include "elementwise.h"
 #include "nn_functional.h"
-#include "op_helpers.h"
 
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/batchnorm.h"
@@ -75,13 +75,7 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
     if (training) {
       mean = empty({channels}, {.dtype = dt, .device = x.device()});
       Tensor var = empty({channels}, {.dtype = dt, .device = x.device()});
-      switch (x.device().type) {
-        case DeviceType::CPU: kernels::cpu::batch_norm_stats(dt, sh, x.data(), mean.data(), var.data()); break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(x.device(), "batch_norm",
-                          kernels::cuda::batch_norm_stats(dt, sh, x.data(), mean.data(), var.data()));
-          break;
-      }
+      EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_stats, dt, sh, x.data(), mean.data(), var.data());
       invstd = rsqrt(add(var, eps));
       if (running_mean.defined()) {  // Note [Batch norm running statistics]
         Tensor rm = running_mean, rv = running_var;
@@ -96,17 +90,8 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
   }
 
   Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::batch_norm_apply(dt, sh, x.data(), mean.data(), invstd.data(), data_or_null(w), data_or_null(b),
-                                     y.data());
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), "batch_norm",
-                      kernels::cuda::batch_norm_apply(dt, sh, x.data(), mean.data(), invstd.data(), data_or_null(w),
-                                                      data_or_null(b), y.data()));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_apply, dt, sh, x.data(), mean.data(), invstd.data(),
+                    data_or_null(w), data_or_null(b), y.data());
 
   if (any_requires_grad({&x0, &weight, &bias})) {
     const bool need_x = x0.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
@@ -121,20 +106,9 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
       Tensor gx = need_x ? empty(xs.shape(), {.dtype = dt, .device = xs.device()}) : Tensor();
       Tensor gw = need_w ? empty({channels}, {.dtype = dt, .device = xs.device()}) : Tensor();
       Tensor gb = need_b ? empty({channels}, {.dtype = dt, .device = xs.device()}) : Tensor();
-      switch (xs.device().type) {
-        case DeviceType::CPU:
-          kernels::cpu::batch_norm_backward(dt, sh, training, xs.data(), gy.data(), smean.get().data(),
-                                            sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
-                                            data_or_null(gx), data_or_null(gw), data_or_null(gb));
-          break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(
-              xs.device(), "batch_norm backward",
-              kernels::cuda::batch_norm_backward(dt, sh, training, xs.data(), gy.data(), smean.get().data(),
-                                                 sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
-                                                 data_or_null(gx), data_or_null(gw), data_or_null(gb)));
-          break;
-      }
+      EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, sh, training, xs.data(), gy.data(),
+                        smean.get().data(), sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
+                        data_or_null(gx), data_or_null(gw), data_or_null(gb));
       return std::vector<Tensor>{gx, need_w ? gw.to(dw) : Tensor(), need_b ? gb.to(db) : Tensor()};
     });
   }

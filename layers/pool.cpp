@@ -2,8 +2,9 @@
 // Inputs are (N, C, H, W) or unbatched (C, H, W); the kernels see N * C contiguous planes.
 
 #include "../kernels/cpu/pool.h"
+
+#include "../core/op_helpers.h"
 #include "nn_functional.h"
-#include "op_helpers.h"
 
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/pool.h"
@@ -77,16 +78,8 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2d
   const Shape out_shape = pooled_shape(x, g.out_h, g.out_w);
   Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
   Tensor indices = empty(out_shape, {.dtype = DType::i64, .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::max_pool2d_forward(x.dtype(), g, x.data(), out.data(), indices.data_ptr<int64_t>());
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          x.device(), "max_pool2d",
-          kernels::cuda::max_pool2d_forward(x.dtype(), g, x.data(), out.data(), indices.data_ptr<int64_t>()));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "max_pool2d", max_pool2d_forward, x.dtype(), g, x.data(), out.data(),
+                    indices.data_ptr<int64_t>());
   if (any_requires_grad({&x0})) {
     SavedTensor si(indices, "MaxPool2dBackward");
     const Shape in_shape = x0.shape();
@@ -96,16 +89,8 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2d
       const Tensor go = contiguous_grad(grads[0], dt);
       const Tensor& idx = si.get();
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
-      switch (go.device().type) {
-        case DeviceType::CPU:
-          kernels::cpu::max_pool2d_backward(dt, g, go.data(), idx.contiguous().data_ptr<int64_t>(), gi.data());
-          break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(
-              go.device(), "max_pool2d backward",
-              kernels::cuda::max_pool2d_backward(dt, g, go.data(), idx.contiguous().data_ptr<int64_t>(), gi.data()));
-          break;
-      }
+      EMBER_KERNEL_CALL(go.device(), "max_pool2d backward", max_pool2d_backward, dt, g, go.data(),
+                        idx.contiguous().data_ptr<int64_t>(), gi.data());
       return std::vector<Tensor>{gi};
     });
   }
@@ -119,13 +104,7 @@ Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
   const bool include_pad = opt.count_include_pad;
   const Tensor x = x0.contiguous();
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU: kernels::cpu::avg_pool2d_forward(x.dtype(), g, include_pad, x.data(), out.data()); break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), "avg_pool2d",
-                      kernels::cuda::avg_pool2d_forward(x.dtype(), g, include_pad, x.data(), out.data()));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "avg_pool2d", avg_pool2d_forward, x.dtype(), g, include_pad, x.data(), out.data());
   if (any_requires_grad({&x0})) {
     const Shape in_shape = x0.shape();
     const DType dt = x0.dtype();
@@ -133,13 +112,8 @@ Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
       if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
       const Tensor go = contiguous_grad(grads[0], dt);
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
-      switch (go.device().type) {
-        case DeviceType::CPU: kernels::cpu::avg_pool2d_backward(dt, g, include_pad, go.data(), gi.data()); break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(go.device(), "avg_pool2d backward",
-                          kernels::cuda::avg_pool2d_backward(dt, g, include_pad, go.data(), gi.data()));
-          break;
-      }
+      EMBER_KERNEL_CALL(go.device(), "avg_pool2d backward", avg_pool2d_backward, dt, g, include_pad, go.data(),
+                        gi.data());
       return std::vector<Tensor>{gi};
     });
   }
@@ -158,13 +132,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x0, std::pair<int64_t, int64_t> output_
   g.out_h = output_size.first;
   g.out_w = output_size.second;
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU: kernels::cpu::adaptive_avg_pool2d_forward(x.dtype(), g, x.data(), out.data()); break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), "adaptive_avg_pool2d",
-                      kernels::cuda::adaptive_avg_pool2d_forward(x.dtype(), g, x.data(), out.data()));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "adaptive_avg_pool2d", adaptive_avg_pool2d_forward, x.dtype(), g, x.data(), out.data());
   if (any_requires_grad({&x0})) {
     const Shape in_shape = x0.shape();
     const DType dt = x0.dtype();
@@ -172,13 +140,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x0, std::pair<int64_t, int64_t> output_
       if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
       const Tensor go = contiguous_grad(grads[0], dt);
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
-      switch (go.device().type) {
-        case DeviceType::CPU: kernels::cpu::adaptive_avg_pool2d_backward(dt, g, go.data(), gi.data()); break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(go.device(), "adaptive_avg_pool2d backward",
-                          kernels::cuda::adaptive_avg_pool2d_backward(dt, g, go.data(), gi.data()));
-          break;
-      }
+      EMBER_KERNEL_CALL(go.device(), "adaptive_avg_pool2d backward", adaptive_avg_pool2d_backward, dt, g, go.data(),
+                        gi.data());
       return std::vector<Tensor>{gi};
     });
   }

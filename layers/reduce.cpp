@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <optional>
 
+#include "../core/op_helpers.h"
 #include "../kernels/cpu/reduce.h"
 #include "elementwise.h"
-#include "op_helpers.h"
 
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/reduce.h"
@@ -52,17 +52,8 @@ Shape reduced_shape(const Shape& s, const Dims& dims, bool keepdim) {
 Tensor sum_kernel(const Tensor& x, const Dims& dims) {
   const Shape kept = reduced_shape(x.shape(), dims, true);
   Tensor out = empty(kept, {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::sum(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x), detail::operand(out, x.shape()),
-                        detail::iter_shape(kept));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), "sum",
-                      kernels::cuda::sum(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
-                                         detail::operand(out, x.shape()), detail::iter_shape(kept)));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "sum", sum, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                    detail::operand(out, x.shape()), detail::iter_shape(kept));
   return out;
 }
 
@@ -96,17 +87,8 @@ Tensor var(const Tensor& x, const Dims& dims0, int64_t correction, bool keepdim)
   const Dims dims = reduction_dims(x, dims0, "var");
   const Shape kept = reduced_shape(x.shape(), dims, true);
   Tensor out = empty(kept, {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::var(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x), detail::operand(out, x.shape()),
-                        detail::iter_shape(kept), correction);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), "var",
-                      kernels::cuda::var(x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
-                                         detail::operand(out, x.shape()), detail::iter_shape(kept), correction));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), "var", var, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                    detail::operand(out, x.shape()), detail::iter_shape(kept), correction);
   out = out.reshape(reduced_shape(x.shape(), dims, keepdim));
   if (any_requires_grad({&x})) {
     int64_t count = 1;
@@ -152,17 +134,8 @@ Tensor extremum_reduce(Extremum kind, const char* op, const char* node, const Te
   check_nonempty(op, x, dims);
   const Shape kept = reduced_shape(x.shape(), dims, true);
   Tensor out = empty(kept, {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
-                             detail::operand(out, x.shape()), detail::iter_shape(kept));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), op,
-                      kernels::cuda::extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
-                                              detail::operand(out, x.shape()), detail::iter_shape(kept)));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), op, extremum, kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                    detail::operand(out, x.shape()), detail::iter_shape(kept));
   Tensor value = out;  // kept shape, for the backward
   out = out.reshape(reduced_shape(x.shape(), dims, keepdim));
   if (any_requires_grad({&x})) {
@@ -172,20 +145,9 @@ Tensor extremum_reduce(Extremum kind, const char* op, const char* node, const Te
       const Tensor& xv = sx.get();
       const Tensor gk = g[0].to(xv.dtype()).reshape(kept);
       Tensor gi = empty(xv.shape(), {.dtype = xv.dtype(), .device = xv.device()});
-      switch (xv.device().type) {
-        case DeviceType::CPU:
-          kernels::cpu::extremum_backward(xv.dtype(), detail::iter_shape(xv.shape()), detail::operand(gi),
-                                          detail::operand(xv), detail::operand(sv.get(), xv.shape()),
-                                          detail::operand(gk, xv.shape()), detail::iter_shape(kept));
-          break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(
-              xv.device(), op,
-              kernels::cuda::extremum_backward(xv.dtype(), detail::iter_shape(xv.shape()), detail::operand(gi),
-                                               detail::operand(xv), detail::operand(sv.get(), xv.shape()),
-                                               detail::operand(gk, xv.shape()), detail::iter_shape(kept)));
-          break;
-      }
+      EMBER_KERNEL_CALL(xv.device(), op, extremum_backward, xv.dtype(), detail::iter_shape(xv.shape()),
+                        detail::operand(gi), detail::operand(xv), detail::operand(sv.get(), xv.shape()),
+                        detail::operand(gk, xv.shape()), detail::iter_shape(kept));
       return std::vector<Tensor>{gi};
     });
   }
@@ -204,19 +166,9 @@ std::pair<Tensor, Tensor> arg_extremum_op(Extremum kind, const char* op, const c
   const Shape kept = reduced_shape(x.shape(), dims, true);
   Tensor values = want_values ? empty(kept, {.dtype = x.dtype(), .device = x.device()}) : Tensor();
   Tensor indices = empty(kept, {.dtype = DType::i64, .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::arg_extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
-                                 want_values ? detail::operand(values, x.shape()) : kernels::Operand{},
-                                 detail::operand(indices, x.shape()), detail::iter_shape(kept));
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), op,
-                      kernels::cuda::arg_extremum(kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
-                                                  want_values ? detail::operand(values, x.shape()) : kernels::Operand{},
-                                                  detail::operand(indices, x.shape()), detail::iter_shape(kept)));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), op, arg_extremum, kind, x.dtype(), detail::iter_shape(x.shape()), detail::operand(x),
+                    want_values ? detail::operand(values, x.shape()) : kernels::Operand{},
+                    detail::operand(indices, x.shape()), detail::iter_shape(kept));
   const Shape out_shape = reduced_shape(x.shape(), dims, keepdim);
   Tensor saved_indices = indices;  // kept shape
   indices = indices.reshape(out_shape);
@@ -230,19 +182,8 @@ std::pair<Tensor, Tensor> arg_extremum_op(Extremum kind, const char* op, const c
       const Tensor& iv = si.get();
       const Tensor gk = g[0].to(dtype).reshape(kept);
       Tensor gi = empty(in_shape, {.dtype = gk.dtype(), .device = gk.device()});
-      switch (gk.device().type) {
-        case DeviceType::CPU:
-          kernels::cpu::index_backward(gk.dtype(), detail::iter_shape(in_shape), detail::operand(gi),
-                                       detail::operand(gk, in_shape), detail::operand(iv, in_shape),
-                                       detail::iter_shape(kept));
-          break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(gk.device(), op,
-                          kernels::cuda::index_backward(gk.dtype(), detail::iter_shape(in_shape), detail::operand(gi),
-                                                        detail::operand(gk, in_shape), detail::operand(iv, in_shape),
-                                                        detail::iter_shape(kept)));
-          break;
-      }
+      EMBER_KERNEL_CALL(gk.device(), op, index_backward, gk.dtype(), detail::iter_shape(in_shape), detail::operand(gi),
+                        detail::operand(gk, in_shape), detail::operand(iv, in_shape), detail::iter_shape(kept));
       return std::vector<Tensor>{gi};
     });
   }

@@ -10,8 +10,8 @@
 
 #include <algorithm>
 
+#include "../core/op_helpers.h"
 #include "../kernels/cpu/index.h"
-#include "op_helpers.h"
 
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/index.h"
@@ -32,15 +32,8 @@ void check_index_range(const char* op, const Tensor& index, const Shape& shape, 
                        int dim, int64_t size) {
   int64_t bad = 0;
   bool ok = true;
-  switch (index.device().type) {
-    case DeviceType::CPU:
-      ok = kernels::cpu::indices_in_range(index.dtype(), detail::iter_shape(shape), ind, size, &bad);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(index.device(), op,
-                      ok = kernels::cuda::indices_in_range(index.dtype(), detail::iter_shape(shape), ind, size, &bad));
-      break;
-  }
+  EMBER_KERNEL_CALL_INTO(ok, index.device(), op, indices_in_range, index.dtype(), detail::iter_shape(shape), ind, size,
+                         &bad);
   EMBER_CHECK(ok, op, ": index ", bad, " is out of bounds for dimension ", dim, " with size ", size);
 }
 
@@ -64,16 +57,8 @@ kernels::Operand broadcast_index(const Tensor& index1d, int dim) {
 // out[p with p[dim] := index[p]] += src[p] over `shape`; out is modified in place.
 void scatter_add_into(const char* op, Tensor& out, int dim, const Shape& shape, const kernels::Operand& src,
                       const Tensor& index, const kernels::Operand& ind) {
-  switch (out.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::scatter_add(out.dtype(), detail::iter_shape(shape), dim, raw_operand(out), src, index.dtype(), ind);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(out.device(), op,
-                      kernels::cuda::scatter_add(out.dtype(), detail::iter_shape(shape), dim, raw_operand(out), src,
-                                                 index.dtype(), ind));
-      break;
-  }
+  EMBER_KERNEL_CALL(out.device(), op, scatter_add, out.dtype(), detail::iter_shape(shape), dim, raw_operand(out), src,
+                    index.dtype(), ind);
   out.bump_version();
 }
 
@@ -81,17 +66,8 @@ void scatter_add_into(const char* op, Tensor& out, int dim, const Shape& shape, 
 Tensor gather_kernel(const char* op, const Tensor& x, int dim, const Shape& shape, const Tensor& index,
                      const kernels::Operand& ind) {
   Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::gather(x.dtype(), detail::iter_shape(shape), dim, detail::operand(out), raw_operand(x),
-                           index.dtype(), ind);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), op,
-                      kernels::cuda::gather(x.dtype(), detail::iter_shape(shape), dim, detail::operand(out),
-                                            raw_operand(x), index.dtype(), ind));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), op, gather, x.dtype(), detail::iter_shape(shape), dim, detail::operand(out),
+                    raw_operand(x), index.dtype(), ind);
   return out;
 }
 
@@ -343,31 +319,14 @@ Tensor one_hot(const Tensor& labels0, int64_t num_classes, DType dtype) {
   EMBER_CHECK(num_classes > 0, "one_hot: num_classes must be positive (or -1 to infer it), got ", num_classes);
   int64_t bad = 0;
   bool ok = true;
-  switch (labels.device().type) {
-    case DeviceType::CPU:
-      ok = kernels::cpu::indices_in_range(labels.dtype(), detail::iter_shape(labels.shape()), detail::operand(labels),
-                                          num_classes, &bad);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(labels.device(), "one_hot",
-                      ok = kernels::cuda::indices_in_range(labels.dtype(), detail::iter_shape(labels.shape()),
-                                                           detail::operand(labels), num_classes, &bad));
-      break;
-  }
+  EMBER_KERNEL_CALL_INTO(ok, labels.device(), "one_hot", indices_in_range, labels.dtype(),
+                         detail::iter_shape(labels.shape()), detail::operand(labels), num_classes, &bad);
   EMBER_CHECK(ok, "one_hot: label ", bad, " is out of range for num_classes ", num_classes);
   Shape shape = labels.shape();
   shape.push_back(num_classes);
   Tensor out = empty(shape, {.dtype = dtype, .device = labels.device()});
-  switch (labels.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::one_hot(dtype, labels.dtype(), labels.numel(), labels.data(), num_classes, out.data());
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(
-          labels.device(), "one_hot",
-          kernels::cuda::one_hot(dtype, labels.dtype(), labels.numel(), labels.data(), num_classes, out.data()));
-      break;
-  }
+  EMBER_KERNEL_CALL(labels.device(), "one_hot", one_hot, dtype, labels.dtype(), labels.numel(), labels.data(),
+                    num_classes, out.data());
   return out;
 }
 

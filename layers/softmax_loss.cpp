@@ -17,11 +17,11 @@
 
 #include <cmath>
 
+#include "../core/op_helpers.h"
 #include "../kernels/cpu/loss.h"
 #include "../kernels/cpu/softmax.h"
 #include "elementwise.h"
 #include "nn_functional.h"
-#include "op_helpers.h"
 #include "reduce.h"
 
 #if EMBER_CUDA_BACKEND
@@ -58,13 +58,7 @@ Tensor softmax_op(SoftmaxKind kind, const char* op, const char* node, const Tens
   const LineShape l = line_shape(x0, d);
   const Tensor x = x0.detach().contiguous();  // detached: the copy needs no graph of its own
   Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  switch (x.device().type) {
-    case DeviceType::CPU: kernels::cpu::softmax_forward(kind, x.dtype(), l.outer, l.n, l.inner, x.data(), y.data()); break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(x.device(), op,
-                      kernels::cuda::softmax_forward(kind, x.dtype(), l.outer, l.n, l.inner, x.data(), y.data()));
-      break;
-  }
+  EMBER_KERNEL_CALL(x.device(), op, softmax_forward, kind, x.dtype(), l.outer, l.n, l.inner, x.data(), y.data());
   if (any_requires_grad({&x0})) {
     // The backward reads only the output; save a detached alias (saving y itself is a cycle).
     SavedTensor sy(y.detach(), node);
@@ -72,16 +66,8 @@ Tensor softmax_op(SoftmaxKind kind, const char* op, const char* node, const Tens
       const Tensor& yv = sy.get();
       const Tensor gy = g[0].to(yv.dtype()).contiguous();
       Tensor gx = empty(yv.shape(), {.dtype = yv.dtype(), .device = yv.device()});
-      switch (yv.device().type) {
-        case DeviceType::CPU:
-          kernels::cpu::softmax_backward(kind, yv.dtype(), l.outer, l.n, l.inner, gx.data(), gy.data(), yv.data());
-          break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(yv.device(), op,
-                          kernels::cuda::softmax_backward(kind, yv.dtype(), l.outer, l.n, l.inner, gx.data(), gy.data(),
-                                                          yv.data()));
-          break;
-      }
+      EMBER_KERNEL_CALL(yv.device(), op, softmax_backward, kind, yv.dtype(), l.outer, l.n, l.inner, gx.data(),
+                        gy.data(), yv.data());
       return std::vector<Tensor>{gx};
     });
   }
@@ -123,15 +109,7 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
   // Validate the class indices before any kernel runs (kernels cannot throw from their threads).
   const Tensor t = target.contiguous();
   int64_t bad = -1;
-  switch (target.device().type) {
-    case DeviceType::CPU:
-      bad = kernels::cpu::find_invalid_target(t.data_ptr<int64_t>(), t.numel(), l.c, ignore_index);
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(t.device(), op,
-                      bad = kernels::cuda::find_invalid_target(t.data_ptr<int64_t>(), t.numel(), l.c, ignore_index));
-      break;
-  }
+  EMBER_KERNEL_CALL_INTO(bad, t.device(), op, find_invalid_target, t.data_ptr<int64_t>(), t.numel(), l.c, ignore_index);
   if (bad >= 0) {
     const int64_t value = t.reshape({-1}).slice(0, bad, bad + 1).item<int64_t>();
     EMBER_THROW(op, ": target ", value, " (at flat position ", bad, ") is out of bounds for ", l.c,
@@ -176,21 +154,10 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
   const TensorOptions f64{.dtype = DType::f64, .device = logits.device()};
   Tensor per_sample = empty({l.samples()}, f64), target_weight = empty({l.samples()}, f64),
          lse = empty({l.samples()}, f64);
-  switch (logits.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::cross_entropy_forward(logits.dtype(), l, logits.data(), target.data_ptr<int64_t>(),
-                                          weight.defined() ? weight.data() : nullptr, opt.ignore_index,
-                                          opt.label_smoothing, per_sample.data_ptr<double>(),
-                                          target_weight.data_ptr<double>(), lse.data_ptr<double>());
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(logits.device(), "cross_entropy",
-                      kernels::cuda::cross_entropy_forward(logits.dtype(), l, logits.data(), target.data_ptr<int64_t>(),
-                                                           weight.defined() ? weight.data() : nullptr, opt.ignore_index,
-                                                           opt.label_smoothing, per_sample.data_ptr<double>(),
-                                                           target_weight.data_ptr<double>(), lse.data_ptr<double>()));
-      break;
-  }
+  EMBER_KERNEL_CALL(logits.device(), "cross_entropy", cross_entropy_forward, logits.dtype(), l, logits.data(),
+                    target.data_ptr<int64_t>(), weight.defined() ? weight.data() : nullptr, opt.ignore_index,
+                    opt.label_smoothing, per_sample.data_ptr<double>(), target_weight.data_ptr<double>(),
+                    lse.data_ptr<double>());
   auto [out, grad_factor] = reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), logits.dtype());
   const double factor = grad_factor;  // a plain local: the backward closure captures it
   if (any_requires_grad({&logits0})) {
@@ -203,21 +170,9 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
       const Tensor& x = sx.get();
       const Tensor gl = g[0].to(x.dtype()).contiguous();
       Tensor gx = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-      switch (x.device().type) {
-        case DeviceType::CPU:
-          kernels::cpu::cross_entropy_backward(x.dtype(), l, gx.data(), x.data(), st.get().data_ptr<int64_t>(),
-                                               sw.defined() ? sw.get().data() : nullptr, ignore_index, eps,
-                                               sl.get().data_ptr<double>(), gl.data(), per_sample_grad ? 1 : 0,
-                                               factor);
-          break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(x.device(), "cross_entropy backward",
-                          kernels::cuda::cross_entropy_backward(
-                              x.dtype(), l, gx.data(), x.data(), st.get().data_ptr<int64_t>(),
-                              sw.defined() ? sw.get().data() : nullptr, ignore_index, eps, sl.get().data_ptr<double>(),
-                              gl.data(), per_sample_grad ? 1 : 0, factor));
-          break;
-      }
+      EMBER_KERNEL_CALL(x.device(), "cross_entropy backward", cross_entropy_backward, x.dtype(), l, gx.data(), x.data(),
+                        st.get().data_ptr<int64_t>(), sw.defined() ? sw.get().data() : nullptr, ignore_index, eps,
+                        sl.get().data_ptr<double>(), gl.data(), per_sample_grad ? 1 : 0, factor);
       return std::vector<Tensor>{gx};
     });
   }
@@ -230,19 +185,9 @@ Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOption
   const Tensor weight = opt.weight.defined() ? opt.weight.detach().to(input.dtype()).contiguous() : Tensor();
   const TensorOptions f64{.dtype = DType::f64, .device = input.device()};
   Tensor per_sample = empty({l.samples()}, f64), target_weight = empty({l.samples()}, f64);
-  switch (input.device().type) {
-    case DeviceType::CPU:
-      kernels::cpu::nll_loss_forward(input.dtype(), l, input.data(), target.data_ptr<int64_t>(),
-                                     weight.defined() ? weight.data() : nullptr, opt.ignore_index,
-                                     per_sample.data_ptr<double>(), target_weight.data_ptr<double>());
-      break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(input.device(), "nll_loss",
-                      kernels::cuda::nll_loss_forward(input.dtype(), l, input.data(), target.data_ptr<int64_t>(),
-                                                      weight.defined() ? weight.data() : nullptr, opt.ignore_index,
-                                                      per_sample.data_ptr<double>(), target_weight.data_ptr<double>()));
-      break;
-  }
+  EMBER_KERNEL_CALL(input.device(), "nll_loss", nll_loss_forward, input.dtype(), l, input.data(),
+                    target.data_ptr<int64_t>(), weight.defined() ? weight.data() : nullptr, opt.ignore_index,
+                    per_sample.data_ptr<double>(), target_weight.data_ptr<double>());
   auto [out, grad_factor] = reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), input.dtype());
   const double factor = grad_factor;
   if (any_requires_grad({&input0})) {
@@ -255,19 +200,9 @@ Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOption
     record(node, {input0}, {out}, [=](const std::vector<Tensor>& g) {
       const Tensor gl = g[0].to(dtype).contiguous();
       Tensor gx = empty(shape, {.dtype = dtype, .device = gl.device()});
-      switch (gl.device().type) {
-        case DeviceType::CPU:
-          kernels::cpu::nll_loss_backward(dtype, l, gx.data(), st.get().data_ptr<int64_t>(),
-                                          sw.defined() ? sw.get().data() : nullptr, ignore_index, gl.data(),
-                                          per_sample_grad ? 1 : 0, factor);
-          break;
-        case DeviceType::CUDA:
-          EMBER_CUDA_CALL(gl.device(), "nll_loss backward",
-                          kernels::cuda::nll_loss_backward(dtype, l, gx.data(), st.get().data_ptr<int64_t>(),
-                                                           sw.defined() ? sw.get().data() : nullptr, ignore_index,
-                                                           gl.data(), per_sample_grad ? 1 : 0, factor));
-          break;
-      }
+      EMBER_KERNEL_CALL(gl.device(), "nll_loss backward", nll_loss_backward, dtype, l, gx.data(),
+                        st.get().data_ptr<int64_t>(), sw.defined() ? sw.get().data() : nullptr, ignore_index, gl.data(),
+                        per_sample_grad ? 1 : 0, factor);
       return std::vector<Tensor>{gx};
     });
   }

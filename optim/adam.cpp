@@ -3,8 +3,8 @@
 #include "adam.h"
 
 #include "../core/autograd.h"
+#include "../core/dispatch.h"
 #include "../core/error.h"
-#include "../core/cuda_dispatch.h"
 #include "../kernels/cpu/optim.h"
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/optim.h"
@@ -96,16 +96,8 @@ void Adam::step() {
       Tensor* vmax = options_.amsgrad ? &s.tensors.at("max_exp_avg_sq") : nullptr;
       update_in_place(p, [&](Tensor& q) {
         void* vm = vmax ? vmax->data() : nullptr;
-        switch (q.device().type) {
-          case DeviceType::CPU:
-            kernels::cpu::adam_step(q.dtype(), q.numel(), q.data(), grad.data(), m.data(), v.data(), vm, h);
-            break;
-          case DeviceType::CUDA:
-            EMBER_CUDA_CALL(q.device(), "Adam.step",
-                            kernels::cuda::adam_step(q.dtype(), q.numel(), q.data(), grad.data(), m.data(), v.data(),
-                                                     vm, h));
-            break;
-        }
+        EMBER_KERNEL_CALL(q.device(), "Adam.step", adam_step, q.dtype(), q.numel(), q.data(), grad.data(), m.data(),
+                          v.data(), vm, h);
       });
       m.bump_version();
       v.bump_version();

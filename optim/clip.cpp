@@ -6,13 +6,13 @@
 #include <cmath>
 
 #include "../core/autograd.h"
+#include "../core/dispatch.h"
 #include "../core/error.h"
-#include "../core/cuda_dispatch.h"
 #include "../kernels/cpu/optim.h"
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/optim.h"
 #endif
-#include "../layers/op_helpers.h"
+#include "../core/op_helpers.h"
 
 namespace ember::optim {
 
@@ -27,13 +27,7 @@ double round_to(DType dtype, double x) {
 double grad_norm(const Tensor& g, double p) {
   const Tensor c = g.contiguous();
   double partial = 0;
-  switch (g.device().type) {
-    case DeviceType::CPU: partial = kernels::cpu::grad_norm_partial(c.dtype(), c.numel(), c.data(), p); break;
-    case DeviceType::CUDA:
-      EMBER_CUDA_CALL(g.device(), "clip_grad_norm_",
-                      partial = kernels::cuda::grad_norm_partial(c.dtype(), c.numel(), c.data(), p));
-      break;
-  }
+  EMBER_KERNEL_CALL_INTO(partial, g.device(), "clip_grad_norm_", grad_norm_partial, c.dtype(), c.numel(), c.data(), p);
   if (std::isinf(p)) return round_to(g.dtype(), partial);
   return round_to(g.dtype(), p == 2 ? std::sqrt(partial) : std::pow(partial, 1.0 / p));
 }

@@ -9,7 +9,7 @@
 
 #include "../core/autograd.h"
 #include "../core/error.h"
-#include "../layers/op_helpers.h"
+#include "../core/op_helpers.h"
 
 namespace ember::optim {
 

@@ -3,8 +3,8 @@
 #include "sgd.h"
 
 #include "../core/autograd.h"
+#include "../core/dispatch.h"
 #include "../core/error.h"
-#include "../core/cuda_dispatch.h"
 #include "../kernels/cpu/optim.h"
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/optim.h"
@@ -60,13 +60,7 @@ void SGD::step() {
       h.maximize = options_.maximize;
       update_in_place(p, [&](Tensor& q) {
         void* b = buf ? buf->data() : nullptr;
-        switch (q.device().type) {
-          case DeviceType::CPU: kernels::cpu::sgd_step(q.dtype(), q.numel(), q.data(), grad.data(), b, first, h); break;
-          case DeviceType::CUDA:
-            EMBER_CUDA_CALL(q.device(), "SGD.step",
-                            kernels::cuda::sgd_step(q.dtype(), q.numel(), q.data(), grad.data(), b, first, h));
-            break;
-        }
+        EMBER_KERNEL_CALL(q.device(), "SGD.step", sgd_step, q.dtype(), q.numel(), q.data(), grad.data(), b, first, h);
       });
       if (buf) buf->bump_version();
     }

@@ -57,7 +57,7 @@
 #include "../core/error.h"
 #include "../layers/elementwise.h"
 #include "../layers/nn_functional.h"
-#include "../layers/op_helpers.h"
+#include "../core/op_helpers.h"
 #include "../layers/reduce.h"
 #include "../layers/shape_ops.h"
 

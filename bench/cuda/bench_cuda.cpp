@@ -76,10 +76,10 @@ void sgemm(int64_t s) {
   const auto* pb = static_cast<const float*>(b.data());
   auto* pc = static_cast<float*>(c.data());
   const double t_lib = timed(5, [&] {
-    kernels::cuda::gemm(Transpose::No, Transpose::No, s, s, s, 1.0f, pa, s, pb, s, 0.0f, pc, s);
+    kernels::gpu::gemm(Transpose::No, Transpose::No, s, s, s, 1.0f, pa, s, pb, s, 0.0f, pc, s);
   });
   const double t_tiled = timed(5, [&] {
-    kernels::cuda::gemm_tiled(Transpose::No, Transpose::No, s, s, s, 1.0f, pa, s, pb, s, 0.0f, pc, s);
+    kernels::gpu::gemm_tiled(Transpose::No, Transpose::No, s, s, s, 1.0f, pa, s, pb, s, 0.0f, pc, s);
   });
   const double flop = 2.0 * static_cast<double>(s) * s * s;
   char buf[512];
@@ -102,7 +102,7 @@ void conv(int64_t n, int64_t c, int64_t hw) {
                 "\"bench\":\"conv3x3_fwd_bwd\",\"shape\":[%lld,%lld,%lld,%lld],\"cudnn\":%s,\"ms\":%.3f,"
                 "\"tflops\":%.2f",
                 static_cast<long long>(n), static_cast<long long>(c), static_cast<long long>(hw),
-                static_cast<long long>(hw), kernels::cuda::cudnn::use_for_conv() ? "true" : "false", t * 1e3,
+                static_cast<long long>(hw), kernels::gpu::cudnn::use_for_conv() ? "true" : "false", t * 1e3,
                 flop / t / 1e12);
   line(buf);
 }

@@ -29,7 +29,7 @@
 #include "block_reduce.cuh"
 #include "runtime.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -204,7 +204,7 @@ constexpr int64_t kMinPerBlock = int64_t{kThreads} * 16;
 
 int64_t channel_splits(const BatchNormShape& sh) {
   const int64_t count = sh.n * sh.s;
-  const int64_t sms = ::ember::cuda::properties(::ember::cuda::current_device()).multiprocessor_count;
+  const int64_t sms = cuda::properties(cuda::current_device()).multiprocessor_count;
   const int64_t fill = std::max<int64_t>(1, 4 * sms / std::max<int64_t>(1, sh.c));
   const int64_t useful = std::max<int64_t>(1, count / kMinPerBlock);
   return std::min<int64_t>({fill, useful, 65535});
@@ -219,31 +219,31 @@ template <typename T>
 void stats_impl(const BatchNormShape& sh, const T* x, T* mean, T* var) {
   check_shape("batch_norm", sh);
   if (sh.c == 0) return;
-  const ::ember::cuda::Stream stream = ::ember::cuda::current_stream();
+  const cuda::Stream stream = cuda::current_stream();
   const int64_t splits = channel_splits(sh);
   if (splits == 1) {
     // n * s == 0 gives 0 / 0 = NaN statistics, as on the CPU.
     EMBER_LAUNCH(stats_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, stream, sh, x, mean, var);
-    ::ember::cuda::check_launch("batch_norm stats");
+    cuda::check_launch("batch_norm stats");
     return;
   }
-  ::ember::cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(double));
-  ::ember::cuda::Scratch mean_d(static_cast<size_t>(sh.c) * sizeof(double));
+  cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(double));
+  cuda::Scratch mean_d(static_cast<size_t>(sh.c) * sizeof(double));
   const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
   const unsigned fin_blocks = detail::grid_stride_blocks(sh.c, kThreads);
   const double count = static_cast<double>(sh.n * sh.s);
   EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const double*>(nullptr),
                partial.as<double>());
-  ::ember::cuda::check_launch("batch_norm stats");
+  cuda::check_launch("batch_norm stats");
   EMBER_LAUNCH_FLAT(stats_finalize_kernel<T>, fin_blocks, kThreads, stream, sh.c, splits, count,
                     static_cast<const double*>(partial.as<double>()), mean_d.as<double>(), mean);
-  ::ember::cuda::check_launch("batch_norm stats");
+  cuda::check_launch("batch_norm stats");
   EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const double*>(mean_d.as<double>()),
                partial.as<double>());
-  ::ember::cuda::check_launch("batch_norm stats");
+  cuda::check_launch("batch_norm stats");
   EMBER_LAUNCH_FLAT(stats_finalize_kernel<T>, fin_blocks, kThreads, stream, sh.c, splits, count,
                     static_cast<const double*>(partial.as<double>()), static_cast<double*>(nullptr), var);
-  ::ember::cuda::check_launch("batch_norm stats");
+  cuda::check_launch("batch_norm stats");
 }
 
 template <typename T>
@@ -253,8 +253,8 @@ void apply_impl(const BatchNormShape& sh, const T* x, const T* mean, const T* in
   const int64_t total = sh.n * sh.c * sh.s;
   if (total == 0) return;
   EMBER_LAUNCH_FLAT(apply_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
-                    ::ember::cuda::current_stream(), sh, x, mean, invstd, weight, bias, y);
-  ::ember::cuda::check_launch("batch_norm apply");
+                    cuda::current_stream(), sh, x, mean, invstd, weight, bias, y);
+  cuda::check_launch("batch_norm apply");
 }
 
 template <typename T>
@@ -263,29 +263,29 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   check_shape("batch_norm backward", sh);
   if (sh.c == 0) return;
   const bool need_sums = gx != nullptr && training;
-  ::ember::cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(double) : 0);
+  cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(double) : 0);
   const int64_t splits = channel_splits(sh);
   if ((gw || gb || need_sums) && splits == 1) {
-    EMBER_LAUNCH(backward_reduce_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, ::ember::cuda::current_stream(),
+    EMBER_LAUNCH(backward_reduce_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, cuda::current_stream(),
                  sh, x, gy, mean, invstd, gw, gb, sums.as<double>());
-    ::ember::cuda::check_launch("batch_norm backward");
+    cuda::check_launch("batch_norm backward");
   } else if (gw || gb || need_sums) {
-    ::ember::cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(double));
+    cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(double));
     const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
-    EMBER_LAUNCH(backward_partial_kernel<T>, grid, kThreads, 0, ::ember::cuda::current_stream(), sh, x, gy, mean,
+    EMBER_LAUNCH(backward_partial_kernel<T>, grid, kThreads, 0, cuda::current_stream(), sh, x, gy, mean,
                  invstd, partial.as<double>());
-    ::ember::cuda::check_launch("batch_norm backward");
+    cuda::check_launch("batch_norm backward");
     EMBER_LAUNCH_FLAT(backward_finalize_kernel<T>, detail::grid_stride_blocks(sh.c, kThreads), kThreads,
-                      ::ember::cuda::current_stream(), sh.c, splits, static_cast<const double*>(partial.as<double>()),
+                      cuda::current_stream(), sh.c, splits, static_cast<const double*>(partial.as<double>()),
                       gw, gb, sums.as<double>());
-    ::ember::cuda::check_launch("batch_norm backward");
+    cuda::check_launch("batch_norm backward");
   }
   const int64_t total = sh.n * sh.c * sh.s;
   if (!gx || total == 0) return;
   EMBER_LAUNCH_FLAT(backward_input_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
-                    ::ember::cuda::current_stream(), sh, x, gy, mean, invstd, weight,
+                    cuda::current_stream(), sh, x, gy, mean, invstd, weight,
                     static_cast<const double*>(sums.as<double>()), gx);
-  ::ember::cuda::check_launch("batch_norm backward");
+  cuda::check_launch("batch_norm backward");
 }
 
 }  // namespace
@@ -317,4 +317,4 @@ void batch_norm_backward(DType dtype, const BatchNormShape& sh, bool training, c
   });
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

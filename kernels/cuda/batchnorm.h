@@ -4,7 +4,7 @@
 // Contracts: exactly those of kernels/cpu/batchnorm.h (x contiguous (N, C, S), per-channel
 // vectors (C), outputs overwritten, weight/bias may be null, any of the backward outputs may be
 // null, accumulation in double, f32 or f64). Pointers are device pointers of the current device;
-// the work runs on ember::cuda::current_stream() and is asynchronous. The reductions are block
+// the work runs on cuda::current_stream() and is asynchronous. The reductions are block
 // trees instead of the CPU's sequential loop, so sums may differ from the CPU in the last bits
 // (deterministic run to run).
 
@@ -13,7 +13,7 @@
 #include "../../core/dtype.h"
 #include "../cpu/batchnorm.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 using ::ember::kernels::cpu::BatchNormShape;
 
@@ -30,4 +30,4 @@ void batch_norm_backward(DType dtype, const BatchNormShape& sh, bool training, c
                          const void* mean, const void* invstd, const void* weight, void* grad_x, void* grad_weight,
                          void* grad_bias);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

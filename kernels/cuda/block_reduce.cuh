@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-namespace ember::kernels::cuda::detail {
+namespace ember::kernels::gpu::detail {
 
 template <typename T, typename Combine>
 __device__ inline T block_reduce(T v, Combine combine) {
@@ -47,4 +47,4 @@ inline unsigned grid_stride_blocks(int64_t n, int64_t per_block) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
 }
 
-}  // namespace ember::kernels::cuda::detail
+}  // namespace ember::kernels::gpu::detail

@@ -18,7 +18,7 @@
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);             \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-namespace ember::kernels::cuda::detail {
+namespace ember::kernels::gpu::detail {
 
 inline constexpr int kThreads = 256;        // threads per block of the 1-D kernels
 inline constexpr int kWarp = 32;
@@ -160,7 +160,7 @@ unsigned grid_for_groups(int64_t items) {
   return grid_for(items, kThreads / G);
 }
 
-}  // namespace ember::kernels::cuda::detail
+}  // namespace ember::kernels::gpu::detail
 
 // The grid-stride loop of a group kernel (blocks of kThreads threads, groups of G): `item`
 // walks the work items of this thread's group, `lane` is the thread's rank in the group. The
@@ -168,10 +168,10 @@ unsigned grid_for_groups(int64_t items) {
 // inside it.
 #define EMBER_GROUP_LOOP(G, count, item, lane)                                                        \
   const int lane = static_cast<int>(threadIdx.x) % (G);                                                \
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * (::ember::kernels::cuda::detail::kThreads / (G)) + \
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * (::ember::kernels::gpu::detail::kThreads / (G)) + \
                       threadIdx.x / (G);                                                               \
-       item < (count); item += static_cast<int64_t>(gridDim.x) * (::ember::kernels::cuda::detail::kThreads / (G)))
+       item < (count); item += static_cast<int64_t>(gridDim.x) * (::ember::kernels::gpu::detail::kThreads / (G)))
 
-namespace ember::kernels::cuda::detail {
+namespace ember::kernels::gpu::detail {
 
-}  // namespace ember::kernels::cuda::detail
+}  // namespace ember::kernels::gpu::detail

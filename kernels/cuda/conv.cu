@@ -16,7 +16,7 @@
 #include "gemm.h"
 #include "runtime.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -116,8 +116,8 @@ void launch_im2col(const Conv2dGeometry& g, int64_t images, const T* x, T* col) 
   const int64_t total = images * g.c_in * g.kh * g.kw * g.out_h * g.out_w;
   if (total == 0) return;
   EMBER_LAUNCH_FLAT(im2col_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
-                    ::ember::cuda::current_stream(), g, images, x, col);
-  ::ember::cuda::check_launch("im2col");
+                    cuda::current_stream(), g, images, x, col);
+  cuda::check_launch("im2col");
 }
 
 template <typename T>
@@ -125,8 +125,8 @@ void launch_col2im(const Conv2dGeometry& g, int64_t images, const T* col, T* x, 
   const int64_t total = images * g.c_in * g.h * g.w;
   if (total == 0) return;
   EMBER_LAUNCH_FLAT(col2im_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
-                    ::ember::cuda::current_stream(), g, images, col, x, accumulate);
-  ::ember::cuda::check_launch("col2im");
+                    cuda::current_stream(), g, images, col, x, accumulate);
+  cuda::check_launch("col2im");
 }
 
 // ---- drivers ---------------------------------------------------------------------------------
@@ -172,12 +172,12 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
   if (bias) {
     const int64_t total = g.n * g.c_out * ohw;
     EMBER_LAUNCH_FLAT(fill_bias_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
-                      ::ember::cuda::current_stream(), g.n, g.c_out, ohw, bias, y);
-    ::ember::cuda::check_launch("conv2d bias");
+                      cuda::current_stream(), g.n, g.c_out, ohw, bias, y);
+    cuda::check_launch("conv2d bias");
   }
   const bool pointwise = is_pointwise(g);
   const int64_t chunk = chunk_images<T>(g);
-  ::ember::cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
+  cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
   for (int64_t img0 = 0; img0 < g.n; img0 += chunk) {
     const int64_t images = std::min(chunk, g.n - img0);
     const T* c = pointwise ? x + img0 * x_img : cols.as<T>();
@@ -187,7 +187,7 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
     for (int64_t img = 0; img < images; ++img)
       for (int64_t gr = 0; gr < G; ++gr)
         gg.add(w + gr * cout_g * kk, c + img * col_img + gr * kk * ohw, y + (img0 + img) * g.c_out * ohw + gr * cout_g * ohw);
-    kernels::cuda::gemm_batched(Transpose::No, Transpose::No, cout_g, ohw, kk, T(1), gg.a.data(), kk, gg.b.data(), ohw,
+    kernels::gpu::gemm_batched(Transpose::No, Transpose::No, cout_g, ohw, kk, T(1), gg.a.data(), kk, gg.b.data(), ohw,
                  bias ? T(1) : T(0), gg.c.data(), ohw, static_cast<int64_t>(gg.c.size()));
   }
 }
@@ -200,7 +200,7 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
   if (g.n == 0 || x_img == 0) return;
   const bool pointwise = is_pointwise(g);
   const int64_t chunk = chunk_images<T>(g);
-  ::ember::cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
+  cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
   for (int64_t img0 = 0; img0 < g.n; img0 += chunk) {
     const int64_t images = std::min(chunk, g.n - img0);
     // dcol[img][gr] (kk, ohw) = w[gr]^T (kk, cout_g) @ gy[img][gr] (cout_g, ohw); pointwise: dcol is gx.
@@ -210,7 +210,7 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
       for (int64_t gr = 0; gr < G; ++gr)
         gg.add(w + gr * cout_g * kk, gy + (img0 + img) * g.c_out * ohw + gr * cout_g * ohw,
                dcol + img * col_img + gr * kk * ohw);
-    kernels::cuda::gemm_batched(Transpose::Yes, Transpose::No, kk, ohw, cout_g, T(1), gg.a.data(), kk, gg.b.data(), ohw, T(0),
+    kernels::gpu::gemm_batched(Transpose::Yes, Transpose::No, kk, ohw, cout_g, T(1), gg.a.data(), kk, gg.b.data(), ohw, T(0),
                  gg.c.data(), ohw, static_cast<int64_t>(gg.c.size()));
     if (!pointwise) launch_col2im(g, images, cols.as<T>(), gx + img0 * x_img, /*accumulate=*/false);
   }
@@ -224,12 +224,12 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
   const int64_t w_elems = g.c_out * kk;
   if (w_elems == 0) return;
   if (g.n == 0) {
-    EMBER_CUDA_CHECK(cudaMemsetAsync(gw, 0, static_cast<size_t>(w_elems) * sizeof(T), ::ember::cuda::current_stream()));
+    EMBER_CUDA_CHECK(cudaMemsetAsync(gw, 0, static_cast<size_t>(w_elems) * sizeof(T), cuda::current_stream()));
     return;
   }
   const bool pointwise = is_pointwise(g);
   const int64_t chunk = chunk_images<T>(g);
-  ::ember::cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
+  cuda::Scratch cols(pointwise ? 0 : static_cast<size_t>(chunk * col_img) * sizeof(T));
   for (int64_t img0 = 0; img0 < g.n; img0 += chunk) {
     const int64_t images = std::min(chunk, g.n - img0);
     const T* c = pointwise ? x + img0 * x_img : cols.as<T>();
@@ -244,9 +244,9 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
                gw + gr * cout_g * kk);
       const T beta = img0 + img == 0 ? T(0) : T(1);
       if (G == 1) {
-        kernels::cuda::gemm(Transpose::No, Transpose::Yes, cout_g, kk, ohw, T(1), gg.a[0], ohw, gg.b[0], ohw, beta, gg.c[0], kk);
+        kernels::gpu::gemm(Transpose::No, Transpose::Yes, cout_g, kk, ohw, T(1), gg.a[0], ohw, gg.b[0], ohw, beta, gg.c[0], kk);
       } else {
-        kernels::cuda::gemm_batched(Transpose::No, Transpose::Yes, cout_g, kk, ohw, T(1), gg.a.data(), ohw, gg.b.data(), ohw, beta,
+        kernels::gpu::gemm_batched(Transpose::No, Transpose::Yes, cout_g, kk, ohw, T(1), gg.a.data(), ohw, gg.b.data(), ohw, beta,
                      gg.c.data(), kk, G);
       }
     }
@@ -257,9 +257,9 @@ template <typename T>
 void backward_bias_impl(const Conv2dGeometry& g, const T* gy, T* gb) {
   if (g.c_out == 0) return;
   EMBER_CHECK(g.c_out <= 2147483647, "conv2d backward: c_out = ", g.c_out, " is too large for one grid");
-  EMBER_LAUNCH(bias_grad_kernel<T>, static_cast<unsigned>(g.c_out), kThreads, 0, ::ember::cuda::current_stream(),
+  EMBER_LAUNCH(bias_grad_kernel<T>, static_cast<unsigned>(g.c_out), kThreads, 0, cuda::current_stream(),
                g.n, g.c_out, g.out_h * g.out_w, gy, gb);
-  ::ember::cuda::check_launch("conv2d backward bias");
+  cuda::check_launch("conv2d backward bias");
 }
 
 }  // namespace
@@ -297,4 +297,4 @@ void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, 
   });
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

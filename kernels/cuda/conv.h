@@ -5,8 +5,8 @@
 //
 // Contracts: exactly those of kernels/cpu/conv.h (same geometry struct, same shapes, outputs
 // overwritten, f32 or f64). Pointers are device pointers of the current device; the work runs on
-// ember::cuda::current_stream() and is asynchronous. Workspace (the im2col columns of a few
-// images at a time) comes from ember::cuda::Scratch. The GEMMs go through kernels/cuda/gemm.h
+// cuda::current_stream() and is asynchronous. Workspace (the im2col columns of a few
+// images at a time) comes from cuda::Scratch. The GEMMs go through kernels/cuda/gemm.h
 // (cuBLAS or the tiled kernel).
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include "../../core/dtype.h"
 #include "../cpu/conv.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 using ::ember::kernels::cpu::Conv2dGeometry;
 
@@ -35,4 +35,4 @@ void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy
 // gb (c_out) = sum of gy over n, out_h, out_w (accumulated in double, in a tree order).
 void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -24,7 +24,7 @@
 #include <cudnn.h>
 #endif
 
-namespace ember::kernels::cuda::cudnn {
+namespace ember::kernels::gpu::cudnn {
 
 namespace {
 std::atomic<bool> g_benchmark{[] {
@@ -103,7 +103,7 @@ cudnnDataType_t data_type(DType dt) {
 cudnnHandle_t handle() {
   static std::mutex mu;
   static std::map<int, cudnnHandle_t> handles;
-  const int dev = ember::cuda::current_device();
+  const int dev = cuda::current_device();
   cudnnHandle_t h;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -115,7 +115,7 @@ cudnnHandle_t handle() {
       h = it->second;
     }
   }
-  EMBER_CUDNN_CHECK(cudnnSetStream(h, ember::cuda::current_stream()));
+  EMBER_CUDNN_CHECK(cudnnSetStream(h, cuda::current_stream()));
   return h;
 }
 
@@ -184,7 +184,7 @@ using ConvKey = std::tuple<int, int, int, bool, bool, int64_t, int64_t, int64_t,
                            int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 ConvKey make_key(Pass pass, DType dt, const Conv2dGeometry& g) {
-  return ConvKey{static_cast<int>(pass), ember::cuda::current_device(), static_cast<int>(dt), allow_tf32(),
+  return ConvKey{static_cast<int>(pass), cuda::current_device(), static_cast<int>(dt), allow_tf32(),
                  benchmark(), g.n, g.c_in, g.h, g.w, g.c_out, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h,
                  g.pad_w, g.dil_h, g.dil_w, g.groups};
 }
@@ -209,7 +209,7 @@ std::mutex g_ws_mu;
 void* workspace(size_t bytes) {
   static std::map<int, Workspace> spaces;
   if (bytes == 0) return nullptr;
-  const int dev = ember::cuda::current_device();
+  const int dev = cuda::current_device();
   std::lock_guard<std::mutex> lock(g_ws_mu);
   Workspace& ws = spaces[dev];
   if (ws.size >= bytes) return ws.ptr;
@@ -445,4 +445,4 @@ void activation_backward(Activation a, DType dt, int64_t n, const void* x, const
 
 #endif  // EMBER_HAVE_CUDNN
 
-}  // namespace ember::kernels::cuda::cudnn
+}  // namespace ember::kernels::gpu::cudnn

@@ -25,7 +25,7 @@
 #include "../cpu/conv.h"
 #include "../cpu/pool.h"
 
-namespace ember::kernels::cuda::cudnn {
+namespace ember::kernels::gpu::cudnn {
 
 using ::ember::kernels::cpu::Conv2dGeometry;
 using ::ember::kernels::cpu::Pool2dGeometry;
@@ -59,4 +59,4 @@ void activation_forward(Activation a, DType dtype, int64_t n, const void* x, voi
 void activation_backward(Activation a, DType dtype, int64_t n, const void* x, const void* y, const void* grad_y,
                          void* grad_x);
 
-}  // namespace ember::kernels::cuda::cudnn
+}  // namespace ember::kernels::gpu::cudnn

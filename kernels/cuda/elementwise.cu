@@ -28,7 +28,7 @@
 #include "common.cuh"
 #include "runtime.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -132,7 +132,7 @@ void launch(const char* op, const IterShape& shape, Operand out, const std::arra
   Inputs<sizeof...(In)> in{};
   for (int k = 1; k < N; ++k) in.p[k - 1] = ins[k - 1].data;
   Out* o = static_cast<Out*>(out.data);
-  const cudaStream_t stream = ember::cuda::current_stream();
+  const cudaStream_t stream = cuda::current_stream();
   if (ix.contiguous()) {
     constexpr int K = 4;
     // Vector loads need every operand aligned to its own pack size (16 bytes for 4 floats).
@@ -148,7 +148,7 @@ void launch(const char* op, const IterShape& shape, Operand out, const std::arra
   } else {
     EMBER_LAUNCH_FLAT((strided_kernel<Out, F, In...>), grid_for(n, kThreads), kThreads, stream, n, ix, o, in, f);
   }
-  ember::cuda::check_launch(op);
+  cuda::check_launch(op);
 }
 
 // ---- the functors ------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ bool try_transpose_copy(DType dtype, const IterShape& shape, Operand out, Operan
   const int64_t grid_y = (rows + kTile - 1) / kTile, grid_x = (cols + kTile - 1) / kTile;
   if (grid_y > detail::kMaxGrid || grid_x > (int64_t{1} << 31) - 1) return false;
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), block(kTile, kTileRows);
-  const cudaStream_t stream = ember::cuda::current_stream();
+  const cudaStream_t stream = cuda::current_stream();
   auto run = [&](auto tag) {
     using U = decltype(tag);
     EMBER_LAUNCH(transpose_kernel<U>, grid, block, 0, stream, rows, cols, static_cast<U*>(out.data), ld_out,
@@ -291,7 +291,7 @@ bool try_transpose_copy(DType dtype, const IterShape& shape, Operand out, Operan
     case 4: run(Bits<4>{}); break;
     default: run(Bits<8>{}); break;
   }
-  ember::cuda::check_launch("copy (transpose)");
+  cuda::check_launch("copy (transpose)");
   return true;
 }
 
@@ -409,4 +409,4 @@ void isnan(DType dtype, const IterShape& shape, Operand out, Operand in) {
   });
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -1,7 +1,7 @@
 #pragma once
 // CUDA elementwise kernels over strided operands (see kernels/strided.h): the same entry points
 // and contracts as kernels/cpu/elementwise.h, on device pointers. Work is queued on
-// ember::cuda::current_stream() and runs asynchronously. No CUDA header here.
+// cuda::current_stream() and runs asynchronously. No CUDA header here.
 // All operands share one iteration shape; broadcast operands have stride 0.
 // Outputs must not partially overlap inputs (exact aliasing, out == in, is allowed).
 
@@ -9,7 +9,7 @@
 #include "../elementwise.h"
 #include "../strided.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 // out = op(in, alpha); float32/float64.
 void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand in, double alpha);
@@ -36,4 +36,4 @@ void fill(DType dtype, const IterShape& shape, Operand out, double value);
 void logical_not(const IterShape& shape, Operand out, Operand in);
 void isnan(DType dtype, const IterShape& shape, Operand out, Operand in);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -44,7 +44,7 @@
                   ::ember::cuda::current_device());                                                   \
   } while (0)
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -175,8 +175,8 @@ void launch_tiled(TiledArgs<T> args, int64_t batch) {
     args.z0 = z0;
     const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
                     static_cast<unsigned>(std::min<int64_t>(65535, batch - z0)));
-    EMBER_LAUNCH((sgemm_tiled<T>), grid, dim3(kThreads), 0, ::ember::cuda::current_stream(), args);
-    ::ember::cuda::check_launch("gemm_tiled");
+    EMBER_LAUNCH((sgemm_tiled<T>), grid, dim3(kThreads), 0, cuda::current_stream(), args);
+    cuda::check_launch("gemm_tiled");
   }
 }
 
@@ -238,8 +238,8 @@ std::vector<CublasSlot> g_cublas_slots;
 // The current device's handle bound to current_stream(), or null when cuBLAS is unavailable.
 // Call with g_cublas_mutex held.
 cublasHandle_t bound_handle() {
-  const int dev = ::ember::cuda::current_device();
-  if (g_cublas_slots.empty()) g_cublas_slots.resize(static_cast<size_t>(std::max(1, ::ember::cuda::device_count())));
+  const int dev = cuda::current_device();
+  if (g_cublas_slots.empty()) g_cublas_slots.resize(static_cast<size_t>(std::max(1, cuda::device_count())));
   if (dev >= static_cast<int>(g_cublas_slots.size())) return nullptr;
   CublasSlot& slot = g_cublas_slots[static_cast<size_t>(dev)];
   if (!slot.tried) {
@@ -250,7 +250,7 @@ cublasHandle_t bound_handle() {
       EMBER_CUBLAS_CHECK(cublasSetMathMode(slot.handle, CUBLAS_DEFAULT_MATH));
     }
   }
-  if (slot.handle) EMBER_CUBLAS_CHECK(cublasSetStream(slot.handle, ::ember::cuda::current_stream()));
+  if (slot.handle) EMBER_CUBLAS_CHECK(cublasSetStream(slot.handle, cuda::current_stream()));
   return slot.handle;
 }
 
@@ -330,7 +330,7 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
     host[static_cast<size_t>(batch + i)] = b[i];
     host[static_cast<size_t>(2 * batch + i)] = c[i];
   }
-  ::ember::cuda::Scratch lists(bytes);
+  cuda::Scratch lists(bytes);
   detail::upload_async(lists.get(), host.data(), bytes);
   const T* const* a_dev = lists.as<const T*>();
   const T* const* b_dev = a_dev + batch;
@@ -375,4 +375,4 @@ void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, d
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool allow_tf32() { return g_allow_tf32.load(); }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -5,7 +5,7 @@
 // Conventions: exactly those of kernels/cpu/gemm.h (row-major, Transpose flags, lda/ldb/ldc,
 // beta == 0 overwrites C whatever it held, k == 0 gives C = beta * C, dimensions must fit a
 // 32-bit int). Pointers a, b, c are device pointers of the current device; the work is enqueued
-// on ember::cuda::current_stream() and is asynchronous.
+// on cuda::current_stream() and is asynchronous.
 //
 // Which path runs (Note [GEMM paths] in gemm.cu):
 //   cuBLAS (the default): cublasGemmEx (f32, FP32 compute unless set_allow_tf32(true)),
@@ -19,7 +19,7 @@
 
 #include "../cpu/gemm.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 using ::ember::kernels::cpu::Transpose;
 
@@ -52,4 +52,4 @@ void gemm_tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, dou
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

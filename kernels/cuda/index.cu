@@ -18,7 +18,7 @@
 #include "common.cuh"
 #include "runtime.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -114,10 +114,10 @@ void gather(DType dtype, const IterShape& shape, int dim, Operand out, Operand x
       const int64_t n = shape.numel();
       if (n == 0) return;
       const Operand ops[3] = {without_dim(x, dim), out, index};
-      EMBER_LAUNCH_FLAT((gather_kernel<T, I>), grid_for(n, kThreads), kThreads, ember::cuda::current_stream(), n,
+      EMBER_LAUNCH_FLAT((gather_kernel<T, I>), grid_for(n, kThreads), kThreads, cuda::current_stream(), n,
                         StridedIndexer<3>(shape, ops), static_cast<T*>(out.data), static_cast<const T*>(x.data),
                         x.strides[dim], static_cast<const I*>(index.data));
-      ember::cuda::check_launch("gather");
+      cuda::check_launch("gather");
     });
   });
 }
@@ -131,10 +131,10 @@ void scatter_add(DType dtype, const IterShape& shape, int dim, Operand out, Oper
       const int64_t n = shape.numel();
       if (n == 0) return;
       const Operand ops[3] = {without_dim(out, dim), src, index};
-      EMBER_LAUNCH_FLAT((scatter_add_kernel<T, I>), grid_for(n, kThreads), kThreads, ember::cuda::current_stream(), n,
+      EMBER_LAUNCH_FLAT((scatter_add_kernel<T, I>), grid_for(n, kThreads), kThreads, cuda::current_stream(), n,
                         StridedIndexer<3>(shape, ops), static_cast<T*>(out.data), out.strides[dim],
                         static_cast<const T*>(src.data), static_cast<const I*>(index.data));
-      ember::cuda::check_launch("scatter_add");
+      cuda::check_launch("scatter_add");
     });
   });
 }
@@ -142,15 +142,15 @@ void scatter_add(DType dtype, const IterShape& shape, int dim, Operand out, Oper
 bool indices_in_range(DType index_dtype, const IterShape& shape, Operand index, int64_t size, int64_t* bad) {
   const int64_t n = shape.numel();
   if (n == 0) return true;
-  const cudaStream_t stream = ember::cuda::current_stream();
+  const cudaStream_t stream = cuda::current_stream();
   const StridedIndexer<1> ix(shape, &index);
-  ember::cuda::Scratch first(sizeof(unsigned long long));
+  cuda::Scratch first(sizeof(unsigned long long));
   EMBER_CUDA_CHECK(cudaMemsetAsync(first.get(), 0xFF, sizeof(unsigned long long), stream));  // "none yet"
   EMBER_DISPATCH_INDEX(index_dtype, "index", [&] {
     EMBER_LAUNCH_FLAT((find_out_of_range_kernel<scalar_t>), grid_for(n, kThreads), kThreads, stream, n, ix,
                       static_cast<const scalar_t*>(index.data), size, first.as<unsigned long long>());
   });
-  ember::cuda::check_launch("index range check");
+  cuda::check_launch("index range check");
   // The answer is a host bool: copy the position back and wait for the stream; in the bad
   // case, fetch the offending value too.
   unsigned long long pos = 0;
@@ -171,7 +171,7 @@ bool indices_in_range(DType index_dtype, const IterShape& shape, Operand index, 
 
 void one_hot(DType out_dtype, DType label_dtype, int64_t n, const void* labels, int64_t num_classes, void* out) {
   if (n == 0 || num_classes == 0) return;
-  const cudaStream_t stream = ember::cuda::current_stream();
+  const cudaStream_t stream = cuda::current_stream();
   EMBER_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(n * num_classes * dtype_size(out_dtype)), stream));
   EMBER_DISPATCH_INDEX(label_dtype, "one_hot", [&] {
     using I = scalar_t;
@@ -181,7 +181,7 @@ void one_hot(DType out_dtype, DType label_dtype, int64_t n, const void* labels, 
                         num_classes, static_cast<T*>(out));
     });
   });
-  ember::cuda::check_launch("one_hot");
+  cuda::check_launch("one_hot");
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -1,7 +1,7 @@
 #pragma once
 // CUDA indexing kernels: gather, scatter_add (index_select and its backward are the same
 // kernels with a broadcast index), the index range check, and one_hot. The entry points and
-// contracts of kernels/cpu/index.h on device pointers, queued on ember::cuda::current_stream().
+// contracts of kernels/cpu/index.h on device pointers, queued on cuda::current_stream().
 // No CUDA header.
 //
 // Note [Index kernels]
@@ -18,7 +18,7 @@
 #include "../../core/dtype.h"
 #include "../strided.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 // out[p] = x[p with p[dim] := index[p]] for every position p of `shape`. Any dtype (elements
 // are moved as raw bytes). index_dtype: int32 or int64.
@@ -37,4 +37,4 @@ bool indices_in_range(DType index_dtype, const IterShape& shape, Operand index, 
 // labels: n contiguous int32/int64 values, all in [0, num_classes).
 void one_hot(DType out_dtype, DType label_dtype, int64_t n, const void* labels, int64_t num_classes, void* out);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

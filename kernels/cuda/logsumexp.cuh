@@ -23,7 +23,7 @@
 
 #include "common.cuh"
 
-namespace ember::kernels::cuda::detail {
+namespace ember::kernels::gpu::detail {
 
 struct MaxSum {
   double m, s;
@@ -72,4 +72,4 @@ __device__ MaxSum line_max_sum(int64_t n, int lane, const Load& load) {
   return a;
 }
 
-}  // namespace ember::kernels::cuda::detail
+}  // namespace ember::kernels::gpu::detail

@@ -27,7 +27,7 @@
 #include "logsumexp.cuh"
 #include "runtime.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -152,13 +152,13 @@ __global__ void nll_loss_backward_kernel(int64_t total, int64_t C, int64_t S, T*
 
 int64_t find_invalid_target(const int64_t* target, int64_t count, int64_t num_classes, int64_t ignore_index) {
   if (count == 0) return -1;
-  const cudaStream_t stream = ember::cuda::current_stream();
-  ember::cuda::Scratch first(sizeof(unsigned long long));
+  const cudaStream_t stream = cuda::current_stream();
+  cuda::Scratch first(sizeof(unsigned long long));
   // All-ones bytes = the largest unsigned value: "no invalid target yet" for atomicMin.
   EMBER_CUDA_CHECK(cudaMemsetAsync(first.get(), 0xFF, sizeof(unsigned long long), stream));
   EMBER_LAUNCH_FLAT(find_invalid_target_kernel, grid_for(count, kThreads), kThreads, stream, target, count, num_classes,
                     ignore_index, first.as<unsigned long long>());
-  ember::cuda::check_launch("find_invalid_target");
+  cuda::check_launch("find_invalid_target");
   // The answer is needed on the host (the caller throws on a bad target): copy it back and
   // wait for the stream. This is the one synchronization of the loss kernels.
   unsigned long long host = 0;
@@ -177,10 +177,10 @@ void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* l
     const int g = S > 1 || C <= 8 ? 1 : (C <= 1024 ? detail::kWarp : kThreads);
     detail::with_group(g, [&]<int G>() {
       EMBER_LAUNCH((cross_entropy_forward_kernel<G, T>), detail::grid_for_groups<G>(samples), kThreads, 0,
-                   ember::cuda::current_stream(), samples, C, S, static_cast<const T*>(logits), target,
+                   cuda::current_stream(), samples, C, S, static_cast<const T*>(logits), target,
                    static_cast<const T*>(weight), ignore_index, label_smoothing, loss, target_weight, lse);
     });
-    ember::cuda::check_launch("cross_entropy");
+    cuda::check_launch("cross_entropy");
   });
 }
 
@@ -191,19 +191,19 @@ void cross_entropy_backward(DType dtype, const ClassLayout& layout, void* grad_l
     using T = scalar_t;
     const int64_t total = layout.samples() * layout.c;
     if (total == 0) return;
-    const cudaStream_t stream = ember::cuda::current_stream();
+    const cudaStream_t stream = cuda::current_stream();
     const T* w = static_cast<const T*>(weight);
     // W = sum of the weights, needed only with label smoothing (without weights it is C).
-    ember::cuda::Scratch w_total(w && label_smoothing > 0 ? sizeof(double) : 0);
+    cuda::Scratch w_total(w && label_smoothing > 0 ? sizeof(double) : 0);
     if (w && label_smoothing > 0) {
       EMBER_LAUNCH((weight_total_kernel<T>), 1, kThreads, 0, stream, layout.c, w, w_total.as<double>());
-      ember::cuda::check_launch("cross_entropy backward (weight total)");
+      cuda::check_launch("cross_entropy backward (weight total)");
     }
     EMBER_LAUNCH_FLAT((cross_entropy_backward_kernel<T>), grid_for(total, kThreads), kThreads, stream, total, layout.c,
                       layout.s, static_cast<T*>(grad_logits), static_cast<const T*>(logits), target, w, ignore_index,
                       label_smoothing, lse, static_cast<const T*>(grad_loss), grad_stride, grad_factor,
                       w && label_smoothing > 0 ? w_total.as<const double>() : nullptr);
-    ember::cuda::check_launch("cross_entropy backward");
+    cuda::check_launch("cross_entropy backward");
   });
 }
 
@@ -214,9 +214,9 @@ void nll_loss_forward(DType dtype, const ClassLayout& layout, const void* log_pr
     const int64_t samples = layout.samples();
     if (samples == 0) return;
     EMBER_LAUNCH_FLAT((nll_loss_forward_kernel<T>), grid_for(samples, kThreads), kThreads,
-                      ember::cuda::current_stream(), samples, layout.c, layout.s, static_cast<const T*>(log_probs),
+                      cuda::current_stream(), samples, layout.c, layout.s, static_cast<const T*>(log_probs),
                       target, static_cast<const T*>(weight), ignore_index, loss, target_weight);
-    ember::cuda::check_launch("nll_loss");
+    cuda::check_launch("nll_loss");
   });
 }
 
@@ -228,11 +228,11 @@ void nll_loss_backward(DType dtype, const ClassLayout& layout, void* grad_input,
     const int64_t total = layout.samples() * layout.c;
     if (total == 0) return;
     EMBER_LAUNCH_FLAT((nll_loss_backward_kernel<T>), grid_for(total, kThreads), kThreads,
-                      ember::cuda::current_stream(), total, layout.c, layout.s, static_cast<T*>(grad_input), target,
+                      cuda::current_stream(), total, layout.c, layout.s, static_cast<T*>(grad_input), target,
                       static_cast<const T*>(weight), ignore_index, static_cast<const T*>(grad_loss), grad_stride,
                       grad_factor);
-    ember::cuda::check_launch("nll_loss backward");
+    cuda::check_launch("nll_loss backward");
   });
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -2,7 +2,7 @@
 // CUDA classification losses (cross entropy, negative log-likelihood) over class indices: the
 // entry points and contracts of kernels/cpu/loss.h on device pointers (logits, targets, weight,
 // the per-sample double outputs and grad_loss all live on the device), queued on
-// ember::cuda::current_stream(). No CUDA header.
+// cuda::current_stream(). No CUDA header.
 //
 // Layout shared by these kernels: scores (logits or log-probabilities) are (N, C, S) contiguous
 // arrays of `dtype` (f32, f64) with the class dim in the middle — S = d1 * d2 * ... for
@@ -17,7 +17,7 @@
 #include "../../core/dtype.h"
 #include "../cpu/loss.h"  // ClassLayout
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 using cpu::ClassLayout;  // (n, c, s): the CPU kernels' type
 
@@ -52,4 +52,4 @@ void nll_loss_backward(DType dtype, const ClassLayout& layout, void* grad_input,
                        const void* weight, int64_t ignore_index, const void* grad_loss, int64_t grad_stride,
                        double grad_factor);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -23,7 +23,7 @@
 #include "runtime.h"
 #include "staging.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -102,7 +102,7 @@ __global__ void sgd_multi_kernel(const SgdRef<T>* refs, const Job* jobs, SgdCoef
 // The records and the job table of one multi-tensor launch, in one device buffer.
 template <typename Ref>
 struct MultiLaunch {
-  ::ember::cuda::Scratch buffer;
+  cuda::Scratch buffer;
   int64_t jobs = 0;
   const Ref* refs() const { return buffer.as<const Ref>(); }
   const Job* job_table(size_t count) const {
@@ -138,26 +138,26 @@ template <WeightDecayMode Decay, typename T>
 void adam_launch(const AdamArrays<T>& a, const AdamCoeffs<T>& c, bool amsgrad) {
   const unsigned grid = detail::grid_stride_blocks(a.n, kThreads);
   if (amsgrad) {
-    EMBER_LAUNCH_FLAT((adam_kernel<Decay, true, T>), grid, kThreads, ::ember::cuda::current_stream(), a.n, a.p, a.g,
+    EMBER_LAUNCH_FLAT((adam_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(), a.n, a.p, a.g,
                       a.m, a.v, a.vmax, c);
   } else {
-    EMBER_LAUNCH_FLAT((adam_kernel<Decay, false, T>), grid, kThreads, ::ember::cuda::current_stream(), a.n, a.p, a.g,
+    EMBER_LAUNCH_FLAT((adam_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(), a.n, a.p, a.g,
                       a.m, a.v, static_cast<T*>(nullptr), c);
   }
-  ::ember::cuda::check_launch("adam_step");
+  cuda::check_launch("adam_step");
 }
 
 template <WeightDecayMode Decay, typename T>
 void adam_multi_launch(const MultiLaunch<AdamRef<T>>& ml, size_t count, const AdamCoeffs<T>& c, bool amsgrad) {
   const unsigned grid = static_cast<unsigned>(ml.jobs);
   if (amsgrad) {
-    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, true, T>), grid, kThreads, ::ember::cuda::current_stream(), ml.refs(),
+    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(), ml.refs(),
                       ml.job_table(count), c);
   } else {
-    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, false, T>), grid, kThreads, ::ember::cuda::current_stream(), ml.refs(),
+    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(), ml.refs(),
                       ml.job_table(count), c);
   }
-  ::ember::cuda::check_launch("adam_step_multi");
+  cuda::check_launch("adam_step_multi");
 }
 
 // Calls f.template operator()<L2, Momentum, Nesterov, First>() for the flags of one SGD step,
@@ -256,9 +256,9 @@ void sgd_step(DType dtype, int64_t n, void* param, const void* grad, void* momen
     const unsigned grid = detail::grid_stride_blocks(n, kThreads);
     sgd_flags(h, init_buffer, [&]<bool L2, bool Momentum, bool Nesterov, bool First>() {
       EMBER_LAUNCH_FLAT((sgd_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads,
-                        ::ember::cuda::current_stream(), n, p, g, Momentum ? buf : static_cast<T*>(nullptr), c);
+                        cuda::current_stream(), n, p, g, Momentum ? buf : static_cast<T*>(nullptr), c);
     });
-    ::ember::cuda::check_launch("sgd_step");
+    cuda::check_launch("sgd_step");
   });
 }
 
@@ -308,9 +308,9 @@ void sgd_step_multi(DType dtype, const SgdTensor* tensors, int64_t count, bool i
     const unsigned grid = static_cast<unsigned>(ml.jobs);
     sgd_flags(h, init_buffer, [&]<bool L2, bool Momentum, bool Nesterov, bool First>() {
       EMBER_LAUNCH_FLAT((sgd_multi_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads,
-                        ::ember::cuda::current_stream(), ml.refs(), ml.job_table(refs.size()), c);
+                        cuda::current_stream(), ml.refs(), ml.job_table(refs.size()), c);
     });
-    ::ember::cuda::check_launch("sgd_step_multi");
+    cuda::check_launch("sgd_step_multi");
   });
 }
 
@@ -322,14 +322,14 @@ double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
   EMBER_DISPATCH_FLOAT(dtype, "grad_norm", [&] {
     using T = scalar_t;
     const int64_t blocks = std::min<int64_t>(kNormBlocks, (n + kThreads - 1) / kThreads);
-    ::ember::cuda::Scratch partial(static_cast<size_t>(blocks + 1) * sizeof(double));
+    cuda::Scratch partial(static_cast<size_t>(blocks + 1) * sizeof(double));
     double* d = partial.as<double>();
-    const ::ember::cuda::Stream s = ::ember::cuda::current_stream();
+    const cuda::Stream s = cuda::current_stream();
     EMBER_LAUNCH(norm_partial_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, s, n, static_cast<const T*>(grad),
                  op, d);
-    ::ember::cuda::check_launch("grad_norm");
+    cuda::check_launch("grad_norm");
     EMBER_LAUNCH(norm_final_kernel, 1, kThreads, 0, s, blocks, static_cast<const double*>(d), op, d + blocks);
-    ::ember::cuda::check_launch("grad_norm");
+    cuda::check_launch("grad_norm");
     // The host needs the value: copy it back on the stream, then wait for the stream.
     EMBER_CUDA_CHECK(cudaMemcpyAsync(&result, d + blocks, sizeof(double), cudaMemcpyDeviceToHost, s));
     EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -337,4 +337,4 @@ double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
   return result;
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -5,7 +5,7 @@
 //
 // Contracts: those of kernels/cpu/optim.h (n contiguous elements of `dtype`, f32 or f64; param
 // and state updated in place, grad only read; no array aliases another). Pointers are device
-// pointers of the current device; the work runs on ember::cuda::current_stream() and is
+// pointers of the current device; the work runs on cuda::current_stream() and is
 // asynchronous (grad_norm_partial excepted, see there). The per-element math is the shared
 // functor of kernels/optim.h, compiled without floating-point contraction in both flavours, so a
 // step is bit-identical to the CPU step.
@@ -15,7 +15,7 @@
 #include "../../core/dtype.h"
 #include "../optim.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 // Adam / AdamW; max_exp_avg_sq is used (and must be non-null) only when h.amsgrad.
 void adam_step(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
@@ -56,4 +56,4 @@ struct SgdTensor {
 };
 void sgd_step_multi(DType dtype, const SgdTensor* tensors, int64_t count, bool init_buffer, const SgdHyper& h);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -24,7 +24,7 @@
 #include "pool.h"
 #include "runtime.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -211,9 +211,9 @@ __global__ void adaptive_backward_kernel(Pool2dGeometry g, const T* grad_out, T*
 template <typename Kernel, typename... Args>
 void launch_cells(const char* op, int64_t total, Kernel kernel, Args... args) {
   if (total <= 0) return;
-  EMBER_LAUNCH_FLAT(kernel, detail::grid_stride_blocks(total, kThreads), kThreads, ::ember::cuda::current_stream(),
+  EMBER_LAUNCH_FLAT(kernel, detail::grid_stride_blocks(total, kThreads), kThreads, cuda::current_stream(),
                     args...);
-  ::ember::cuda::check_launch(op);
+  cuda::check_launch(op);
 }
 
 int64_t in_cells(const Pool2dGeometry& g) { return g.planes * g.in_h * g.in_w; }
@@ -284,4 +284,4 @@ void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const vo
   });
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

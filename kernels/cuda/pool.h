@@ -4,7 +4,7 @@
 //
 // Contracts: exactly those of kernels/cpu/pool.h (same geometry struct, layout of `planes`
 // = N * C contiguous (H, W) planes, outputs overwritten, f32 or f64). Pointers are device
-// pointers of the current device; the work runs on ember::cuda::current_stream() and is
+// pointers of the current device; the work runs on cuda::current_stream() and is
 // asynchronous. Every kernel here is deterministic, and the results are bit-identical to the CPU
 // reference (same per-window order of operations, accumulation in double where the CPU does).
 
@@ -13,7 +13,7 @@
 #include "../../core/dtype.h"
 #include "../cpu/pool.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 using ::ember::kernels::cpu::Pool2dGeometry;
 
@@ -34,4 +34,4 @@ void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_includ
 void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out);
 void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, void* grad_in);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -20,7 +20,7 @@
 #include "common.cuh"
 #include "runtime.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -112,37 +112,37 @@ uint64_t philox_blocks_bernoulli(int64_t n) { return (static_cast<uint64_t>(n) +
 void fill_uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo, double hi) {
   EMBER_CHECK(dtype == DType::f32 || dtype == DType::f64, "uniform_: expected float32 or float64, got ", dtype);
   if (n == 0) return;
-  const cudaStream_t stream = ember::cuda::current_stream();
+  const cudaStream_t stream = cuda::current_stream();
   if (dtype == DType::f32)
     EMBER_LAUNCH_FLAT(uniform_f32_kernel, grid_blocks(n, 4), kThreads, stream, n, static_cast<float*>(out), seed,
                       offset, static_cast<float>(lo), static_cast<float>(hi - lo));
   else
     EMBER_LAUNCH_FLAT(uniform_f64_kernel, grid_blocks(n, 2), kThreads, stream, n, static_cast<double*>(out), seed,
                       offset, lo, hi - lo);
-  ember::cuda::check_launch("uniform_");
+  cuda::check_launch("uniform_");
 }
 
 void fill_normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double mean, double std) {
   EMBER_CHECK(dtype == DType::f32 || dtype == DType::f64, "normal_: expected float32 or float64, got ", dtype);
   if (n == 0) return;
-  const cudaStream_t stream = ember::cuda::current_stream();
+  const cudaStream_t stream = cuda::current_stream();
   if (dtype == DType::f32)
     EMBER_LAUNCH_FLAT(normal_f32_kernel, grid_blocks(n, 2), kThreads, stream, n, static_cast<float*>(out), seed,
                       offset, static_cast<float>(mean), static_cast<float>(std));
   else
     EMBER_LAUNCH_FLAT(normal_f64_kernel, grid_blocks(n, 1), kThreads, stream, n, static_cast<double*>(out), seed,
                       offset, mean, std);
-  ember::cuda::check_launch("normal_");
+  cuda::check_launch("normal_");
 }
 
 void fill_bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double p) {
   EMBER_CHECK(p >= 0 && p <= 1, "bernoulli: probability ", p, " is not in [0, 1]");
   if (n == 0) return;
   EMBER_DISPATCH_ALL(dtype, "bernoulli", [&] {
-    EMBER_LAUNCH_FLAT((bernoulli_kernel<scalar_t>), grid_blocks(n, 4), kThreads, ember::cuda::current_stream(), n,
+    EMBER_LAUNCH_FLAT((bernoulli_kernel<scalar_t>), grid_blocks(n, 4), kThreads, cuda::current_stream(), n,
                       static_cast<scalar_t*>(out), seed, offset, static_cast<float>(p));
   });
-  ember::cuda::check_launch("bernoulli");
+  cuda::check_launch("bernoulli");
 }
 
 void fill_randint(int64_t n, int64_t* out, uint64_t seed, uint64_t offset, int64_t low, int64_t high) {
@@ -150,9 +150,9 @@ void fill_randint(int64_t n, int64_t* out, uint64_t seed, uint64_t offset, int64
   const uint64_t range = static_cast<uint64_t>(high - low);
   EMBER_CHECK(range <= (1ULL << 32), "randint: range ", range, " is larger than 2^32");
   if (n == 0) return;
-  EMBER_LAUNCH_FLAT(randint_kernel, grid_blocks(n, 4), kThreads, ember::cuda::current_stream(), n, out, seed, offset,
+  EMBER_LAUNCH_FLAT(randint_kernel, grid_blocks(n, 4), kThreads, cuda::current_stream(), n, out, seed, offset,
                     low, range);
-  ember::cuda::check_launch("randint");
+  cuda::check_launch("randint");
 }
 
 void dropout_forward(DType dtype, int64_t n, const void* x, void* y, void* mask, uint64_t seed, uint64_t offset,
@@ -161,11 +161,11 @@ void dropout_forward(DType dtype, int64_t n, const void* x, void* y, void* mask,
   if (n == 0) return;
   EMBER_DISPATCH_FLOAT(dtype, "dropout", [&] {
     using T = scalar_t;
-    EMBER_LAUNCH_FLAT((dropout_kernel<T>), grid_blocks(n, 4), kThreads, ember::cuda::current_stream(), n,
+    EMBER_LAUNCH_FLAT((dropout_kernel<T>), grid_blocks(n, 4), kThreads, cuda::current_stream(), n,
                       static_cast<const T*>(x), static_cast<T*>(y), static_cast<T*>(mask), seed, offset,
                       static_cast<float>(1.0 - p), static_cast<T>(1.0 / (1.0 - p)));
   });
-  ember::cuda::check_launch("dropout");
+  cuda::check_launch("dropout");
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

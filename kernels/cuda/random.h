@@ -1,7 +1,7 @@
 #pragma once
 // CUDA random fills and dropout from Philox, bit-identical to the CPU for the same seed and
 // offset (the layout is in kernels/random.h, whose per-element functions both sides call).
-// Raw-pointer entry points on device memory, queued on ember::cuda::current_stream(). The
+// Raw-pointer entry points on device memory, queued on cuda::current_stream(). The
 // caller reserves the Philox blocks (Generator::take(philox_blocks_*(...))) and passes the first
 // block as `offset`. No CUDA header.
 //
@@ -13,7 +13,7 @@
 
 #include "../../core/dtype.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 // Philox blocks a fill of n elements uses (the generator's offset advances by this much).
 uint64_t philox_blocks_uniform(DType dtype, int64_t n);    // f32: ceil(n / 4); f64: ceil(n / 2)
@@ -41,4 +41,4 @@ void fill_randint(int64_t n, int64_t* out, uint64_t seed, uint64_t offset, int64
 void dropout_forward(DType dtype, int64_t n, const void* x, void* y, void* mask, uint64_t seed, uint64_t offset,
                      double p);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

@@ -26,7 +26,7 @@
 #include "runtime.h"
 
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -173,13 +173,13 @@ template <typename T>
 void launch_extremum(Extremum kind, const Indexer& ix, Operand in, Operand values, Operand indices, const char* op) {
   with_group(group_size(ix, in), [&]<int G>() {
     const unsigned grid = detail::grid_for_groups<G>(ix.n_out);
-    const cudaStream_t stream = ember::cuda::current_stream();
+    const cudaStream_t stream = cuda::current_stream();
     if (kind == Extremum::Max)
       EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Max>), grid, kThreads, 0, stream, ix, in, values, indices);
     else
       EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Min>), grid, kThreads, 0, stream, ix, in, values, indices);
   });
-  ember::cuda::check_launch(op);
+  cuda::check_launch(op);
 }
 
 // Counts the elements equal to the output's value (NaN matches NaN), then writes each its share.
@@ -221,10 +221,10 @@ void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
     const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
     with_group(group_size(ix, in), [&]<int G>() {
-      EMBER_LAUNCH((sum_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, ember::cuda::current_stream(), ix,
+      EMBER_LAUNCH((sum_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(), ix,
                    in, out);
     });
-    ember::cuda::check_launch("sum");
+    cuda::check_launch("sum");
   });
 }
 
@@ -236,10 +236,10 @@ void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
     if (ix.n_out == 0) return;
     const double divisor = static_cast<double>(ix.n_red - correction > 0 ? ix.n_red - correction : 0);
     with_group(group_size(ix, in), [&]<int G>() {
-      EMBER_LAUNCH((var_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, ember::cuda::current_stream(), ix,
+      EMBER_LAUNCH((var_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(), ix,
                    in, out, divisor);
     });
-    ember::cuda::check_launch("var");
+    cuda::check_launch("var");
   });
 }
 
@@ -262,9 +262,9 @@ void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, 
     if (ix.n_out == 0) return;
     with_group(group_size(ix, x), [&]<int G>() {
       EMBER_LAUNCH((extremum_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0,
-                   ember::cuda::current_stream(), ix, grad_in, x, value, grad_out);
+                   cuda::current_stream(), ix, grad_in, x, value, grad_out);
     });
-    ember::cuda::check_launch("amax backward");
+    cuda::check_launch("amax backward");
   });
 }
 
@@ -288,10 +288,10 @@ void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Ope
     with_group(group_size(ix, grad_in), [&]<int G>() {
       // No barrier and no shuffle: the emulator may run it as plain loops.
       EMBER_LAUNCH_FLAT((index_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads,
-                        ember::cuda::current_stream(), ix, grad_in, grad_out, indices);
+                        cuda::current_stream(), ix, grad_in, grad_out, indices);
     });
-    ember::cuda::check_launch("max backward");
+    cuda::check_launch("max backward");
   });
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

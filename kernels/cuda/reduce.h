@@ -1,6 +1,6 @@
 #pragma once
 // CUDA reductions over strided operands: the entry points and contracts of kernels/cpu/reduce.h
-// on device pointers, queued on ember::cuda::current_stream() (asynchronous). No CUDA header.
+// on device pointers, queued on cuda::current_stream() (asynchronous). No CUDA header.
 //
 // Convention shared by every kernel here: the input and the outputs are operands over the
 // input's iteration shape `in_shape`; an output has stride 0 along the reduced dims. `out_shape`
@@ -13,7 +13,7 @@
 #include "../cpu/reduce.h"  // Extremum
 #include "../strided.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 // out[j] = sum of in over the positions that map to j (0 over an empty set).
 void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape);
@@ -49,4 +49,4 @@ void arg_extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand
 void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand grad_out, Operand indices,
                     const IterShape& out_shape);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

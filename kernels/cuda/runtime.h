@@ -3,7 +3,7 @@
 //
 // This header includes no CUDA header, so any translation unit may use it in every build
 // flavour that has a CUDA backend (a real GPU build, or the SIMT emulator). CUstream_st is the
-// type cudaStream_t points to, so ember::cuda::Stream and cudaStream_t are the same type.
+// type cudaStream_t points to, so cuda::Stream and cudaStream_t are the same type.
 //
 // Note [Device context]
 // Everything ember keeps per CUDA device lives in one DeviceContext, created on first use:

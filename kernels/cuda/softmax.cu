@@ -24,7 +24,7 @@
 #include "logsumexp.cuh"
 #include "runtime.h"
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 namespace {
 
@@ -88,7 +88,7 @@ void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, in
     auto* ys = static_cast<T*>(y);
     detail::with_group(line_group(n, inner), [&]<int G>() {
       const unsigned grid = detail::grid_for_groups<G>(lines);
-      const cudaStream_t stream = ember::cuda::current_stream();
+      const cudaStream_t stream = cuda::current_stream();
       if (kind == SoftmaxKind::Softmax)
         EMBER_LAUNCH((softmax_forward_kernel<G, T, SoftmaxKind::Softmax>), grid, kThreads, 0, stream, lines, n, inner,
                      xs, ys);
@@ -96,7 +96,7 @@ void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, in
         EMBER_LAUNCH((softmax_forward_kernel<G, T, SoftmaxKind::LogSoftmax>), grid, kThreads, 0, stream, lines, n,
                      inner, xs, ys);
     });
-    ember::cuda::check_launch(op);
+    cuda::check_launch(op);
   });
 }
 
@@ -112,7 +112,7 @@ void softmax_backward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, i
     const auto* ys = static_cast<const T*>(y);
     detail::with_group(line_group(n, inner), [&]<int G>() {
       const unsigned grid = detail::grid_for_groups<G>(lines);
-      const cudaStream_t stream = ember::cuda::current_stream();
+      const cudaStream_t stream = cuda::current_stream();
       if (kind == SoftmaxKind::Softmax)
         EMBER_LAUNCH((softmax_backward_kernel<G, T, SoftmaxKind::Softmax>), grid, kThreads, 0, stream, lines, n, inner,
                      gx, gy, ys);
@@ -120,8 +120,8 @@ void softmax_backward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, i
         EMBER_LAUNCH((softmax_backward_kernel<G, T, SoftmaxKind::LogSoftmax>), grid, kThreads, 0, stream, lines, n,
                      inner, gx, gy, ys);
     });
-    ember::cuda::check_launch(op);
+    cuda::check_launch(op);
   });
 }
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

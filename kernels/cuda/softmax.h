@@ -1,6 +1,6 @@
 #pragma once
 // CUDA softmax and log-softmax along one dim: the entry points and contracts of
-// kernels/cpu/softmax.h on device pointers, queued on ember::cuda::current_stream(). No CUDA header.
+// kernels/cpu/softmax.h on device pointers, queued on cuda::current_stream(). No CUDA header.
 //
 // Layout: x, y, grad_x, grad_y are (outer, n, inner) contiguous arrays of `dtype` (f32, f64),
 // and the softmax runs along the middle dim: for every (o, i), the line
@@ -11,7 +11,7 @@
 #include "../../core/dtype.h"
 #include "../cpu/softmax.h"  // SoftmaxKind
 
-namespace ember::kernels::cuda {
+namespace ember::kernels::gpu {
 
 using cpu::SoftmaxKind;  // Softmax, LogSoftmax: the CPU kernels' type
 
@@ -28,4 +28,4 @@ void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, in
 void softmax_backward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, int64_t inner, void* grad_x,
                       const void* grad_y, const void* y);
 
-}  // namespace ember::kernels::cuda
+}  // namespace ember::kernels::gpu

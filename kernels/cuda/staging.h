@@ -8,7 +8,7 @@
 #include "../../core/device.h"
 #include "runtime.h"
 
-namespace ember::kernels::cuda::detail {
+namespace ember::kernels::gpu::detail {
 
 // Copies `bytes` from host memory `src` to device memory `dst` (current device) on
 // current_stream(), asynchronously. The bytes go through a pinned staging block first, so `src`
@@ -18,10 +18,10 @@ namespace ember::kernels::cuda::detail {
 // deferred streams (EMBER_SIMT_DEFER=1), which read the source when the copy runs.
 inline void upload_async(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  void* staging = ::ember::cuda::pinned_allocate(bytes);
+  void* staging = cuda::pinned_allocate(bytes);
   std::memcpy(staging, src, bytes);
-  ::ember::cuda::copy_bytes_async(dst, Device::cuda(::ember::cuda::current_device()), staging, Device::cpu(), bytes);
-  ::ember::cuda::pinned_free(staging);
+  cuda::copy_bytes_async(dst, Device::cuda(cuda::current_device()), staging, Device::cpu(), bytes);
+  cuda::pinned_free(staging);
 }
 
-}  // namespace ember::kernels::cuda::detail
+}  // namespace ember::kernels::gpu::detail

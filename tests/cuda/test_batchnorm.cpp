@@ -79,7 +79,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (two-pass mean and bia
     INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s);
     const Inputs<T> in(sh, seed += 10);
     DeviceBuffer<T> dx(in.x), dmean(static_cast<size_t>(sh.c)), dvar(static_cast<size_t>(sh.c));
-    ember::kernels::cuda::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
+    ember::kernels::gpu::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
     std::vector<T> mean(static_cast<size_t>(sh.c)), var(static_cast<size_t>(sh.c));
     ember::kernels::cpu::batch_norm_stats(dt, sh, in.x.data(), mean.data(), var.data());
     ember::test::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
@@ -99,7 +99,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_apply matches the CPU, with and without affi
     DeviceBuffer<T> dy(in.x.size());
     for (bool affine : {true, false}) {
       INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s << " affine=" << affine);
-      ember::kernels::cuda::batch_norm_apply(dt, sh, dx.data(), dm.data(), dis.data(), affine ? dw.data() : nullptr,
+      ember::kernels::gpu::batch_norm_apply(dt, sh, dx.data(), dm.data(), dis.data(), affine ? dw.data() : nullptr,
                                              affine ? db.data() : nullptr, dy.data());
       std::vector<T> want(in.x.size());
       ember::kernels::cpu::batch_norm_apply(dt, sh, in.x.data(), in.mean.data(), in.invstd.data(),
@@ -126,7 +126,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval,
         const bool want_x = mask & 1, want_w = mask & 2, want_b = mask & 4;
         const bool affine = mask != 3;  // also once without weight
         INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s << " training=" << training << " mask=" << mask);
-        ember::kernels::cuda::batch_norm_backward(dt, sh, training, dx.data(), dgy.data(), dm.data(), dis.data(),
+        ember::kernels::gpu::batch_norm_backward(dt, sh, training, dx.data(), dgy.data(), dm.data(), dis.data(),
                                                   affine ? dw.data() : nullptr, want_x ? dgx.data() : nullptr,
                                                   want_w ? dgw.data() : nullptr, want_b ? dgb.data() : nullptr);
         std::vector<T> gx(n), gw(c), gb(c);
@@ -151,7 +151,7 @@ TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel, and
   Inputs<T> in(sh, 7);
   in.x[static_cast<size_t>((1 * sh.c + 2) * sh.s + 3)] = std::numeric_limits<T>::quiet_NaN();  // channel 2
   DeviceBuffer<T> dx(in.x), dmean(4), dvar(4);
-  ember::kernels::cuda::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
+  ember::kernels::gpu::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
   std::vector<T> mean(4), var(4);
   ember::kernels::cpu::batch_norm_stats(dt, sh, in.x.data(), mean.data(), var.data());
   REQUIRE(std::isnan(mean[2]));
@@ -160,9 +160,9 @@ TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel, and
 
   // No channels / no elements: nothing is written (no channels) or statistics are NaN (0 / 0).
   DeviceBuffer<T> one(1), m1(1), v1(1);
-  ember::kernels::cuda::batch_norm_stats(dt, {0, 0, 1}, one.data(), m1.data(), v1.data());
-  ember::kernels::cuda::batch_norm_apply(dt, {0, 3, 4}, one.data(), m1.data(), v1.data(), nullptr, nullptr, m1.data());
-  ember::kernels::cuda::batch_norm_stats(dt, {0, 1, 1}, one.data(), m1.data(), v1.data());
+  ember::kernels::gpu::batch_norm_stats(dt, {0, 0, 1}, one.data(), m1.data(), v1.data());
+  ember::kernels::gpu::batch_norm_apply(dt, {0, 3, 4}, one.data(), m1.data(), v1.data(), nullptr, nullptr, m1.data());
+  ember::kernels::gpu::batch_norm_stats(dt, {0, 1, 1}, one.data(), m1.data(), v1.data());
   REQUIRE(std::isnan(checked(m1)[0]));
   one.check_guards();
 }

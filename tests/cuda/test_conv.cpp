@@ -96,7 +96,7 @@ TEMPLATE_TEST_CASE("cuda im2col and col2im equal the CPU's bit for bit", "[cuda]
     const size_t col_n = static_cast<size_t>(g.c_in * g.kh * g.kw * g.out_h * g.out_w);
     const std::vector<T> x = random_vector<T>(x_img, 1);
     DeviceBuffer<T> dx(x), dcol(col_n);
-    ember::kernels::cuda::im2col(g, dx.data(), dcol.data());
+    ember::kernels::gpu::im2col(g, dx.data(), dcol.data());
     std::vector<T> want(col_n);
     ember::kernels::cpu::im2col(g, x.data(), want.data());
     ember::test::require_close(download(dcol), want, 0, 0, "im2col");
@@ -104,7 +104,7 @@ TEMPLATE_TEST_CASE("cuda im2col and col2im equal the CPU's bit for bit", "[cuda]
     // col2im accumulates onto x.
     const std::vector<T> col = random_vector<T>(col_n, 2);
     dcol.upload(col);
-    ember::kernels::cuda::col2im(g, dcol.data(), dx.data());
+    ember::kernels::gpu::col2im(g, dcol.data(), dx.data());
     std::vector<T> want_x = x;
     ember::kernels::cpu::col2im(g, col.data(), want_x.data());
     ember::test::require_close(download(dx), want_x, 0, 0, "col2im");
@@ -127,7 +127,7 @@ TEMPLATE_TEST_CASE("cuda conv2d forward and backward match the direct references
     DeviceBuffer<T> dx(x), dw(w), db(bias), dgy(gy), dy(yn), dgx(xn), dgw(wn), dgb(static_cast<size_t>(g.c_out));
 
     for (bool with_bias : {true, false}) {
-      ember::kernels::cuda::conv2d_forward(dt, g, dx.data(), dw.data(), with_bias ? db.data() : nullptr, dy.data());
+      ember::kernels::gpu::conv2d_forward(dt, g, dx.data(), dw.data(), with_bias ? db.data() : nullptr, dy.data());
       std::vector<T> want(yn), bound(yn);
       ember::kernels::cpu::conv2d_forward_reference(dt, g, x.data(), w.data(), with_bias ? bias.data() : nullptr,
                                                     want.data());
@@ -136,20 +136,20 @@ TEMPLATE_TEST_CASE("cuda conv2d forward and backward match the direct references
       require_within(download(dy), want, bound, cin_g * g.kh * g.kw + 1, "forward");
     }
 
-    ember::kernels::cuda::conv2d_backward_data(dt, g, dgy.data(), dw.data(), dgx.data());
+    ember::kernels::gpu::conv2d_backward_data(dt, g, dgy.data(), dw.data(), dgx.data());
     std::vector<T> want_gx(xn), bound_gx(xn);
     ember::kernels::cpu::conv2d_backward_data_reference(dt, g, gy.data(), w.data(), want_gx.data());
     ember::kernels::cpu::conv2d_backward_data_reference(dt, g, abs_of(gy).data(), abs_of(w).data(), bound_gx.data());
     require_within(download(dgx), want_gx, bound_gx, cout_g * g.kh * g.kw, "backward data");
 
-    ember::kernels::cuda::conv2d_backward_weight(dt, g, dgy.data(), dx.data(), dgw.data());
+    ember::kernels::gpu::conv2d_backward_weight(dt, g, dgy.data(), dx.data(), dgw.data());
     std::vector<T> want_gw(wn), bound_gw(wn);
     ember::kernels::cpu::conv2d_backward_weight_reference(dt, g, gy.data(), x.data(), want_gw.data());
     ember::kernels::cpu::conv2d_backward_weight_reference(dt, g, abs_of(gy).data(), abs_of(x).data(), bound_gw.data());
     require_within(download(dgw), want_gw, bound_gw, g.n * ohw, "backward weight");
 
     // Bias: both sides accumulate in double and round once; only the summation order differs.
-    ember::kernels::cuda::conv2d_backward_bias(dt, g, dgy.data(), dgb.data());
+    ember::kernels::gpu::conv2d_backward_bias(dt, g, dgy.data(), dgb.data());
     std::vector<T> want_gb(static_cast<size_t>(g.c_out));
     ember::kernels::cpu::conv2d_backward_bias(dt, g, gy.data(), want_gb.data());
     ember::test::require_close(download(dgb), want_gb, 1e-12, std::numeric_limits<T>::epsilon(), "backward bias");
@@ -164,12 +164,12 @@ TEST_CASE("cuda conv2d: a batch larger than one im2col chunk, and more images th
   const std::vector<float> x = random_vector<float>(xn, 3), w = random_vector<float>(wn, 4);
   const std::vector<float> gy = random_vector<float>(yn, 5);
   DeviceBuffer<float> dx(x), dw(w), dy(yn), dgy(gy), dgw(wn);
-  ember::kernels::cuda::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
+  ember::kernels::gpu::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
   std::vector<float> want(yn), bound(yn);
   ember::kernels::cpu::conv2d_forward_reference(DType::f32, g, x.data(), w.data(), nullptr, want.data());
   ember::kernels::cpu::conv2d_forward_reference(DType::f32, g, abs_of(x).data(), abs_of(w).data(), nullptr, bound.data());
   require_within(download(dy), want, bound, 27, "forward");
-  ember::kernels::cuda::conv2d_backward_weight(DType::f32, g, dgy.data(), dx.data(), dgw.data());
+  ember::kernels::gpu::conv2d_backward_weight(DType::f32, g, dgy.data(), dx.data(), dgw.data());
   std::vector<float> want_gw(wn), bound_gw(wn);
   ember::kernels::cpu::conv2d_backward_weight_reference(DType::f32, g, gy.data(), x.data(), want_gw.data());
   ember::kernels::cpu::conv2d_backward_weight_reference(DType::f32, g, abs_of(gy).data(), abs_of(x).data(),
@@ -184,7 +184,7 @@ TEST_CASE("cuda conv2d: NaN in the input reaches exactly the outputs whose windo
   x[static_cast<size_t>(0 * 36 + 5 * 6 + 0)] = std::numeric_limits<float>::infinity();   // channel 0, (5, 0)
   const std::vector<float> w(static_cast<size_t>(3 * 2 * 9), 0.5f);  // positive: +inf stays +inf
   DeviceBuffer<float> dx(x), dw(w), dy(static_cast<size_t>(3 * 36));
-  ember::kernels::cuda::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
+  ember::kernels::gpu::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
   std::vector<float> want(static_cast<size_t>(3 * 36)), bound(want.size());
   ember::kernels::cpu::conv2d_forward_reference(DType::f32, g, x.data(), w.data(), nullptr, want.data());
   ember::kernels::cpu::conv2d_forward_reference(DType::f32, g, abs_of(x).data(), w.data(), nullptr, bound.data());
@@ -194,11 +194,11 @@ TEST_CASE("cuda conv2d: NaN in the input reaches exactly the outputs whose windo
 TEST_CASE("cuda conv2d: empty batch and empty output", "[cuda][conv]") {
   Conv2dGeometry g = geometry(0, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   DeviceBuffer<float> dx(1), dw(static_cast<size_t>(4 * 3 * 9)), dy(1), dgw(static_cast<size_t>(4 * 3 * 9)), dgb(4);
-  ember::kernels::cuda::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
-  ember::kernels::cuda::conv2d_backward_data(DType::f32, g, dy.data(), dw.data(), dx.data());
+  ember::kernels::gpu::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
+  ember::kernels::gpu::conv2d_backward_data(DType::f32, g, dy.data(), dw.data(), dx.data());
   // No images: the weight and bias gradients are sums over nothing, zero.
-  ember::kernels::cuda::conv2d_backward_weight(DType::f32, g, dy.data(), dx.data(), dgw.data());
-  ember::kernels::cuda::conv2d_backward_bias(DType::f32, g, dy.data(), dgb.data());
+  ember::kernels::gpu::conv2d_backward_weight(DType::f32, g, dy.data(), dx.data(), dgw.data());
+  ember::kernels::gpu::conv2d_backward_bias(DType::f32, g, dy.data(), dgb.data());
   ember::test::require_close(download(dgw), std::vector<float>(static_cast<size_t>(4 * 3 * 9), 0.0f), 0, 0, "gw");
   ember::test::require_close(download(dgb), std::vector<float>(4, 0.0f), 0, 0, "gb");
   dx.check_guards();

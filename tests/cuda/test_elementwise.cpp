@@ -46,7 +46,7 @@ void check_unary(UnaryOp op, int64_t n, double alpha, int64_t misalign) {
   cpu::unary(op, dtype_of<T>::value, s, contiguous(want.data() + misalign, s),
              contiguous(const_cast<T*>(x.data()) + misalign, s), alpha);
   DeviceBuffer<T> dx(x), dy(static_cast<size_t>(n + misalign));
-  cuda::unary(op, dtype_of<T>::value, s, contiguous(dy.data() + misalign, s), contiguous(dx.data() + misalign, s),
+  gpu::unary(op, dtype_of<T>::value, s, contiguous(dy.data() + misalign, s), contiguous(dx.data() + misalign, s),
               alpha);
   dy.check_guards();
   std::vector<T> got = dy.download();
@@ -80,7 +80,7 @@ TEMPLATE_TEST_CASE("cuda unary on a transposed and a broadcast input", "[cuda][e
     cpu::unary(UnaryOp::Tanh, dtype_of<T>::value, s, contiguous(want.data(), s),
                with_data(in_op, const_cast<T*>(x.data())), 0);
     DeviceBuffer<T> dx(x), dy(37 * 45);
-    cuda::unary(UnaryOp::Tanh, dtype_of<T>::value, s, contiguous(dy.data(), s), with_data(in_op, dx.data()), 0);
+    gpu::unary(UnaryOp::Tanh, dtype_of<T>::value, s, contiguous(dy.data(), s), with_data(in_op, dx.data()), 0);
     dy.check_guards();
     const Tol t = same_math<T>();
     require_close(dy.download(), want, t.atol, t.rtol, "tanh strided");
@@ -102,7 +102,7 @@ TEMPLATE_TEST_CASE("cuda unary_backward matches the CPU", "[cuda][elementwise]",
                           contiguous(const_cast<T*>(g.data()), s), contiguous(const_cast<T*>(x.data()), s),
                           contiguous(y.data(), s), alpha);
       DeviceBuffer<T> dx(x), dg(g), dyv(y), dgi(static_cast<size_t>(n));
-      cuda::unary_backward(op, dtype_of<T>::value, s, contiguous(dgi.data(), s), contiguous(dg.data(), s),
+      gpu::unary_backward(op, dtype_of<T>::value, s, contiguous(dgi.data(), s), contiguous(dg.data(), s),
                            contiguous(dx.data(), s), contiguous(dyv.data(), s), alpha);
       dgi.check_guards();
       const Tol t = same_math<T>();
@@ -147,7 +147,7 @@ TEMPLATE_TEST_CASE("cuda binary matches the CPU, contiguous and broadcast", "[cu
         cpu::binary(op, dtype_of<T>::value, s, contiguous(want.data(), s), contiguous(a.data(), s),
                     contiguous(b.data(), s), alpha);
         DeviceBuffer<T> da(a), db(b), dout(static_cast<size_t>(n));
-        cuda::binary(op, dtype_of<T>::value, s, contiguous(dout.data(), s), contiguous(da.data(), s),
+        gpu::binary(op, dtype_of<T>::value, s, contiguous(dout.data(), s), contiguous(da.data(), s),
                      contiguous(db.data(), s), alpha);
         dout.check_guards();
         const Tol t = same_math<T>();
@@ -160,7 +160,7 @@ TEMPLATE_TEST_CASE("cuda binary matches the CPU, contiguous and broadcast", "[cu
       cpu::binary(op, dtype_of<T>::value, bc.s, contiguous(want.data(), bc.s), with_data(bc.a, a.data()),
                   with_data(bc.b, b.data()), alpha);
       DeviceBuffer<T> da(a), db(b), dout(static_cast<size_t>(bc.n));
-      cuda::binary(op, dtype_of<T>::value, bc.s, contiguous(dout.data(), bc.s), with_data(bc.a, da.data()),
+      gpu::binary(op, dtype_of<T>::value, bc.s, contiguous(dout.data(), bc.s), with_data(bc.a, da.data()),
                    with_data(bc.b, db.data()), alpha);
       dout.check_guards();
       const Tol t = same_math<T>();
@@ -177,7 +177,7 @@ TEMPLATE_TEST_CASE("cuda binary in place (out aliases a)", "[cuda][elementwise]"
   DeviceBuffer<T> da(a), db(b);
   cpu::binary(BinaryOp::Mul, dtype_of<T>::value, s, contiguous(a.data(), s), contiguous(a.data(), s),
               contiguous(b.data(), s), 1.0);
-  cuda::binary(BinaryOp::Mul, dtype_of<T>::value, s, contiguous(da.data(), s), contiguous(da.data(), s),
+  gpu::binary(BinaryOp::Mul, dtype_of<T>::value, s, contiguous(da.data(), s), contiguous(da.data(), s),
                contiguous(db.data(), s), 1.0);
   da.check_guards();
   require_close(da.download(), a, 0, 0, "in-place mul");  // one rounding each: exact everywhere
@@ -196,7 +196,7 @@ TEMPLATE_TEST_CASE("cuda pow_backward matches the CPU", "[cuda][elementwise]", f
   cpu::pow_backward(dtype_of<T>::value, bc.s, contiguous(want_a.data(), bc.s), contiguous(want_b.data(), bc.s),
                     contiguous(g.data(), bc.s), oa, ob, contiguous(y.data(), bc.s));
   DeviceBuffer<T> da(a), db(b), dg(g), dy(y), dga(static_cast<size_t>(bc.n)), dgb(static_cast<size_t>(bc.n));
-  cuda::pow_backward(dtype_of<T>::value, bc.s, contiguous(dga.data(), bc.s), contiguous(dgb.data(), bc.s),
+  gpu::pow_backward(dtype_of<T>::value, bc.s, contiguous(dga.data(), bc.s), contiguous(dgb.data(), bc.s),
                      contiguous(dg.data(), bc.s), with_data(bc.a, da.data()), with_data(bc.b, db.data()),
                      contiguous(dy.data(), bc.s));
   dga.check_guards();
@@ -207,7 +207,7 @@ TEMPLATE_TEST_CASE("cuda pow_backward matches the CPU", "[cuda][elementwise]", f
   // Only grad_b requested: grad_a's buffer must stay untouched.
   DeviceBuffer<T> untouched(static_cast<size_t>(bc.n));
   const auto before = untouched.download();
-  cuda::pow_backward(dtype_of<T>::value, bc.s, Operand{}, contiguous(dgb.data(), bc.s), contiguous(dg.data(), bc.s),
+  gpu::pow_backward(dtype_of<T>::value, bc.s, Operand{}, contiguous(dgb.data(), bc.s), contiguous(dg.data(), bc.s),
                      with_data(bc.a, da.data()), with_data(bc.b, db.data()), contiguous(dy.data(), bc.s));
   require_same_bits(untouched.download(), before, "untouched");
 }
@@ -228,7 +228,7 @@ void check_compare_where(uint64_t seed) {
     std::vector<uint8_t> want(static_cast<size_t>(bc.n));
     cpu::compare(op, dt, bc.s, contiguous(want.data(), bc.s), oa, ob);
     DeviceBuffer<uint8_t> dout(static_cast<size_t>(bc.n));
-    cuda::compare(op, dt, bc.s, contiguous(dout.data(), bc.s), with_data(bc.a, da.data()), with_data(bc.b, db.data()));
+    gpu::compare(op, dt, bc.s, contiguous(dout.data(), bc.s), with_data(bc.a, da.data()), with_data(bc.b, db.data()));
     dout.check_guards();
     require_same_bits(dout.download(), want, "compare");
   }
@@ -239,7 +239,7 @@ void check_compare_where(uint64_t seed) {
   cpu::where(dt, bc.s, contiguous(want.data(), bc.s), with_data(bc.a, cond.data()), oa, ob);
   DeviceBuffer<uint8_t> dc(cond);
   DeviceBuffer<T> dout(static_cast<size_t>(bc.n));
-  cuda::where(dt, bc.s, contiguous(dout.data(), bc.s), with_data(bc.a, dc.data()), with_data(bc.a, da.data()),
+  gpu::where(dt, bc.s, contiguous(dout.data(), bc.s), with_data(bc.a, dc.data()), with_data(bc.a, da.data()),
               with_data(bc.b, db.data()));
   dout.check_guards();
   require_same_bits(dout.download(), want, "where");
@@ -269,7 +269,7 @@ TEMPLATE_TEST_CASE("cuda clamp matches the CPU (NaN stays NaN)", "[cuda][element
     std::vector<T> want(n);
     cpu::clamp(dtype_of<T>::value, s, contiguous(want.data(), s), contiguous(x.data(), s), has_lo, -1.5, has_hi, 2.25);
     DeviceBuffer<T> dout(n);
-    cuda::clamp(dtype_of<T>::value, s, contiguous(dout.data(), s), contiguous(dx.data(), s), has_lo, -1.5, has_hi, 2.25);
+    gpu::clamp(dtype_of<T>::value, s, contiguous(dout.data(), s), contiguous(dx.data(), s), has_lo, -1.5, has_hi, 2.25);
     dout.check_guards();
     require_same_bits(dout.download(), want, "clamp");
   }
@@ -308,7 +308,7 @@ void check_copy(int64_t n) {
   cpu::copy(s, to, contiguous(want.data(), s), from, contiguous(const_cast<From*>(x.data()), s));
   DeviceBuffer<From> dx(x);
   DeviceBuffer<To> dout(static_cast<size_t>(n));
-  cuda::copy(s, to, contiguous(dout.data(), s), from, contiguous(dx.data(), s));
+  gpu::copy(s, to, contiguous(dout.data(), s), from, contiguous(dx.data(), s));
   dout.check_guards();
   require_same_bits(dout.download(), want, "copy");
 }
@@ -353,8 +353,8 @@ TEST_CASE("cuda copy f32 -> f16/bf16 rounds bit-identically to core/dtype.h on m
   DeviceBuffer<float> dx(x);
   DeviceBuffer<Half> dh(n);
   DeviceBuffer<BFloat16> db(n);
-  cuda::copy(s, DType::f16, contiguous(dh.data(), s), DType::f32, contiguous(dx.data(), s));
-  cuda::copy(s, DType::bf16, contiguous(db.data(), s), DType::f32, contiguous(dx.data(), s));
+  gpu::copy(s, DType::f16, contiguous(dh.data(), s), DType::f32, contiguous(dx.data(), s));
+  gpu::copy(s, DType::bf16, contiguous(db.data(), s), DType::f32, contiguous(dx.data(), s));
   const auto h = dh.download();
   const auto b = db.download();
   for (int64_t i = 0; i < n; ++i) {
@@ -377,7 +377,7 @@ void check_transpose(int64_t rows, int64_t cols) {
   cpu::copy(s, dtype_of<T>::value, contiguous(want.data(), s), dtype_of<T>::value,
             with_data(in_op, const_cast<T*>(x.data())));
   DeviceBuffer<T> dx(x), dout(static_cast<size_t>(rows * cols));
-  cuda::copy(s, dtype_of<T>::value, contiguous(dout.data(), s), dtype_of<T>::value, with_data(in_op, dx.data()));
+  gpu::copy(s, dtype_of<T>::value, contiguous(dout.data(), s), dtype_of<T>::value, with_data(in_op, dx.data()));
   dout.check_guards();
   require_same_bits(dout.download(), want, "transpose");
 }
@@ -398,7 +398,7 @@ TEST_CASE("cuda copy of a transposed matrix (tiled transpose) and of permuted 3-
     std::vector<float> want(60);
     cpu::copy(s, DType::f32, contiguous(want.data(), s), DType::f32, with_data(in_op, const_cast<float*>(x.data())));
     DeviceBuffer<float> dx(x), dout(60);
-    cuda::copy(s, DType::f32, contiguous(dout.data(), s), DType::f32, with_data(in_op, dx.data()));
+    gpu::copy(s, DType::f32, contiguous(dout.data(), s), DType::f32, with_data(in_op, dx.data()));
     dout.check_guards();
     require_same_bits(dout.download(), want, "permuted copy");
   }
@@ -409,7 +409,7 @@ TEST_CASE("cuda copy of a transposed matrix (tiled transpose) and of permuted 3-
   cpu::copy(s2, DType::f64, contiguous(want.data(), s2), DType::f32, strided(const_cast<float*>(y.data()), {1, 40}));
   DeviceBuffer<float> dy(y);
   DeviceBuffer<double> dout(1200);
-  cuda::copy(s2, DType::f64, contiguous(dout.data(), s2), DType::f32, strided(dy.data(), {1, 40}));
+  gpu::copy(s2, DType::f64, contiguous(dout.data(), s2), DType::f32, strided(dy.data(), {1, 40}));
   dout.check_guards();
   require_same_bits(dout.download(), want, "transposed convert");
 }
@@ -422,7 +422,7 @@ TEST_CASE("cuda fill, logical_not and isnan match the CPU", "[cuda][elementwise]
     std::vector<T> want(n);
     cpu::fill(dtype_of<T>::value, s, contiguous(want.data(), s), value);
     DeviceBuffer<T> d(n);
-    cuda::fill(dtype_of<T>::value, s, contiguous(d.data(), s), value);
+    gpu::fill(dtype_of<T>::value, s, contiguous(d.data(), s), value);
     d.check_guards();
     require_same_bits(d.download(), want, "fill");
   };
@@ -443,7 +443,7 @@ TEST_CASE("cuda fill, logical_not and isnan match the CPU", "[cuda][elementwise]
     std::vector<float> host(60, 1.0f), want = host;
     cpu::fill(DType::f32, sv, strided(want.data(), {6, 2}), -1.0);
     DeviceBuffer<float> d(host);
-    cuda::fill(DType::f32, sv, strided(d.data(), {6, 2}), -1.0);
+    gpu::fill(DType::f32, sv, strided(d.data(), {6, 2}), -1.0);
     require_same_bits(d.download(), want, "strided fill");
   }
   // logical_not on bool bytes; isnan on floats (with NaN) and integers.
@@ -452,7 +452,7 @@ TEST_CASE("cuda fill, logical_not and isnan match the CPU", "[cuda][elementwise]
   std::vector<uint8_t> want(n);
   cpu::logical_not(s, contiguous(want.data(), s), contiguous(b.data(), s));
   DeviceBuffer<uint8_t> db(b), dout(n);
-  cuda::logical_not(s, contiguous(dout.data(), s), contiguous(db.data(), s));
+  gpu::logical_not(s, contiguous(dout.data(), s), contiguous(db.data(), s));
   dout.check_guards();
   require_same_bits(dout.download(), want, "logical_not");
 
@@ -467,7 +467,7 @@ TEST_CASE("cuda fill, logical_not and isnan match the CPU", "[cuda][elementwise]
     cpu::isnan(dtype_of<T>::value, s, contiguous(w.data(), s), contiguous(x.data(), s));
     DeviceBuffer<T> dx(x);
     DeviceBuffer<uint8_t> d(n);
-    cuda::isnan(dtype_of<T>::value, s, contiguous(d.data(), s), contiguous(dx.data(), s));
+    gpu::isnan(dtype_of<T>::value, s, contiguous(d.data(), s), contiguous(dx.data(), s));
     d.check_guards();
     require_same_bits(d.download(), w, "isnan");
   };
@@ -483,7 +483,7 @@ TEST_CASE("cuda fill, logical_not and isnan match the CPU", "[cuda][elementwise]
     cpu::isnan(DType::f16, s5, contiguous(w.data(), s5), contiguous(x.data(), s5));
     DeviceBuffer<Half> dx(x);
     DeviceBuffer<uint8_t> d(5);
-    cuda::isnan(DType::f16, s5, contiguous(d.data(), s5), contiguous(dx.data(), s5));
+    gpu::isnan(DType::f16, s5, contiguous(d.data(), s5), contiguous(dx.data(), s5));
     require_same_bits(d.download(), w, "isnan f16");
     REQUIRE(w[2] == 1);
   }
@@ -492,8 +492,8 @@ TEST_CASE("cuda fill, logical_not and isnan match the CPU", "[cuda][elementwise]
 TEST_CASE("cuda elementwise entry points reject unsupported dtypes", "[cuda][elementwise]") {
   const IterShape s = iter_shape({4});
   DeviceBuffer<int32_t> d(4);
-  REQUIRE_THROWS_AS(cuda::unary(UnaryOp::Exp, DType::i32, s, contiguous(d.data(), s), contiguous(d.data(), s), 0),
+  REQUIRE_THROWS_AS(gpu::unary(UnaryOp::Exp, DType::i32, s, contiguous(d.data(), s), contiguous(d.data(), s), 0),
                     ember::Error);
-  REQUIRE_THROWS_AS(cuda::clamp(DType::i32, s, contiguous(d.data(), s), contiguous(d.data(), s), true, 0, true, 1),
+  REQUIRE_THROWS_AS(gpu::clamp(DType::i32, s, contiguous(d.data(), s), contiguous(d.data(), s), true, 0, true, 1),
                     ember::Error);
 }

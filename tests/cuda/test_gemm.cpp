@@ -79,10 +79,10 @@ void check_case(const Case& cs, Path path, T alpha, T beta, uint64_t seed) {
   if (beta == T(0)) std::fill(p.c.begin(), p.c.end(), std::numeric_limits<T>::quiet_NaN());  // must be overwritten
   DeviceBuffer<T> da(p.a), db(p.b), dc(p.c);
   if (path == Path::Gemm) {
-    ember::kernels::cuda::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, da.data(), p.lda, db.data(), p.ldb, beta,
+    ember::kernels::gpu::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, da.data(), p.lda, db.data(), p.ldb, beta,
                                dc.data(), p.ldc);
   } else {
-    ember::kernels::cuda::gemm_tiled(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, da.data(), p.lda, db.data(), p.ldb, beta,
+    ember::kernels::gpu::gemm_tiled(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, da.data(), p.lda, db.data(), p.ldb, beta,
                                      dc.data(), p.ldc);
   }
   std::vector<T> want = p.c;
@@ -143,8 +143,8 @@ TEMPLATE_TEST_CASE("cuda gemm: empty products and k == 0", "[cuda][gemm]", float
   // As on the CPU, operands that are not read need no valid leading dimension (nor a pointer).
   if (path == Path::Gemm) {
     DeviceBuffer<T> c(4);
-    ember::kernels::cuda::gemm(Transpose::No, Transpose::No, 0, 3, 5, T(1), nullptr, 0, nullptr, 0, T(0), nullptr, 0);
-    ember::kernels::cuda::gemm(Transpose::No, Transpose::Yes, 2, 2, 0, T(1), nullptr, 0, nullptr, 0, T(0), c.data(), 2);
+    ember::kernels::gpu::gemm(Transpose::No, Transpose::No, 0, 3, 5, T(1), nullptr, 0, nullptr, 0, T(0), nullptr, 0);
+    ember::kernels::gpu::gemm(Transpose::No, Transpose::Yes, 2, 2, 0, T(1), nullptr, 0, nullptr, 0, T(0), c.data(), 2);
     REQUIRE(c.download() == std::vector<T>(4, T(0)));
     c.check_guards();
   }
@@ -160,10 +160,10 @@ TEMPLATE_TEST_CASE("cuda gemm: NaN and Inf in A propagate like the reference", "
   for (int64_t j = 0; j < cs.n; ++j) p.b[9 * p.ldb + j] = T(1);  // ...all +inf: B row 9 is positive
   DeviceBuffer<T> da(p.a), db(p.b), dc(p.c);
   if (path == Path::Gemm) {
-    ember::kernels::cuda::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, T(1), da.data(), p.lda, db.data(), p.ldb, T(0),
+    ember::kernels::gpu::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, T(1), da.data(), p.lda, db.data(), p.ldb, T(0),
                                dc.data(), p.ldc);
   } else {
-    ember::kernels::cuda::gemm_tiled(cs.ta, cs.tb, cs.m, cs.n, cs.k, T(1), da.data(), p.lda, db.data(), p.ldb, T(0),
+    ember::kernels::gpu::gemm_tiled(cs.ta, cs.tb, cs.m, cs.n, cs.k, T(1), da.data(), p.lda, db.data(), p.ldb, T(0),
                                      dc.data(), p.ldc);
   }
   const std::vector<T> got = dc.download();
@@ -194,7 +194,7 @@ TEMPLATE_TEST_CASE("cuda gemm_batched matches per-product references, with a bro
     bp[static_cast<size_t>(i)] = db.data() + i * k * n;
     cp[static_cast<size_t>(i)] = dc.data() + i * m * n;
   }
-  ember::kernels::cuda::gemm_batched(ta, tb, m, n, k, T(0.75), ap.data(), lda, bp.data(), ldb, T(-1), cp.data(), ldc,
+  ember::kernels::gpu::gemm_batched(ta, tb, m, n, k, T(0.75), ap.data(), lda, bp.data(), ldb, T(-1), cp.data(), ldc,
                                      batch);
   const std::vector<T> got = dc.download();
   const double eps = std::numeric_limits<T>::epsilon();
@@ -208,37 +208,37 @@ TEMPLATE_TEST_CASE("cuda gemm_batched matches per-product references, with a bro
   }
   dc.check_guards();
   // An empty batch is a no-op.
-  ember::kernels::cuda::gemm_batched(ta, tb, m, n, k, T(1), ap.data(), lda, bp.data(), ldb, T(0), cp.data(), ldc, 0);
+  ember::kernels::gpu::gemm_batched(ta, tb, m, n, k, T(1), ap.data(), lda, bp.data(), ldb, T(0), cp.data(), ldc, 0);
   REQUIRE(dc.download() == got);
 }
 
 TEST_CASE("cuda gemm: allow_tf32 switch (TF32 inputs: ~1e-3 relative per product)", "[cuda][gemm]") {
-  REQUIRE_FALSE(ember::kernels::cuda::allow_tf32());
-  ember::kernels::cuda::set_allow_tf32(true);
+  REQUIRE_FALSE(ember::kernels::gpu::allow_tf32());
+  ember::kernels::gpu::set_allow_tf32(true);
   const int64_t m = 20, n = 30, k = 50;
   const std::vector<float> a = random_vector<float>(m * k, 21), b = random_vector<float>(k * n, 22);
   DeviceBuffer<float> da(a), db(b), dc(static_cast<size_t>(m * n));
-  ember::kernels::cuda::gemm(Transpose::No, Transpose::No, m, n, k, 1.0f, da.data(), k, db.data(), n, 0.0f, dc.data(),
+  ember::kernels::gpu::gemm(Transpose::No, Transpose::No, m, n, k, 1.0f, da.data(), k, db.data(), n, 0.0f, dc.data(),
                              n);
-  ember::kernels::cuda::set_allow_tf32(false);
+  ember::kernels::gpu::set_allow_tf32(false);
   std::vector<float> want(static_cast<size_t>(m * n));
   ember::kernels::cpu::gemm_reference(Transpose::No, Transpose::No, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
                                       want.data(), n);
   // TF32 keeps 10 mantissa bits of each input: each product is off by <= 2^-10 relative, so the
   // sum by <= 2^-10 * sum |a b| <= 2^-10 * k.
   ember::test::require_close(dc.download(), want, k * std::ldexp(1.0, -10), 0);
-  REQUIRE_FALSE(ember::kernels::cuda::allow_tf32());
+  REQUIRE_FALSE(ember::kernels::gpu::allow_tf32());
 }
 
 TEST_CASE("cuda gemm: bad leading dimensions are ember::Errors at the call site", "[cuda][gemm]") {
   DeviceBuffer<float> a(64), b(64), c(64);
-  REQUIRE_THROWS_AS(ember::kernels::cuda::gemm(Transpose::No, Transpose::No, 4, 4, 4, 1.0f, a.data(), 3, b.data(), 4,
+  REQUIRE_THROWS_AS(ember::kernels::gpu::gemm(Transpose::No, Transpose::No, 4, 4, 4, 1.0f, a.data(), 3, b.data(), 4,
                                                0.0f, c.data(), 4),
                     ember::Error);
-  REQUIRE_THROWS_AS(ember::kernels::cuda::gemm_tiled(Transpose::No, Transpose::Yes, 4, 4, 4, 1.0f, a.data(), 4,
+  REQUIRE_THROWS_AS(ember::kernels::gpu::gemm_tiled(Transpose::No, Transpose::Yes, 4, 4, 4, 1.0f, a.data(), 4,
                                                      b.data(), 3, 0.0f, c.data(), 4),
                     ember::Error);
-  REQUIRE_THROWS_AS(ember::kernels::cuda::gemm(Transpose::No, Transpose::No, 4, 5, 4, 1.0f, a.data(), 4, b.data(), 5,
+  REQUIRE_THROWS_AS(ember::kernels::gpu::gemm(Transpose::No, Transpose::No, 4, 5, 4, 1.0f, a.data(), 4, b.data(), 5,
                                                0.0f, c.data(), 4),
                     ember::Error);
   c.check_guards();

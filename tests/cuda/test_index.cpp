@@ -48,7 +48,7 @@ void check_gather_scatter(const IterShape& shape, int dim, int64_t self_size, bo
               with_data(index_op, const_cast<I*>(idx.data())));
   DeviceBuffer<T> dself(self), dout(static_cast<size_t>(n)), dsrc(src);
   DeviceBuffer<I> didx(idx);
-  cuda::gather(dt, shape, dim, contiguous(dout.data(), shape), contiguous(dself.data(), self_shape), it,
+  gpu::gather(dt, shape, dim, contiguous(dout.data(), shape), contiguous(dself.data(), self_shape), it,
                with_data(index_op, didx.data()));
   dout.check_guards();
   require_same_bits(dout.download(), want, "gather");
@@ -57,7 +57,7 @@ void check_gather_scatter(const IterShape& shape, int dim, int64_t self_size, bo
   std::vector<T> acc = self;
   cpu::scatter_add(dt, shape, dim, contiguous(acc.data(), self_shape), contiguous(const_cast<T*>(src.data()), shape),
                    it, with_data(index_op, const_cast<I*>(idx.data())));
-  cuda::scatter_add(dt, shape, dim, contiguous(dself.data(), self_shape), contiguous(dsrc.data(), shape), it,
+  gpu::scatter_add(dt, shape, dim, contiguous(dself.data(), self_shape), contiguous(dsrc.data(), shape), it,
                     with_data(index_op, didx.data()));
   dself.check_guards();
   // Integers add exactly in any order; floats meet in atomicAdd in an unspecified order: each
@@ -87,16 +87,16 @@ TEST_CASE("cuda gather and scatter_add match the CPU", "[cuda][index]") {
   const std::vector<int64_t> idx = {4, 0, 1, 1, 3, 2, 0, 4};
   DeviceBuffer<Half> dself(self), dout(8);
   DeviceBuffer<int64_t> didx(idx);
-  cuda::gather(DType::f16, s, 0, contiguous(dout.data(), s), contiguous(dself.data(), s), DType::i64,
+  gpu::gather(DType::f16, s, 0, contiguous(dout.data(), s), contiguous(dself.data(), s), DType::i64,
                contiguous(didx.data(), s));
   const auto got = dout.download();
   for (int i = 0; i < 8; ++i) CHECK(got[i].bits == self[idx[i]].bits);
-  REQUIRE_THROWS_AS(cuda::scatter_add(DType::f16, s, 0, contiguous(dself.data(), s), contiguous(dout.data(), s),
+  REQUIRE_THROWS_AS(gpu::scatter_add(DType::f16, s, 0, contiguous(dself.data(), s), contiguous(dout.data(), s),
                                       DType::i64, contiguous(didx.data(), s)),
                     ember::Error);
   // Empty shapes do nothing.
   const IterShape e = iter_shape({0, 3});
-  cuda::gather(DType::f16, e, 0, contiguous(dout.data(), e), contiguous(dself.data(), e), DType::i64,
+  gpu::gather(DType::f16, e, 0, contiguous(dout.data(), e), contiguous(dself.data(), e), DType::i64,
                contiguous(didx.data(), e));
   dout.check_guards();
 }
@@ -114,7 +114,7 @@ TEST_CASE("cuda scatter_add with many collisions sums every contribution", "[cud
   cpu::scatter_add(DType::i64, s, 0, strided(want.data(), {1}), contiguous(src.data(), s), DType::i64,
                    contiguous(idx.data(), s));
   DeviceBuffer<int64_t> dacc(std::vector<int64_t>(3, 0)), dsrc(src), didx(idx);
-  cuda::scatter_add(DType::i64, s, 0, strided(dacc.data(), {1}), contiguous(dsrc.data(), s), DType::i64,
+  gpu::scatter_add(DType::i64, s, 0, strided(dacc.data(), {1}), contiguous(dsrc.data(), s), DType::i64,
                     contiguous(didx.data(), s));
   dacc.check_guards();
   require_same_bits(dacc.download(), want, "collisions");
@@ -126,22 +126,22 @@ TEST_CASE("cuda indices_in_range reports the first offending value", "[cuda][ind
   int64_t bad = 0;
   {
     DeviceBuffer<int32_t> d(idx);
-    CHECK(cuda::indices_in_range(DType::i32, s, contiguous(d.data(), s), 4, &bad));
+    CHECK(gpu::indices_in_range(DType::i32, s, contiguous(d.data(), s), 4, &bad));
   }
   idx[700] = 9;
   idx[1100] = -2;
   DeviceBuffer<int32_t> d(idx);
-  CHECK_FALSE(cuda::indices_in_range(DType::i32, s, contiguous(d.data(), s), 4, &bad));
+  CHECK_FALSE(gpu::indices_in_range(DType::i32, s, contiguous(d.data(), s), 4, &bad));
   CHECK(bad == 9);
   CHECK_FALSE(cpu::indices_in_range(DType::i32, s, contiguous(idx.data(), s), 4, &bad));
   // A transposed view walks the buffer in another order: offset 700 is position (10, 23) = 423,
   // offset 1100 is (20, 36) = 836, so 700's value is still the first.
   bad = 0;
-  CHECK_FALSE(cuda::indices_in_range(DType::i32, iter_shape({30, 40}), strided(d.data(), {1, 30}), 4, &bad));
+  CHECK_FALSE(gpu::indices_in_range(DType::i32, iter_shape({30, 40}), strided(d.data(), {1, 30}), 4, &bad));
   CHECK(bad == 9);
   // int64, empty.
   DeviceBuffer<int64_t> e(0);
-  CHECK(cuda::indices_in_range(DType::i64, iter_shape({0}), contiguous(e.data(), iter_shape({0})), 4, &bad));
+  CHECK(gpu::indices_in_range(DType::i64, iter_shape({0}), contiguous(e.data(), iter_shape({0})), 4, &bad));
 }
 
 TEST_CASE("cuda one_hot matches the CPU", "[cuda][index]") {
@@ -153,7 +153,7 @@ TEST_CASE("cuda one_hot matches the CPU", "[cuda][index]") {
     cpu::one_hot(dtype_of<T>::value, DType::i64, n, labels.data(), classes, want.data());
     DeviceBuffer<int64_t> dl(labels);
     DeviceBuffer<T> dout(n * classes);
-    cuda::one_hot(dtype_of<T>::value, DType::i64, n, dl.data(), classes, dout.data());
+    gpu::one_hot(dtype_of<T>::value, DType::i64, n, dl.data(), classes, dout.data());
     dout.check_guards();
     require_same_bits(dout.download(), want, "one_hot");
   };
@@ -166,6 +166,6 @@ TEST_CASE("cuda one_hot matches the CPU", "[cuda][index]") {
   cpu::one_hot(DType::u8, DType::i32, n, labels32.data(), classes, want.data());
   DeviceBuffer<int32_t> dl(labels32);
   DeviceBuffer<uint8_t> dout(n * classes);
-  cuda::one_hot(DType::u8, DType::i32, n, dl.data(), classes, dout.data());
+  gpu::one_hot(DType::u8, DType::i32, n, dl.data(), classes, dout.data());
   require_same_bits(dout.download(), want, "one_hot u8");
 }

@@ -54,7 +54,7 @@ TEMPLATE_TEST_CASE("cuda cross_entropy forward/backward matches the CPU", "[cuda
         DeviceBuffer<T> dx(x), dw(w);
         DeviceBuffer<int64_t> dt_(t);
         DeviceBuffer<double> dloss(ns), dtw(ns), dlse(ns);
-        cuda::cross_entropy_forward(dt, l, dx.data(), dt_.data(), weighted ? dw.data() : nullptr, kIgnore, eps,
+        gpu::cross_entropy_forward(dt, l, dx.data(), dt_.data(), weighted ? dw.data() : nullptr, kIgnore, eps,
                                     dloss.data(), dtw.data(), dlse.data());
         dloss.check_guards();
         dtw.check_guards();
@@ -71,7 +71,7 @@ TEMPLATE_TEST_CASE("cuda cross_entropy forward/backward matches the CPU", "[cuda
                                       stride, 0.25);
           DeviceBuffer<T> dgl(gl), dgx(total);
           DeviceBuffer<double> dlse_cpu(lse);
-          cuda::cross_entropy_backward(dt, l, dgx.data(), dx.data(), dt_.data(), weighted ? dw.data() : nullptr,
+          gpu::cross_entropy_backward(dt, l, dgx.data(), dx.data(), dt_.data(), weighted ? dw.data() : nullptr,
                                        kIgnore, eps, dlse_cpu.data(), dgl.data(), stride, 0.25);
           dgx.check_guards();
           // The CPU's per-element formula; only W (the weight total, with smoothing) is summed in
@@ -100,7 +100,7 @@ TEMPLATE_TEST_CASE("cuda nll_loss forward/backward matches the CPU", "[cuda][los
       DeviceBuffer<T> dx(x), dw(w);
       DeviceBuffer<int64_t> dt_(t);
       DeviceBuffer<double> dloss(ns), dtw(ns);
-      cuda::nll_loss_forward(dt, l, dx.data(), dt_.data(), weighted ? dw.data() : nullptr, kIgnore, dloss.data(),
+      gpu::nll_loss_forward(dt, l, dx.data(), dt_.data(), weighted ? dw.data() : nullptr, kIgnore, dloss.data(),
                              dtw.data());
       dloss.check_guards();
       require_same_bits(dloss.download(), loss, "nll loss");  // one product: exact
@@ -110,7 +110,7 @@ TEMPLATE_TEST_CASE("cuda nll_loss forward/backward matches the CPU", "[cuda][los
         std::vector<T> gx(total);
         cpu::nll_loss_backward(dt, l, gx.data(), t.data(), wp, kIgnore, gl.data(), stride, 0.5);
         DeviceBuffer<T> dgl(gl), dgx(total);
-        cuda::nll_loss_backward(dt, l, dgx.data(), dt_.data(), weighted ? dw.data() : nullptr, kIgnore, dgl.data(),
+        gpu::nll_loss_backward(dt, l, dgx.data(), dt_.data(), weighted ? dw.data() : nullptr, kIgnore, dgl.data(),
                                 stride, 0.5);
         dgx.check_guards();
         require_same_bits(dgx.download(), gx, "nll backward");
@@ -122,10 +122,10 @@ TEMPLATE_TEST_CASE("cuda nll_loss forward/backward matches the CPU", "[cuda][los
 TEST_CASE("cuda find_invalid_target returns the first bad position like the CPU", "[cuda][loss]") {
   std::vector<int64_t> t(3001, 2);
   DeviceBuffer<int64_t> empty(0);
-  CHECK(cuda::find_invalid_target(empty.data(), 0, 10, kIgnore) == -1);
+  CHECK(gpu::find_invalid_target(empty.data(), 0, 10, kIgnore) == -1);
   {
     DeviceBuffer<int64_t> d(t);
-    CHECK(cuda::find_invalid_target(d.data(), 3001, 10, kIgnore) == -1);
+    CHECK(gpu::find_invalid_target(d.data(), 3001, 10, kIgnore) == -1);
   }
   t[100] = kIgnore;  // ignored: fine
   t[2999] = 10;
@@ -133,6 +133,6 @@ TEST_CASE("cuda find_invalid_target returns the first bad position like the CPU"
   t[2000] = 11;
   DeviceBuffer<int64_t> d(t);
   CHECK(cpu::find_invalid_target(t.data(), 3001, 10, kIgnore) == 1500);
-  CHECK(cuda::find_invalid_target(d.data(), 3001, 10, kIgnore) == 1500);
-  CHECK(cuda::find_invalid_target(d.data(), 1500, 10, kIgnore) == -1);
+  CHECK(gpu::find_invalid_target(d.data(), 3001, 10, kIgnore) == 1500);
+  CHECK(gpu::find_invalid_target(d.data(), 1500, 10, kIgnore) == -1);
 }

@@ -110,7 +110,7 @@ TEMPLATE_TEST_CASE("cuda adam_step is bit-identical to the CPU step", "[cuda][op
       INFO("n=" << n << " decay=" << int(h.decay) << " amsgrad=" << h.amsgrad << " maximize=" << h.maximize);
       State<T> s(n, seed += 10);
       for (int step = 0; step < 2; ++step) {  // twice: the second step reads the first's state
-        ember::kernels::cuda::adam_step(dt, static_cast<int64_t>(n), s.dp.data(), s.dg.data(), s.dm.data(),
+        ember::kernels::gpu::adam_step(dt, static_cast<int64_t>(n), s.dp.data(), s.dg.data(), s.dm.data(),
                                         s.dv.data(), h.amsgrad ? s.dvmax.data() : nullptr, h);
         ember::kernels::cpu::adam_step(dt, static_cast<int64_t>(n), s.p.data(), s.g.data(), s.m.data(), s.v.data(),
                                        h.amsgrad ? s.vmax.data() : nullptr, h);
@@ -130,7 +130,7 @@ TEMPLATE_TEST_CASE("cuda sgd_step is bit-identical to the CPU step", "[cuda][opt
       State<T> s(n, seed += 10);
       for (int step = 0; step < 2; ++step) {  // step 0 initialises the buffer, step 1 reads it
         const bool first = step == 0;
-        ember::kernels::cuda::sgd_step(dt, static_cast<int64_t>(n), s.dp.data(), s.dg.data(),
+        ember::kernels::gpu::sgd_step(dt, static_cast<int64_t>(n), s.dp.data(), s.dg.data(),
                                        h.momentum != 0 ? s.dm.data() : nullptr, first, h);
         ember::kernels::cpu::sgd_step(dt, static_cast<int64_t>(n), s.p.data(), s.g.data(),
                                       h.momentum != 0 ? s.m.data() : nullptr, first, h);
@@ -149,11 +149,11 @@ TEMPLATE_TEST_CASE("cuda adam_step_multi / sgd_step_multi equal per-tensor CPU s
   for (size_t i = 0; i < std::size(sizes); ++i) states.push_back(std::make_unique<State<T>>(sizes[i], 900 + 10 * i));
 
   for (const AdamHyper& h : adam_configs()) {
-    std::vector<ember::kernels::cuda::AdamTensor> list;
+    std::vector<ember::kernels::gpu::AdamTensor> list;
     for (auto& s : states)
       list.push_back({s->dp.data(), s->dg.data(), s->dm.data(), s->dv.data(), h.amsgrad ? s->dvmax.data() : nullptr,
                       static_cast<int64_t>(s->p.size())});
-    ember::kernels::cuda::adam_step_multi(dt, list.data(), static_cast<int64_t>(list.size()), h);
+    ember::kernels::gpu::adam_step_multi(dt, list.data(), static_cast<int64_t>(list.size()), h);
     for (auto& s : states)
       if (!s->p.empty())  // (an empty vector's data() is null, which the CPU's amsgrad check rejects)
         ember::kernels::cpu::adam_step(dt, static_cast<int64_t>(s->p.size()), s->p.data(), s->g.data(), s->m.data(),
@@ -163,10 +163,10 @@ TEMPLATE_TEST_CASE("cuda adam_step_multi / sgd_step_multi equal per-tensor CPU s
 
   for (const SgdHyper& h : sgd_configs()) {
     for (bool first : {true, false}) {
-      std::vector<ember::kernels::cuda::SgdTensor> list;
+      std::vector<ember::kernels::gpu::SgdTensor> list;
       for (auto& s : states)
         list.push_back({s->dp.data(), s->dg.data(), s->dm.data(), static_cast<int64_t>(s->p.size())});
-      ember::kernels::cuda::sgd_step_multi(dt, list.data(), static_cast<int64_t>(list.size()), first, h);
+      ember::kernels::gpu::sgd_step_multi(dt, list.data(), static_cast<int64_t>(list.size()), first, h);
       for (auto& s : states)
         if (!s->p.empty())
           ember::kernels::cpu::sgd_step(dt, static_cast<int64_t>(s->p.size()), s->p.data(), s->g.data(), s->m.data(),
@@ -176,12 +176,12 @@ TEMPLATE_TEST_CASE("cuda adam_step_multi / sgd_step_multi equal per-tensor CPU s
   for (size_t i = 0; i < states.size(); ++i) states[i]->require_same("sgd_multi tensor " + std::to_string(i));
 
   // An empty list is a no-op; a missing buffer is an ember::Error.
-  ember::kernels::cuda::adam_step_multi(dt, nullptr, 0, AdamHyper{});
+  ember::kernels::gpu::adam_step_multi(dt, nullptr, 0, AdamHyper{});
   AdamHyper ams;
   ams.amsgrad = true;
-  ember::kernels::cuda::AdamTensor bad{states[0]->dp.data(), states[0]->dg.data(), states[0]->dm.data(),
+  ember::kernels::gpu::AdamTensor bad{states[0]->dp.data(), states[0]->dg.data(), states[0]->dm.data(),
                                        states[0]->dv.data(), nullptr, 1};
-  REQUIRE_THROWS_AS(ember::kernels::cuda::adam_step_multi(dt, &bad, 1, ams), ember::Error);
+  REQUIRE_THROWS_AS(ember::kernels::gpu::adam_step_multi(dt, &bad, 1, ams), ember::Error);
 }
 
 TEMPLATE_TEST_CASE("cuda grad_norm_partial matches the CPU within double rounding", "[cuda][optim]", float, double) {
@@ -193,7 +193,7 @@ TEMPLATE_TEST_CASE("cuda grad_norm_partial matches the CPU within double roundin
     DeviceBuffer<T> dg(g);
     for (double p : {2.0, 1.0, 3.0, inf}) {
       INFO("n=" << n << " p=" << p);
-      const double got = ember::kernels::cuda::grad_norm_partial(dt, static_cast<int64_t>(n), dg.data(), p);
+      const double got = ember::kernels::gpu::grad_norm_partial(dt, static_cast<int64_t>(n), dg.data(), p);
       const double want = ember::kernels::cpu::grad_norm_partial(dt, static_cast<int64_t>(n), g.data(), p);
       // Sums of n non-negative doubles in different orders: relative difference <= n * 2^-53;
       // pow may differ by an ulp per term. The max is exact.
@@ -208,27 +208,27 @@ TEMPLATE_TEST_CASE("cuda grad_norm_partial matches the CPU within double roundin
   std::vector<T> g = random_vector<T>(5000, 3);
   g[4321] = std::numeric_limits<T>::quiet_NaN();
   DeviceBuffer<T> dg(g);
-  REQUIRE(std::isnan(ember::kernels::cuda::grad_norm_partial(dt, 5000, dg.data(), inf)));
-  REQUIRE(std::isnan(ember::kernels::cuda::grad_norm_partial(dt, 5000, dg.data(), 2.0)));
+  REQUIRE(std::isnan(ember::kernels::gpu::grad_norm_partial(dt, 5000, dg.data(), inf)));
+  REQUIRE(std::isnan(ember::kernels::gpu::grad_norm_partial(dt, 5000, dg.data(), 2.0)));
   // An inf (no NaN): inf.
   g[4321] = -std::numeric_limits<T>::infinity();
   dg.upload(g);
-  REQUIRE(ember::kernels::cuda::grad_norm_partial(dt, 5000, dg.data(), inf) == inf);
+  REQUIRE(ember::kernels::gpu::grad_norm_partial(dt, 5000, dg.data(), inf) == inf);
   // Empty.
-  REQUIRE(ember::kernels::cuda::grad_norm_partial(dt, 0, dg.data(), 2.0) == 0.0);
+  REQUIRE(ember::kernels::gpu::grad_norm_partial(dt, 0, dg.data(), 2.0) == 0.0);
 }
 
 TEST_CASE("cuda optimizer steps: n == 0 and missing state are handled like the CPU", "[cuda][optim]") {
   DeviceBuffer<float> p(1), g(1), m(1), v(1);
   AdamHyper h;
-  ember::kernels::cuda::adam_step(DType::f32, 0, p.data(), g.data(), m.data(), v.data(), nullptr, h);
+  ember::kernels::gpu::adam_step(DType::f32, 0, p.data(), g.data(), m.data(), v.data(), nullptr, h);
   h.amsgrad = true;
-  REQUIRE_THROWS_AS(ember::kernels::cuda::adam_step(DType::f32, 1, p.data(), g.data(), m.data(), v.data(), nullptr, h),
+  REQUIRE_THROWS_AS(ember::kernels::gpu::adam_step(DType::f32, 1, p.data(), g.data(), m.data(), v.data(), nullptr, h),
                     ember::Error);
   SgdHyper s;
   s.momentum = 0.9;
-  REQUIRE_THROWS_AS(ember::kernels::cuda::sgd_step(DType::f32, 1, p.data(), g.data(), nullptr, true, s), ember::Error);
-  REQUIRE_THROWS_AS(ember::kernels::cuda::adam_step(DType::i64, 1, p.data(), g.data(), m.data(), v.data(), m.data(),
+  REQUIRE_THROWS_AS(ember::kernels::gpu::sgd_step(DType::f32, 1, p.data(), g.data(), nullptr, true, s), ember::Error);
+  REQUIRE_THROWS_AS(ember::kernels::gpu::adam_step(DType::i64, 1, p.data(), g.data(), m.data(), v.data(), m.data(),
                                                     AdamHyper{}),
                     ember::Error);
   p.check_guards();

@@ -68,7 +68,7 @@ void run_max(const Pool2dGeometry& g, const std::vector<T>& x, uint64_t seed) {
   const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w), out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
   DeviceBuffer<T> dx(x), dout(out_n), dgo(random_vector<T>(out_n, seed)), dgi(in_n);
   DeviceBuffer<int64_t> didx(out_n);
-  ember::kernels::cuda::max_pool2d_forward(dt, g, dx.data(), dout.data(), didx.data());
+  ember::kernels::gpu::max_pool2d_forward(dt, g, dx.data(), dout.data(), didx.data());
   std::vector<T> want(out_n);
   std::vector<int64_t> want_idx(out_n);
   ember::kernels::cpu::max_pool2d_forward(dt, g, x.data(), want.data(), want_idx.data());
@@ -76,7 +76,7 @@ void run_max(const Pool2dGeometry& g, const std::vector<T>& x, uint64_t seed) {
   REQUIRE(checked(didx) == want_idx);
 
   const std::vector<T> go = dgo.download();
-  ember::kernels::cuda::max_pool2d_backward(dt, g, dgo.data(), didx.data(), dgi.data());
+  ember::kernels::gpu::max_pool2d_backward(dt, g, dgo.data(), didx.data(), dgi.data());
   std::vector<T> want_gi(in_n);
   ember::kernels::cpu::max_pool2d_backward(dt, g, go.data(), want_idx.data(), want_gi.data());
   ember::test::require_close(checked(dgi), want_gi, 0, 0, "max backward");
@@ -88,11 +88,11 @@ void run_avg(const Pool2dGeometry& g, bool include_pad, const std::vector<T>& x,
   const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w), out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
   const std::vector<T> go = random_vector<T>(out_n, seed);
   DeviceBuffer<T> dx(x), dout(out_n), dgo(go), dgi(in_n);
-  ember::kernels::cuda::avg_pool2d_forward(dt, g, include_pad, dx.data(), dout.data());
+  ember::kernels::gpu::avg_pool2d_forward(dt, g, include_pad, dx.data(), dout.data());
   std::vector<T> want(out_n);
   ember::kernels::cpu::avg_pool2d_forward(dt, g, include_pad, x.data(), want.data());
   ember::test::require_close(checked(dout), want, 0, 0, "avg forward");
-  ember::kernels::cuda::avg_pool2d_backward(dt, g, include_pad, dgo.data(), dgi.data());
+  ember::kernels::gpu::avg_pool2d_backward(dt, g, include_pad, dgo.data(), dgi.data());
   std::vector<T> want_gi(in_n);
   ember::kernels::cpu::avg_pool2d_backward(dt, g, include_pad, go.data(), want_gi.data());
   ember::test::require_close(checked(dgi), want_gi, 0, 0, "avg backward");
@@ -106,11 +106,11 @@ void run_adaptive(int64_t planes, int64_t in_h, int64_t in_w, int64_t out_h, int
   const size_t in_n = static_cast<size_t>(planes * in_h * in_w), out_n = static_cast<size_t>(planes * out_h * out_w);
   const std::vector<T> x = random_vector<T>(in_n, seed), go = random_vector<T>(out_n, seed + 1);
   DeviceBuffer<T> dx(x), dout(out_n), dgo(go), dgi(in_n);
-  ember::kernels::cuda::adaptive_avg_pool2d_forward(dt, g, dx.data(), dout.data());
+  ember::kernels::gpu::adaptive_avg_pool2d_forward(dt, g, dx.data(), dout.data());
   std::vector<T> want(out_n);
   ember::kernels::cpu::adaptive_avg_pool2d_forward(dt, g, x.data(), want.data());
   ember::test::require_close(checked(dout), want, 0, 0, "adaptive forward");
-  ember::kernels::cuda::adaptive_avg_pool2d_backward(dt, g, dgo.data(), dgi.data());
+  ember::kernels::gpu::adaptive_avg_pool2d_backward(dt, g, dgo.data(), dgi.data());
   std::vector<T> want_gi(in_n);
   ember::kernels::cpu::adaptive_avg_pool2d_backward(dt, g, go.data(), want_gi.data());
   ember::test::require_close(checked(dgi), want_gi, 0, 0, "adaptive backward");
@@ -177,16 +177,16 @@ TEST_CASE("cuda pooling: zero planes is a no-op", "[cuda][pool]") {
   Pool2dGeometry g = geometry({"empty", 0, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, false});
   DeviceBuffer<float> x(1), out(1), gi(1);
   DeviceBuffer<int64_t> idx(1);
-  ember::kernels::cuda::max_pool2d_forward(DType::f32, g, x.data(), out.data(), idx.data());
-  ember::kernels::cuda::max_pool2d_backward(DType::f32, g, out.data(), idx.data(), gi.data());
-  ember::kernels::cuda::avg_pool2d_forward(DType::f32, g, true, x.data(), out.data());
-  ember::kernels::cuda::avg_pool2d_backward(DType::f32, g, true, out.data(), gi.data());
-  ember::kernels::cuda::adaptive_avg_pool2d_forward(DType::f32, g, x.data(), out.data());
-  ember::kernels::cuda::adaptive_avg_pool2d_backward(DType::f32, g, out.data(), gi.data());
+  ember::kernels::gpu::max_pool2d_forward(DType::f32, g, x.data(), out.data(), idx.data());
+  ember::kernels::gpu::max_pool2d_backward(DType::f32, g, out.data(), idx.data(), gi.data());
+  ember::kernels::gpu::avg_pool2d_forward(DType::f32, g, true, x.data(), out.data());
+  ember::kernels::gpu::avg_pool2d_backward(DType::f32, g, true, out.data(), gi.data());
+  ember::kernels::gpu::adaptive_avg_pool2d_forward(DType::f32, g, x.data(), out.data());
+  ember::kernels::gpu::adaptive_avg_pool2d_backward(DType::f32, g, out.data(), gi.data());
   out.check_guards();
   gi.check_guards();
   idx.check_guards();
   // And a bad dtype is an ember::Error.
   g.planes = 1;
-  REQUIRE_THROWS_AS(ember::kernels::cuda::avg_pool2d_forward(DType::i32, g, true, x.data(), out.data()), ember::Error);
+  REQUIRE_THROWS_AS(ember::kernels::gpu::avg_pool2d_forward(DType::i32, g, true, x.data(), out.data()), ember::Error);
 }

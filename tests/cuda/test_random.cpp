@@ -49,18 +49,18 @@ TEMPLATE_TEST_CASE("cuda fill_uniform and fill_normal write the CPU's bytes", "[
     gen.set_state(kSeed, kOffset);
     Tensor u = empty({n}, {.dtype = dt});
     uniform_(u, -2.0, 3.0, gen);
-    CHECK(gen.offset() == kOffset + kernels::cuda::philox_blocks_uniform(dt, n));
+    CHECK(gen.offset() == kOffset + kernels::gpu::philox_blocks_uniform(dt, n));
     DeviceBuffer<T> du(static_cast<size_t>(n));
-    kernels::cuda::fill_uniform(dt, n, du.data(), kSeed, kOffset, -2.0, 3.0);
+    kernels::gpu::fill_uniform(dt, n, du.data(), kSeed, kOffset, -2.0, 3.0);
     du.check_guards();
     require_same_bits(du.download(), elements<T>(u), "uniform");
 
     gen.set_state(kSeed, kOffset);
     Tensor z = empty({n}, {.dtype = dt});
     normal_(z, 0.5, 2.0, gen);
-    CHECK(gen.offset() == kOffset + kernels::cuda::philox_blocks_normal(dt, n));
+    CHECK(gen.offset() == kOffset + kernels::gpu::philox_blocks_normal(dt, n));
     DeviceBuffer<T> dz(static_cast<size_t>(n));
-    kernels::cuda::fill_normal(dt, n, dz.data(), kSeed, kOffset, 0.5, 2.0);
+    kernels::gpu::fill_normal(dt, n, dz.data(), kSeed, kOffset, 0.5, 2.0);
     dz.check_guards();
     require_normal_match(dz.download(), elements<T>(z));
   }
@@ -73,29 +73,29 @@ TEST_CASE("cuda fill_bernoulli and fill_randint write the CPU's values", "[cuda]
       Generator gen;
       gen.set_state(kSeed, kOffset);
       const Tensor b = bernoulli({n}, p, {.dtype = DType::f32}, gen);
-      CHECK(gen.offset() == kOffset + kernels::cuda::philox_blocks_bernoulli(n));
+      CHECK(gen.offset() == kOffset + kernels::gpu::philox_blocks_bernoulli(n));
       DeviceBuffer<float> db(static_cast<size_t>(n));
-      kernels::cuda::fill_bernoulli(DType::f32, n, db.data(), kSeed, kOffset, p);
+      kernels::gpu::fill_bernoulli(DType::f32, n, db.data(), kSeed, kOffset, p);
       db.check_guards();
       require_same_bits(db.download(), elements<float>(b), "bernoulli f32");
       // Other dtypes: the same 0/1 pattern, converted.
       gen.set_state(kSeed, kOffset);
       const Tensor b64 = bernoulli({n}, p, {.dtype = DType::i64}, gen);
       DeviceBuffer<int64_t> di(static_cast<size_t>(n));
-      kernels::cuda::fill_bernoulli(DType::i64, n, di.data(), kSeed, kOffset, p);
+      kernels::gpu::fill_bernoulli(DType::i64, n, di.data(), kSeed, kOffset, p);
       require_same_bits(di.download(), elements<int64_t>(b64), "bernoulli i64");
     }
     Generator gen;
     gen.set_state(kSeed, kOffset);
     const Tensor r = randint(-5, 1000, {n}, {.dtype = DType::i64}, gen);
     DeviceBuffer<int64_t> dr(static_cast<size_t>(n));
-    kernels::cuda::fill_randint(n, dr.data(), kSeed, kOffset, -5, 1000);
+    kernels::gpu::fill_randint(n, dr.data(), kSeed, kOffset, -5, 1000);
     dr.check_guards();
     require_same_bits(dr.download(), elements<int64_t>(r), "randint");
   }
   DeviceBuffer<float> d(1);
-  REQUIRE_THROWS_AS(kernels::cuda::fill_bernoulli(DType::f32, 1, d.data(), kSeed, 0, 1.5), ember::Error);
-  REQUIRE_THROWS_AS(kernels::cuda::fill_uniform(DType::i32, 1, d.data(), kSeed, 0, 0, 1), ember::Error);
+  REQUIRE_THROWS_AS(kernels::gpu::fill_bernoulli(DType::f32, 1, d.data(), kSeed, 0, 1.5), ember::Error);
+  REQUIRE_THROWS_AS(kernels::gpu::fill_uniform(DType::i32, 1, d.data(), kSeed, 0, 0, 1), ember::Error);
 }
 
 TEMPLATE_TEST_CASE("cuda dropout_forward computes layers/dropout.cpp's mask and output", "[cuda][random]", float,
@@ -112,18 +112,18 @@ TEMPLATE_TEST_CASE("cuda dropout_forward computes layers/dropout.cpp's mask and 
       Generator gen;
       gen.set_state(kSeed, kOffset);
       const Tensor y = dropout(xt, p, true, gen);
-      CHECK(gen.offset() == kOffset + kernels::cuda::philox_blocks_bernoulli(n));
+      CHECK(gen.offset() == kOffset + kernels::gpu::philox_blocks_bernoulli(n));
       gen.set_state(kSeed, kOffset);
       const Tensor mask = dropout(ones({n}, {.dtype = dt}), p, true, gen);
 
       DeviceBuffer<T> dx(x), dy(static_cast<size_t>(n)), dmask(static_cast<size_t>(n));
-      kernels::cuda::dropout_forward(dt, n, dx.data(), dy.data(), dmask.data(), kSeed, kOffset, p);
+      kernels::gpu::dropout_forward(dt, n, dx.data(), dy.data(), dmask.data(), kSeed, kOffset, p);
       dy.check_guards();
       dmask.check_guards();
       require_same_bits(dy.download(), elements<T>(y), "dropout output");
       require_same_bits(dmask.download(), elements<T>(mask), "dropout mask");
       // In place, without the mask.
-      kernels::cuda::dropout_forward(dt, n, dx.data(), dx.data(), nullptr, kSeed, kOffset, p);
+      kernels::gpu::dropout_forward(dt, n, dx.data(), dx.data(), nullptr, kSeed, kOffset, p);
       require_same_bits(dx.download(), elements<T>(y), "dropout in place");
     }
   }

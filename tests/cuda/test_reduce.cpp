@@ -84,8 +84,8 @@ TEMPLATE_TEST_CASE("cuda sum and var match the CPU", "[cuda][reduce]", float, do
     cpu::var(dt, rc.in, in, output_operand(want_var.data(), rc), rc.out, 1);
     DeviceBuffer<T> dx(x), dsum(static_cast<size_t>(m)), dvar(static_cast<size_t>(m));
     const Operand din = contiguous(dx.data(), rc.in);
-    cuda::sum(dt, rc.in, din, output_operand(dsum.data(), rc), rc.out);
-    cuda::var(dt, rc.in, din, output_operand(dvar.data(), rc), rc.out, 1);
+    gpu::sum(dt, rc.in, din, output_operand(dsum.data(), rc), rc.out);
+    gpu::var(dt, rc.in, din, output_operand(dvar.data(), rc), rc.out, 1);
     dsum.check_guards();
     dvar.check_guards();
     const Tol t = reordered_sum<T>();
@@ -108,8 +108,8 @@ TEMPLATE_TEST_CASE("cuda sum and var of a transposed input, NaN and empty reduct
   cpu::sum(dt, in_shape, in, strided(want.data(), {1, 0}), out_shape);
   cpu::var(dt, in_shape, in, strided(want_var.data(), {1, 0}), out_shape, 0);
   DeviceBuffer<T> dx(x), dout(40), dvar(40);
-  cuda::sum(dt, in_shape, strided(dx.data(), {1, 40}), strided(dout.data(), {1, 0}), out_shape);
-  cuda::var(dt, in_shape, strided(dx.data(), {1, 40}), strided(dvar.data(), {1, 0}), out_shape, 0);
+  gpu::sum(dt, in_shape, strided(dx.data(), {1, 40}), strided(dout.data(), {1, 0}), out_shape);
+  gpu::var(dt, in_shape, strided(dx.data(), {1, 40}), strided(dvar.data(), {1, 0}), out_shape, 0);
   const Tol t = reordered_sum<T>();
   require_close(dout.download(), want, t.atol, t.rtol, "transposed sum");
   require_close(dvar.download(), want_var, t.atol, std::max(t.rtol, 1e-12), "transposed var");
@@ -117,13 +117,13 @@ TEMPLATE_TEST_CASE("cuda sum and var of a transposed input, NaN and empty reduct
   // Reducing an empty dim: sum 0, var NaN. Zero outputs: nothing happens.
   const IterShape e_in = iter_shape({3, 0}), e_out = iter_shape({3, 1});
   DeviceBuffer<T> ds(3), dv(3);
-  cuda::sum(dt, e_in, strided(dx.data(), {0, 1}), strided(ds.data(), {1, 0}), e_out);
-  cuda::var(dt, e_in, strided(dx.data(), {0, 1}), strided(dv.data(), {1, 0}), e_out, 1);
+  gpu::sum(dt, e_in, strided(dx.data(), {0, 1}), strided(ds.data(), {1, 0}), e_out);
+  gpu::var(dt, e_in, strided(dx.data(), {0, 1}), strided(dv.data(), {1, 0}), e_out, 1);
   ds.check_guards();
   for (const T v : ds.download()) CHECK(v == T(0));
   for (const T v : dv.download()) CHECK(std::isnan(static_cast<double>(v)));
   const IterShape z_in = iter_shape({0, 4}), z_out = iter_shape({0, 1});
-  cuda::sum(dt, z_in, strided(dx.data(), {4, 1}), strided(ds.data(), {1, 0}), z_out);
+  gpu::sum(dt, z_in, strided(dx.data(), {4, 1}), strided(ds.data(), {1, 0}), z_out);
 }
 
 namespace {
@@ -146,9 +146,9 @@ void check_extremum(uint64_t seed) {
         DeviceBuffer<T> dx(x), dout(static_cast<size_t>(m)), dv(static_cast<size_t>(m));
         DeviceBuffer<int64_t> di(static_cast<size_t>(m)), di2(static_cast<size_t>(m));
         const Operand din = contiguous(dx.data(), rc.in);
-        cuda::extremum(kind, dt, rc.in, din, output_operand(dout.data(), rc), rc.out);
-        cuda::arg_extremum(kind, dt, rc.in, din, output_operand(dv.data(), rc), output_operand(di.data(), rc), rc.out);
-        cuda::arg_extremum(kind, dt, rc.in, din, Operand{}, output_operand(di2.data(), rc), rc.out);  // no values
+        gpu::extremum(kind, dt, rc.in, din, output_operand(dout.data(), rc), rc.out);
+        gpu::arg_extremum(kind, dt, rc.in, din, output_operand(dv.data(), rc), output_operand(di.data(), rc), rc.out);
+        gpu::arg_extremum(kind, dt, rc.in, din, Operand{}, output_operand(di2.data(), rc), rc.out);  // no values
         dout.check_guards();
         dv.check_guards();
         di.check_guards();
@@ -173,7 +173,7 @@ TEST_CASE("cuda extremum and arg_extremum pick exactly the CPU's element", "[cud
   // An empty reduction is an error, as on the CPU.
   const IterShape in = iter_shape({3, 0}), out = iter_shape({3, 1});
   DeviceBuffer<float> d(3);
-  REQUIRE_THROWS_AS(cuda::extremum(Extremum::Max, DType::f32, in, strided(d.data(), {0, 1}),
+  REQUIRE_THROWS_AS(gpu::extremum(Extremum::Max, DType::f32, in, strided(d.data(), {0, 1}),
                                    strided(d.data(), {1, 0}), out),
                     ember::Error);
 }
@@ -197,9 +197,9 @@ TEMPLATE_TEST_CASE("cuda extremum_backward and index_backward match the CPU", "[
                         output_operand(idx.data(), rc), rc.out);
     DeviceBuffer<T> dx(x), dg(g), dval(value), dgi(static_cast<size_t>(n)), dib(static_cast<size_t>(n));
     DeviceBuffer<int64_t> didx(idx);
-    cuda::extremum_backward(dt, rc.in, contiguous(dgi.data(), rc.in), contiguous(dx.data(), rc.in),
+    gpu::extremum_backward(dt, rc.in, contiguous(dgi.data(), rc.in), contiguous(dx.data(), rc.in),
                             output_operand(dval.data(), rc), output_operand(dg.data(), rc), rc.out);
-    cuda::index_backward(dt, rc.in, contiguous(dib.data(), rc.in), output_operand(dg.data(), rc),
+    gpu::index_backward(dt, rc.in, contiguous(dib.data(), rc.in), output_operand(dg.data(), rc),
                          output_operand(didx.data(), rc), rc.out);
     dgi.check_guards();
     dib.check_guards();

@@ -68,7 +68,7 @@ TEMPLATE_TEST_CASE("cuda softmax and log_softmax forward/backward match the CPU"
         std::vector<T> y(total);
         cpu::softmax_forward(kind, dt, l.outer, l.n, l.inner, x.data(), y.data());
         DeviceBuffer<T> dx(x), dy(total);
-        cuda::softmax_forward(kind, dt, l.outer, l.n, l.inner, dx.data(), dy.data());
+        gpu::softmax_forward(kind, dt, l.outer, l.n, l.inner, dx.data(), dy.data());
         dy.check_guards();
         const Tol t = softmax_tol<T>();
         require_close(dy.download(), y, t.atol, t.rtol, "softmax forward");
@@ -78,7 +78,7 @@ TEMPLATE_TEST_CASE("cuda softmax and log_softmax forward/backward match the CPU"
         std::vector<T> gx(total);
         cpu::softmax_backward(kind, dt, l.outer, l.n, l.inner, gx.data(), gy.data(), y.data());
         DeviceBuffer<T> dgy(gy), dyc(y), dgx(total);
-        cuda::softmax_backward(kind, dt, l.outer, l.n, l.inner, dgx.data(), dgy.data(), dyc.data());
+        gpu::softmax_backward(kind, dt, l.outer, l.n, l.inner, dgx.data(), dgy.data(), dyc.data());
         dgx.check_guards();
         // The dot product is a reordered double sum; grad = y * (g - dot) can cancel, hence
         // the absolute floor relative to |g| ~ 3.

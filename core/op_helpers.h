@@ -1,16 +1,11 @@
 #pragma once
-// Helpers shared by the op implementations in layers/ (internal; not part of the public API).
-//
-// Dispatch convention: every op's entry point checks its arguments, then switches explicitly on
-// the device type:
-//   switch (x.device().type) {
-//     case DeviceType::CPU: kernels::cpu::...(...); break;
-//     case DeviceType::CUDA: kernels::cuda::...(...); break;   // cuda_unavailable(op) until the CUDA issue
-//   }
+// Helpers shared by the op implementations (core/tensor.cpp, layers/, optim/, parallel/;
+// internal, not part of the public API): turning tensors into kernel operands, the common
+// argument checks, and the device dispatch of core/dispatch.h (Note [Device dispatch]).
 
-#include "../core/autograd.h"
-#include "../core/cuda_dispatch.h"
-#include "../core/tensor.h"
+#include "autograd.h"
+#include "dispatch.h"
+#include "tensor.h"
 #include "../kernels/strided.h"
 
 namespace ember::detail {
