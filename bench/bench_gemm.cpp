@@ -38,7 +38,7 @@ int main() {
     const float* pb = b.data_ptr<float>();
     float* pc = c.data_ptr<float>();
     auto run = [&] {
-      kernels::cpu::gemm(kernels::cpu::Transpose::No, kernels::cpu::Transpose::No, n, n, n, 1.0f, pa, n, pb, n, 0.0f,
+      kernels::cpu::gemm(kernels::Transpose::No, kernels::Transpose::No, n, n, n, 1.0f, pa, n, pb, n, 0.0f,
                          pc, n);
     };
     const int reps = n <= 256 ? 21 : n <= 1024 ? 9 : 5;

@@ -1,6 +1,31 @@
 #pragma once
 // Elementwise math written once: __host__ __device__ functors shared by the CPU loop
-// (kernels/cpu/elementwise.cpp) and the CUDA kernels (kernels/cuda, a later issue).
+// (kernels/cpu/elementwise.cpp) and the CUDA kernels (kernels/cuda/elementwise.cu), and the
+// contract of the elementwise kernels both backends declare (kernels/cpu/elementwise.h,
+// kernels/cuda/elementwise.h).
+//
+// The kernels run over strided operands (kernels/strided.h): all operands share one iteration
+// shape, broadcast operands have stride 0, and outputs must not partially overlap inputs (exact
+// aliasing, out == in, is allowed). Pointers are host memory for kernels::cpu, device memory of
+// the current device for kernels::gpu (queued on cuda::current_stream(), asynchronous).
+//   unary(op, dtype, shape, out, in, alpha)            out = op(in, alpha); f32/f64
+//   unary_backward(op, dtype, shape, grad_in, grad_out, x, y, alpha)
+//                                                      grad_in = op.bwd(grad_out, x, y, alpha); x or y may
+//                                                      be unused by the op (pass any operand)
+//   binary(op, dtype, shape, out, a, b, alpha)         out = a op b (Add/Sub: a + alpha * b, a - alpha * b)
+//   pow_backward(dtype, shape, grad_a, grad_b, g, a, b, y)
+//                                                      Pow's partials da(g, a, b, y), db(g, a, b, y);
+//                                                      either output may be null
+//   compare(op, dtype, shape, out, a, b)               out (bool) = a op b; any dtype
+//   where(dtype, shape, out, cond, a, b)               out = cond ? a : b; cond bool
+//   clamp(dtype, shape, out, in, has_lo, lo, has_hi, hi)
+//                                                      out = clamp(in, lo, hi) for the bounds given;
+//                                                      NaN stays NaN
+//   copy(shape, out_dtype, out, in_dtype, in)          conversion (f16/bf16 round to nearest even;
+//                                                      float to int truncates)
+//   fill(dtype, shape, out, value)                     out = value converted to dtype
+//   logical_not(shape, out, in) / isnan(dtype, shape, out, in)
+//                                                      out (bool) = !in (in: bool) / isnan(in) (any dtype)
 //
 // Each unary op is a struct with
 //   fwd(x, a)         -> y              (a: the op's scalar parameter, e.g. the leaky slope)

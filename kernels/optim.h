@@ -1,6 +1,22 @@
 #pragma once
 // Optimizer update math written once: the per-element Adam/AdamW and SGD steps as EMBER_HD
-// functions, shared by the CPU loop (kernels/cpu/optim.cpp) and a later CUDA kernel.
+// functions, shared by the CPU loop (kernels/cpu/optim.cpp) and the CUDA kernels
+// (kernels/cuda/optim.cu), and the contract of the fused steps both backends declare
+// (kernels/cpu/optim.h, kernels/cuda/optim.h):
+//   adam_step(dtype, n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, h)
+//       Adam / AdamW (h.decay picks L2 or decoupled weight decay); max_exp_avg_sq is used, and
+//       must be non-null, only when h.amsgrad
+//   sgd_step(dtype, n, param, grad, momentum_buffer, init_buffer, h)
+//       SGD; momentum_buffer is used, and must be non-null, only when h.momentum != 0; with
+//       init_buffer it is written (buf = d_p, torch's first step) instead of read
+//   grad_norm_partial(dtype, n, grad, p)
+//       the pieces of a gradient norm, accumulated in double: sum |g|^p for finite p (p == 2
+//       uses g * g), max |g| for p = inf (NaN if any element is NaN); a host value
+// Every array holds n contiguous elements of `dtype` (float32 or float64), all of the same dtype;
+// param and the state arrays are read and overwritten in place, grad is only read; no array may
+// alias another. Pointers are host memory for kernels::cpu, device memory of the current device
+// for kernels::gpu (queued on cuda::current_stream()). Both backends compile this math without
+// floating-point contraction, so a step is bit-identical on CPU and GPU.
 //
 // Note [Matching torch.optim bit for bit]
 // torch.optim's single-tensor Adam and SGD are chains of tensor ops; every op rounds its result

@@ -23,7 +23,7 @@ std::string conv_config(const Conv2dOptions& o) {
 
 // Checks the arguments and returns the geometry (everything but the batch-independent checks
 // names the shapes involved).
-kernels::cpu::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tensor& bias,
+kernels::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                              const Conv2dOptions& o) {
   EMBER_CHECK(x.defined() && weight.defined(), "conv2d: got an undefined input or weight");
   EMBER_CHECK(x.dim() == 4, "conv2d: expected input (N, C_in, H, W), got ", describe(x));
@@ -47,7 +47,7 @@ kernels::cpu::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weig
     EMBER_CHECK(bias.dtype() == x.dtype() && bias.dim() == 1 && bias.size(0) == c_out, "conv2d: expected bias (",
                 c_out, ") ", x.dtype(), ", got ", describe(bias));
   }
-  kernels::cpu::Conv2dGeometry g;
+  kernels::Conv2dGeometry g;
   g.n = x.size(0);
   g.c_in = x.size(1);
   g.h = x.size(2);
@@ -62,8 +62,8 @@ kernels::cpu::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weig
   g.dil_h = o.dilation.first;
   g.dil_w = o.dilation.second;
   g.groups = o.groups;
-  g.out_h = kernels::cpu::conv2d_out_size(g.h, g.kh, g.stride_h, g.pad_h, g.dil_h);
-  g.out_w = kernels::cpu::conv2d_out_size(g.w, g.kw, g.stride_w, g.pad_w, g.dil_w);
+  g.out_h = kernels::conv2d_out_size(g.h, g.kh, g.stride_h, g.pad_h, g.dil_h);
+  g.out_w = kernels::conv2d_out_size(g.w, g.kw, g.stride_w, g.pad_w, g.dil_w);
   EMBER_CHECK(g.out_h > 0 && g.out_w > 0, "conv2d: input ", x.shape(), " is too small for weight ", weight.shape(),
               " with ", conv_config(o), ": the output would be ", g.out_h, " x ", g.out_w);
   return g;
@@ -72,7 +72,7 @@ kernels::cpu::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weig
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt) {
-  const kernels::cpu::Conv2dGeometry g = conv2d_geometry(x, weight, bias, opt);
+  const kernels::Conv2dGeometry g = conv2d_geometry(x, weight, bias, opt);
   const DType dt = x.dtype();
   const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();

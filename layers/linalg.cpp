@@ -25,7 +25,7 @@ namespace ember {
 
 namespace {
 
-using kernels::cpu::Transpose;
+using kernels::Transpose;
 
 // How a (rows, cols) matrix with element strides (rs, cs) can be passed to BLAS, if at all.
 struct BlasLayout {

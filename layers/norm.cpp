@@ -61,7 +61,7 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
   EMBER_CHECK(training || running_mean.defined(),
               "batch_norm: running_mean and running_var are required in eval mode (training = false)");
 
-  kernels::cpu::BatchNormShape sh{x0.size(0), channels, 1};
+  kernels::BatchNormShape sh{x0.size(0), channels, 1};
   for (int d = 2; d < x0.dim(); ++d) sh.s *= x0.size(d);
   const int64_t count = sh.n * sh.s;  // elements per channel
   EMBER_CHECK(!training || count > 1, "batch_norm: expected more than 1 value per channel when training, got input ",

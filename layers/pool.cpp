@@ -14,7 +14,7 @@ namespace ember {
 
 namespace {
 
-using kernels::cpu::Pool2dGeometry;
+using kernels::Pool2dGeometry;
 
 // Checks x for a pooling op: 3-D or 4-D, float32/float64, non-empty planes.
 void check_pool_input(const char* op, const Tensor& x) {
@@ -59,8 +59,8 @@ Pool2dGeometry pool_geometry(const char* op, const Tensor& x, const Pool2dOption
   EMBER_CHECK(g.pad_h >= 0 && g.pad_w >= 0 && g.pad_h <= g.kernel_h / 2 && g.pad_w <= g.kernel_w / 2, op,
               ": padding should be non-negative and at most half of the kernel size, got padding (", g.pad_h, ", ",
               g.pad_w, ") for kernel (", g.kernel_h, ", ", g.kernel_w, ")");
-  g.out_h = kernels::cpu::pool_output_size(g.in_h, g.kernel_h, g.pad_h, g.stride_h, g.dilation_h, opt.ceil_mode);
-  g.out_w = kernels::cpu::pool_output_size(g.in_w, g.kernel_w, g.pad_w, g.stride_w, g.dilation_w, opt.ceil_mode);
+  g.out_h = kernels::pool_output_size(g.in_h, g.kernel_h, g.pad_h, g.stride_h, g.dilation_h, opt.ceil_mode);
+  g.out_w = kernels::pool_output_size(g.in_w, g.kernel_w, g.pad_w, g.stride_w, g.dilation_w, opt.ceil_mode);
   EMBER_CHECK(g.out_h > 0 && g.out_w > 0, op, ": input ", describe(x), " is too small for kernel (", g.kernel_h,
               ", ", g.kernel_w, ") with padding (", g.pad_h, ", ", g.pad_w, ") and dilation (", g.dilation_h, ", ",
               g.dilation_w, "): the output would be ", g.out_h, "x", g.out_w);

@@ -109,7 +109,7 @@ Tensor var(const Tensor& x, const Dims& dims0, int64_t correction, bool keepdim)
 
 namespace {
 
-using kernels::cpu::Extremum;
+using kernels::Extremum;
 
 // The dtypes with an ordering kernel.
 void check_ordered(const char* op, const Tensor& x) {

@@ -33,8 +33,8 @@ namespace ember {
 
 namespace {
 
-using kernels::cpu::ClassLayout;
-using kernels::cpu::SoftmaxKind;
+using kernels::ClassLayout;
+using kernels::SoftmaxKind;
 
 // ---- softmax ------------------------------------------------------------------------------------
 

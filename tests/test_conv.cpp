@@ -26,16 +26,16 @@ double max_rel_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
-kernels::cpu::Conv2dGeometry geometry(const Shape& xs, const Shape& ws, const Conv2dOptions& o) {
-  kernels::cpu::Conv2dGeometry g;
+kernels::Conv2dGeometry geometry(const Shape& xs, const Shape& ws, const Conv2dOptions& o) {
+  kernels::Conv2dGeometry g;
   g.n = xs[0], g.c_in = xs[1], g.h = xs[2], g.w = xs[3];
   g.c_out = ws[0], g.kh = ws[2], g.kw = ws[3];
   g.stride_h = o.stride.first, g.stride_w = o.stride.second;
   g.pad_h = o.padding.first, g.pad_w = o.padding.second;
   g.dil_h = o.dilation.first, g.dil_w = o.dilation.second;
   g.groups = o.groups;
-  g.out_h = kernels::cpu::conv2d_out_size(g.h, g.kh, g.stride_h, g.pad_h, g.dil_h);
-  g.out_w = kernels::cpu::conv2d_out_size(g.w, g.kw, g.stride_w, g.pad_w, g.dil_w);
+  g.out_h = kernels::conv2d_out_size(g.h, g.kh, g.stride_h, g.pad_h, g.dil_h);
+  g.out_w = kernels::conv2d_out_size(g.w, g.kw, g.stride_w, g.pad_w, g.dil_w);
   return g;
 }
 
@@ -102,7 +102,7 @@ TEST_CASE("conv2d: im2col + GEMM matches the direct reference (forward and backw
         Tensor gy = randn(y.shape(), {.dtype = dt}, gen);
         y.backward(gy);
 
-        const kernels::cpu::Conv2dGeometry g = geometry(c.x, c.w, c.opt);
+        const kernels::Conv2dGeometry g = geometry(c.x, c.w, c.opt);
         Tensor y_ref = empty({g.n, g.c_out, g.out_h, g.out_w}, {.dtype = dt});
         Tensor gx_ref = empty(c.x, {.dtype = dt}), gw_ref = empty(c.w, {.dtype = dt});
         kernels::cpu::conv2d_forward_reference(dt, g, x.data(), w.data(), c.bias ? b.data() : nullptr, y_ref.data());
@@ -122,7 +122,7 @@ TEST_CASE("conv2d: im2col + GEMM matches the direct reference (forward and backw
 TEST_CASE("conv2d: im2col and col2im are adjoint", "[conv]") {
   // <im2col(x), c> == <x, col2im(c)> for any x and c: col2im scatters exactly where im2col gathered.
   const Conv2dOptions o{.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}};
-  const kernels::cpu::Conv2dGeometry g = geometry({1, 3, 7, 6}, {1, 3, 3, 2}, o);
+  const kernels::Conv2dGeometry g = geometry({1, 3, 7, 6}, {1, 3, 3, 2}, o);
   const int64_t x_n = g.c_in * g.h * g.w, col_n = g.c_in * g.kh * g.kw * g.out_h * g.out_w;
   std::mt19937 rng(7);
   std::normal_distribution<double> nd;

@@ -13,7 +13,7 @@
 
 using namespace ember;
 using namespace ember::testing;
-using kernels::cpu::Transpose;
+using kernels::Transpose;
 
 namespace {
 

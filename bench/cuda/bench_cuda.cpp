@@ -71,7 +71,7 @@ void sgemm(int64_t s) {
   const Device dev = Device::cuda(0);
   NoGradGuard g;
   Tensor a = randn({s, s}, {.device = dev}), b = randn({s, s}, {.device = dev}), c = empty({s, s}, {.device = dev});
-  using kernels::cpu::Transpose;
+  using kernels::Transpose;
   const auto* pa = static_cast<const float*>(a.data());
   const auto* pb = static_cast<const float*>(b.data());
   auto* pc = static_cast<float*>(c.data());

@@ -17,12 +17,6 @@
 
 namespace ember::kernels::cpu {
 
-int64_t conv2d_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
-  const int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
-  // Floor division (span may be negative for an input smaller than the dilated kernel).
-  return (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
-}
-
 namespace {
 
 // ---- im2col / col2im ---------------------------------------------------------------------------

@@ -1,22 +1,13 @@
 #pragma once
-// Matrix multiply on the CPU: OpenBLAS sgemm/dgemm behind a row-major interface, a batched
-// variant that picks between batch-level and BLAS-level threading, and a plain triple-loop
-// reference that the tests hold the BLAS path to.
-//
-// Conventions (all functions here), as row-major BLAS:
-//   C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C
-//   ta == Transpose::No:  A is stored as an (m, k) matrix, element (i, p) at a[i * lda + p], lda >= max(1, k)
-//   ta == Transpose::Yes: A is stored as a (k, m) matrix, element (i, p) of op(A) at a[p * lda + i], lda >= max(1, m)
-//   likewise for B with (k, n) / (n, k) and ldb; C: element (i, j) at c[i * ldc + j], ldc >= max(1, n).
-//   beta == 0 overwrites C (whatever it held, NaN included); otherwise C is read and scaled.
-//   C must not overlap A or B. k == 0 gives C = beta * C.
-// Dimensions must fit BLAS's 32-bit int (checked: ember::Error otherwise).
+// Matrix multiply on the CPU: OpenBLAS sgemm/dgemm behind the row-major interface of
+// kernels/gemm.h (the contract), a batched variant that picks between batch-level and BLAS-level
+// threading, and a plain triple-loop reference that the tests hold the BLAS path to.
 
 #include <cstdint>
 
-namespace ember::kernels::cpu {
+#include "../gemm.h"
 
-enum class Transpose { No, Yes };
+namespace ember::kernels::cpu {
 
 // Through OpenBLAS (single-threaded), large products split across ember's threads (Note [One thread pool]).
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -24,8 +15,6 @@ void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alp
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
           const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
-// `batch` independent products with the same shapes and layouts: C[i] = alpha op(A[i]) op(B[i]) + beta C[i].
-// a[i] may repeat (a broadcast operand); the c[i] must be distinct and not overlap.
 // Threading: when batch >= get_num_threads(), the batch is split across threads and each BLAS
 // call runs on one thread (no fork/join inside each small product); otherwise the products run
 // one after another, each with BLAS's own threading.

@@ -25,21 +25,7 @@ int64_t plane_grain(const Pool2dGeometry& g) {
   return std::max<int64_t>(1, 32768 / work);
 }
 
-// Floor division for possibly negative numerators (C++ '/' truncates toward zero).
-int64_t div_floor(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
 }  // namespace
-
-int64_t pool_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
-  const int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
-  int64_t out = div_floor(span, stride) + 1;
-  // The ceil-mode rule: a last window that would start in the right padding is dropped.
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
-  return out;
-}
 
 // ---- max -----------------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 #pragma once
 // cuDNN 9 for convolution (forward, backward data, backward filter), pooling and activations.
 //
-// Same raw-pointer contracts as the hand-written kernels (kernels/cuda/conv.h, pool.h,
-// elementwise.h), so a layer picks one or the other per call: cuDNN when available() and the
+// Same raw-pointer contracts as the hand-written kernels (kernels/conv.h, kernels/pool.h,
+// kernels/elementwise.h), so a layer picks one or the other per call: cuDNN when available() and the
 // problem is supported, the hand-written kernel otherwise. available() is false in the SIMT
 // flavour (there is no cuDNN on a machine without a GPU) and in a GPU build without cuDNN.
 //
@@ -22,13 +22,10 @@
 #include <cstdint>
 
 #include "../../core/dtype.h"
-#include "../cpu/conv.h"
-#include "../cpu/pool.h"
+#include "../conv.h"
+#include "../pool.h"
 
 namespace ember::kernels::gpu::cudnn {
-
-using ::ember::kernels::cpu::Conv2dGeometry;
-using ::ember::kernels::cpu::Pool2dGeometry;
 
 bool available();
 // Whether convolutions go through cuDNN: available() and not disabled with EMBER_CUDNN=0 (which
@@ -41,14 +38,14 @@ bool allow_tf32();
 // Number of algorithm choices cached so far (all devices; for tests and diagnostics).
 int64_t cached_algorithm_count();
 
-// The contracts of kernels/cpu/conv.h; f32 or f64; device pointers; current stream.
+// The contracts of kernels/conv.h; f32 or f64; device pointers; current stream.
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y);
 void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx);
 void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw);
 void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
 
 // Average pooling with PyTorch's meaning of count_include_pad (no dilation); x/out as in
-// kernels/cpu/pool.h (planes of (h, w)).
+// kernels/pool.h (planes of (h, w)).
 void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out);
 void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x,
                          const void* out, const void* grad_out, void* grad_in);

@@ -1,11 +1,6 @@
 #pragma once
-// Matrix multiply on a CUDA device: cuBLAS behind the row-major interface of kernels/cpu/gemm.h,
-// and ember's own tiled kernel (teaching material, and the fallback without cuBLAS).
-//
-// Conventions: exactly those of kernels/cpu/gemm.h (row-major, Transpose flags, lda/ldb/ldc,
-// beta == 0 overwrites C whatever it held, k == 0 gives C = beta * C, dimensions must fit a
-// 32-bit int). Pointers a, b, c are device pointers of the current device; the work is enqueued
-// on cuda::current_stream() and is asynchronous.
+// Matrix multiply on a CUDA device: cuBLAS behind the row-major interface of kernels/gemm.h (the
+// contract), and ember's own tiled kernel (teaching material, and the fallback without cuBLAS).
 //
 // Which path runs (Note [GEMM paths] in gemm.cu):
 //   cuBLAS (the default): cublasGemmEx (f32, FP32 compute unless set_allow_tf32(true)),
@@ -17,21 +12,17 @@
 
 #include <cstdint>
 
-#include "../cpu/gemm.h"
+#include "../gemm.h"
 
 namespace ember::kernels::gpu {
-
-using ::ember::kernels::cpu::Transpose;
 
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
           const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
-// `batch` independent products with the same shapes and layouts: C[i] = alpha op(A[i]) op(B[i]) + beta C[i].
-// a, b, c are HOST arrays of `batch` device pointers (as on the CPU); they are copied to the device
-// before the call returns, so the caller may free them right away. a[i] and b[i] may repeat
-// (a broadcast operand); the c[i] must be distinct and not overlap.
+// a, b, c are host arrays of `batch` device pointers (as on the CPU); they are copied to the device
+// before the call returns, so the caller may free them right away.
 void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a,
                   int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc,
                   int64_t batch);

@@ -1,14 +1,10 @@
 #pragma once
-// Optimizer steps on a CUDA device: one fused kernel per parameter (mirroring
-// kernels/cpu/optim.h), and multi-tensor variants that update a whole list of parameters in one
-// launch (PyTorch's multi_tensor_apply / foreach path).
-//
-// Contracts: those of kernels/cpu/optim.h (n contiguous elements of `dtype`, f32 or f64; param
-// and state updated in place, grad only read; no array aliases another). Pointers are device
-// pointers of the current device; the work runs on cuda::current_stream() and is
-// asynchronous (grad_norm_partial excepted, see there). The per-element math is the shared
-// functor of kernels/optim.h, compiled without floating-point contraction in both flavours, so a
-// step is bit-identical to the CPU step.
+// Optimizer steps on a CUDA device: one fused kernel per parameter, and multi-tensor variants
+// that update a whole list of parameters in one launch (PyTorch's multi_tensor_apply / foreach
+// path). Contracts and math: kernels/optim.h (device pointers, queued on cuda::current_stream()).
+// grad_norm_partial SYNCHRONIZES: the result is a host value, so it waits for current_stream()
+// (the reduction kernels and one 8-byte copy back); its block partial sums are added in a fixed
+// tree order: deterministic, but not the CPU's order (equal up to rounding).
 
 #include <cstdint>
 
@@ -17,19 +13,10 @@
 
 namespace ember::kernels::gpu {
 
-// Adam / AdamW; max_exp_avg_sq is used (and must be non-null) only when h.amsgrad.
 void adam_step(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                void* max_exp_avg_sq, const AdamHyper& h);
-
-// SGD; momentum_buffer is used (and must be non-null) only when h.momentum != 0; with
-// init_buffer it is written (buf = d_p) instead of read.
 void sgd_step(DType dtype, int64_t n, void* param, const void* grad, void* momentum_buffer, bool init_buffer,
               const SgdHyper& h);
-
-// Sum |g|^p (finite p; p == 2 uses g * g) or max |g| (p = inf, NaN if any element is NaN),
-// accumulated in double. SYNCHRONIZES: the result is a host value, so this waits for
-// current_stream() (the reduction kernels and one 8-byte copy back). Block partial sums are
-// added in a fixed tree order: deterministic, but not the CPU's order (equal up to rounding).
 double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p);
 
 // ---- multi-tensor variants -------------------------------------------------------------------

@@ -35,7 +35,7 @@ using detail::group_sum;
 using detail::kThreads;
 using detail::with_group;
 
-// The CPU's ReduceIndexer as a plain struct the kernels take by value: kept dims (output
+// ReduceIndexer (kernels/reduce.h) as a plain struct the kernels take by value: kept dims (output
 // positions) and reduced dims (elements of one output), row-major each.
 struct Indexer {
   int64_t sizes[kMaxDims] = {};
@@ -43,7 +43,7 @@ struct Indexer {
   int nk = 0, nr = 0;
   int64_t n_out = 1, n_red = 1;
 
-  explicit Indexer(const cpu::ReduceIndexer& ix) : nk(ix.nk), nr(ix.nr), n_out(ix.n_out), n_red(ix.n_red) {
+  explicit Indexer(const ReduceIndexer& ix) : nk(ix.nk), nr(ix.nr), n_out(ix.n_out), n_red(ix.n_red) {
     for (int d = 0; d < ix.shape.ndim; ++d) sizes[d] = ix.shape.sizes[d];
     for (int i = 0; i < nk; ++i) kept[i] = ix.kept[i];
     for (int i = 0; i < nr; ++i) red[i] = ix.red[i];
@@ -218,7 +218,7 @@ __global__ void index_backward_kernel(Indexer ix, Operand grad_in, Operand grad_
 void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape) {
   EMBER_DISPATCH_FLOAT(dtype, "sum", [&] {
     using T = scalar_t;
-    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
     with_group(group_size(ix, in), [&]<int G>() {
       EMBER_LAUNCH((sum_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(), ix,
@@ -232,7 +232,7 @@ void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
          int64_t correction) {
   EMBER_DISPATCH_FLOAT(dtype, "var", [&] {
     using T = scalar_t;
-    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
     const double divisor = static_cast<double>(ix.n_red - correction > 0 ? ix.n_red - correction : 0);
     with_group(group_size(ix, in), [&]<int G>() {
@@ -247,7 +247,7 @@ void extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in,
               const IterShape& out_shape) {
   const char* op = kind == Extremum::Max ? "amax" : "amin";
   EMBER_DISPATCH_ORDERED(dtype, op, [&] {
-    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    const Indexer ix(ReduceIndexer(in_shape, out_shape));
     EMBER_CHECK(ix.n_red > 0 || ix.n_out == 0, "extremum: empty reduction");
     if (ix.n_out == 0) return;
     launch_extremum<scalar_t>(kind, ix, in, out, Operand{}, op);
@@ -258,7 +258,7 @@ void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, 
                        Operand grad_out, const IterShape& out_shape) {
   EMBER_DISPATCH_FLOAT(dtype, "amax backward", [&] {
     using T = scalar_t;
-    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
     with_group(group_size(ix, x), [&]<int G>() {
       EMBER_LAUNCH((extremum_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0,
@@ -272,7 +272,7 @@ void arg_extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand
                   Operand indices, const IterShape& out_shape) {
   const char* op = kind == Extremum::Max ? "argmax" : "argmin";
   EMBER_DISPATCH_ORDERED(dtype, op, [&] {
-    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    const Indexer ix(ReduceIndexer(in_shape, out_shape));
     EMBER_CHECK(ix.n_red > 0 || ix.n_out == 0, "arg_extremum: empty reduction");
     if (ix.n_out == 0) return;
     launch_extremum<scalar_t>(kind, ix, in, values, indices, op);
@@ -283,7 +283,7 @@ void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Ope
                     const IterShape& out_shape) {
   EMBER_DISPATCH_FLOAT(dtype, "max backward", [&] {
     using T = scalar_t;
-    const Indexer ix(cpu::ReduceIndexer(in_shape, out_shape));
+    const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
     with_group(group_size(ix, grad_in), [&]<int G>() {
       // No barrier and no shuffle: the emulator may run it as plain loops.

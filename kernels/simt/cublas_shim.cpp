@@ -31,7 +31,7 @@ struct cublasContext {
 
 namespace {
 
-using ember::kernels::cpu::Transpose;
+using ember::kernels::Transpose;
 
 // The live handles: a destroyed or made-up handle is NOT_INITIALIZED, as with cuBLAS, instead of
 // a use-after-free.

@@ -21,7 +21,7 @@
 namespace {
 
 using ember::DType;
-using ember::kernels::cpu::BatchNormShape;
+using ember::kernels::BatchNormShape;
 using ember::test::DeviceBuffer;
 using ember::test::random_vector;
 

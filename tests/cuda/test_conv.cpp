@@ -14,7 +14,7 @@
 namespace {
 
 using ember::DType;
-using ember::kernels::cpu::Conv2dGeometry;
+using ember::kernels::Conv2dGeometry;
 using ember::test::DeviceBuffer;
 using ember::test::random_vector;
 
@@ -23,8 +23,8 @@ Conv2dGeometry geometry(int64_t n, int64_t c_in, int64_t h, int64_t w, int64_t c
   Conv2dGeometry g;
   g.n = n, g.c_in = c_in, g.h = h, g.w = w, g.c_out = c_out, g.kh = kh, g.kw = kw;
   g.stride_h = sh, g.stride_w = sw, g.pad_h = ph, g.pad_w = pw, g.dil_h = dh, g.dil_w = dw, g.groups = groups;
-  g.out_h = ember::kernels::cpu::conv2d_out_size(h, kh, sh, ph, dh);
-  g.out_w = ember::kernels::cpu::conv2d_out_size(w, kw, sw, pw, dw);
+  g.out_h = ember::kernels::conv2d_out_size(h, kh, sh, ph, dh);
+  g.out_w = ember::kernels::conv2d_out_size(w, kw, sw, pw, dw);
   return g;
 }
 

@@ -16,7 +16,7 @@
 
 namespace {
 
-using ember::kernels::cpu::Transpose;
+using ember::kernels::Transpose;
 using ember::test::DeviceBuffer;
 using ember::test::random_vector;
 

@@ -10,7 +10,6 @@
 using namespace ember;
 using namespace ember::kernels;
 using namespace ember::test;
-using cpu::ClassLayout;
 
 namespace {
 

@@ -16,7 +16,7 @@
 namespace {
 
 using ember::DType;
-using ember::kernels::cpu::Pool2dGeometry;
+using ember::kernels::Pool2dGeometry;
 using ember::test::DeviceBuffer;
 using ember::test::random_vector;
 
@@ -31,8 +31,8 @@ Pool2dGeometry geometry(const Spec& s) {
   g.planes = s.planes, g.in_h = s.in_h, g.in_w = s.in_w;
   g.kernel_h = s.k_h, g.kernel_w = s.k_w, g.stride_h = s.s_h, g.stride_w = s.s_w;
   g.pad_h = s.p_h, g.pad_w = s.p_w, g.dilation_h = s.d_h, g.dilation_w = s.d_w;
-  g.out_h = ember::kernels::cpu::pool_output_size(s.in_h, s.k_h, s.p_h, s.s_h, s.d_h, s.ceil_mode);
-  g.out_w = ember::kernels::cpu::pool_output_size(s.in_w, s.k_w, s.p_w, s.s_w, s.d_w, s.ceil_mode);
+  g.out_h = ember::kernels::pool_output_size(s.in_h, s.k_h, s.p_h, s.s_h, s.d_h, s.ceil_mode);
+  g.out_w = ember::kernels::pool_output_size(s.in_w, s.k_w, s.p_w, s.s_w, s.d_w, s.ceil_mode);
   return g;
 }
 

@@ -12,7 +12,6 @@
 using namespace ember;
 using namespace ember::kernels;
 using namespace ember::test;
-using cpu::SoftmaxKind;
 
 namespace {
 
