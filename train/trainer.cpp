@@ -143,15 +143,6 @@ Device resolve_device(const std::string& spec) {
   return d;
 }
 
-namespace {
-
-struct RunningStats {
-  double loss_sum = 0;
-  int64_t correct = 0, seen = 0;
-};
-
-}  // namespace
-
 EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
                            parallel::Communicator* comm) {
   NoGradGuard no_grad;
@@ -204,20 +195,60 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
   return r;
 }
 
-TrainSummary run_training(TrainConfig cfg) {
-  const auto t_start = std::chrono::steady_clock::now();
+namespace {
+
+// Everything one training run holds, built by start_run and carried through the epochs. Members
+// are destroyed in reverse order: the DDP wrapper before the model, loaders before the data, the
+// communicator last.
+struct Run {
+  TrainConfig cfg;
+  std::shared_ptr<parallel::Communicator> comm;
+  bool distributed = false;
+  bool lead = true;  // rank 0: prints, writes metrics, saves checkpoints
+  Device device;
+  DataInfo d;
+  std::unique_ptr<data::DataLoader> loader, test_loader;
+  int64_t steps_per_epoch = 0;
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<optim::LRScheduler> scheduler;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;
+  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<nn::CrossEntropyLoss> criterion;
+  Progress progress{true};
+  // Position and totals.
+  int64_t step = 0;
+  int start_epoch = 0;
+  double best_acc = -1;
+  bool stopped = false;  // --max-steps reached
+  double train_seconds = 0;
+  int64_t train_images = 0;
+  TrainSummary summary;
+};
+
+// One epoch's running sums on this process.
+struct EpochTotals {
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0;
+  std::chrono::steady_clock::time_point started;
+  double loader_wait_before = 0;  // the loader's wait_seconds when the epoch started
+};
+
+// The launcher, the configuration (resumed or resolved), data, loaders, model, optimizer,
+// schedule, checkpoint state, DDP and the metrics file: everything before the first step.
+Run start_run(TrainConfig cfg) {
+  Run r;
   // One process, or one rank of an mpirun / srun job (docs/distributed.md).
   const parallel::LaunchInfo launch = parallel::detect_launch();
   // One GPU per process: --device cuda (or auto on a GPU machine) means cuda:<local rank>, and the
   // communicator reduces on that device (NCCL where the build has it; parallel::init_from_env).
   if (launch.world_size > 1 && (cfg.device == "cuda" || (cfg.device == "auto" && Device::best().is_cuda())))
     cfg.device = "cuda:" + std::to_string(launch.local_rank);
-  std::shared_ptr<parallel::Communicator> comm =
-      parallel::init_from_env(launch.world_size > 1 ? resolve_device(cfg.device) : Device::cpu());
-  const int rank = comm->rank();
-  cfg.world_size = comm->world_size();
-  const bool distributed = cfg.world_size > 1;
-  if (distributed) {
+  r.comm = parallel::init_from_env(launch.world_size > 1 ? resolve_device(cfg.device) : Device::cpu());
+  const int rank = r.comm->rank();
+  cfg.world_size = r.comm->world_size();
+  r.distributed = cfg.world_size > 1;
+  if (r.distributed) {
     // Ranks on one machine share its cores; only rank 0 talks.
     if (cfg.threads == 0) cfg.threads = std::max(1, get_num_threads() / std::max(1, launch.local_world_size));
     if (rank != 0) {
@@ -225,7 +256,7 @@ TrainSummary run_training(TrainConfig cfg) {
       cfg.metrics_path.clear();
     }
   }
-  const bool lead = rank == 0;
+  r.lead = rank == 0;
   std::optional<io::TrainingState> resume_state;
   if (!cfg.resume_dir.empty()) {
     // The run continues with the configuration it was started with; --epochs may extend it.
@@ -237,13 +268,14 @@ TrainSummary run_training(TrainConfig cfg) {
   }
   const std::vector<std::string> chose = resolve(cfg);
   validate(cfg);
-  const Device device = resolve_device(cfg.device);
+  r.device = resolve_device(cfg.device);
   if (cfg.threads > 0) set_num_threads(cfg.threads);
 
   // Data (first, so that a missing dataset is the only thing printed).
-  DataInfo d = open_data(cfg.data, cfg.data_dir,
-                         {.val = cfg.val, .val_split = cfg.val_split, .image_size = cfg.image_size,
-                          .cache_dir = cfg.cache_dir, .skip_bad_images = cfg.skip_bad_images, .seed = cfg.seed});
+  r.d = open_data(cfg.data, cfg.data_dir,
+                  {.val = cfg.val, .val_split = cfg.val_split, .image_size = cfg.image_size,
+                   .cache_dir = cfg.cache_dir, .skip_bad_images = cfg.skip_bad_images, .seed = cfg.seed});
+  const DataInfo& d = r.d;
   if (!cfg.quiet && !chose.empty()) {
     std::string s;
     for (const std::string& x : chose) s += (s.empty() ? "" : ", ") + x;
@@ -254,7 +286,7 @@ TrainSummary run_training(TrainConfig cfg) {
                                             : data::AnyTransform(make_eval_transform(d));
   data::LoaderOptions train_options{.batch_size = cfg.batch_size, .shuffle = cfg.shuffle, .drop_last = false,
                                     .seed = cfg.seed, .transform = train_tf, .num_workers = cfg.workers};
-  if (distributed) {
+  if (r.distributed) {
     // Each rank reads its shard of every epoch (the same shuffle everywhere, keyed by --seed) and
     // augments with its own streams.
     train_options.sampler = std::make_shared<data::DistributedSampler>(
@@ -263,165 +295,190 @@ TrainSummary run_training(TrainConfig cfg) {
     train_options.shuffle = false;
     train_options.seed = cfg.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank);
   }
-  if (device.is_cuda()) {
+  if (r.device.is_cuda()) {
     // Batches arrive on the device: pinned, copied on the loader's copy stream (loader.h).
-    train_options.device = device;
+    train_options.device = r.device;
     train_options.pin_memory = data::PinMemory::on;
   }
-  data::DataLoader loader(d.train, train_options);
+  r.loader = std::make_unique<data::DataLoader>(d.train, train_options);
   std::shared_ptr<const data::Dataset> test_set = d.test;
   if (cfg.eval_limit > 0) test_set = std::make_shared<data::PrefixDataset>(d.test, cfg.eval_limit);
-  data::DataLoader test_loader(test_set, {.batch_size = 256, .transform = make_eval_transform(d)});
-  const int64_t steps_per_epoch = loader.size();
+  r.test_loader = std::make_unique<data::DataLoader>(
+      test_set, data::LoaderOptions{.batch_size = 256, .transform = make_eval_transform(d)});
+  r.steps_per_epoch = r.loader->size();
 
   // Model: the same seed gives the same initial weights.
   manual_seed(cfg.seed);
   models::ModelSpec spec{.name = cfg.model, .in_channels = d.channels, .image_size = d.image_size,
                          .num_classes = static_cast<int64_t>(d.classes.size())};
-  std::shared_ptr<nn::Module> model = models::create_model(spec);
-  if (!cfg.init_weights.empty()) load_weights_into(*model, cfg.init_weights);
+  r.model = models::create_model(spec);
+  if (!cfg.init_weights.empty()) load_weights_into(*r.model, cfg.init_weights);
   // Initialized on the CPU and then moved, so a seed gives the same weights on every device.
-  model->to(device);
-  auto optimizer = make_optimizer(cfg, model->parameters());
-  auto scheduler = make_scheduler(cfg, *optimizer, steps_per_epoch);
+  r.model->to(r.device);
+  r.optimizer = make_optimizer(cfg, r.model->parameters());
+  r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
 
-  int64_t step = 0;
-  int start_epoch = 0;
-  double best_acc = -1;
   if (resume_state) {
     const CheckpointPaths p = checkpoint_paths(cfg.resume_dir);
-    load_weights_into(*model, p.weights);
-    restore_training_state(*resume_state, *optimizer, scheduler.get(), loader, step, start_epoch, best_acc);
+    load_weights_into(*r.model, p.weights);
+    restore_training_state(*resume_state, *r.optimizer, r.scheduler.get(), *r.loader, r.step, r.start_epoch,
+                           r.best_acc);
   }
   // Batch statistics over every rank's images (a model without BatchNorm is left as it is).
-  if (distributed && cfg.sync_bn) parallel::convert_sync_batchnorm(*model, comm);
+  if (r.distributed && cfg.sync_bn) parallel::convert_sync_batchnorm(*r.model, r.comm);
   // Every rank checks that the others built the same model, then starts from rank 0's weights.
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  if (distributed) ddp = std::make_unique<parallel::DistributedDataParallel>(*model, comm);
+  if (r.distributed) r.ddp = std::make_unique<parallel::DistributedDataParallel>(*r.model, r.comm);
 
-  MetricsWriter metrics(cfg.metrics_path);
-  metrics.write_line(config_json(cfg, d, steps_per_epoch).dump());
-  Progress progress(cfg.quiet);
-  optim::Optimizer& opt = *optimizer;
-  nn::CrossEntropyLoss criterion({.label_smoothing = cfg.label_smoothing});
+  r.metrics = std::make_unique<MetricsWriter>(cfg.metrics_path);
+  r.metrics->write_line(config_json(cfg, d, r.steps_per_epoch).dump());
+  r.progress = Progress(cfg.quiet);
+  r.criterion = std::make_unique<nn::CrossEntropyLoss>(CrossEntropyOptions{.label_smoothing = cfg.label_smoothing});
+  r.cfg = std::move(cfg);
+  return r;
+}
 
-  TrainSummary summary;
-  double train_seconds = 0;
-  int64_t train_images = 0;
-  bool stopped = false;
-  model->train();
-  for (int epoch = start_epoch; epoch < cfg.epochs && !stopped; ++epoch) {
-    // The loader is a cursor (data/loader.h): a resumed run picks up mid-epoch where it stopped.
-    if (loader.position().epoch != epoch) loader.set_epoch(epoch);
-    const auto t_epoch = std::chrono::steady_clock::now();
-    const double loader_wait_before = loader.stats().wait_seconds;
-    RunningStats rs;
-    progress.start_epoch(epoch + 1, cfg.epochs, steps_per_epoch);
-    for (auto& [host_images, host_labels] : loader) {
-      if (host_labels.numel() == 0) {  // every file of the batch was unreadable and skipped
-        // Every rank must take part in each step's gradient all-reduce: no step can be left out.
-        EMBER_CHECK(!distributed, "every image of a batch was unreadable (--skip-bad-images); with several "
-                    "processes a step cannot be skipped: remove the files (ember inspect lists them)");
-        continue;
-      }
-      const Tensor images = host_images.to(device), labels = host_labels.to(device);
-      opt.zero_grad();
-      Tensor logits = ddp ? ddp->forward(images) : model->forward(images);
-      Tensor loss = criterion(logits, labels);
-      loss.backward();  // with DDP: returns with the gradients averaged over the ranks
-      const double lr_used = opt.get_lr(0);
-      opt.step();
-      if (scheduler) scheduler->step();
-      ++step;
-      const double l = loss.item();
-      const int64_t n = labels.numel();
-      int64_t correct;
-      {
-        NoGradGuard g;
-        correct = static_cast<int64_t>(sum(eq(argmax(logits, 1), labels).to(DType::f32)).item());
-      }
-      rs.loss_sum += l * static_cast<double>(n);
-      rs.correct += correct;
-      rs.seen += n;
-      const double ips = static_cast<double>(rs.seen) / std::max(1e-9, seconds_since(t_epoch));
-      progress.step(loader.position().batch == 0 ? steps_per_epoch : loader.position().batch,
-                    rs.loss_sum / static_cast<double>(rs.seen), static_cast<double>(rs.correct) / static_cast<double>(rs.seen), ips);
-      if (step % cfg.log_every == 0) {
-        metrics.write_line(json{{"event", "step"}, {"epoch", epoch + 1}, {"step", step}, {"loss", l},
-                                {"lr", lr_used}, {"images_per_sec", ips}}.dump());
-      }
-      if (cfg.max_steps > 0 && step >= cfg.max_steps) {
-        stopped = true;
-        break;
-      }
+// The steps of one epoch (or of its remainder, after a resume), until the loader's epoch ends or
+// --max-steps is reached. Returns this process's sums.
+EpochTotals train_one_epoch(Run& r, int epoch) {
+  const TrainConfig& cfg = r.cfg;
+  data::DataLoader& loader = *r.loader;
+  optim::Optimizer& opt = *r.optimizer;
+  // The loader is a cursor (data/loader.h): a resumed run picks up mid-epoch where it stopped.
+  if (loader.position().epoch != epoch) loader.set_epoch(epoch);
+  EpochTotals t;
+  t.started = std::chrono::steady_clock::now();
+  t.loader_wait_before = loader.stats().wait_seconds;
+  r.progress.start_epoch(epoch + 1, cfg.epochs, r.steps_per_epoch);
+  for (auto& [host_images, host_labels] : loader) {
+    if (host_labels.numel() == 0) {  // every file of the batch was unreadable and skipped
+      // Every rank must take part in each step's gradient all-reduce: no step can be left out.
+      EMBER_CHECK(!r.distributed, "every image of a batch was unreadable (--skip-bad-images); with several "
+                  "processes a step cannot be skipped: remove the files (ember inspect lists them)");
+      continue;
     }
-    progress.end_epoch();
-    const int64_t skipped_train = report_skipped(d.image_train.get(), "training", cfg.quiet);
-    if (distributed) {
-      // The epoch's numbers over every rank's shard.
-      Tensor t = from_vector<double>({rs.loss_sum, static_cast<double>(rs.correct), static_cast<double>(rs.seen)});
-      comm->all_reduce(t);
-      const std::vector<double> v = t.to_vector<double>();
-      rs.loss_sum = v[0];
-      rs.correct = static_cast<int64_t>(v[1]);
-      rs.seen = static_cast<int64_t>(v[2]);
+    const Tensor images = host_images.to(r.device), labels = host_labels.to(r.device);
+    opt.zero_grad();
+    Tensor logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
+    Tensor loss = (*r.criterion)(logits, labels);
+    loss.backward();  // with DDP: returns with the gradients averaged over the ranks
+    const double lr_used = opt.get_lr(0);
+    opt.step();
+    if (r.scheduler) r.scheduler->step();
+    ++r.step;
+    const double l = loss.item();
+    const int64_t n = labels.numel();
+    int64_t correct;
+    {
+      NoGradGuard g;
+      correct = static_cast<int64_t>(sum(eq(argmax(logits, 1), labels).to(DType::f32)).item());
     }
-    const double epoch_seconds = seconds_since(t_epoch);
-    train_seconds += epoch_seconds;
-    train_images += rs.seen;
-    EpochStats es;
-    es.epoch = epoch + 1;
-    es.train_loss = rs.seen ? rs.loss_sum / static_cast<double>(rs.seen) : NAN;
-    es.train_acc = rs.seen ? static_cast<double>(rs.correct) / static_cast<double>(rs.seen) : NAN;
-    es.images_per_sec = static_cast<double>(rs.seen) / std::max(1e-9, epoch_seconds);
-    es.seconds = epoch_seconds;
-    const bool epoch_done = loader.position().batch == 0;
-    const bool last = epoch + 1 == cfg.epochs || stopped;
-    if ((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) {
-      EvalResult ev = evaluate_loader(*model, test_loader, static_cast<int64_t>(d.classes.size()), comm.get());
-      report_skipped(d.image_test.get(), "validation", cfg.quiet);
-      es.test_loss = ev.loss;
-      es.test_acc = ev.accuracy;
-      summary.test_acc = ev.accuracy;
-      summary.test_loss = ev.loss;
+    t.loss_sum += l * static_cast<double>(n);
+    t.correct += correct;
+    t.seen += n;
+    const double ips = static_cast<double>(t.seen) / std::max(1e-9, seconds_since(t.started));
+    r.progress.step(loader.position().batch == 0 ? r.steps_per_epoch : loader.position().batch,
+                    t.loss_sum / static_cast<double>(t.seen), static_cast<double>(t.correct) / static_cast<double>(t.seen),
+                    ips);
+    if (r.step % cfg.log_every == 0) {
+      r.metrics->write_line(json{{"event", "step"}, {"epoch", epoch + 1}, {"step", r.step}, {"loss", l},
+                                 {"lr", lr_used}, {"images_per_sec", ips}}.dump());
     }
-    metrics.write_line(json{{"event", "epoch"}, {"epoch", es.epoch}, {"train_loss", es.train_loss},
-                            {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
-                            {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
-                            {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
-                            {"loader_wait_seconds", loader.stats().wait_seconds - loader_wait_before},
-                            {"skipped_images", skipped_train}}
-                           .dump());
-    if (!cfg.quiet) {
-      std::fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%%", es.epoch, cfg.epochs, es.train_loss,
-                   100 * es.train_acc);
-      if (!std::isnan(es.test_acc)) std::fprintf(stderr, ", test loss %.4f acc %.2f%%", es.test_loss, 100 * es.test_acc);
-      std::fprintf(stderr, ", %.0f img/s, %s\n", es.images_per_sec, format_duration(es.seconds).c_str());
-    }
-    summary.epochs.push_back(es);
-    const bool improved = !std::isnan(es.test_acc) && es.test_acc > best_acc;
-    if (improved) best_acc = es.test_acc;
-    if (!cfg.save_dir.empty() && lead) {
-      save_checkpoint(cfg, d, *model, opt, scheduler.get(), loader, step, epoch_done ? epoch + 1 : epoch, best_acc,
-                      improved);
+    if (cfg.max_steps > 0 && r.step >= cfg.max_steps) {
+      r.stopped = true;
+      break;
     }
   }
+  r.progress.end_epoch();
+  return t;
+}
 
-  if (!cfg.save_weights.empty() && lead) save_weights(cfg.save_weights, *model, cfg, d);
-  summary.steps = step;
-  summary.seconds = seconds_since(t_start);
-  summary.images_per_sec = static_cast<double>(train_images) / std::max(1e-9, train_seconds);
-  metrics.write_line(json{{"event", "summary"}, {"test_acc", std::isnan(summary.test_acc) ? json() : json(summary.test_acc)},
-                          {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
-                          {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", step}}
-                         .dump());
+// After an epoch's steps: the epoch's numbers over every rank, evaluation when due, the metrics
+// line and the printed line, and the checkpoint.
+void finish_epoch(Run& r, int epoch, EpochTotals t) {
+  const TrainConfig& cfg = r.cfg;
+  const int64_t skipped_train = report_skipped(r.d.image_train.get(), "training", cfg.quiet);
+  if (r.distributed) {
+    // The epoch's numbers over every rank's shard.
+    Tensor all = from_vector<double>({t.loss_sum, static_cast<double>(t.correct), static_cast<double>(t.seen)});
+    r.comm->all_reduce(all);
+    const std::vector<double> v = all.to_vector<double>();
+    t.loss_sum = v[0];
+    t.correct = static_cast<int64_t>(v[1]);
+    t.seen = static_cast<int64_t>(v[2]);
+  }
+  const double epoch_seconds = seconds_since(t.started);
+  r.train_seconds += epoch_seconds;
+  r.train_images += t.seen;
+  EpochStats es;
+  es.epoch = epoch + 1;
+  es.train_loss = t.seen ? t.loss_sum / static_cast<double>(t.seen) : NAN;
+  es.train_acc = t.seen ? static_cast<double>(t.correct) / static_cast<double>(t.seen) : NAN;
+  es.images_per_sec = static_cast<double>(t.seen) / std::max(1e-9, epoch_seconds);
+  es.seconds = epoch_seconds;
+  const bool epoch_done = r.loader->position().batch == 0;
+  const bool last = epoch + 1 == cfg.epochs || r.stopped;
+  if ((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) {
+    EvalResult ev = evaluate_loader(*r.model, *r.test_loader, static_cast<int64_t>(r.d.classes.size()), r.comm.get());
+    report_skipped(r.d.image_test.get(), "validation", cfg.quiet);
+    es.test_loss = ev.loss;
+    es.test_acc = ev.accuracy;
+    r.summary.test_acc = ev.accuracy;
+    r.summary.test_loss = ev.loss;
+  }
+  r.metrics->write_line(json{{"event", "epoch"}, {"epoch", es.epoch}, {"train_loss", es.train_loss},
+                             {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
+                             {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
+                             {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
+                             {"loader_wait_seconds", r.loader->stats().wait_seconds - t.loader_wait_before},
+                             {"skipped_images", skipped_train}}
+                            .dump());
   if (!cfg.quiet) {
-    const std::string procs = distributed ? ", " + std::to_string(cfg.world_size) + " processes" : "";
+    std::fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%%", es.epoch, cfg.epochs, es.train_loss,
+                 100 * es.train_acc);
+    if (!std::isnan(es.test_acc)) std::fprintf(stderr, ", test loss %.4f acc %.2f%%", es.test_loss, 100 * es.test_acc);
+    std::fprintf(stderr, ", %.0f img/s, %s\n", es.images_per_sec, format_duration(es.seconds).c_str());
+  }
+  r.summary.epochs.push_back(es);
+  const bool improved = !std::isnan(es.test_acc) && es.test_acc > r.best_acc;
+  if (improved) r.best_acc = es.test_acc;
+  if (!cfg.save_dir.empty() && r.lead) {
+    save_checkpoint(cfg, r.d, *r.model, *r.optimizer, r.scheduler.get(), *r.loader, r.step,
+                    epoch_done ? epoch + 1 : epoch, r.best_acc, improved);
+  }
+}
+
+// After the last epoch: --save-weights, the summary metrics event and the one-line summary.
+TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
+  const TrainConfig& cfg = r.cfg;
+  if (!cfg.save_weights.empty() && r.lead) save_weights(cfg.save_weights, *r.model, cfg, r.d);
+  TrainSummary& summary = r.summary;
+  summary.steps = r.step;
+  summary.seconds = seconds_since(t_start);
+  summary.images_per_sec = static_cast<double>(r.train_images) / std::max(1e-9, r.train_seconds);
+  r.metrics->write_line(json{{"event", "summary"}, {"test_acc", std::isnan(summary.test_acc) ? json() : json(summary.test_acc)},
+                             {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
+                             {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", r.step}}
+                            .dump());
+  if (!cfg.quiet) {
+    const std::string procs = r.distributed ? ", " + std::to_string(cfg.world_size) + " processes" : "";
     std::printf("ember train: %s on %s, %d epochs%s, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
                 cfg.data.c_str(), cfg.epochs, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
                 format_duration(summary.seconds).c_str());
   }
   return summary;
+}
+
+}  // namespace
+
+TrainSummary run_training(TrainConfig cfg) {
+  const auto t_start = std::chrono::steady_clock::now();
+  Run run = start_run(std::move(cfg));
+  run.model->train();
+  for (int epoch = run.start_epoch; epoch < run.cfg.epochs && !run.stopped; ++epoch) {
+    EpochTotals totals = train_one_epoch(run, epoch);
+    finish_epoch(run, epoch, totals);
+  }
+  return finish_run(run, t_start);
 }
 
 }  // namespace ember::train
