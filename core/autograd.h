@@ -8,7 +8,7 @@
 // The outputs point back at the node (TensorImpl::autograd->grad_fn), so the graph is owned by
 // the tensors that can still reach it and dies with them.
 //
-// backward() (engine.cpp) walks the graph from the root: it counts, for every node, how many
+// backward() (run_backward in autograd.cpp) walks the graph from the root: it counts, for every node, how many
 // edges lead into it, then runs nodes in an order where a node runs only after every node that
 // feeds it a gradient has run (reverse topological order), summing gradients that arrive along
 // several edges. AccumulateGrad nodes add into the leaf's .grad and fire its hooks.
@@ -120,7 +120,7 @@ void queue_backward_callback(std::function<void()> callback);
 // Whether a backward pass is running on this thread (inside a hook or a backward closure).
 bool in_backward();
 
-// Runs backward from `roots` with the given gradients (engine.cpp).
+// Runs backward from `roots` with the given gradients (autograd.cpp).
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
 
 // The gradients of `outputs` w.r.t. `inputs` (like torch.autograd.grad, without create_graph):

@@ -30,7 +30,7 @@ struct Batch {
 };
 
 // The interface a DataLoader reads from. get() and get_batch() are const and must be safe to
-// call from several threads at once: the threaded loader (a later issue) calls them from its
+// call from several threads at once: the threaded loader (data/loader.h) calls them from its
 // workers. Randomness does not belong here: transforms get per-sample streams from the loader
 // (data/random.h), so a dataset returns the same thing for the same index every time.
 class Dataset {

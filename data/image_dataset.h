@@ -113,7 +113,7 @@ class ImageDataset : public Dataset {
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 
-// Samples `indices` of another image dataset, in that order (train/validation splits). Shares the
+// Samples `indices` of another image dataset, in that order (the training and validation splits). Shares the
 // parent's counters and bad-file policy; the parent must outlive it (it is held by shared_ptr).
 class ImageSubset final : public ImageDataset {
  public:

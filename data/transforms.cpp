@@ -261,7 +261,7 @@ std::optional<FusedPlan> plan_fused(const std::vector<const Transform*>& chain) 
   return plan;
 }
 
-// Note [Fused image pipeline]
+// Note [Fused batch transforms]
 // For u8 input every output value is a function of one source byte and its channel, so ToTensor
 // and Normalize collapse into a 256-entry table per channel, filled with exactly the float
 // operations of the step-by-step path (v / 255, then (x - mean) / std): the fused result is

@@ -12,8 +12,8 @@
 
 using namespace ember;
 using namespace ember::parallel;
-using namespace ddp_test;
-using namespace rank_test;
+using namespace ember::testing::ddp;
+using namespace ember::testing::ranks;
 
 TEST_CASE("ddp: K steps on 2 and 3 in-process ranks equal full-batch training (f64 1e-6, f32 1e-5)", "[parallel][ddp]") {
   const int steps = 3;

@@ -19,9 +19,9 @@
 
 using namespace ember;
 using namespace ember::parallel;
-using namespace rank_test;
-using ddp_test::max_rel_diff;
-using ddp_test::shard;
+using namespace ember::testing::ranks;
+using ember::testing::ddp::max_rel_diff;
+using ember::testing::ddp::shard;
 
 namespace {
 
@@ -328,7 +328,7 @@ TEST_CASE(
     "[parallel][sync_bn]") {
   InProcessGroup group(2);  // communicators only: no collective runs here
   std::shared_ptr<Communicator> comm = group.communicator(0);
-  auto m = sync_bn_test::make_bn_model(3, DType::f32);
+  auto m = ember::testing::sync_bn::make_bn_model(3, DType::f32);
   std::vector<std::string> names_before;
   for (const auto& [name, t] : m->state_dict()) names_before.push_back(name);
   const Tensor weight_before = m->bn1.weight;
@@ -372,14 +372,14 @@ TEST_CASE("sync batchnorm: DDP + convert_sync_batchnorm trains like one process 
   const int steps = 3;
   const int64_t n = 9;  // 5 + 4 on 2 ranks, 3 + 3 + 3 on 3
   for (DType dt : {DType::f64, DType::f32}) {
-    const std::vector<Tensor> ref = sync_bn_test::train_bn_reference(dt, steps, n, 11);
+    const std::vector<Tensor> ref = ember::testing::sync_bn::train_bn_reference(dt, steps, n, 11);
     const double tol = dt == DType::f64 ? 1e-12 : 1e-5;  // measured: 1.2e-14, 1.7e-6
     for (int world : {2, 3}) {
       for (bool broadcast_buffers : {true, false}) {
         std::vector<std::vector<Tensor>> runs(world);
         REQUIRE(all_ok(run_ranks(world, [&](std::shared_ptr<Communicator> c) {
           runs[c->rank()] =
-              sync_bn_test::train_sync_bn(c, dt, steps, n, 11, Device::cpu(), {.broadcast_buffers = broadcast_buffers});
+              ember::testing::sync_bn::train_sync_bn(c, dt, steps, n, 11, Device::cpu(), {.broadcast_buffers = broadcast_buffers});
         })));
         INFO(dtype_name(dt) << ", world " << world << ", broadcast_buffers " << broadcast_buffers);
         for (int r = 0; r < world; ++r) {
@@ -390,10 +390,10 @@ TEST_CASE("sync batchnorm: DDP + convert_sync_batchnorm trains like one process 
     }
   }
   // Without synchronization the per-rank statistics make it a different training.
-  const std::vector<Tensor> ref = sync_bn_test::train_bn_reference(DType::f64, steps, n, 11);
+  const std::vector<Tensor> ref = ember::testing::sync_bn::train_bn_reference(DType::f64, steps, n, 11);
   std::vector<std::vector<Tensor>> local(2);
   REQUIRE(all_ok(run_ranks(2, [&](std::shared_ptr<Communicator> c) {
-    local[c->rank()] = sync_bn_test::train_sync_bn(c, DType::f64, steps, n, 11, Device::cpu(), {.sync = false});
+    local[c->rank()] = ember::testing::sync_bn::train_sync_bn(c, DType::f64, steps, n, 11, Device::cpu(), {.sync = false});
   })));
   CHECK(max_rel_diff(local[0], ref) > 1e-3);
 }

@@ -27,7 +27,7 @@ struct DataInfo {
   std::string dir;  // where the files were read from
   DataKind kind = DataKind::in_memory;
   std::shared_ptr<const data::Dataset> train, test;
-  // The image datasets behind train/test (ImageFolder data), for the skipped-file report.
+  // The image datasets behind `train` and `test` (ImageFolder data), for the skipped-file report.
   std::shared_ptr<const data::ImageDataset> image_train, image_test;
   std::vector<std::string> classes;
   int64_t channels = 1, image_size = 28;

@@ -1,4 +1,4 @@
-// `ember train --data DIR` on an ImageFolder tree: the train/validation datasets, the decoded
+// `ember train --data DIR` on an ImageFolder tree: the training and validation datasets, the decoded
 // cache, and the ImageNet-style transform sizes (docs/data.md, "Training on a folder of images").
 
 #include <cmath>

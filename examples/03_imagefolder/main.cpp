@@ -1,4 +1,4 @@
-// 03_imagefolder: the seed tutorial's program (docs/DESIGN.md "The API it should feel like") with
+// 03_imagefolder: the seed tutorial's program (the design document's "The API it should feel like") with
 // ember's real API: a folder of class subdirectories of images -> Resize/CenterCrop/ToTensor/
 // Normalize -> a shuffled DataLoader with worker threads -> SimpleCNN -> CrossEntropyLoss -> Adam,
 // on the best device there is (a GPU when ember was built with CUDA and one is present, else the CPU).

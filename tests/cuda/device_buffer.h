@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace ember::test {
+namespace ember::testing {
 
 #define EMBER_TEST_CUDA(expr)                                                        \
   do {                                                                               \
@@ -106,4 +106,4 @@ double nmse(const std::vector<T>& got, const std::vector<T>& want) {
   return den == 0 ? num : num / den;
 }
 
-}  // namespace ember::test
+}  // namespace ember::testing

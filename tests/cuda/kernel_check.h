@@ -26,7 +26,7 @@
 
 #include "device_buffer.h"
 
-namespace ember::test {
+namespace ember::testing {
 
 using kernels::IterShape;
 using kernels::Operand;
@@ -130,4 +130,4 @@ void require_same_bits(const std::vector<T>& got, const std::vector<T>& want, co
   }
 }
 
-}  // namespace ember::test
+}  // namespace ember::testing

@@ -6,7 +6,7 @@
 
 #include "../parallel/rank_threads.h"
 
-namespace rank_test {
+namespace ember::testing::ranks {
 
 // Returns each rank's error ("" for success). A rank's communicator is destroyed when its fn returns.
 inline std::vector<std::string> run_nccl(int world, const RankFn& fn,
@@ -16,4 +16,4 @@ inline std::vector<std::string> run_nccl(int world, const RankFn& fn,
       world, [&](int r) { return ember::parallel::make_nccl_communicator(r, world, r, id); }, fn, timeout);
 }
 
-}  // namespace rank_test
+}  // namespace ember::testing::ranks

@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-namespace ember::test {
+namespace ember::testing {
 
 // n values uniform in [lo, hi), from a generator seeded with `seed`.
 template <typename T>
@@ -27,4 +27,4 @@ std::vector<T> random_ties(size_t n, uint64_t seed, int levels = 3) {
   return v;
 }
 
-}  // namespace ember::test
+}  // namespace ember::testing

@@ -22,8 +22,8 @@ namespace {
 
 using ember::DType;
 using ember::kernels::BatchNormShape;
-using ember::test::DeviceBuffer;
-using ember::test::random_vector;
+using ember::testing::DeviceBuffer;
+using ember::testing::random_vector;
 
 template <typename T>
 DType dtype_of() {
@@ -82,8 +82,8 @@ TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (two-pass mean and bia
     ember::kernels::gpu::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
     std::vector<T> mean(static_cast<size_t>(sh.c)), var(static_cast<size_t>(sh.c));
     ember::kernels::cpu::batch_norm_stats(dt, sh, in.x.data(), mean.data(), var.data());
-    ember::test::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
-    ember::test::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
+    ember::testing::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
+    ember::testing::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
   }
 }
 
@@ -106,7 +106,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_apply matches the CPU, with and without affi
                                             affine ? in.weight.data() : nullptr, affine ? in.bias.data() : nullptr,
                                             want.data());
       // |x - m| * |scale| <= 5 * 2 * 1 and |shift| <= 1: 2 ulp of 11.
-      ember::test::require_close(checked(dy), want, 2 * 11 * eps, 0, "apply");
+      ember::testing::require_close(checked(dy), want, 2 * 11 * eps, 0, "apply");
     }
   }
 }
@@ -135,9 +135,9 @@ TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval,
                                                  gw.data(), gb.data());
         // grad_x is a double expression of the (double) sums, rounded once; the sums' order
         // differences are scaled by |xhat| * |weight * invstd| / M <= 10: same bound, x10.
-        if (want_x) ember::test::require_close(checked(dgx), gx, 10 * sum_atol<T>(), 2 * sum_rtol<T>(), "grad_x");
-        if (want_w) ember::test::require_close(checked(dgw), gw, sum_atol<T>(), sum_rtol<T>(), "grad_weight");
-        if (want_b) ember::test::require_close(checked(dgb), gb, sum_atol<T>(), sum_rtol<T>(), "grad_bias");
+        if (want_x) ember::testing::require_close(checked(dgx), gx, 10 * sum_atol<T>(), 2 * sum_rtol<T>(), "grad_x");
+        if (want_w) ember::testing::require_close(checked(dgw), gw, sum_atol<T>(), sum_rtol<T>(), "grad_weight");
+        if (want_b) ember::testing::require_close(checked(dgb), gb, sum_atol<T>(), sum_rtol<T>(), "grad_bias");
       }
     }
   }
@@ -155,8 +155,8 @@ TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel, and
   std::vector<T> mean(4), var(4);
   ember::kernels::cpu::batch_norm_stats(dt, sh, in.x.data(), mean.data(), var.data());
   REQUIRE(std::isnan(mean[2]));
-  ember::test::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
-  ember::test::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
+  ember::testing::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
+  ember::testing::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
 
   // No channels / no elements: nothing is written (no channels) or statistics are NaN (0 / 0).
   DeviceBuffer<T> one(1), m1(1), v1(1);

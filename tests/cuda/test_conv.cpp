@@ -15,8 +15,8 @@ namespace {
 
 using ember::DType;
 using ember::kernels::Conv2dGeometry;
-using ember::test::DeviceBuffer;
-using ember::test::random_vector;
+using ember::testing::DeviceBuffer;
+using ember::testing::random_vector;
 
 Conv2dGeometry geometry(int64_t n, int64_t c_in, int64_t h, int64_t w, int64_t c_out, int64_t kh, int64_t kw,
                         int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups) {
@@ -99,7 +99,7 @@ TEMPLATE_TEST_CASE("cuda im2col and col2im equal the CPU's bit for bit", "[cuda]
     ember::kernels::gpu::im2col(g, dx.data(), dcol.data());
     std::vector<T> want(col_n);
     ember::kernels::cpu::im2col(g, x.data(), want.data());
-    ember::test::require_close(download(dcol), want, 0, 0, "im2col");
+    ember::testing::require_close(download(dcol), want, 0, 0, "im2col");
 
     // col2im accumulates onto x.
     const std::vector<T> col = random_vector<T>(col_n, 2);
@@ -107,7 +107,7 @@ TEMPLATE_TEST_CASE("cuda im2col and col2im equal the CPU's bit for bit", "[cuda]
     ember::kernels::gpu::col2im(g, dcol.data(), dx.data());
     std::vector<T> want_x = x;
     ember::kernels::cpu::col2im(g, col.data(), want_x.data());
-    ember::test::require_close(download(dx), want_x, 0, 0, "col2im");
+    ember::testing::require_close(download(dx), want_x, 0, 0, "col2im");
   }
 }
 
@@ -152,7 +152,7 @@ TEMPLATE_TEST_CASE("cuda conv2d forward and backward match the direct references
     ember::kernels::gpu::conv2d_backward_bias(dt, g, dgy.data(), dgb.data());
     std::vector<T> want_gb(static_cast<size_t>(g.c_out));
     ember::kernels::cpu::conv2d_backward_bias(dt, g, gy.data(), want_gb.data());
-    ember::test::require_close(download(dgb), want_gb, 1e-12, std::numeric_limits<T>::epsilon(), "backward bias");
+    ember::testing::require_close(download(dgb), want_gb, 1e-12, std::numeric_limits<T>::epsilon(), "backward bias");
   }
 }
 
@@ -199,8 +199,8 @@ TEST_CASE("cuda conv2d: empty batch and empty output", "[cuda][conv]") {
   // No images: the weight and bias gradients are sums over nothing, zero.
   ember::kernels::gpu::conv2d_backward_weight(DType::f32, g, dy.data(), dx.data(), dgw.data());
   ember::kernels::gpu::conv2d_backward_bias(DType::f32, g, dy.data(), dgb.data());
-  ember::test::require_close(download(dgw), std::vector<float>(static_cast<size_t>(4 * 3 * 9), 0.0f), 0, 0, "gw");
-  ember::test::require_close(download(dgb), std::vector<float>(4, 0.0f), 0, 0, "gb");
+  ember::testing::require_close(download(dgw), std::vector<float>(static_cast<size_t>(4 * 3 * 9), 0.0f), 0, 0, "gw");
+  ember::testing::require_close(download(dgb), std::vector<float>(4, 0.0f), 0, 0, "gb");
   dx.check_guards();
   dy.check_guards();
 }

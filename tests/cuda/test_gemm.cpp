@@ -17,8 +17,8 @@
 namespace {
 
 using ember::kernels::Transpose;
-using ember::test::DeviceBuffer;
-using ember::test::random_vector;
+using ember::testing::DeviceBuffer;
+using ember::testing::random_vector;
 
 struct Case {
   int64_t m, n, k;
@@ -204,7 +204,7 @@ TEMPLATE_TEST_CASE("cuda gemm_batched matches per-product references, with a bro
                                         want.data(), ldc);
     std::vector<T> g(got.begin() + i * m * n, got.begin() + (i + 1) * m * n);
     // |a|, |b|, |c| <= 1: sum |a b| <= k, so the bound of the test above is at most 2 k^2 eps.
-    ember::test::require_close(g, want, 2.0 * k * k * eps, 4 * eps, "batch " + std::to_string(i));
+    ember::testing::require_close(g, want, 2.0 * k * k * eps, 4 * eps, "batch " + std::to_string(i));
   }
   dc.check_guards();
   // An empty batch is a no-op.
@@ -226,7 +226,7 @@ TEST_CASE("cuda gemm: allow_tf32 switch (TF32 inputs: ~1e-3 relative per product
                                       want.data(), n);
   // TF32 keeps 10 mantissa bits of each input: each product is off by <= 2^-10 relative, so the
   // sum by <= 2^-10 * sum |a b| <= 2^-10 * k.
-  ember::test::require_close(dc.download(), want, k * std::ldexp(1.0, -10), 0);
+  ember::testing::require_close(dc.download(), want, k * std::ldexp(1.0, -10), 0);
   REQUIRE_FALSE(ember::kernels::gpu::allow_tf32());
 }
 

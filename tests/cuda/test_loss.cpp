@@ -9,7 +9,7 @@
 
 using namespace ember;
 using namespace ember::kernels;
-using namespace ember::test;
+using namespace ember::testing;
 
 namespace {
 

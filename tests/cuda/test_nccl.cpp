@@ -33,8 +33,8 @@
 
 using namespace ember;
 using namespace ember::parallel;
-using namespace ddp_test;
-using namespace rank_test;
+using namespace ember::testing::ddp;
+using namespace ember::testing::ranks;
 
 namespace {
 

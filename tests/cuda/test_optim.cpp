@@ -22,8 +22,8 @@ using ember::DType;
 using ember::kernels::AdamHyper;
 using ember::kernels::SgdHyper;
 using ember::kernels::WeightDecayMode;
-using ember::test::DeviceBuffer;
-using ember::test::random_vector;
+using ember::testing::DeviceBuffer;
+using ember::testing::random_vector;
 
 template <typename T>
 DType dtype_of() {

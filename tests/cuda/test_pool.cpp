@@ -17,8 +17,8 @@ namespace {
 
 using ember::DType;
 using ember::kernels::Pool2dGeometry;
-using ember::test::DeviceBuffer;
-using ember::test::random_vector;
+using ember::testing::DeviceBuffer;
+using ember::testing::random_vector;
 
 struct Spec {
   const char* name;
@@ -72,14 +72,14 @@ void run_max(const Pool2dGeometry& g, const std::vector<T>& x, uint64_t seed) {
   std::vector<T> want(out_n);
   std::vector<int64_t> want_idx(out_n);
   ember::kernels::cpu::max_pool2d_forward(dt, g, x.data(), want.data(), want_idx.data());
-  ember::test::require_close(checked(dout), want, 0, 0, "max forward");
+  ember::testing::require_close(checked(dout), want, 0, 0, "max forward");
   REQUIRE(checked(didx) == want_idx);
 
   const std::vector<T> go = dgo.download();
   ember::kernels::gpu::max_pool2d_backward(dt, g, dgo.data(), didx.data(), dgi.data());
   std::vector<T> want_gi(in_n);
   ember::kernels::cpu::max_pool2d_backward(dt, g, go.data(), want_idx.data(), want_gi.data());
-  ember::test::require_close(checked(dgi), want_gi, 0, 0, "max backward");
+  ember::testing::require_close(checked(dgi), want_gi, 0, 0, "max backward");
 }
 
 template <typename T>
@@ -91,11 +91,11 @@ void run_avg(const Pool2dGeometry& g, bool include_pad, const std::vector<T>& x,
   ember::kernels::gpu::avg_pool2d_forward(dt, g, include_pad, dx.data(), dout.data());
   std::vector<T> want(out_n);
   ember::kernels::cpu::avg_pool2d_forward(dt, g, include_pad, x.data(), want.data());
-  ember::test::require_close(checked(dout), want, 0, 0, "avg forward");
+  ember::testing::require_close(checked(dout), want, 0, 0, "avg forward");
   ember::kernels::gpu::avg_pool2d_backward(dt, g, include_pad, dgo.data(), dgi.data());
   std::vector<T> want_gi(in_n);
   ember::kernels::cpu::avg_pool2d_backward(dt, g, include_pad, go.data(), want_gi.data());
-  ember::test::require_close(checked(dgi), want_gi, 0, 0, "avg backward");
+  ember::testing::require_close(checked(dgi), want_gi, 0, 0, "avg backward");
 }
 
 template <typename T>
@@ -109,11 +109,11 @@ void run_adaptive(int64_t planes, int64_t in_h, int64_t in_w, int64_t out_h, int
   ember::kernels::gpu::adaptive_avg_pool2d_forward(dt, g, dx.data(), dout.data());
   std::vector<T> want(out_n);
   ember::kernels::cpu::adaptive_avg_pool2d_forward(dt, g, x.data(), want.data());
-  ember::test::require_close(checked(dout), want, 0, 0, "adaptive forward");
+  ember::testing::require_close(checked(dout), want, 0, 0, "adaptive forward");
   ember::kernels::gpu::adaptive_avg_pool2d_backward(dt, g, dgo.data(), dgi.data());
   std::vector<T> want_gi(in_n);
   ember::kernels::cpu::adaptive_avg_pool2d_backward(dt, g, go.data(), want_gi.data());
-  ember::test::require_close(checked(dgi), want_gi, 0, 0, "adaptive backward");
+  ember::testing::require_close(checked(dgi), want_gi, 0, 0, "adaptive backward");
 }
 
 }  // namespace
@@ -127,7 +127,7 @@ TEMPLATE_TEST_CASE("cuda max_pool2d forward/backward equal the CPU (values, ties
     const Pool2dGeometry g = geometry(s);
     const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w);
     run_max<T>(g, random_vector<T>(in_n, seed), seed + 1);
-    run_max<T>(g, ember::test::random_ties<T>(in_n, seed + 2), seed + 3);  // first index wins on ties
+    run_max<T>(g, ember::testing::random_ties<T>(in_n, seed + 2), seed + 3);  // first index wins on ties
     seed += 4;
   }
   // Dilation (max pooling only).

@@ -10,7 +10,7 @@
 #include "kernel_check.h"
 
 using namespace ember;
-using namespace ember::test;
+using namespace ember::testing;
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 #include "device_buffer.h"
 
-using ember::test::DeviceBuffer;
+using ember::testing::DeviceBuffer;
 
 TEST_CASE("cuda runtime: devices and properties", "[cuda]") {
   int n = 0;
@@ -154,7 +154,7 @@ TEST_CASE("cuda kernels: self-test axpy (flat launch) matches the CPU", "[cuda]"
     }
     DeviceBuffer<float> dx(x), dy(y);
     ember::cuda::selftest_axpy(n, 1.5f, dx.data(), dy.data());
-    ember::test::require_close(dy.download(), want, 0, 0, "axpy");
+    ember::testing::require_close(dy.download(), want, 0, 0, "axpy");
     dy.check_guards();
   }
 }
@@ -170,7 +170,7 @@ TEST_CASE("cuda kernels: self-test block sum (barriers and shuffles) matches the
     }
     DeviceBuffer<float> dx(x), out(static_cast<size_t>(blocks));
     ember::cuda::selftest_block_sum(n, block, dx.data(), out.data());
-    ember::test::require_close(out.download(), want, 1e-4, 1e-5, "block sum");
+    ember::testing::require_close(out.download(), want, 1e-4, 1e-5, "block sum");
     out.check_guards();
   }
 }

@@ -14,7 +14,7 @@
 
 using namespace ember;
 using namespace ember::parallel;
-using namespace rank_test;
+using namespace ember::testing::ranks;
 
 TEST_CASE("sync batchnorm: DDP + SyncBatchNorm on cuda:0 and cuda:1 through NCCL equals full-batch CPU training",
           "[cuda][nccl][ddp][multi-gpu]") {
@@ -22,17 +22,17 @@ TEST_CASE("sync batchnorm: DDP + SyncBatchNorm on cuda:0 and cuda:1 through NCCL
   const int steps = 2, world = 2;
   const int64_t n = 9;  // 5 + 4
   for (DType dt : {DType::f64, DType::f32}) {
-    const std::vector<Tensor> ref = sync_bn_test::train_bn_reference(dt, steps, n, 11);
+    const std::vector<Tensor> ref = ember::testing::sync_bn::train_bn_reference(dt, steps, n, 11);
     std::vector<std::vector<Tensor>> runs(world);
     REQUIRE(all_ok(run_nccl(world, [&](std::shared_ptr<Communicator> c) {
-      runs[c->rank()] = sync_bn_test::train_sync_bn(c, dt, steps, n, 11, Device::cuda(c->rank()));
+      runs[c->rank()] = ember::testing::sync_bn::train_sync_bn(c, dt, steps, n, 11, Device::cuda(c->rank()));
     })));
     const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
     for (int r = 0; r < world; ++r) {
       INFO("dtype " << dtype_name(dt) << " rank " << r);
       REQUIRE(runs[r].front().device() == Device::cuda(r));
-      CHECK(ddp_test::max_rel_diff(runs[r], ref) < tol);  // parameters and running statistics
-      CHECK(ddp_test::max_rel_diff(runs[r], runs[0]) == 0);
+      CHECK(ember::testing::ddp::max_rel_diff(runs[r], ref) < tol);  // parameters and running statistics
+      CHECK(ember::testing::ddp::max_rel_diff(runs[r], runs[0]) == 0);
     }
   }
 }

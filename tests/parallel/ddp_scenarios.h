@@ -12,7 +12,7 @@
 #include <mutex>
 #include <vector>
 
-namespace ddp_test {
+namespace ember::testing::ddp {
 
 using namespace ember;
 
@@ -196,4 +196,4 @@ inline std::vector<Tensor> reference_grads(DType dt, int64_t n, uint64_t seed) {
   return g;
 }
 
-}  // namespace ddp_test
+}  // namespace ember::testing::ddp

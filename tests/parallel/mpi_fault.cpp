@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     auto comm = parallel::init_from_env();
     rank = comm->rank();
     const bool victim = rank == comm->world_size() - 1;
-    auto m = ddp_test::make_model(1, DType::f32);
+    auto m = ember::testing::ddp::make_model(1, DType::f32);
     parallel::DistributedDataParallel ddp(*m, comm, {.bucket_cap_bytes = 256});
     int step = 0;
     if (victim && mode == "kill") {
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
         if (step == 2) std::raise(SIGKILL);
       });
     }
-    const ddp_test::Batch b = ddp_test::make_batch(8, DType::f32, 3 + rank);
+    const ember::testing::ddp::Batch b = ember::testing::ddp::make_batch(8, DType::f32, 3 + rank);
     optim::SGD opt(m->parameters(), {.lr = 0.1});
     for (step = 0; step < 5; ++step) {
       if (victim && mode == "hang" && step == 2) std::this_thread::sleep_for(std::chrono::hours(1));

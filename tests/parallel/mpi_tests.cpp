@@ -14,7 +14,7 @@
 
 using namespace ember;
 using namespace ember::parallel;
-using namespace ddp_test;
+using namespace ember::testing::ddp;
 
 TEST_CASE("mpi: the launcher environment and MPI agree", "[mpi]") {
   const LaunchInfo li = detect_launch();
@@ -79,12 +79,12 @@ TEST_CASE("mpi: DDP after K steps equals full-batch training (f64 1e-6, f32 1e-5
 
 TEST_CASE("mpi: DDP + SyncBatchNorm after K steps equals full-batch BatchNorm2d training (9 samples)", "[mpi][ddp]") {
   for (DType dt : {DType::f64, DType::f32}) {
-    const std::vector<Tensor> ref = sync_bn_test::train_bn_reference(dt, 3, 9, 11);
+    const std::vector<Tensor> ref = ember::testing::sync_bn::train_bn_reference(dt, 3, 9, 11);
     // Without the per-forward buffer broadcast the running statistics stay the same on every
     // rank only if MPI's all-reduce gives every rank the same sums, bit for bit: checked below.
     auto comm = init_from_env();
     const std::vector<Tensor> state =
-        sync_bn_test::train_sync_bn(comm, dt, 3, 9, 11, Device::cpu(), {.broadcast_buffers = false});
+        ember::testing::sync_bn::train_sync_bn(comm, dt, 3, 9, 11, Device::cpu(), {.broadcast_buffers = false});
     INFO("dtype " << dtype_name(dt) << ", rank " << comm->rank());
     CHECK(max_rel_diff(state, ref) < (dt == DType::f64 ? 1e-12 : 1e-5));
     for (const Tensor& t : state) {

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-namespace rank_test {
+namespace ember::testing::ranks {
 
 using RankFn = std::function<void(std::shared_ptr<ember::parallel::Communicator>)>;
 // Makes rank r's communicator, on rank r's thread (NCCL ranks join there, all at once).
@@ -36,9 +36,9 @@ inline void expect_failed(int line, const char* what) {
   }
 }
 
-#define EXPECT(...)                                                         \
-  do {                                                                      \
-    if (!(__VA_ARGS__)) ::rank_test::expect_failed(__LINE__, #__VA_ARGS__); \
+#define EXPECT(...)                                                                     \
+  do {                                                                                  \
+    if (!(__VA_ARGS__)) ::ember::testing::ranks::expect_failed(__LINE__, #__VA_ARGS__); \
   } while (0)
 
 // Runs fn on `world` threads, rank r with make(r) and the given timeout; returns each rank's error
@@ -89,4 +89,4 @@ inline bool all_ok(const std::vector<std::string>& errors) {
   return ok;
 }
 
-}  // namespace rank_test
+}  // namespace ember::testing::ranks

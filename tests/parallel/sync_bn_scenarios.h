@@ -14,7 +14,7 @@
 
 #include "ddp_scenarios.h"
 
-namespace sync_bn_test {
+namespace ember::testing::sync_bn {
 
 using namespace ember;
 
@@ -43,7 +43,7 @@ struct ConvBnNet : nn::Module {
 };
 
 inline std::unique_ptr<ConvBnNet> make_bn_model(uint64_t seed, DType dt) {
-  std::lock_guard<std::mutex> lock(ddp_test::init_mutex());
+  std::lock_guard<std::mutex> lock(ember::testing::ddp::init_mutex());
   manual_seed(seed);
   auto m = std::make_unique<ConvBnNet>();
   m->to(dt);
@@ -52,7 +52,7 @@ inline std::unique_ptr<ConvBnNet> make_bn_model(uint64_t seed, DType dt) {
 
 // The global batch: n images of 2 x 5 x 5 (mean 0.5, std 1.5: batch norm has something to
 // remove), labels in [0, 3).
-inline ddp_test::Batch make_images(int64_t n, DType dt, uint64_t seed) {
+inline ember::testing::ddp::Batch make_images(int64_t n, DType dt, uint64_t seed) {
   Generator gen(seed);
   Tensor x = randn({n, 2, 5, 5}, {.dtype = dt}, gen) * 1.5 + 0.5;
   return {x, randint(0, 3, {n}, {.dtype = DType::i64}, gen)};
@@ -68,7 +68,7 @@ inline std::vector<Tensor> state_of(nn::Module& m) {
 // `steps` SGD-with-momentum steps on the full batch, one process, plain BatchNorm2d.
 inline std::vector<Tensor> train_bn_reference(DType dt, int steps, int64_t n, uint64_t seed) {
   auto m = make_bn_model(seed, dt);
-  const ddp_test::Batch b = make_images(n, dt, seed + 1000);
+  const ember::testing::ddp::Batch b = make_images(n, dt, seed + 1000);
   optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
   for (int s = 0; s < steps; ++s) {
     opt.zero_grad();
@@ -83,7 +83,7 @@ struct SyncBnOptions {
   bool broadcast_buffers = true;  // DDPOptions::broadcast_buffers
 };
 
-// The same training on this rank's shard (ddp_test::shard: 10 rows on 3 ranks are 4, 3, 3) with
+// The same training on this rank's shard (ember::testing::ddp::shard: 10 rows on 3 ranks are 4, 3, 3) with
 // DistributedDataParallel: rank r starts from seed + r (the wrapper broadcasts rank 0's weights),
 // and weights its loss by world * local / global, so that the averaged gradient is the gradient
 // of the full batch's mean loss. Returns this rank's parameters and buffers.
@@ -93,8 +93,8 @@ inline std::vector<Tensor> train_sync_bn(std::shared_ptr<parallel::Communicator>
   auto m = make_bn_model(seed + static_cast<uint64_t>(rank), dt);
   m->to(device);
   if (opt.sync) parallel::convert_sync_batchnorm(*m, comm);
-  const ddp_test::Batch b = make_images(n, dt, seed + 1000);
-  const auto [lo, hi] = ddp_test::shard(n, rank, world);
+  const ember::testing::ddp::Batch b = make_images(n, dt, seed + 1000);
+  const auto [lo, hi] = ember::testing::ddp::shard(n, rank, world);
   const Tensor x = b.x.narrow(0, lo, hi - lo).to(device), y = b.y.narrow(0, lo, hi - lo).to(device);
   parallel::DistributedDataParallel ddp(*m, comm, {.broadcast_buffers = opt.broadcast_buffers});
   optim::SGD sgd(m->parameters(), {.lr = 0.1, .momentum = 0.9});
@@ -107,4 +107,4 @@ inline std::vector<Tensor> train_sync_bn(std::shared_ptr<parallel::Communicator>
   return state_of(*m);
 }
 
-}  // namespace sync_bn_test
+}  // namespace ember::testing::sync_bn

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-namespace nccl_test {
+namespace ember::testing::nccl {
 
 enum class Mode { Blocking, NonBlocking };
 
@@ -173,4 +173,4 @@ struct DeviceBytes {
   }
 };
 
-}  // namespace nccl_test
+}  // namespace ember::testing::nccl

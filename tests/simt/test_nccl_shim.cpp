@@ -19,7 +19,7 @@
 
 #include "nccl_ranks.h"
 
-using namespace nccl_test;
+using namespace ember::testing::nccl;
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include "nccl_ranks.h"
 
-using namespace nccl_test;
+using namespace ember::testing::nccl;
 using namespace std::chrono_literals;
 
 TEST_CASE("nccl shim: argument errors return NCCL's status and leave the communicator usable", "[simt][nccl]") {
