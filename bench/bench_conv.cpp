@@ -48,11 +48,11 @@ int main() {
     std::printf(
         "{\"bench\":\"conv2d\",\"n\":%lld,\"c_in\":%lld,\"h\":%lld,\"w\":%lld,\"c_out\":%lld,\"k\":%lld,"
         "\"padding\":%lld,\"dtype\":\"float32\",\"threads\":%d,\"reps\":%d,\"forward_ms\":%.2f,\"backward_ms\":%.2f,"
-        "\"total_ms\":%.2f,\"gflops\":%.1f}\n",
+        "\"total_ms\":%.2f,\"gflops\":%.1f,%s}\n",
         static_cast<long long>(n), static_cast<long long>(c_in), static_cast<long long>(h),
         static_cast<long long>(w), static_cast<long long>(c_out), static_cast<long long>(k),
         static_cast<long long>(pad), threads, reps, bench::median(fwd) * 1e3, bench::median(bwd) * 1e3, t * 1e3,
-        flops / t / 1e9);
+        flops / t / 1e9, bench::machine_fields().c_str());
     std::fflush(stdout);
   }
   set_num_threads(saved_threads);

@@ -86,10 +86,10 @@ void print(const char* transport, int ranks, int threads, bool ddp, const Result
   std::printf("{\"bench\":\"ddp_step\",\"model\":\"cnn\",\"device\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%d,"
               "\"ddp\":%s,\"global_batch\":%lld,\"step_ms\":%.2f,\"images_per_sec\":%.1f,"
               "\"bytes_reduced_per_step\":%lld,\"buckets\":%lld,\"comm_wait_ms_per_step\":%.3f,"
-              "\"comm_busy_ms_per_step\":%.3f}\n",
+              "\"comm_busy_ms_per_step\":%.3f,%s}\n",
               g_device.str().c_str(), transport, ranks, threads, ddp ? "true" : "false", static_cast<long long>(kGlobalBatch), r.step_ms,
               1e3 * static_cast<double>(kGlobalBatch) / r.step_ms, static_cast<long long>(r.bytes_per_step),
-              static_cast<long long>(r.buckets), r.comm_wait_ms, r.comm_busy_ms);
+              static_cast<long long>(r.buckets), r.comm_wait_ms, r.comm_busy_ms, bench::machine_fields().c_str());
   std::fflush(stdout);
 }
 

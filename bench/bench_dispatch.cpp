@@ -81,8 +81,9 @@ int main(int argc, char** argv) {
       const auto [lo, hi] = std::minmax_element(ns.begin(), ns.end());
       std::printf(
           "{\"bench\":\"dispatch\",\"op\":\"add_1elem\",\"autograd\":%s,\"ns_per_op\":%.1f,"
-          "\"min_ns\":%.1f,\"max_ns\":%.1f,\"ops\":%lld,\"runs\":%d,\"threads\":%d}\n",
-          autograd ? "true" : "false", bench::median(ns), *lo, *hi, static_cast<long long>(ops), runs, get_num_threads());
+          "\"min_ns\":%.1f,\"max_ns\":%.1f,\"ops\":%lld,\"runs\":%d,\"threads\":%d,%s}\n",
+          autograd ? "true" : "false", bench::median(ns), *lo, *hi, static_cast<long long>(ops), runs, get_num_threads(),
+          bench::machine_fields().c_str());
       std::fflush(stdout);
     }
   } catch (const Error& e) {

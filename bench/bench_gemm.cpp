@@ -57,12 +57,12 @@ int main() {
       std::printf(
           "{\"bench\":\"sgemm\",\"n\":%lld,\"threads\":%d,\"reps\":%d,\"median_ms\":%.3f,\"gflops\":%.1f,"
           "\"best_gflops\":%.1f,\"peak_gflops\":%.1f,\"fraction_of_peak\":%.3f,%s\"machine_peak_gflops\":%.1f,"
-          "\"cpu\":%s,"
+          "%s,"
           "\"peak_assumption\":\"threads x %.3f GHz (max cpu MHz in /proc/cpuinfo) x 32 FLOP/cycle (AVX2: 2 FMA "
           "units x 8 f32 lanes x 2 FLOP); machine peak: all %d logical CPUs%s\"}\n",
           static_cast<long long>(n), threads, reps, t * 1e3, gflops, flop / best / 1e9, peak,
           peak > 0 ? gflops / peak : 0.0, avx512, cpu.logical_cpus * cpu.ghz * flop_per_cycle,
-          bench::json_str(cpu.model).c_str(), cpu.ghz, cpu.logical_cpus,
+          bench::machine_fields().c_str(), cpu.ghz, cpu.logical_cpus,
           cpu.avx512f ? "; this CPU has AVX-512F, so 64 FLOP/cycle (avx512_peak_gflops) may be the real bound" : "");
       std::fflush(stdout);
     }

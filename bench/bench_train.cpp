@@ -10,6 +10,8 @@
 #include <ember/ember.h>
 #include <ember/train/trainer.h>
 
+#include "bench_util.h"
+
 using namespace ember;
 
 int main() {
@@ -32,8 +34,8 @@ int main() {
     }
     std::sort(ips.begin(), ips.end());
     std::printf("{\"bench\":\"train_cnn\",\"data\":\"fashion-mnist\",\"batch\":64,\"threads\":%d,\"steps\":150,"
-                "\"images_per_sec\":%.1f,\"min\":%.1f,\"max\":%.1f}\n",
-                threads, ips[ips.size() / 2], ips.front(), ips.back());
+                "\"images_per_sec\":%.1f,\"min\":%.1f,\"max\":%.1f,%s}\n",
+                threads, ips[ips.size() / 2], ips.front(), ips.back(), bench::machine_fields().c_str());
     std::fflush(stdout);
   }
 }

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <ember/kernels/cpu/blas.h>
+
 namespace ember::bench {
 
 // Seconds taken by f().
@@ -63,6 +65,18 @@ inline std::string json_str(const std::string& s) {
     r += c;
   }
   return r + "\"";
+}
+
+// The machine and the code path a result was measured with, as JSON fields (no braces, no
+// comma at either end): the CPU model, its widest instruction set, and the GEMM kernels running
+// (Note [BLAS kernels by CPU features]). Every benchmark's line carries them.
+inline std::string machine_fields() {
+  namespace kc = kernels::cpu;
+  const kc::CpuFeatures& f = kc::cpu_features();
+  const kc::BlasInfo& b = kc::blas_info();
+  return "\"cpu\":" + json_str(f.model_name) + ",\"cpu_isa\":" + json_str(kc::isa_name(kc::widest_isa(f))) +
+         ",\"gemm_kernels\":" + json_str(b.core + " (" + kc::isa_name(b.core_isa) + ")") +
+         ",\"gemm_chosen_by\":" + json_str(b.chosen_by);
 }
 
 }  // namespace ember::bench

@@ -5,6 +5,8 @@
 //   ember predict CHECKPOINT IMAGE...          top-5 classes for image files (or IDX FILE:INDEX samples)
 //   ember inspect PATH [--json]                an ImageFolder tree: classes, counts, sizes, bad files
 //   ember bench loader --root PATH ...         data-loader throughput (one JSON line)
+//   ember info [--json]                        version, build, CPU features, GEMM kernels, devices
+//   ember --version
 //   mpirun -np 2 ember train ...               data-parallel training (docs/distributed.md)
 //
 // Every error is one line on stderr and a non-zero exit; nothing is left half-written.
@@ -17,6 +19,7 @@
 #include <ember/train/trainer.h>
 
 #include "data_commands.h"
+#include "info_command.h"
 
 using namespace ember;
 
@@ -88,6 +91,7 @@ void print_eval(const train::LoadedModel& m, const train::EvalResult& r) {
 int main(int argc, char** argv) {
   CLI::App app{"ember: train, evaluate and run image classifiers"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", app::version_line());
 
   train::TrainConfig cfg;
   CLI::App* train_cmd = app.add_subcommand("train", "train a classifier (default: Fashion-MNIST, the default recipe)");
@@ -114,6 +118,10 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("path", inspect.path, "root of the tree (class subdirectories of images)")->required();
   inspect_cmd->add_flag("--json", inspect.json, "print {\"classes\", \"class_to_idx\", \"samples\"} as JSON only");
   inspect_cmd->add_flag("--skip-hidden", inspect.skip_hidden, "leave out names beginning with '.'");
+
+  bool info_json = false;
+  CLI::App* info_cmd = app.add_subcommand("info", "what runs here: version, build, CPU features, GEMM kernels, devices");
+  info_cmd->add_flag("--json", info_json, "one JSON object");
 
   app::BenchLoaderOptions bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");
@@ -145,6 +153,8 @@ int main(int argc, char** argv) {
       EMBER_CHECK(batch >= 1, "--batch-size must be at least 1, got ", batch);
       train::LoadedModel m = train::load_model(checkpoint);
       print_eval(m, train::evaluate(m, data, data_dir, batch));
+    } else if (*info_cmd) {
+      app::run_info(info_json);
     } else if (*inspect_cmd) {
       app::run_inspect(inspect);
     } else if (*bench_loader) {

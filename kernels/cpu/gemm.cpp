@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "../../core/error.h"
+#include "blas.h"
 #include "parallel.h"
 
 #ifdef _OPENMP
@@ -38,6 +39,7 @@ void scale_c(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {
 template <typename T>
 void gemm_blas(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  (void)blas_info();  // the first call picks OpenBLAS's kernels (Note [BLAS kernels by CPU features])
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   check_blas_int(m, n, k, lda, ldb, ldc);

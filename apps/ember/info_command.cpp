@@ -1,0 +1,75 @@
+// `ember info`: which code runs on this machine, and why (Note [BLAS kernels by CPU features]).
+
+#include "info_command.h"
+
+#include <cstdio>
+#include <ember/core/build_info.h>
+#include <ember/core/device.h>
+#include <ember/kernels/cpu/blas.h>
+#include <ember/kernels/cpu/parallel.h>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace ember::app {
+
+std::string version_line() {
+  const BuildInfo& b = build_info();
+  return "ember " + b.version + " (" + b.build_type + ", " + b.flavours + ")";
+}
+
+void run_info(bool json) {
+  namespace kc = kernels::cpu;
+  const BuildInfo& b = build_info();
+  const kc::CpuFeatures& cpu = kc::cpu_features();
+  const kc::IsaLevel isa = kc::widest_isa(cpu);
+  const kc::BlasInfo& blas = kc::blas_info();
+  const std::vector<std::string> gpus = cuda_device_descriptions();
+  const char* env_threads = std::getenv("EMBER_NUM_THREADS");
+  if (json) {
+    nlohmann::json j{{"version", b.version},
+                     {"build_type", b.build_type},
+                     {"compiler", b.compiler},
+                     {"flavours", b.flavours},
+                     {"libraries", b.libraries},
+                     {"cpu", {{"model", cpu.model_name},
+                              {"vendor", cpu.vendor},
+                              {"family", cpu.family},
+                              {"model_number", cpu.model},
+                              {"stepping", cpu.stepping},
+                              {"cores", std::thread::hardware_concurrency()},
+                              {"features", kc::feature_list(cpu)},
+                              {"widest_isa", kc::isa_name(isa)}}},
+                     {"gemm", {{"library", blas.library},
+                               {"kernels", blas.core},
+                               {"kernels_isa", kc::isa_name(blas.core_isa)},
+                               {"chosen_by", blas.chosen_by},
+                               {"warning", blas.warning}}},
+                     {"threads", get_num_threads()},
+                     {"cuda_built", cuda_built()},
+                     {"cuda_devices", gpus}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s\n", version_line().c_str());
+  std::printf("  compiler   %s\n", b.compiler.c_str());
+  std::printf("  libraries  %s\n", b.libraries.c_str());
+  std::printf("CPU          %s (%s family %d model %d stepping %d), %u logical cores\n", cpu.model_name.c_str(),
+              cpu.vendor.c_str(), cpu.family, cpu.model, cpu.stepping, std::thread::hardware_concurrency());
+  std::printf("  widest     %s\n", kc::isa_name(isa));
+  std::printf("  features   %s\n", kc::feature_list(cpu).c_str());
+  std::printf("GEMM / conv  %s kernels (%s), chosen by %s\n", blas.core.c_str(), kc::isa_name(blas.core_isa),
+              blas.chosen_by.c_str());
+  std::printf("  library    %s\n", blas.library.c_str());
+  std::printf("threads      %d (%s)\n", get_num_threads(),
+              env_threads ? (std::string("EMBER_NUM_THREADS=") + env_threads).c_str() : "all cores");
+  if (!cuda_built()) {
+    std::printf("CUDA         not in this build\n");
+  } else if (gpus.empty()) {
+    std::printf("CUDA         built, no device visible\n");
+  } else {
+    std::printf("CUDA         %zu device%s\n", gpus.size(), gpus.size() == 1 ? "" : "s");
+    for (const std::string& g : gpus) std::printf("  %s\n", g.c_str());
+  }
+}
+
+}  // namespace ember::app

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `ember --version` and `ember info`: the version line; the widest instruction set as the kernel
+# reports it in /proc/cpuinfo (an independent reading of CPUID); GEMM kernels at that level unless
+# OPENBLAS_CORETYPE says otherwise, and then a one-line warning naming both.
+#   tests/cli/info.sh path/to/ember
+set -u
+ember=${1:?usage: info.sh path/to/ember}
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+version=$(env -u OPENBLAS_CORETYPE "$ember" --version) || fail "--version exited $?"
+[[ $version =~ ^ember\ [0-9]+\.[0-9]+\.[0-9]+\ \(.+\)$ ]] || fail "--version printed '$version'"
+
+flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+has() { [[ $flags == *" $1 "* ]]; }
+if has avx512f && has avx512dq && has avx512bw && has avx512vl; then want="AVX-512"
+elif has avx2 && has fma; then want="AVX2+FMA"
+elif has avx; then want="AVX"
+else want="SSE2"; fi
+
+json=$(env -u OPENBLAS_CORETYPE "$ember" info --json 2>/tmp/ember-info-stderr.$$) || fail "info --json exited $?"
+read_json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" <<<"$json"; }
+[ "$(read_json "d['cpu']['widest_isa']")" = "$want" ] || fail "widest_isa $(read_json "d['cpu']['widest_isa']"), /proc/cpuinfo says $want"
+[ "$(read_json "d['gemm']['kernels_isa']")" = "$want" ] || fail "GEMM kernels $(read_json "d['gemm']['kernels']") run $(read_json "d['gemm']['kernels_isa']"), not $want"
+[ -z "$(read_json "d['gemm']['warning']")" ] || fail "unexpected warning: $(read_json "d['gemm']['warning']")"
+[ -s /tmp/ember-info-stderr.$$ ] && fail "stderr not empty: $(cat /tmp/ember-info-stderr.$$)"
+[ "$(read_json "d['version']")" = "$(cut -d' ' -f2 <<<"$version")" ] || fail "info and --version disagree"
+[ "$(read_json "d['cpu']['model']")" = "$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$//')" ] ||
+  fail "cpu model '$(read_json "d['cpu']['model']")' is not /proc/cpuinfo's"
+
+text=$(env -u OPENBLAS_CORETYPE "$ember" info) || fail "info exited $?"
+grep -q "^GEMM / conv  .* kernels ($want), chosen by " <<<"$text" || fail "info text lacks the GEMM line: $text"
+
+if [ "$want" != "SSE2" ]; then
+  err=$(OPENBLAS_CORETYPE=Prescott "$ember" info 2>&1 >/dev/null)
+  [ "$err" = "ember: warning: OpenBLAS runs its Prescott kernels (SSE2) on a CPU with $want (OPENBLAS_CORETYPE=Prescott): matrix products and convolutions run several times slower than they could" ] ||
+    fail "OPENBLAS_CORETYPE=Prescott: stderr was '$err'"
+fi
+rm -f /tmp/ember-info-stderr.$$
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
+[ "$failures" -eq 0 ]
