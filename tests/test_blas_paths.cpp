@@ -15,9 +15,13 @@
 #include <ember/kernels/cpu/gemm.h>
 #include <ember/kernels/cpu/parallel.h>
 
+#include "test_util.h"
+
 using namespace ember;
 namespace kc = ember::kernels::cpu;
 using kernels::Transpose;
+using testing::max_rel_diff;
+using testing::random_vector;
 
 namespace {
 
@@ -26,24 +30,6 @@ const std::vector<std::pair<std::string, kc::IsaLevel>> kCores = {{"SkylakeX", k
                                                                   {"Haswell", kc::IsaLevel::avx2},
                                                                   {"Sandybridge", kc::IsaLevel::avx},
                                                                   {"Prescott", kc::IsaLevel::sse2}};
-
-template <typename T>
-std::vector<T> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<T> v(n);
-  for (T& x : v) x = static_cast<T>(u(rng));
-  return v;
-}
-
-template <typename T>
-double max_rel_diff(const std::vector<T>& a, const std::vector<T>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])) /
-                                std::max(1.0, std::abs(static_cast<double>(b[i]))));
-  return worst;
-}
 
 // Every transpose combination on odd shapes, with alpha/beta, against the triple loop.
 template <typename T>

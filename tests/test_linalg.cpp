@@ -19,24 +19,6 @@ namespace {
 
 using VD = std::vector<double>;
 
-template <typename T>
-std::vector<T> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<T> v(n);
-  for (T& x : v) x = static_cast<T>(u(rng));
-  return v;
-}
-
-// max |a - b| / (1 + |b|)
-template <typename T>
-double max_rel_diff(const std::vector<T>& a, const std::vector<T>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])) / (1.0 + std::abs(double(b[i]))));
-  return m;
-}
-
 // C = 1.5 op(A) op(B) + 0.5 C through BLAS and through the reference, with leading dimensions
 // padded by `pad` (so a wrong ld shows up), compared with a tolerance that grows with k.
 template <typename T>

@@ -11,11 +11,32 @@
 #include <system_error>
 #include <unistd.h>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace ember::testing {
+
+// n values drawn uniformly from [-1, 1) by a seeded std::mt19937 (raw buffers for kernel tests).
+template <typename T>
+std::vector<T> random_vector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (T& x : v) x = static_cast<T>(u(rng));
+  return v;
+}
+
+// max |a - b| / (1 + |b|) over the elements.
+template <typename T>
+double max_rel_diff(const std::vector<T>& a, const std::vector<T>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])) /
+                        (1.0 + std::abs(static_cast<double>(b[i]))));
+  return m;
+}
 
 // The elements of t, converted to double.
 inline std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
