@@ -1,7 +1,9 @@
 // bench_conv: conv2d forward and backward (im2col + OpenBLAS sgemm) on an airbench/ResNet-like
 // layer: input (64, 32, 28, 28) f32, 64 output channels, 3x3 kernel, padding 1, with bias.
 //
-//   ./build/bench/bench_conv
+//   ./build/bench/bench_conv                      # the layer above
+//   ./build/bench/bench_conv N C_IN H W C_OUT K PAD # another layer (e.g. the cnn model's: 64 1 28 28 32 3 1
+//                                                   # and 64 32 14 14 64 3 1)
 //
 // One JSON line per thread count (1 and 2):
 //   {"bench":"conv2d","n":64,"c_in":32,"h":28,"w":28,"c_out":64,"k":3,"padding":1,"threads":1,
@@ -11,6 +13,7 @@
 // (forward, backward data, backward weight) over total_ms.
 
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include <ember/ember.h>
@@ -19,8 +22,15 @@
 
 using namespace ember;
 
-int main() {
-  const int64_t n = 64, c_in = 32, h = 28, w = 28, c_out = 64, k = 3, pad = 1;
+int main(int argc, char** argv) {
+  int64_t n = 64, c_in = 32, h = 28, w = 28, c_out = 64, k = 3, pad = 1;
+  if (argc == 8) {
+    int64_t* dims[] = {&n, &c_in, &h, &w, &c_out, &k, &pad};
+    for (int i = 0; i < 7; ++i) *dims[i] = std::atoll(argv[i + 1]);
+  } else if (argc != 1) {
+    std::fprintf(stderr, "usage: %s [N C_IN H W C_OUT K PAD]\n", argv[0]);
+    return 2;
+  }
   const int reps = 7;
   Generator gen(42);
   Tensor x = randn({n, c_in, h, w}, {}, gen).requires_grad_();

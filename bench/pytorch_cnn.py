@@ -1,12 +1,13 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch side of the `cnn` recipe comparison (bench/compare_pytorch.sh runs both sides).
 
 Trains the Fashion-MNIST `cnn` (conv1 1->32, conv2 32->64, fc1 3136->128, fc2 128->10) with
 Adam lr 1e-3, batch 64, no augmentation, exactly like
   ember train --model cnn --optimizer adam --lr 1e-3 --batch-size 64 --epochs E --no-augment --seed S
 and prints one JSON line per epoch: test accuracy and training images/s (data already in memory,
-normalized once, as ember's loader does). Needs Debian's python3-torch.
-  /usr/bin/python3 bench/pytorch_cnn.py --seed 1 --epochs 2 --threads 2
+normalized once, as ember's loader does). Any PyTorch; bench/compare_pytorch.sh runs it with
+PyTorch 2.x from scripts/python-env.sh.
+  "$(scripts/python-env.sh)" bench/pytorch_cnn.py --seed 1 --epochs 2 --threads 2
 """
 import argparse
 import gzip

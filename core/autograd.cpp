@@ -9,6 +9,7 @@
 
 #include "../layers/elementwise.h"
 #include "../layers/reduce.h"
+#include "profiler.h"
 
 namespace ember {
 
@@ -213,6 +214,7 @@ static void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>&
     }
 
     if (node->is_accumulate_grad()) {
+      const profiler::Scope scope("AccumulateGrad");
       if (capture == nullptr) accumulate_into_leaf(*node, grads[0]);
       continue;
     }
@@ -221,7 +223,11 @@ static void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>&
                   " was already freed); pass retain_graph=true to the first backward if you need to");
     }
 
-    std::vector<Tensor> input_grads = node->backward(grads);
+    std::vector<Tensor> input_grads;
+    {
+      const profiler::Scope scope(node->name);  // the node's kernels nest inside (Note [Profiler])
+      input_grads = node->backward(grads);
+    }
     EMBER_CHECK(input_grads.size() == node->next.size(), node->name, ": backward returned ",
                 input_grads.size(), " gradients for ", node->next.size(), " inputs");
     if (!retain_graph) node->release();

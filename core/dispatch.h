@@ -25,6 +25,7 @@
 // definition of libember, so this header reads the same in every build flavour.
 
 #include "device.h"
+#include "profiler.h"
 
 namespace ember::detail {
 [[noreturn]] void cuda_unavailable(const char* op);
@@ -36,22 +37,27 @@ namespace ember::detail {
   do {                                                                    \
     const ::ember::cuda::DeviceGuard ember_device_guard_((device).index); \
     __VA_ARGS__;                                                          \
+    ::ember::profiler::wait_for_device_if_profiling();                    \
   } while (0)
 #else
 #define EMBER_CUDA_CALL(device, op_name, ...) ::ember::detail::cuda_unavailable(op_name)
 #endif
 
 // Calls kernels::cpu::kernel(args...) or kernels::gpu::kernel(args...) for `device`
-// (Note [Device dispatch]). `kernel` is a bare name; the arguments are evaluated once, in the
-// branch that runs.
+// (Note [Device dispatch]), inside a profiler scope named `op_name` (Note [Profiler]). `kernel`
+// is a bare name; the arguments are evaluated once, in the branch that runs.
 #define EMBER_KERNEL_CALL(device, op_name, kernel, ...) \
-  EMBER_KERNEL_CALL_IMPL_(/* no result */, device, op_name, kernel, __VA_ARGS__)
+  EMBER_KERNEL_CALL_IMPL_(/* no result */, 0.0, device, op_name, kernel, __VA_ARGS__)
 // The same for a kernel that returns a host value (a norm, a check's verdict): `result = ...`.
 #define EMBER_KERNEL_CALL_INTO(result, device, op_name, kernel, ...) \
-  EMBER_KERNEL_CALL_IMPL_(result =, device, op_name, kernel, __VA_ARGS__)
+  EMBER_KERNEL_CALL_IMPL_(result =, 0.0, device, op_name, kernel, __VA_ARGS__)
+// The same for a kernel whose floating-point operation count is known (the profiler's GFLOP/s).
+#define EMBER_KERNEL_CALL_COUNTED(flops, device, op_name, kernel, ...) \
+  EMBER_KERNEL_CALL_IMPL_(/* no result */, flops, device, op_name, kernel, __VA_ARGS__)
 
-#define EMBER_KERNEL_CALL_IMPL_(assign, device, op_name, kernel, ...)                                      \
+#define EMBER_KERNEL_CALL_IMPL_(assign, flops, device, op_name, kernel, ...)                               \
   do {                                                                                                     \
+    const ::ember::profiler::Scope ember_profile_scope_(op_name, static_cast<double>(flops));              \
     const ::ember::Device ember_kernel_device_ = (device);                                                 \
     switch (ember_kernel_device_.type) {                                                                   \
       case ::ember::DeviceType::CPU: assign ::ember::kernels::cpu::kernel(__VA_ARGS__); break;             \

@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "../core/profiler.h"
 #include "../kernels/cpu/parallel.h"
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/runtime.h"
@@ -238,6 +239,7 @@ DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept = def
 DataLoader::Iterator::~Iterator() = default;
 
 void DataLoader::Iterator::load() {
+  const profiler::Scope scope("next batch", profiler::Phase::data);
   const LoaderPosition at = loader_->position_;
   // The cursor moved under a running iteration: its batches would no longer be one epoch's.
   EMBER_CHECK(at.epoch == epoch_, "DataLoader: the position was changed to epoch ", at.epoch,

@@ -69,10 +69,17 @@ kernels::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, c
   return g;
 }
 
+// Multiply-adds x 2 of one pass (forward, backward-data or backward-weight): the profiler's FLOPs.
+double conv2d_flops(const kernels::Conv2dGeometry& g) {
+  return 2.0 * static_cast<double>(g.n * g.c_out * g.out_h * g.out_w) *
+         static_cast<double>(g.c_in / g.groups * g.kh * g.kw);
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt) {
   const kernels::Conv2dGeometry g = conv2d_geometry(x, weight, bias, opt);
+  const profiler::Scope scope("conv2d", conv2d_flops(g));
   const DType dt = x.dtype();
   const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
@@ -106,6 +113,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     Tensor gx = need_x ? empty(x_shape, to) : Tensor();
     Tensor gw = need_w ? empty(w_shape, to) : Tensor();
     Tensor gb = need_b ? empty({g.c_out}, to) : Tensor();
+    const profiler::Scope scope("conv2d backward", conv2d_flops(g) * ((need_x ? 1 : 0) + (need_w ? 1 : 0)));
     switch (gy.device().type) {
       case DeviceType::CPU:
         if (need_x) kernels::cpu::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());

@@ -117,8 +117,9 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
       vc[i] = pc + i * n * m;
     }
     const int64_t ldc = std::max<int64_t>(1, m);
-    EMBER_KERNEL_CALL(out.device(), op, gemm_batched, la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(),
-                      lb.ld, T(beta), vc.data(), ldc, batch);
+    EMBER_KERNEL_CALL_COUNTED(2.0 * static_cast<double>(n * m) * static_cast<double>(k * batch), out.device(), op,
+                              gemm_batched, la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(),
+                              lb.ld, T(beta), vc.data(), ldc, batch);
   });
 }
 

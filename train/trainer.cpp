@@ -10,6 +10,7 @@
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
+#include "../core/profiler.h"
 #include "../data/dataset.h"
 #include "../data/image_dataset.h"
 #include "../data/loader.h"
@@ -216,6 +217,7 @@ struct Run {
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<nn::CrossEntropyLoss> criterion;
   Progress progress{true};
+  std::unique_ptr<profiler::Profiler> profiler;  // --profile, --profile-trace: from the first step
   // Position and totals.
   int64_t step = 0;
   int start_epoch = 0;
@@ -334,6 +336,7 @@ Run start_run(TrainConfig cfg) {
   r.progress = Progress(cfg.quiet);
   r.criterion = std::make_unique<nn::CrossEntropyLoss>(CrossEntropyOptions{.label_smoothing = cfg.label_smoothing});
   r.cfg = std::move(cfg);
+  if (r.cfg.profile || !r.cfg.profile_trace.empty()) r.profiler = std::make_unique<profiler::Profiler>();
   return r;
 }
 
@@ -356,14 +359,30 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
                   "processes a step cannot be skipped: remove the files (ember inspect lists them)");
       continue;
     }
-    const Tensor images = host_images.to(r.device), labels = host_labels.to(r.device);
-    opt.zero_grad();
-    Tensor logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
-    Tensor loss = (*r.criterion)(logits, labels);
-    loss.backward();  // with DDP: returns with the gradients averaged over the ranks
+    const profiler::Scope step_scope("step", profiler::Phase::step);
+    Tensor images, labels;
+    {
+      const profiler::Scope scope("to device", profiler::Phase::data);
+      images = host_images.to(r.device);
+      labels = host_labels.to(r.device);
+    }
+    Tensor logits, loss;
+    {
+      const profiler::Scope scope("forward", profiler::Phase::forward);
+      opt.zero_grad();
+      logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
+      loss = (*r.criterion)(logits, labels);
+    }
+    {
+      const profiler::Scope scope("backward", profiler::Phase::backward);
+      loss.backward();  // with DDP: returns with the gradients averaged over the ranks
+    }
     const double lr_used = opt.get_lr(0);
-    opt.step();
-    if (r.scheduler) r.scheduler->step();
+    {
+      const profiler::Scope scope("optimizer", profiler::Phase::optimizer);
+      opt.step();
+      if (r.scheduler) r.scheduler->step();
+    }
     ++r.step;
     const double l = loss.item();
     const int64_t n = labels.numel();
@@ -418,6 +437,7 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
   const bool epoch_done = r.loader->position().batch == 0;
   const bool last = epoch + 1 == cfg.epochs || r.stopped;
   if ((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) {
+    const profiler::Scope scope("evaluate", profiler::Phase::eval);
     EvalResult ev = evaluate_loader(*r.model, *r.test_loader, static_cast<int64_t>(r.d.classes.size()), r.comm.get());
     report_skipped(r.d.image_test.get(), "validation", cfg.quiet);
     es.test_loss = ev.loss;
@@ -450,6 +470,16 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
 // After the last epoch: --save-weights, the summary metrics event and the one-line summary.
 TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
   const TrainConfig& cfg = r.cfg;
+  if (r.profiler) {
+    r.profiler->stop();
+    if (cfg.profile && r.lead)
+      std::fprintf(stderr, "ember train: profile of %lld steps (%s)\n%s", static_cast<long long>(r.step),
+                   r.device.str().c_str(), r.profiler->table().c_str());
+    if (!cfg.profile_trace.empty() && r.lead) {
+      r.profiler->write_trace(cfg.profile_trace);
+      if (!cfg.quiet) std::fprintf(stderr, "ember train: wrote the trace %s\n", cfg.profile_trace.c_str());
+    }
+  }
   if (!cfg.save_weights.empty() && r.lead) save_weights(cfg.save_weights, *r.model, cfg, r.d);
   TrainSummary& summary = r.summary;
   summary.steps = r.step;

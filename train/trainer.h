@@ -61,6 +61,10 @@ struct TrainConfig {
   std::string save_weights;
   int64_t max_steps = -1;  // stop after this many optimizer steps in total (checkpoint saved)
   std::string metrics_path;
+  // --profile: print a table of every op's time (forward, backward, optimizer, data) at the end;
+  // --profile-trace FILE: write the same as a Chrome/Perfetto trace (core/profiler.h).
+  bool profile = false;
+  std::string profile_trace;
   bool quiet = false;
   int64_t log_every = 1;  // metrics "step" events every N steps
 

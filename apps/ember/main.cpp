@@ -61,6 +61,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--init-weights", c.init_weights, "start from these weights (.safetensors, PyTorch names)");
   app.add_option("--save-weights", c.save_weights, "write the final weights here (.safetensors)");
+  app.add_flag("--profile", c.profile, "print every op's time (forward, backward, optimizer, data) at the end");
+  app.add_option("--profile-trace", c.profile_trace, "write a Chrome/Perfetto trace (open in ui.perfetto.dev)");
   app.add_option("--max-steps", c.max_steps, "stop after N optimizer steps in total");
   app.add_flag("--no-shuffle", [&c](int64_t) { c.shuffle = false; }, "keep the dataset's order");
   app.add_flag("--no-augment", [&c](int64_t) { c.augment = false; }, "no random crops or flips");
