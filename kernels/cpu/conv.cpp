@@ -32,13 +32,14 @@ ValidRange valid_range(int64_t x_off, int64_t stride, int64_t w, int64_t out_w) 
   return {std::min(lo, hi), hi};
 }
 
+// col's rows are `ld` apart: ld = out_h * out_w for one image's col, B * out_h * out_w for an
+// image's columns inside a chunk of B images (Note [Chunks of images]).
 template <typename T>
-void im2col_impl(const Conv2dGeometry& g, const T* x, T* col) {
-  const int64_t ohw = g.out_h * g.out_w;
+void im2col_impl(const Conv2dGeometry& g, const T* x, T* col, int64_t ld) {
   for (int64_t c = 0; c < g.c_in; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
-        T* row = col + ((c * g.kh + i) * g.kw + j) * ohw;
+        T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
         const int64_t x_off = j * g.dil_w - g.pad_w;
         const ValidRange r = valid_range(x_off, g.stride_w, g.w, g.out_w);
         for (int64_t oy = 0; oy < g.out_h; ++oy) {
@@ -64,12 +65,11 @@ void im2col_impl(const Conv2dGeometry& g, const T* x, T* col) {
 }
 
 template <typename T>
-void col2im_impl(const Conv2dGeometry& g, const T* col, T* x) {
-  const int64_t ohw = g.out_h * g.out_w;
+void col2im_impl(const Conv2dGeometry& g, const T* col, T* x, int64_t ld) {
   for (int64_t c = 0; c < g.c_in; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
-        const T* row = col + ((c * g.kh + i) * g.kw + j) * ohw;
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
         const int64_t x_off = j * g.dil_w - g.pad_w;
         const ValidRange r = valid_range(x_off, g.stride_w, g.w, g.out_w);
         for (int64_t oy = 0; oy < g.out_h; ++oy) {
@@ -138,29 +138,100 @@ std::unique_ptr<T[]> scratch(int64_t elems) {
   return elems > 0 ? std::make_unique_for_overwrite<T[]>(elems) : nullptr;
 }
 
-// ---- im2col + GEMM ----------------------------------------------------------------------------
+// ---- im2col + GEMM, a chunk of images per GEMM ------------------------------------------------
+//
+// Note [Chunks of images]
+// One image's GEMMs are small: the cnn model's second layer multiplies (64, 288) by (288, 196)
+// per image, and its weight gradient sums 64 products of K = 196. OpenBLAS packs both operands
+// for every call and its kernels want long dimensions, so per-image GEMMs ran at about half the
+// speed of a large sgemm. The images of a part are therefore taken B at a time: im2col writes
+// image b's columns at column offset b * out_h * out_w of one (C_in kh kw, B out_h out_w) col,
+// so the chunk is one GEMM with B times the columns:
+//   forward:  ybuf (C_out, B ohw) = w @ col,            then each image's slice is copied to y;
+//   data:     dcol (C_in kh kw, B ohw) = w^T @ gybuf,   gybuf holding the B images' dy side by side;
+//   weight:   dw += gybuf (C_out, B ohw) @ col^T        one GEMM with K = B ohw instead of B with K = ohw.
+// The copies move C_out * ohw values per image against C_out * ohw * C_in kh kw multiply-adds,
+// so they are cheap where the GEMM is large; B is chosen so a chunk has about kChunkColumns
+// columns and its buffers stay within kChunkBytes. With B = 1 no copy is made (the GEMMs read and
+// write y and dy in place), as for 1x1 convolutions, which read the image as their col.
+
+constexpr int64_t kChunkColumns = 2048;
+constexpr int64_t kChunkBytes = int64_t{8} << 20;
+
+// Images per chunk for a part of `images` images.
+int64_t chunk_images(const Conv2dGeometry& g, int64_t images, size_t elem) {
+  const int64_t ohw = g.out_h * g.out_w;
+  if (is_pointwise(g) || images <= 1 || ohw >= kChunkColumns) return 1;
+  const int64_t per_image = (g.c_in * g.kh * g.kw + g.c_out) * ohw * static_cast<int64_t>(elem);
+  const int64_t by_columns = (kChunkColumns + ohw - 1) / ohw;
+  const int64_t by_bytes = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, per_image));
+  return std::max<int64_t>(1, std::min({images, by_columns, by_bytes}));
+}
+
+// The largest chunk any part of the split uses (for sizing scratch before the parallel region).
+int64_t max_chunk(const Conv2dGeometry& g, const ImageSplit& s, size_t elem) {
+  int64_t most = 1;
+  for (int64_t p = 0; p < s.parts; ++p)
+    most = std::max(most, chunk_images(g, (p + 1) * g.n / s.parts - p * g.n / s.parts, elem));
+  return most;
+}
+
+// Scratch per part for chunks of up to `b` images: the chunk's col and a (C_out, b ohw) buffer.
+template <typename T>
+struct ChunkScratch {
+  int64_t col_elems = 0, buf_elems = 0;
+  std::unique_ptr<T[]> col, buf;
+  ChunkScratch(const Conv2dGeometry& g, const ImageSplit& s, int64_t b, bool need_col, bool need_buf) {
+    const int64_t ohw = g.out_h * g.out_w;
+    col_elems = need_col ? g.c_in * g.kh * g.kw * ohw * b : 0;
+    buf_elems = need_buf && b > 1 ? g.c_out * ohw * b : 0;
+    col = scratch<T>(s.parts * col_elems);
+    buf = scratch<T>(s.parts * buf_elems);
+  }
+  T* col_of(int64_t part) const { return col_elems ? col.get() + part * col_elems : nullptr; }
+  T* buf_of(int64_t part) const { return buf_elems ? buf.get() + part * buf_elems : nullptr; }
+};
+
+// Copies images [first, first + b) of t (n, C_out, ohw) side by side into buf (C_out, b ohw), or back.
+template <typename T>
+void gather_images(const T* t, int64_t first, int64_t b, int64_t c_out, int64_t ohw, T* buf) {
+  for (int64_t k = 0; k < b; ++k)
+    for (int64_t oc = 0; oc < c_out; ++oc) {
+      const T* src = t + ((first + k) * c_out + oc) * ohw;
+      std::copy(src, src + ohw, buf + oc * b * ohw + k * ohw);
+    }
+}
 
 template <typename T>
 void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
-  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_elems = g.c_in * g.kh * g.kw * ohw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
   const bool pointwise = is_pointwise(g);
   const ImageSplit s = split_images(g.n);
-  auto cols = scratch<T>(pointwise ? 0 : s.parts * col_elems);
+  const ChunkScratch<T> sc(g, s, max_chunk(g, s, sizeof(T)), !pointwise, true);
   run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
-    T* col = pointwise ? nullptr : cols.get() + part * col_elems;
-    for (int64_t img = lo; img < hi; ++img) {
-      const T* xi = x + img * x_img;
-      T* yi = y + img * g.c_out * ohw;
-      if (!pointwise) im2col_impl(g, xi, col);
-      const T* c = pointwise ? xi : col;
-      // Start each output row at its bias and let the GEMM add onto it (beta = 1).
-      if (bias)
-        for (int64_t oc = 0; oc < g.c_out; ++oc) std::fill(yi + oc * ohw, yi + (oc + 1) * ohw, bias[oc]);
+    const int64_t chunk = chunk_images(g, hi - lo, sizeof(T));
+    T* col = sc.col_of(part);
+    for (int64_t first = lo; first < hi; first += chunk) {
+      const int64_t b = std::min(chunk, hi - first), ld = b * ohw;
+      for (int64_t k = 0; k < b && !pointwise; ++k) im2col_impl(g, x + (first + k) * x_img, col + k * ohw, ld);
+      const T* c = pointwise ? x + first * x_img : col;
+      // b == 1: the GEMM writes y in place, starting from the bias (beta = 1); else into buf.
+      T* out = b == 1 ? y + first * g.c_out * ohw : sc.buf_of(part);
+      if (b == 1 && bias)
+        for (int64_t oc = 0; oc < g.c_out; ++oc) std::fill(out + oc * ohw, out + (oc + 1) * ohw, bias[oc]);
       for (int64_t gr = 0; gr < G; ++gr)
-        gemm(Transpose::No, Transpose::No, cout_g, ohw, kk, T(1), w + gr * cout_g * kk, kk, c + gr * kk * ohw, ohw,
-             bias ? T(1) : T(0), yi + gr * cout_g * ohw, ohw);
+        gemm(Transpose::No, Transpose::No, cout_g, ld, kk, T(1), w + gr * cout_g * kk, kk, c + gr * kk * ld, ld,
+             b == 1 && bias ? T(1) : T(0), out + gr * cout_g * ld, ld);
+      if (b == 1) continue;
+      for (int64_t k = 0; k < b; ++k)
+        for (int64_t oc = 0; oc < g.c_out; ++oc) {
+          const T* src = out + oc * ld + k * ohw;
+          T* dst = y + ((first + k) * g.c_out + oc) * ohw;
+          const T add = bias ? bias[oc] : T(0);
+          for (int64_t p = 0; p < ohw; ++p) dst[p] = src[p] + add;
+        }
     }
   });
 }
@@ -169,23 +240,30 @@ template <typename T>
 void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
-  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_elems = g.c_in * g.kh * g.kw * ohw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
   const bool pointwise = is_pointwise(g);
   const ImageSplit s = split_images(g.n);
-  auto cols = scratch<T>(pointwise ? 0 : s.parts * col_elems);
+  const ChunkScratch<T> sc(g, s, max_chunk(g, s, sizeof(T)), !pointwise, true);
   run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
-    T* col = pointwise ? nullptr : cols.get() + part * col_elems;
-    for (int64_t img = lo; img < hi; ++img) {
-      const T* gyi = gy + img * g.c_out * ohw;
-      T* gxi = gx + img * x_img;
-      T* dcol = pointwise ? gxi : col;  // pointwise: the GEMM writes the image gradient directly
-      // dcol[g] (kk, ohw) = w[g]^T (kk, cout_g) @ gy[g] (cout_g, ohw); w[g] is stored (cout_g, kk).
+    const int64_t chunk = chunk_images(g, hi - lo, sizeof(T));
+    T* col = sc.col_of(part);
+    for (int64_t first = lo; first < hi; first += chunk) {
+      const int64_t b = std::min(chunk, hi - first), ld = b * ohw;
+      const T* gyb = gy + first * g.c_out * ohw;
+      if (b > 1) {
+        gather_images(gy, first, b, g.c_out, ohw, sc.buf_of(part));
+        gyb = sc.buf_of(part);
+      }
+      T* dcol = pointwise ? gx + first * x_img : col;  // pointwise (b == 1): the image gradient itself
+      // dcol[g] (kk, b ohw) = w[g]^T (kk, cout_g) @ gy[g] (cout_g, b ohw); w[g] is stored (cout_g, kk).
       for (int64_t gr = 0; gr < G; ++gr)
-        gemm(Transpose::Yes, Transpose::No, kk, ohw, cout_g, T(1), w + gr * cout_g * kk, kk, gyi + gr * cout_g * ohw,
-             ohw, T(0), dcol + gr * kk * ohw, ohw);
-      if (!pointwise) {
+        gemm(Transpose::Yes, Transpose::No, kk, ld, cout_g, T(1), w + gr * cout_g * kk, kk, gyb + gr * cout_g * ld, ld,
+             T(0), dcol + gr * kk * ld, ld);
+      if (pointwise) continue;
+      for (int64_t k = 0; k < b; ++k) {
+        T* gxi = gx + (first + k) * x_img;
         std::fill(gxi, gxi + x_img, T(0));
-        col2im_impl(g, col, gxi);
+        col2im_impl(g, col + k * ohw, gxi, ld);
       }
     }
   });
@@ -195,7 +273,7 @@ template <typename T>
 void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
-  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w, col_elems = g.c_in * g.kh * g.kw * ohw;
+  const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
   const int64_t w_elems = g.c_out * kk;
   const bool pointwise = is_pointwise(g);
   if (g.n == 0) {
@@ -203,21 +281,27 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
     return;
   }
   const ImageSplit s = split_images(g.n);
-  auto cols = scratch<T>(pointwise ? 0 : s.parts * col_elems);
+  const ChunkScratch<T> sc(g, s, max_chunk(g, s, sizeof(T)), !pointwise, true);
   // Part 0 sums into gw; every other part into its own buffer, added in part order below.
   auto partial = scratch<T>((s.parts - 1) * w_elems);
   run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
-    T* col = pointwise ? nullptr : cols.get() + part * col_elems;
+    const int64_t chunk = chunk_images(g, hi - lo, sizeof(T));
+    T* col = sc.col_of(part);
     T* acc = part == 0 ? gw : partial.get() + (part - 1) * w_elems;
     if (lo == hi) std::fill(acc, acc + w_elems, T(0));
-    for (int64_t img = lo; img < hi; ++img) {
-      const T* xi = x + img * x_img;
-      if (!pointwise) im2col_impl(g, xi, col);
-      const T* c = pointwise ? xi : col;
-      // gw[g] (cout_g, kk) (+)= gy[g] (cout_g, ohw) @ col[g]^T (ohw, kk)
+    for (int64_t first = lo; first < hi; first += chunk) {
+      const int64_t b = std::min(chunk, hi - first), ld = b * ohw;
+      for (int64_t k = 0; k < b && !pointwise; ++k) im2col_impl(g, x + (first + k) * x_img, col + k * ohw, ld);
+      const T* c = pointwise ? x + first * x_img : col;
+      const T* gyb = gy + first * g.c_out * ohw;
+      if (b > 1) {
+        gather_images(gy, first, b, g.c_out, ohw, sc.buf_of(part));
+        gyb = sc.buf_of(part);
+      }
+      // gw[g] (cout_g, kk) (+)= gy[g] (cout_g, b ohw) @ col[g]^T (b ohw, kk)
       for (int64_t gr = 0; gr < G; ++gr)
-        gemm(Transpose::No, Transpose::Yes, cout_g, kk, ohw, T(1), gy + img * g.c_out * ohw + gr * cout_g * ohw, ohw,
-             c + gr * kk * ohw, ohw, img == lo ? T(0) : T(1), acc + gr * cout_g * kk, kk);
+        gemm(Transpose::No, Transpose::Yes, cout_g, kk, ld, T(1), gyb + gr * cout_g * ld, ld, c + gr * kk * ld, ld,
+             first == lo ? T(0) : T(1), acc + gr * cout_g * kk, kk);
     }
   });
   for (int64_t p = 1; p < s.parts; ++p) {
@@ -305,10 +389,10 @@ void backward_weight_reference_impl(const Conv2dGeometry& g, const T* gy, const 
 
 }  // namespace
 
-void im2col(const Conv2dGeometry& g, const float* x, float* col) { im2col_impl(g, x, col); }
-void im2col(const Conv2dGeometry& g, const double* x, double* col) { im2col_impl(g, x, col); }
-void col2im(const Conv2dGeometry& g, const float* col, float* x) { col2im_impl(g, col, x); }
-void col2im(const Conv2dGeometry& g, const double* col, double* x) { col2im_impl(g, col, x); }
+void im2col(const Conv2dGeometry& g, const float* x, float* col) { im2col_impl(g, x, col, g.out_h * g.out_w); }
+void im2col(const Conv2dGeometry& g, const double* x, double* col) { im2col_impl(g, x, col, g.out_h * g.out_w); }
+void col2im(const Conv2dGeometry& g, const float* col, float* x) { col2im_impl(g, col, x, g.out_h * g.out_w); }
+void col2im(const Conv2dGeometry& g, const double* col, double* x) { col2im_impl(g, col, x, g.out_h * g.out_w); }
 
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y) {
   EMBER_DISPATCH_FLOAT(dtype, "conv2d", [&] {
