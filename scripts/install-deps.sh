@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# Installs the Debian packages ember builds against, only those that are missing.
-# Idempotent: a second run installs nothing. Needs root (or sudo) for apt-get.
+# Installs the Debian packages ember needs, only those that are missing. Idempotent: a second run
+# installs nothing. Needs root (or sudo) for apt-get.
 #
-#   scripts/install-deps.sh          what the build, the tests and the benchmarks need
+#   scripts/install-deps.sh          what building ember and running `ember train` need (README
+#                                    command 1): compiler, CMake, the C/C++ libraries, the default
+#                                    dataset. No Python package.
+#   scripts/install-deps.sh --test   also what the test suite and the side-by-side benchmarks need
+#                                    (README command 2): Catch2, Debian's torchvision and PIL, and
+#                                    Python's safetensors and numpy for the cross-check tests
 #   scripts/install-deps.sh --fuzz   also clang, for the optional libFuzzer target (EMBER_FUZZ=ON)
 set -euo pipefail
 
 fuzz=0
+test=0
 for arg in "$@"; do
   case "$arg" in
     --fuzz) fuzz=1 ;;
-    *) echo "install-deps: unknown option '$arg' (known: --fuzz)" >&2; exit 2 ;;
+    --test) test=1 ;;
+    *) echo "install-deps: unknown option '$arg' (known: --test, --fuzz)" >&2; exit 2 ;;
   esac
 done
 
 packages=(
   build-essential cmake         # compiler and build system
   libopenblas-dev               # CPU GEMM (cblas_sgemm / cblas_dgemm)
-  catch2                        # test framework (v2, header-only)
   zlib1g-dev                    # gzipped dataset files
   nlohmann-json3-dev            # safetensors headers, training-state files, metrics
   libcli11-dev                  # the ember command line
@@ -27,17 +33,21 @@ packages=(
   libwebp-dev                   # WebP decoding
   libtiff-dev                   # TIFF decoding
   pkg-config                    # how CMake finds TurboJPEG and libwebp
-  libomp-dev                    # not required by g++ (libgomp ships with it); kept for clang builds
   libopenmpi-dev openmpi-bin    # MPI communicator and mpirun (parallel/, `mpirun -np 2 ember train`)
   libboost-context-dev          # fibers for the SIMT emulator (one per emulated CUDA thread)
-  # torchvision 0.14 (with PyTorch) for Debian's /usr/bin/python3: the ctest
-  # data:torchvision_imagefolder (ImageFolder order cross-check) and the side-by-side loader
-  # benchmark (bench/torchvision_loader.py); the build itself does not use it.
-  python3-torchvision
-  python3-pil                   # bench/make_jpeg_tree.py, fuzz/make_seed_corpus.py
 )
+if [ "$test" -eq 1 ]; then
+  packages+=(
+    catch2                      # test framework (v2, header-only)
+    # torchvision 0.14 (with PyTorch) for Debian's /usr/bin/python3: the ctest
+    # data:torchvision_imagefolder (ImageFolder order cross-check) and the side-by-side loader
+    # benchmark (bench/torchvision_loader.py); the build itself does not use it.
+    python3-torchvision
+    python3-pil                 # bench/make_jpeg_tree.py, fuzz/make_seed_corpus.py
+  )
+fi
 if [ "$fuzz" -eq 1 ]; then
-  packages+=(clang)             # libFuzzer + ASan/UBSan runtime for fuzz/fuzz_decode
+  packages+=(clang libomp-dev)  # libFuzzer + ASan/UBSan runtime for fuzz/fuzz_decode; clang's OpenMP
 fi
 
 missing=()
@@ -46,7 +56,7 @@ for p in "${packages[@]}"; do
 done
 
 # The Python reference implementation of safetensors, for the io:python_safetensors cross-check.
-if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+if [ "$test" -eq 1 ] && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
   # Debian's own python3 is "externally managed" and refuses plain pip installs; these two
   # packages do not conflict with anything Debian ships, so allow it there.
   python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null ||
