@@ -7,18 +7,18 @@
 # (2,000 JPEGs around 500x375). Each configuration runs REPEATS times (default 3), alternating
 # ember and torchvision so both see the same machine load; the best run of each is reported.
 # Pipeline: ImageFolder -> Resize(256) -> CenterCrop(224) -> ToTensor -> Normalize, batch 32,
-# shuffled. Needs Debian's python3-torchvision (scripts/install-deps.sh --bench).
+# shuffled. The anchor is current torchvision from PyPI (scripts/python-env.sh); DEBIAN_TORCHVISION=1
+# uses Debian's python3-torchvision (0.14) instead.
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR [TREE] [REPEATS]}
 tree=${2:-/tmp/ember_bench_tree}
 repeats=${3:-3}
 here=$(cd "$(dirname "$0")" && pwd)
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
+if [ -n "${DEBIAN_TORCHVISION:-}" ]; then py=/usr/bin/python3; else py=$("$here/../scripts/python-env.sh"); fi
 if [ ! -d "$tree" ]; then "$py" "$here/make_jpeg_tree.py" "$tree" --images 2000; fi
 ips() { "$py" -c 'import json,sys; print(json.loads(sys.stdin.read())["images_per_sec"])'; }
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg); torchvision $("$py" -c 'import torchvision; print(torchvision.__version__)')"
 printf '%-8s %-10s %14s %14s %8s\n' workers threads ember_img_s torchvision_img_s ratio
 for w in 0 1 2; do
   for t in 1 0; do

@@ -5,8 +5,8 @@
 
 datasets.ImageFolder + Resize(256) + CenterCrop(224) + ToTensor + Normalize(ImageNet), a
 DataLoader(batch_size, shuffle=True, num_workers) iterated for K epochs, and one JSON line with
-images_per_sec (and per epoch), like ember's. Needs torchvision (Debian: python3-torchvision;
-scripts/install-deps.sh --bench installs it). Run with Debian's /usr/bin/python3.
+images_per_sec (and per epoch), like ember's. Any torchvision: bench/compare_torchvision_loader.sh
+runs it with current torchvision from PyPI (scripts/python-env.sh).
 """
 import argparse
 import json
