@@ -6,11 +6,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
@@ -341,6 +344,11 @@ void check_output_file(const char* option, const std::string& path) {
               ec ? ": " + ec.message() : std::string());
   EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, option, ": cannot write into '", dir.string(), "': ",
               std::strerror(errno));
+  // What an interrupted earlier write of this file left (".<name>.tmp-*", Note [Atomic checkpoint
+  // writes]); other files in the folder are not ours to remove.
+  const std::string prefix = "." + fs::path(path).filename().string() + ".tmp-";
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0 && e.is_regular_file(ec)) fs::remove(e.path(), ec);
 }
 
 // One epoch's running sums on this process.
@@ -531,6 +539,8 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
                   "processes a step cannot be skipped: remove the files (ember inspect lists them)");
       continue;
     }
+    // EMBER_FAULT=slow-step-ms:N (a testing hook): the whole N ms, even across a signal.
+    if (const int64_t ms = io::fault_value("slow-step-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     const Tensor images = host_images.to(r.device), labels = host_labels.to(r.device);
     opt.zero_grad();
     Tensor logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
@@ -600,7 +610,6 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       r.stopped = r.interrupted = true;
       break;
     }
-    if (const int64_t ms = io::fault_value("slow-step-ms"); ms > 0) ::usleep(static_cast<useconds_t>(ms * 1000));
   }
   r.progress.end_epoch();
   return t;
@@ -721,6 +730,15 @@ TrainSummary run_training(TrainConfig cfg) {
   const InterruptHandlers handlers(!cfg.quiet);
   Run run = start_run(std::move(cfg));
   run.model->train();
+  if (run.start_epoch >= run.cfg.epochs) {
+    if (!run.cfg.quiet && run.lead)
+      std::fprintf(stderr, "ember train: the run in %s is complete (step %lld, %d epochs); give --epochs above %d "
+                   "to train it further\n", run.cfg.resume_dir.c_str(), static_cast<long long>(run.step),
+                   run.cfg.epochs, run.cfg.epochs);
+    run.summary.steps = run.step;
+    run.summary.epochs_run = run.cfg.epochs;
+    return run.summary;
+  }
   for (int epoch = run.start_epoch; epoch < run.cfg.epochs && !run.stopped; ++epoch) {
     EpochTotals totals = train_one_epoch(run, epoch);
     finish_epoch(run, epoch, totals);

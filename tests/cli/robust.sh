@@ -292,5 +292,32 @@ expect_rc evaldir 0
 expect_line evaldir evaldir.err "ember eval: --data idx (the checkpoint's)"
 if grep -q "^accuracy [0-9.]*% (64 images)" evaldir.out; then ok; else fail "evaldir: $(head -1 evaldir.out)"; fi
 
+# eval DIR of an ImageFolder run evaluates on that tree, not on Fashion-MNIST.
+python3 "$here/make_data.py" folder folder 2
+run folder train --data folder --image-size 8 --epochs 1 --batch-size 8 --optimizer adam --save folder-run
+expect_rc folder 0
+run folder-eval eval folder-run
+expect_rc folder-eval 0
+expect_line folder-eval folder-eval.err "ember eval: --data folder (the checkpoint's)"
+if grep -q "^accuracy [0-9.]*% (24 images)" folder-eval.out; then ok; else fail "folder-eval: $(head -1 folder-eval.out)"; fi
+
+# ---- 12. smaller things -------------------------------------------------------------------------
+# Resuming a finished run says so and trains nothing.
+cp -r ref done
+run done train --resume done
+expect_rc done 0
+expect_line done done.err "ember train: the run in done is complete (step 16, 2 epochs); give --epochs above 2 to train it further"
+# --momentum with Adam is harmless: a warning, not an error.
+run mom train "${common[@]}" --max-steps 1 --momentum 0.5
+expect_rc mom 0
+expect_line mom mom.err "ember train: warning: --momentum applies to --optimizer sgd only; adam ignores it"
+# --save-weights: what an interrupted write left is removed by the next run writing that file.
+EMBER_FAULT=crash:atomic:before-rename run swcrash train "${common1[@]}" --epochs 1 --save-weights sw/w.safetensors
+expect_rc swcrash 137
+if ls -A sw | grep -q '^\.w\.safetensors\.tmp-'; then ok; else fail "swcrash: no temporary file to clean up"; fi
+run swagain train "${common1[@]}" --epochs 1 --save-weights sw/w.safetensors
+expect_rc swagain 0
+if [ "$(ls -A sw)" = "w.safetensors" ]; then ok; else fail "swagain: sw holds $(ls -A sw)"; fi
+
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]
