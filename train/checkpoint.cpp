@@ -225,9 +225,16 @@ void load_weights_into(nn::Module& model, const std::string& path) {
 LoadedModel load_model(const std::string& checkpoint) {
   std::string path = checkpoint;
   if (fs::is_directory(checkpoint)) {
-    EMBER_CHECK(has_checkpoint(checkpoint), "'", checkpoint, "' holds no checkpoint (no ", kManifestName, ")");
-    const Manifest m = open_checkpoint(checkpoint);  // the whole set verified
-    path = (fs::path(checkpoint) / (m.has_best ? m.best.path : m.weights.path)).string();
+    const fs::path dir(checkpoint);
+    if (has_checkpoint(checkpoint)) {
+      const Manifest m = open_checkpoint(checkpoint);  // the whole set verified
+      path = (dir / (m.has_best ? m.best.path : m.weights.path)).string();
+    } else if (fs::exists(dir / "best.safetensors") || fs::exists(dir / "last.safetensors")) {
+      // A directory written before checkpoint sets: its weights files, checked on their own.
+      path = (dir / (fs::exists(dir / "best.safetensors") ? "best.safetensors" : "last.safetensors")).string();
+    } else {
+      EMBER_THROW("'", checkpoint, "' holds no checkpoint (no ", kManifestName, ")");
+    }
   }
   EMBER_CHECK(fs::exists(path), "checkpoint '", path, "' does not exist");
   io::SafetensorsFile f = io::load_safetensors(path);

@@ -133,6 +133,21 @@ expect_error "--data 'one-class' has 1 class ('class0'): a classifier needs at l
 expect_error "'idx-small-test': the test images are 1x20x20 but the training images are 1x28x28; both splits must have the same image size" \
   train --data idx-small-test --epochs 1
 
+# An image over the size limit: `inspect` and `train` say the same.
+python3 "$here/make_data.py" folder big 2
+python3 - <<'PY'
+import struct, zlib
+w, h = 40000, 2
+raw = b"".join(b"\0" + bytes(w) for _ in range(h))
+chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+open("big/class0/wide.png", "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)) +
+                                      chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+PY
+run big-inspect inspect big
+expect_line big-inspect big-inspect.out "  big/class0/wide.png: PNG image of 40000x2 has a side longer than the limit of 32768 pixels"
+expect_error "big/class0/wide.png: PNG image of 40000x2 has a side longer than the limit of 32768 pixels" \
+  train --data big --image-size 8 --epochs 1 --batch-size 8 --optimizer adam
+
 # ---- 3. the reference: an uninterrupted run -----------------------------------------------------
 run ref train "${common[@]}" --save ref --metrics ref.jsonl
 expect_rc ref 0
