@@ -103,6 +103,9 @@ void check_options(const TrainConfig& c) {
               got(c, "eval-limit", c.eval_limit));
   if (given("max-steps", static_cast<double>(c.max_steps)))
     EMBER_CHECK(c.max_steps >= 1, "--max-steps must be at least 1, got ", got(c, "max-steps", c.max_steps));
+  // Unsigned: the parser would read "-1" as 2^64 - 1.
+  if (auto it = c.given_text.find("seed"); it != c.given_text.end())
+    EMBER_CHECK(it->second.empty() || it->second[0] != '-', "--seed must be a non-negative integer, got ", it->second);
   EMBER_CHECK(c.threads >= 0, "--threads must be 0 (all cores) or a positive count, got ", got(c, "threads", c.threads));
   EMBER_CHECK(c.workers >= 0, "--workers must be non-negative, got ", got(c, "workers", c.workers));
   EMBER_CHECK(c.log_every >= 1, "--log-every must be at least 1, got ", got(c, "log-every", c.log_every));

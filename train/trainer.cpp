@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -239,6 +240,7 @@ struct Run {
   bool stopped = false;      // --max-steps reached, or interrupted
   bool interrupted = false;  // SIGINT / SIGTERM (Note [Clean interrupts])
   double last_finite_loss = NAN;
+  int64_t last_finite_step = 0;
   double train_seconds = 0;
   int64_t train_images = 0;
   TrainSummary summary;
@@ -349,6 +351,34 @@ void check_output_file(const char* option, const std::string& path) {
   const std::string prefix = "." + fs::path(path).filename().string() + ".tmp-";
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().filename().string().rfind(prefix, 0) == 0 && e.is_regular_file(ec)) fs::remove(e.path(), ec);
+}
+
+// The divergence error (Note [Divergence guard]): the step, what was not finite, the last finite
+// loss, the checkpoint left as it was, and what to change. Writes the metrics "diverged" event.
+[[noreturn]] void throw_diverged(Run& r, int64_t step, const std::string& what) {
+  const TrainConfig& cfg = r.cfg;
+  r.metrics->write_line(json{{"event", "diverged"}, {"epoch", r.epoch_now + 1}, {"step", step},
+                             {"last_finite_loss", std::isfinite(r.last_finite_loss) ? json(r.last_finite_loss) : json()}}
+                            .dump());
+  const std::string saved = r.checkpoint && r.checkpoint->saved() ? "; the checkpoint in '" + cfg.save_dir +
+                                                                         "' (step " + std::to_string(r.checkpoint->step()) +
+                                                                         ") is untouched"
+                                                                   : "";
+  char last[96] = "no step had a finite loss";
+  if (std::isfinite(r.last_finite_loss))
+    std::snprintf(last, sizeof last, "the last finite loss was %.6g at step %lld", r.last_finite_loss,
+                  static_cast<long long>(r.last_finite_step));
+  EMBER_THROW("training diverged at step ", step, " (epoch ", r.epoch_now + 1, "): ", what, "; ", last, saved,
+              ". Lower --lr (", cfg.lr, ")", cfg.clip_grad_norm > 0 ? "" : ", add --clip-grad-norm 1",
+              " or use --warmup-epochs");
+}
+
+bool parameters_finite(const nn::Module& model) {
+  for (const Tensor& p : model.parameters()) {
+    const std::vector<double> v = p.detach().to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();
+    if (!std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); })) return false;
+  }
+  return true;
 }
 
 // One epoch's running sums on this process.
@@ -563,28 +593,13 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       interrupt = v[1] > 0;
     }
     r.epoch_now = epoch;
-    if (diverged) {
-      r.metrics->write_line(json{{"event", "diverged"}, {"epoch", epoch + 1}, {"step", r.step + 1},
-                                 {"last_finite_loss", std::isfinite(r.last_finite_loss) ? json(r.last_finite_loss) : json()}}
-                                .dump());
-      const std::string saved = r.checkpoint && r.checkpoint->saved()
-                                    ? "; the checkpoint in '" + cfg.save_dir + "' (step " +
-                                          std::to_string(r.checkpoint->step()) + ") is untouched"
-                                    : "";
-      char last[96] = "no step had a finite loss";
-      if (std::isfinite(r.last_finite_loss))
-        std::snprintf(last, sizeof last, "the last finite loss was %.6g at step %lld", r.last_finite_loss,
-                      static_cast<long long>(r.step));
-      EMBER_THROW("training diverged at step ", r.step + 1, " (epoch ", epoch + 1, "): the loss is ",
-                  std::isnan(l) ? "NaN" : "infinite", "; ", last,
-                  saved, ". Lower --lr (", cfg.lr, ")", cfg.clip_grad_norm > 0 ? "" : ", add --clip-grad-norm 1",
-                  " or use --warmup-epochs");
-    }
+    if (diverged) throw_diverged(r, r.step + 1, std::string("the loss is ") + (std::isnan(l) ? "NaN" : "infinite"));
     if (cfg.clip_grad_norm > 0) optim::clip_grad_norm_(r.model->parameters(), cfg.clip_grad_norm);
     opt.step();
     if (r.scheduler) r.scheduler->step();
     ++r.step;
     r.last_finite_loss = l;
+    r.last_finite_step = r.step;
     const int64_t n = labels.numel();
     int64_t correct;
     {
@@ -641,6 +656,9 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
   es.seconds = epoch_seconds;
   const bool epoch_done = r.loader->position().batch == 0;
   const bool last = epoch + 1 == cfg.epochs || r.stopped;
+  // A finite loss can still leave non-finite weights after the step's update (the next loss would
+  // show it): checked before they could be saved. The weights are the same on every rank.
+  if (!parameters_finite(*r.model)) throw_diverged(r, r.step, "the weights hold a NaN or an infinity after the update");
   if (r.checkpoint) {
     r.checkpoint->save(cfg, r.d, *r.model,
                        make_training_state(cfg, r.d, *r.optimizer, r.scheduler.get(), *r.loader, r.step,

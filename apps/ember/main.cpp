@@ -173,7 +173,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help prints and exits 0; every other parse error is one line, like every other error.
     if (e.get_exit_code() == 0) return app.exit(e);
-    return fail(e.what());
+    // CLI11 says "Could not convert: --lr = abc": name the option first, as every other error does.
+    const std::string what = e.what(), prefix = "Could not convert: ";
+    if (const size_t eq = what.find(" = "); what.rfind(prefix, 0) == 0 && eq != std::string::npos)
+      return fail(what.substr(prefix.size(), eq - prefix.size()) + ": '" + what.substr(eq + 3) + "' is not a number");
+    return fail(what);
   }
 
   try {

@@ -111,6 +111,11 @@ expect_error "--max-steps must be at least 1, got 0" train --max-steps 0
 expect_error "--threads must be 0 (all cores) or a positive count, got -1" train --threads -1
 expect_error "--workers must be non-negative, got -2" train --workers -2
 expect_error "--log-every must be at least 1, got 0" train --log-every 0
+expect_error "--batch-size must be at least 1, got 0" eval ref --batch-size 0
+expect_error "--top must be at least 1, got 0" predict ref x.png --top 0
+expect_error "--lr: 'abc' is not a number" train --lr abc
+expect_error "--epochs: '2.5' is not a number" train --epochs 2.5
+expect_error "--seed must be a non-negative integer, got -1" train --seed -1
 expect_error "--warmup-epochs must be less than --epochs (2), got 3" train "${common[@]}" --warmup-epochs 3
 expect_error "--val applies to ImageFolder data only, and --data fashion-mnist is IDX data (docs/data.md)" train --val x
 expect_error "--cache applies to ImageFolder data only, and 'idx' holds IDX files (docs/data.md)" train "${common[@]}" --cache c
@@ -291,6 +296,17 @@ if grep -qE "^ember: error: training diverged at step [0-9]+ \(epoch 1\): the lo
   fail "div: $(cat div.err)"; fi
 if [ ! -e div/checkpoint.json ]; then ok; else fail "div: a checkpoint was written"; fi
 if grep -q '"event":"diverged"' div.jsonl; then ok; else fail "div: no diverged event"; fi
+
+# A divergence after the first checkpoint: that checkpoint stays, whole and finite, and is used.
+run div2 train --data idx --epochs 4 --batch-size 32 --optimizer sgd --scheduler onecycle --lr 2 --save div2
+expect_rc div2 1
+if grep -qE "^ember: error: training diverged at step [0-9]+ \(epoch [2-4]\): (the loss is (NaN|infinite)|the weights hold a NaN or an infinity after the update); the last finite loss was [0-9.e+]+ at step [0-9]+; the checkpoint in 'div2' \(step (8|16|24)\) is untouched\. Lower --lr \(2\), add --clip-grad-norm 1 or use --warmup-epochs$" div2.err; then ok; else
+  fail "div2: $(tail -1 div2.err)"; fi
+run div2-eval eval div2
+expect_rc div2-eval 0
+run div2-predict predict div2 idx/t10k-images-idx3-ubyte:0
+expect_rc div2-predict 0
+if grep -q "nan" div2-eval.out div2-predict.out; then fail "div2: NaN in eval/predict output"; else ok; fi
 
 # ---- 11. evaluation: checked before training, halved on out of memory ---------------------------
 EMBER_FAULT=oom-eval-above:8 run oom train "${common1[@]}" --epochs 1 --save oom
