@@ -578,7 +578,14 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
     os << v;
     return os.str();
   };
-  auto flag = [](bool v) { return std::string(v ? "on" : "off"); };
+  // A flag given on resume that the saved run did not have (or the reverse, for --no-*).
+  auto keep_flag = [&](const char* option, bool& field, bool saved, const char* what) {
+    if (given(option) && field != saved)
+      EMBER_THROW("--resume: --", option, " conflicts with the saved run, which ran with ", what, " ",
+                  saved ? "on" : "off", "; a resumed run keeps its configuration (start a new run with --save to "
+                  "change it)");
+    field = saved;
+  };
   keep("model", cfg.model, get("model"), as_text);
   keep("data", cfg.data, get("data"), as_text);
   keep("data-dir", cfg.data_dir, get("data_dir"), as_text);
@@ -591,15 +598,15 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
   keep("warmup-epochs", cfg.warmup_epochs, std::stod(get("warmup_epochs")), as_text);
   keep("label-smoothing", cfg.label_smoothing, std::stod(get("label_smoothing")), as_text);
   keep("clip-grad-norm", cfg.clip_grad_norm, std::stod(get_or("clip_grad_norm", "0")), as_text);
-  keep("no-augment", cfg.augment, get("augment") == "1", flag);
-  keep("no-shuffle", cfg.shuffle, get("shuffle") == "1", flag);
+  keep_flag("no-augment", cfg.augment, get("augment") == "1", "augmentation");
+  keep_flag("no-shuffle", cfg.shuffle, get("shuffle") == "1", "shuffling");
   keep("seed", cfg.seed, static_cast<uint64_t>(std::stoull(get("seed"))), as_text);
   keep("val", cfg.val, get_or("val", ""), as_text);
   keep("val-split", cfg.val_split, std::stod(get_or("val_split", "-1")), as_text);
   keep("image-size", cfg.image_size, static_cast<int64_t>(std::stoll(get_or("image_size_option", "-1"))), as_text);
   keep("cache", cfg.cache_dir, get_or("cache_dir", ""), as_text);
-  keep("skip-bad-images", cfg.skip_bad_images, get_or("skip_bad_images", "0") == "1", flag);
-  keep("sync-bn", cfg.sync_bn, get_or("sync_bn", "0") == "1", flag);
+  keep_flag("skip-bad-images", cfg.skip_bad_images, get_or("skip_bad_images", "0") == "1", "--skip-bad-images");
+  keep_flag("sync-bn", cfg.sync_bn, get_or("sync_bn", "0") == "1", "--sync-bn");
   // --epochs may extend the run, never shorten it below what is done.
   const int saved_epochs = std::stoi(get("epochs"));
   if (given("epochs")) {

@@ -115,6 +115,8 @@ void check_options(const TrainConfig& c) {
     for (const char* name : {"val", "val-split", "image-size", "cache", "skip-bad-images"})
       EMBER_CHECK(!was_set(c, name), "--", name, " applies to ImageFolder data only, and --data ", c.data,
                   " is IDX data (docs/data.md)");
+  EMBER_CHECK(!was_set(c, "data-dir") || c.data == "fashion-mnist" || c.data == "mnist", "--data-dir applies to "
+              "--data fashion-mnist or mnist; --data '", c.data, "' names the directory itself");
   // --resume continues a run: its weights come from the checkpoint.
   EMBER_CHECK(c.resume_dir.empty() || c.init_weights.empty(), "--init-weights cannot be used with --resume (the run "
               "continues from the weights in '", c.resume_dir, "')");

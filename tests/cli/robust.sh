@@ -116,6 +116,8 @@ expect_error "--top must be at least 1, got 0" predict ref x.png --top 0
 expect_error "--lr: 'abc' is not a number" train --lr abc
 expect_error "--epochs: '2.5' is not a number" train --epochs 2.5
 expect_error "--seed must be a non-negative integer, got -1" train --seed -1
+expect_error "--data-dir applies to --data fashion-mnist or mnist; --data 'idx' names the directory itself" \
+  train --data idx --data-dir elsewhere
 expect_error "--warmup-epochs must be less than --epochs (2), got 3" train "${common[@]}" --warmup-epochs 3
 expect_error "--val applies to ImageFolder data only, and --data fashion-mnist is IDX data (docs/data.md)" train --val x
 expect_error "--cache applies to ImageFolder data only, and 'idx' holds IDX files (docs/data.md)" train "${common[@]}" --cache c
@@ -208,27 +210,32 @@ expect_line mfull mfull.err "ember: error: cannot write metrics file 'mfull.json
 if python3 -c "import json,sys; lines=open('mfull.jsonl').read().split('\n'); assert lines[-1]=='' and len(lines)==3, lines; [json.loads(l) for l in lines[:-1]]"; then ok; else
   fail "mfull: the metrics file is not two whole lines"; fi
 
-# ---- 6. SIGINT at a random step, then resume ----------------------------------------------------
-step=$((RANDOM % 14 + 1))
-EMBER_FAULT=slow-step-ms:100 "$ember" train "${common[@]}" --save int --metrics int.jsonl >int.out 2>int.err &
-pid=$!
-while [ "$(steps_in int.jsonl)" -lt "$step" ] && kill -0 $pid 2>/dev/null; do sleep 0.02; done
-kill -INT $pid
-wait $pid
-rc=$?
-expect_rc int 130
-got="$(grep '^ember train: interrupted at step' int.err)"
-if [[ "$got" =~ ^ember\ train:\ interrupted\ at\ step\ ([0-9]+)\ \(epoch\ [12]\ of\ 2\)\;\ checkpoint\ saved\ in\ int\;\ continue\ with:\ ember\ train\ --resume\ int$ ]]; then
-  ok
-  stopped="${BASH_REMATCH[1]}"
-  if [ "$(python3 -c "import json; print(json.load(open('int/checkpoint.json'))['step'])")" = "$stopped" ]; then ok; else fail "int: checkpoint step"; fi
-else
-  fail "int: message: $(cat int.err)"
-fi
-if tail -1 int.jsonl | grep -q '"event":"summary".*"interrupted":true'; then ok; else fail "int: no summary line"; fi
-run int-resume train --resume int
-expect_rc int-resume 0
-same_as_reference int int
+# ---- 6. SIGINT / SIGTERM at a random step, then resume ------------------------------------------
+# One signal in each epoch (after steps 1-7 and 9-14 of 16), each resumed to the uninterrupted weights.
+for sig in INT TERM; do
+  if [ $sig = INT ]; then step=$((RANDOM % 7 + 1)); else step=$((RANDOM % 6 + 9)); fi
+  d="int-$sig"
+  EMBER_FAULT=slow-step-ms:100 "$ember" train "${common[@]}" --save "$d" --metrics "$d.jsonl" >"$d.out" 2>"$d.err" &
+  pid=$!
+  while [ "$(steps_in "$d.jsonl")" -lt "$step" ] && kill -0 $pid 2>/dev/null; do sleep 0.02; done
+  kill -$sig $pid
+  wait $pid
+  rc=$?
+  expect_rc "$d" 130
+  got="$(grep '^ember train: interrupted at step' "$d.err")"
+  if [[ "$got" =~ ^ember\ train:\ interrupted\ at\ step\ ([0-9]+)\ \(epoch\ [12]\ of\ 2\)\;\ checkpoint\ saved\ in\ $d\;\ continue\ with:\ ember\ train\ --resume\ $d$ ]]; then
+    ok
+    stopped="${BASH_REMATCH[1]}"
+    if [ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1] + '/checkpoint.json'))['step'])" "$d")" = "$stopped" ] &&
+      [ "$stopped" -ge "$step" ] && [ "$stopped" -le 16 ]; then ok; else fail "$d: checkpoint step, signal after step $step"; fi
+  else
+    fail "$d: message: $(cat "$d.err")"
+  fi
+  if tail -1 "$d.jsonl" | grep -q '"event":"summary".*"interrupted":true'; then ok; else fail "$d: no summary line"; fi
+  run "$d-resume" train --resume "$d"
+  expect_rc "$d-resume" 0
+  same_as_reference "$d" "$d"
+done
 # A second interrupt exits at once, without saving.
 EMBER_FAULT=slow-step-ms:400 "$ember" train "${common[@]}" --save int2 --metrics int2.jsonl >int2.out 2>int2.err &
 pid=$!
@@ -280,6 +287,8 @@ if "$ember" eval new/folder/w.safetensors --data idx 2>&1 >/dev/null |
 # ---- 9. resume means resume ----------------------------------------------------------------------
 expect_error "--resume: --lr 0.1 conflicts with the saved run's 0.002; a resumed run keeps its configuration (start a new run with --save to change it)" \
   train --resume ref --lr 0.1
+expect_error "--resume: --no-augment conflicts with the saved run, which ran with augmentation on; a resumed run keeps its configuration (start a new run with --save to change it)" \
+  train --resume ref --no-augment
 expect_error "--resume: --model simple_cnn conflicts with the saved run's cnn; a resumed run keeps its configuration (start a new run with --save to change it)" \
   train --resume ref --model simple_cnn
 cp -r ref more
