@@ -348,7 +348,9 @@ void check_output_file(const char* option, const std::string& path) {
               std::strerror(errno));
   // What an interrupted earlier write of this file left (".<name>.tmp-*", Note [Atomic checkpoint
   // writes]); other files in the folder are not ours to remove.
-  const std::string prefix = "." + fs::path(path).filename().string() + ".tmp-";
+  std::string prefix = ".";
+  prefix += fs::path(path).filename().string();
+  prefix += ".tmp-";
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().filename().string().rfind(prefix, 0) == 0 && e.is_regular_file(ec)) fs::remove(e.path(), ec);
 }
