@@ -3,14 +3,12 @@
 
 #include "trainer.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -37,6 +35,7 @@
 #include "../parallel/ddp.h"
 #include "../parallel/sync_batchnorm.h"
 #include "checkpoint.h"
+#include "interrupt.h"
 #include "report.h"
 
 namespace ember::train {
@@ -244,56 +243,6 @@ struct Run {
   double train_seconds = 0;
   int64_t train_images = 0;
   TrainSummary summary;
-};
-
-// Note [Clean interrupts]
-// The first SIGINT or SIGTERM only sets a flag. The training loop reads it after each step (with
-// several processes every rank all-reduces it together with the divergence flag, so all of them
-// stop after the same step), then writes a checkpoint (with --save) and the metrics summary, and
-// `ember train` exits 130 with a message that says how to resume. A second signal ends the
-// process at once (exit 128 + the signal's number). run_training installs the handlers and puts
-// the previous ones back when it returns.
-volatile std::sig_atomic_t g_interrupts = 0;
-volatile std::sig_atomic_t g_announce = 1;
-
-extern "C" void on_interrupt(int sig) {
-  if (g_interrupts > 0) {
-    static const char msg[] = "ember train: interrupted again; exiting now without saving\n";
-    if (::write(2, msg, sizeof msg - 1) < 0) {
-      // Nothing to do: the process ends either way.
-    }
-    ::_exit(128 + sig);
-  }
-  g_interrupts = 1;
-  if (g_announce) {
-    static const char msg[] =
-        "ember train: interrupted; finishing the current step and saving (interrupt again to exit at once)\n";
-    if (::write(2, msg, sizeof msg - 1) < 0) {
-      // As above.
-    }
-  }
-}
-
-class InterruptHandlers {
- public:
-  explicit InterruptHandlers(bool announce) {
-    g_interrupts = 0;
-    g_announce = announce ? 1 : 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_interrupt;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~InterruptHandlers() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  InterruptHandlers(const InterruptHandlers&) = delete;
-  InterruptHandlers& operator=(const InterruptHandlers&) = delete;
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
 };
 
 bool is_out_of_memory(const Error& e) { return std::string(e.what()).find("out of memory") != std::string::npos; }
@@ -586,7 +535,7 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     // and "best" is chosen among finite evaluations only. With several processes the flags are
     // all-reduced, so every rank stops at the same step. The error names the step, the last
     // finite loss and what to change.
-    bool diverged = !std::isfinite(l), interrupt = g_interrupts > 0;
+    bool diverged = !std::isfinite(l), interrupt = interrupt_requested();
     if (r.distributed) {
       Tensor flags = from_vector<double>({diverged ? 1.0 : 0.0, interrupt ? 1.0 : 0.0});
       r.comm->all_reduce(flags);
