@@ -11,6 +11,7 @@
 #include <random>
 
 #include "../core/error.h"
+#include "fault.h"
 
 namespace ember::io {
 
@@ -73,6 +74,7 @@ void fsync_directory(const std::string& path) {
 // ---- FileWriter -------------------------------------------------------------------------------
 
 void FileWriter::write_raw(const void* data, size_t n) {
+  if (inject_enospc_) EMBER_THROW(path_, ": cannot write temporary file: ", errno_text(ENOSPC));
   if (const int err = write_all(fd_, static_cast<const char*>(data), n); err != 0)
     EMBER_THROW(path_, ": cannot write temporary file: ", errno_text(err));
 }
@@ -114,6 +116,7 @@ void write_file_atomic(const std::string& path, const std::function<void(FileWri
   // From here on, every exit path either renames tmp over path or unlinks it.
   try {
     FileWriter w(fd, path);
+    w.inject_enospc_ = fault_enospc("file");
     writer(w);
     w.flush();
     if (::fsync(fd) != 0) EMBER_THROW(path, ": cannot sync temporary file to disk: ", errno_text(errno));
@@ -121,6 +124,7 @@ void write_file_atomic(const std::string& path, const std::function<void(FileWri
     const int rc = ::close(fd);
     fd = -1;
     if (rc != 0) EMBER_THROW(path, ": cannot close temporary file: ", errno_text(errno));
+    fault_point("atomic:before-rename");
     if (::rename(tmp.c_str(), path.c_str()) != 0)
       EMBER_THROW(path, ": cannot rename temporary file over it: ", errno_text(errno));
   } catch (...) {
@@ -137,6 +141,19 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, [&](FileWriter& w) { w.write(bytes); });
+}
+
+int remove_stale_temp_files(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos && e.is_regular_file(ec)) {
+      std::error_code rm;
+      if (std::filesystem::remove(e.path(), rm)) ++removed;
+    }
+  }
+  return removed;
 }
 
 // ---- reading ----------------------------------------------------------------------------------

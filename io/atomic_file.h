@@ -11,7 +11,8 @@
 //   4. fsync()s the directory, so the rename itself survives a power loss.
 // On any failure (including an exception thrown by the caller's writer) the temporary file is
 // closed and unlinked and the target is untouched. A kill -9 between 1 and 3 can leave a stray
-// ".<name>.tmp-*" file beside the target, but never a damaged target.
+// ".<name>.tmp-*" file beside the target, but never a damaged target; remove_stale_temp_files
+// removes such files (the trainer calls it on a checkpoint directory before it writes there).
 //
 // One failure comes after the point of no return: if syncing the directory fails after the rename,
 // the new file is in place (and complete) but the error is still thrown, because its durability
@@ -59,6 +60,7 @@ class FileWriter {
   std::string path_;
   std::vector<char> buffer_;
   uint64_t written_ = 0;
+  bool inject_enospc_ = false;  // EMBER_FAULT=enospc-file:N (Note [Fault injection] in io/fault.h)
 };
 
 // Replaces `path` atomically with whatever `writer` writes (see Note [Atomic checkpoint writes]).
@@ -67,6 +69,10 @@ void write_file_atomic(const std::string& path, const std::function<void(FileWri
 // Replaces `path` atomically with `bytes`.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// Removes the ".<name>.tmp-*" files that an interrupted write_file_atomic left in `dir` (not in
+// its subdirectories). Returns how many it removed.
+int remove_stale_temp_files(const std::string& dir);
 
 // A file opened for reading, with positioned reads that either fill the whole buffer or throw.
 // Opening fails with a clear error for a missing file, a directory or an unreadable file.

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <ember/ember.h>
+#include <ember/io/atomic_file.h>
+#include <ember/train/checkpoint.h>
 #include <ember/train/trainer.h>
 
 using namespace ember;
@@ -64,6 +66,9 @@ std::vector<std::pair<std::string, std::vector<float>>> weights_of(const fs::pat
     if (t.dtype() == DType::f32) out.emplace_back(n, t.to_vector<float>());
   return out;
 }
+
+// The weights file of the last checkpoint in a --save directory.
+fs::path last_weights(const std::string& dir) { return fs::path(dir) / train::open_checkpoint(dir).weights.path; }
 
 fs::path temp_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("ember_train_out_" + name);
@@ -129,19 +134,32 @@ TEST_CASE("train: a run stopped and resumed ends with bit-identical weights", "[
   b3.quiet = true;
   train::TrainSummary sb = train::run_training(b3);
   CHECK(sb.steps == 20);
-  const auto wa = weights_of(fs::path(a.save_dir) / "last.safetensors");
-  const auto wb = weights_of(fs::path(b.save_dir) / "last.safetensors");
+  const auto wa = weights_of(last_weights(a.save_dir));
+  const auto wb = weights_of(last_weights(b.save_dir));
   REQUIRE(wa.size() == wb.size());
   for (size_t i = 0; i < wa.size(); ++i) {
     INFO(wa[i].first);
     CHECK(wa[i].first == wb[i].first);
     CHECK(wa[i].second == wb[i].second);  // exact equality, bit for bit
   }
-  // The checkpoint directory holds exactly the documented files, and no temp files.
+  // The checkpoint directory holds exactly the documented files: the manifest and the step
+  // directories it names (Note [Checkpoint sets]), and no temp files.
+  const train::Manifest m = train::open_checkpoint(b.save_dir);
+  CHECK(m.step == 20);
+  CHECK(m.weights.path == "step-00000020/model.safetensors");
+  CHECK(m.state.path == "step-00000020/state.safetensors");
   std::vector<std::string> names;
-  for (auto& e : fs::directory_iterator(b.save_dir)) names.push_back(e.path().filename().string());
+  for (auto& e : fs::recursive_directory_iterator(b.save_dir))
+    names.push_back(fs::relative(e.path(), b.save_dir).string());
+  std::vector<std::string> want{"checkpoint.json", "step-00000020", m.weights.path, m.state.path};
+  if (m.has_best && m.best.path != m.weights.path) {  // the best step's directory is kept whole
+    want.push_back(fs::path(m.best.path).parent_path().string());
+    want.push_back(m.best.path);
+    want.push_back((fs::path(m.best.path).parent_path() / "state.safetensors").string());
+  }
   std::sort(names.begin(), names.end());
-  CHECK(names == std::vector<std::string>{"best.safetensors", "last.safetensors", "last.state.safetensors"});
+  std::sort(want.begin(), want.end());
+  CHECK(names == want);
 }
 
 TEST_CASE("train: eval and predict read a checkpoint", "[train]") {
@@ -237,4 +255,96 @@ TEST_CASE("train: data-loader workers do not change the result", "[train]") {
   train::TrainConfig bad = a;
   bad.workers = -1;
   CHECK_THROWS_WITH(train::run_training(bad), Catch::Contains("--workers must be non-negative"));
+}
+
+TEST_CASE("train: option values are checked with their range, given or not", "[train]") {
+  const fs::path data = make_dataset("options", 64, 16);
+  auto fails_with = [&](train::TrainConfig c, const std::string& what) {
+    INFO(what);
+    CHECK_THROWS_WITH(train::check_options(c), what);
+  };
+  train::TrainConfig c = base_config(data);
+  train::TrainConfig x = c;
+  x.lr = -1;  // -1 is "not given" for the C++ API, but not when the option was given
+  x.explicitly_set = {"lr"};
+  x.given_text = {{"lr", "-1"}};
+  fails_with(x, "--lr must be a positive finite number, got -1");
+  x = c;
+  x.lr = INFINITY;
+  fails_with(x, "--lr must be a positive finite number, got inf");
+  x = c;
+  x.batch_size = -5;
+  fails_with(x, "--batch-size must be at least 1, got -5");
+  x = c;
+  x.label_smoothing = 1;
+  fails_with(x, "--label-smoothing must be in [0, 1), got 1");
+  x = c;
+  x.weight_decay = NAN;
+  fails_with(x, "--weight-decay must be a finite number >= 0, got nan");
+  // Not given: the recipe fills it.
+  x = c;
+  x.lr = -1;
+  CHECK_NOTHROW(train::check_options(x));
+  train::resolve(x);
+  CHECK(x.lr == 1e-3);
+}
+
+TEST_CASE("train: a diverging run stops with an error and saves nothing non-finite", "[train]") {
+  const fs::path data = make_dataset("diverge", 64, 16);
+  train::TrainConfig c = base_config(data);
+  c.optimizer = "sgd";
+  c.lr = 1e4;
+  c.scheduler = "none";
+  c.save_dir = temp_dir("diverge").string();
+  c.save_weights = (fs::path(c.save_dir) / "w.safetensors").string();
+  int64_t diverged_at = 0;
+  try {
+    train::run_training(c);
+    FAIL("a run with lr 1e4 finished");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    REQUIRE(msg.rfind("training diverged at step ", 0) == 0);
+    diverged_at = std::stoll(msg.substr(std::string("training diverged at step ").size()));
+    CHECK(msg.find("Lower --lr (10000), add --clip-grad-norm 1 or use --warmup-epochs") != std::string::npos);
+  }
+  CHECK(!fs::exists(c.save_weights));
+  // Whatever checkpoint was written before the divergence is complete, earlier, and finite.
+  if (train::has_checkpoint(c.save_dir)) {
+    const train::Manifest m = train::open_checkpoint(c.save_dir);
+    CHECK(m.step < diverged_at);
+    for (const auto& [name, w] : weights_of(fs::path(c.save_dir) / m.weights.path))
+      for (float v : w) REQUIRE(std::isfinite(v));
+    if (m.has_best) CHECK(std::isfinite(m.best_acc));
+  }
+}
+
+TEST_CASE("train: a checkpoint whose files do not belong together is refused", "[train]") {
+  const fs::path data = make_dataset("belong", 64, 16);
+  train::TrainConfig a = base_config(data);
+  a.epochs = 1;
+  a.save_dir = temp_dir("belong_a").string();
+  train::run_training(a);
+  train::TrainConfig b = a;
+  b.seed = 2;
+  b.save_dir = temp_dir("belong_b").string();
+  train::run_training(b);
+  // b's weights and a manifest rewritten to match them: the run ids still differ.
+  const train::Manifest ma = train::open_checkpoint(a.save_dir);
+  const train::Manifest mb = train::open_checkpoint(b.save_dir);
+  const fs::path wa = fs::path(a.save_dir) / ma.weights.path;
+  fs::copy_file(fs::path(b.save_dir) / mb.weights.path, wa, fs::copy_options::overwrite_existing);
+  CHECK_THROWS_WITH(train::open_checkpoint(a.save_dir), Catch::Contains("does not match"));
+  std::vector<uint8_t> bytes = io::read_file((fs::path(a.save_dir) / train::kManifestName).string());
+  std::string text(bytes.begin(), bytes.end());
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (size_t p = text.find(from); p != std::string::npos; p = text.find(from, p + to.size())) text.replace(p, from.size(), to);
+  };
+  replace_all(ma.weights.crc32, mb.weights.crc32);
+  replace_all("\"bytes\": " + std::to_string(ma.weights.bytes), "\"bytes\": " + std::to_string(mb.weights.bytes));
+  io::write_file_atomic((fs::path(a.save_dir) / train::kManifestName).string(), text);
+  CHECK_THROWS_WITH(train::open_checkpoint(a.save_dir),
+                    Catch::Contains("belongs to run " + mb.run) && Catch::Contains("but the manifest names run " + ma.run) &&
+                        Catch::Contains("the files of this checkpoint do not belong together"));
+  CHECK_THROWS_WITH(train::load_model(a.save_dir), Catch::Contains("do not belong together"));
 }

@@ -1,7 +1,11 @@
-// Datasets, transforms and checkpoint files for the trainer.
+// Datasets, transforms and weights files for the trainer; eval and predict. The checkpoint sets
+// are in train/checkpoint_set.cpp.
 
 #include "checkpoint.h"
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -86,6 +90,11 @@ DataInfo open_data(const std::string& data, const std::string& data_dir, const I
       return open_image_folder(d.dir, image);
     }
   }
+  EMBER_CHECK(test->channels() == train->channels() && test->height() == train->height() &&
+                  test->width() == train->width(),
+              "'", d.dir, "': the test images are ", test->channels(), "x", test->height(), "x", test->width(),
+              " but the training images are ", train->channels(), "x", train->height(), "x", train->width(),
+              "; both splits must have the same image size");
   d.train = train;
   d.test = test;
   d.classes = train->classes();
@@ -137,12 +146,39 @@ data::Compose make_eval_transform(const DataInfo& d) {
 
 // ---- weights files ------------------------------------------------------------------------------
 
-CheckpointPaths checkpoint_paths(const std::string& dir) {
-  const fs::path p(dir);
-  return {(p / "last.safetensors").string(), (p / "last.state.safetensors").string(), (p / "best.safetensors").string()};
+namespace {
+bool all_finite(const Tensor& t) {
+  if (!is_floating(t.dtype())) return true;
+  for (double v : t.to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>())
+    if (!std::isfinite(v)) return false;
+  return true;
 }
 
-void save_weights(const std::string& path, const nn::Module& model, const TrainConfig& cfg, const DataInfo& d) {
+// CRC-32 (zlib) of every tensor's name, dtype, shape and bytes, in name order (as the
+// training-state checksum, Note [Training-state file]).
+std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  std::vector<std::pair<std::string, Tensor>> sorted;
+  for (const auto& [name, t] : tensors) sorted.emplace_back(name, t.to(Device::cpu()).contiguous());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const auto& [name, t] : sorted) {
+    const std::string desc = name + '\0' + io::safetensors_dtype_name(t.dtype()) + '\0' + shape_str(t.shape()) + '\0';
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(desc.data()), desc.size());
+    crc = crc32_z(crc, static_cast<const Bytef*>(t.data()), static_cast<size_t>(t.nbytes()));
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "crc32:%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  return buf;
+}
+}  // namespace
+
+void save_weights(const std::string& path, const nn::Module& model, const TrainConfig& cfg, const DataInfo& d,
+                  const std::string& run, int64_t step) {
+  const std::vector<std::pair<std::string, Tensor>> tensors = model.state_dict();
+  // Nothing non-finite is ever written (Note [Divergence guard] in train/trainer.cpp).
+  for (const auto& [name, t] : tensors)
+    EMBER_CHECK(all_finite(t), "refusing to write ", path, ": parameter '", name, "' holds a NaN or an infinity",
+                step >= 0 ? " at step " + std::to_string(step) : std::string());
   std::map<std::string, std::string> meta{
       {"format", "pt"},  // what safetensors.torch.save_file writes
       {"ember.model", cfg.model},
@@ -152,12 +188,24 @@ void save_weights(const std::string& path, const nn::Module& model, const TrainC
       {"ember.classes", json(d.classes).dump()},
       {"ember.mean", json(d.mean).dump()},
       {"ember.std", json(d.std).dump()},
+      {"ember.checksum", tensors_crc32(tensors)},
   };
-  io::save_safetensors(path, model.state_dict(), meta);
+  if (!run.empty()) meta["ember.run"] = run;
+  if (step >= 0) meta["ember.step"] = std::to_string(step);
+  io::save_safetensors(path, tensors, meta);
+}
+
+void verify_weights_checksum(const io::SafetensorsFile& f) {
+  auto it = f.metadata.find("ember.checksum");
+  if (it == f.metadata.end()) return;  // not written by ember (a PyTorch file): nothing to compare
+  const std::string actual = tensors_crc32(f.tensors);
+  EMBER_CHECK(actual == it->second, f.path, ": the tensors do not match the file's checksum (", actual,
+              ", the file says ", it->second, "): the file was damaged or edited after it was written");
 }
 
 void load_weights_into(nn::Module& model, const std::string& path) {
   io::SafetensorsFile f = io::load_safetensors(path);
+  verify_weights_checksum(f);
   try {
     model.load_state_dict(f.tensors);
   } catch (const Error& e) {
@@ -168,11 +216,20 @@ void load_weights_into(nn::Module& model, const std::string& path) {
 LoadedModel load_model(const std::string& checkpoint) {
   std::string path = checkpoint;
   if (fs::is_directory(checkpoint)) {
-    const CheckpointPaths p = checkpoint_paths(checkpoint);
-    path = fs::exists(p.best) ? p.best : p.weights;
+    const fs::path dir(checkpoint);
+    if (has_checkpoint(checkpoint)) {
+      const Manifest m = open_checkpoint(checkpoint);  // the whole set verified
+      path = (dir / (m.has_best ? m.best.path : m.weights.path)).string();
+    } else if (fs::exists(dir / "best.safetensors") || fs::exists(dir / "last.safetensors")) {
+      // A directory written before checkpoint sets: its weights files, checked on their own.
+      path = (dir / (fs::exists(dir / "best.safetensors") ? "best.safetensors" : "last.safetensors")).string();
+    } else {
+      EMBER_THROW("'", checkpoint, "' holds no checkpoint (no ", kManifestName, ")");
+    }
   }
   EMBER_CHECK(fs::exists(path), "checkpoint '", path, "' does not exist");
   io::SafetensorsFile f = io::load_safetensors(path);
+  verify_weights_checksum(f);
   auto need = [&](const char* key) -> const std::string& {
     auto it = f.metadata.find(key);
     EMBER_CHECK(it != f.metadata.end(), path, ": not an ember weights file (no '", key,
@@ -202,128 +259,6 @@ LoadedModel load_model(const std::string& checkpoint) {
   }
   m.model->eval();
   return m;
-}
-
-// ---- training checkpoints ---------------------------------------------------------------------
-
-namespace {
-std::string fmt(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);  // round-trips exactly
-  return buf;
-}
-}  // namespace
-
-void save_checkpoint(const TrainConfig& cfg, const DataInfo& d, const nn::Module& model, const optim::Optimizer& opt,
-                     const optim::LRScheduler* sched, const data::DataLoader& loader, int64_t step,
-                     int64_t epochs_completed, double best_acc, bool is_best) {
-  std::error_code ec;
-  fs::create_directories(cfg.save_dir, ec);
-  EMBER_CHECK(!ec && fs::is_directory(cfg.save_dir), "--save: cannot create directory '", cfg.save_dir, "': ",
-              ec.message());
-  const CheckpointPaths p = checkpoint_paths(cfg.save_dir);
-  io::TrainingState st;
-  st.model_name = cfg.model;
-  st.model_config = {{"model", cfg.model},
-                     {"data", cfg.data},
-                     {"data_dir", cfg.data_dir},
-                     {"epochs", std::to_string(cfg.epochs)},
-                     {"batch_size", std::to_string(cfg.batch_size)},
-                     {"lr", fmt(cfg.lr)},
-                     {"optimizer", cfg.optimizer},
-                     {"momentum", fmt(cfg.momentum)},
-                     {"weight_decay", fmt(cfg.weight_decay)},
-                     {"scheduler", cfg.scheduler},
-                     {"warmup_epochs", fmt(cfg.warmup_epochs)},
-                     {"label_smoothing", fmt(cfg.label_smoothing)},
-                     {"augment", cfg.augment ? "1" : "0"},
-                     {"shuffle", cfg.shuffle ? "1" : "0"},
-                     {"seed", std::to_string(cfg.seed)},
-                     {"val", cfg.val},
-                     {"val_split", fmt(cfg.val_split)},
-                     {"image_size_option", std::to_string(cfg.image_size)},
-                     {"cache_dir", cfg.cache_dir},
-                     {"skip_bad_images", cfg.skip_bad_images ? "1" : "0"},
-                     {"in_channels", std::to_string(d.channels)},
-                     {"image_size", std::to_string(d.image_size)},
-                     {"world_size", std::to_string(cfg.world_size)},
-                     {"sync_bn", cfg.sync_bn ? "1" : "0"}};
-  st.class_names = d.classes;
-  st.epoch = epochs_completed;
-  st.step = step;
-  st.rng = {default_generator().seed(), default_generator().offset()};
-  st.loader = {loader.position().epoch, loader.position().batch, cfg.seed};
-  const optim::OptimizerState os = opt.state_dict();
-  st.optimizer.name = opt.name();
-  st.optimizer.tensors = os.tensors;
-  st.optimizer.scalars = io::state_dict_from(os.scalars);
-  if (sched != nullptr) {
-    st.scheduler.name = "scheduler";
-    st.scheduler.values = io::state_dict_from(sched->state_dict());
-  }
-  st.extra["best_test_acc"] = best_acc;
-  // Weights first, then the state that refers to them: a crash between the two leaves a state
-  // that is one epoch behind the weights at worst, never a state without weights.
-  save_weights(p.weights, model, cfg, d);
-  io::save_training_state(p.state, st);
-  if (is_best) save_weights(p.best, model, cfg, d);
-}
-
-void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg) {
-  const auto& m = st.model_config;
-  auto get = [&](const char* key) -> const std::string& {
-    auto it = m.find(key);
-    EMBER_CHECK(it != m.end(), "--resume: the training state has no '", key, "'");
-    return it->second;
-  };
-  const bool keep_epochs = std::find(cfg.explicitly_set.begin(), cfg.explicitly_set.end(), "epochs") != cfg.explicitly_set.end();
-  cfg.model = get("model");
-  cfg.data = get("data");
-  cfg.data_dir = get("data_dir");
-  if (!keep_epochs) cfg.epochs = std::stoi(get("epochs"));
-  cfg.batch_size = std::stoll(get("batch_size"));
-  cfg.lr = std::stod(get("lr"));
-  cfg.optimizer = get("optimizer");
-  cfg.momentum = std::stod(get("momentum"));
-  cfg.weight_decay = std::stod(get("weight_decay"));
-  cfg.scheduler = get("scheduler");
-  cfg.warmup_epochs = std::stod(get("warmup_epochs"));
-  cfg.label_smoothing = std::stod(get("label_smoothing"));
-  cfg.augment = get("augment") == "1";
-  cfg.shuffle = get("shuffle") == "1";
-  cfg.seed = std::stoull(get("seed"));
-  // ImageFolder settings (absent from checkpoints written before them: the defaults).
-  auto get_or = [&](const char* key, const std::string& fallback) {
-    auto it = m.find(key);
-    return it != m.end() ? it->second : fallback;
-  };
-  cfg.val = get_or("val", "");
-  cfg.val_split = std::stod(get_or("val_split", "-1"));
-  cfg.image_size = std::stoll(get_or("image_size_option", "-1"));
-  cfg.cache_dir = get_or("cache_dir", "");
-  cfg.skip_bad_images = get_or("skip_bad_images", "0") == "1";
-  cfg.sync_bn = get_or("sync_bn", "0") == "1";
-  // The loader position is per process: it means the same batches only with the same world size.
-  const auto ws = m.find("world_size");
-  const int saved_world = ws == m.end() ? 1 : std::stoi(ws->second);
-  EMBER_CHECK(saved_world == cfg.world_size, "--resume: the checkpoint was written by a run with ", saved_world,
-              " process(es) but this run has ", cfg.world_size, "; resume it with the same number (docs/distributed.md)");
-  cfg.init_weights.clear();  // the checkpoint's weights win
-}
-
-void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
-                            data::DataLoader& loader, int64_t& step, int& start_epoch, double& best_acc) {
-  optim::OptimizerState os;
-  os.tensors = st.optimizer.tensors;
-  os.scalars = io::state_doubles(st.optimizer.scalars);
-  opt.load_state_dict(os);
-  if (sched != nullptr && !st.scheduler.name.empty()) sched->load_state_dict(io::state_doubles(st.scheduler.values));
-  default_generator().set_state(st.rng.seed, st.rng.offset);
-  loader.set_position({st.loader.epoch, st.loader.batch_index});
-  step = st.step;
-  start_epoch = static_cast<int>(st.epoch);
-  auto it = st.extra.find("best_test_acc");
-  best_acc = it != st.extra.end() ? io::state_get<double>(st.extra, "best_test_acc") : -1;
 }
 
 // ---- eval and predict ----------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include "../data/image_dataset.h"
 #include "../data/loader.h"
 #include "../data/transforms.h"
+#include "../io/safetensors.h"
 #include "../io/training_state.h"
 #include "../layers/module.h"
 #include "../optim/optimizer.h"
@@ -65,25 +66,102 @@ void channel_stats(const Tensor& images, std::vector<double>& mean, std::vector<
 data::Compose make_train_transform(const DataInfo& d, bool flip);
 data::Compose make_eval_transform(const DataInfo& d);
 
-struct CheckpointPaths {
-  std::string weights, state, best;
+// Note [Checkpoint sets]
+// A checkpoint directory (--save DIR) holds one checkpoint as a set of files that belong together:
+//   DIR/checkpoint.json               the manifest: format, run id, step, epoch, and for every file
+//                                     of the set its path, size and CRC-32; written last
+//   DIR/step-<N>/model.safetensors    the weights at step N (metadata: ember.run, ember.step and
+//                                     ember.checksum, a CRC-32 of the tensors, besides the model's
+//                                     name, input size, class names and normalization)
+//   DIR/step-<N>/state.safetensors    the training state at step N (io/training_state.h), whose
+//                                     extra "run" names the run
+// "best" is the manifest's pointer to the weights of an earlier (or the same) step directory,
+// which is kept while it is named. A save writes a new step directory, syncs it, and then replaces
+// the manifest with one atomic rename (io/atomic_file.h): a crash, a kill or a full disk at any
+// point leaves the previous manifest, which names only complete files, so either the whole new
+// checkpoint becomes visible or none of it does. Step directories that no manifest names (an
+// interrupted save) and ".*.tmp-*" files are removed when the next run opens the directory for
+// writing; a run holds an flock on the directory while it writes, so a second run refuses it.
+// Readers (resume, eval, predict) call open_checkpoint, which checks every file against the
+// manifest (size, CRC-32, run id and step) and refuses a set that does not belong together.
+
+struct FileRef {
+  std::string path;  // relative to the checkpoint directory
+  uint64_t bytes = 0;
+  std::string crc32;  // "crc32:<8 hex digits>" of the whole file
 };
-CheckpointPaths checkpoint_paths(const std::string& dir);
+
+struct Manifest {
+  std::string run;  // the run's id, made when it started (new_run_id)
+  int64_t step = 0, epoch = 0;
+  FileRef weights, state;
+  bool has_best = false;
+  int64_t best_step = 0;
+  double best_acc = -1;
+  FileRef best;
+  std::string model, data, data_dir, val;  // what `ember eval DIR` evaluates on by default
+};
+
+inline constexpr const char* kManifestName = "checkpoint.json";
+// Whether DIR holds a manifest (without checking it).
+bool has_checkpoint(const std::string& dir);
+// Reads DIR/checkpoint.json and checks every file it names (Note [Checkpoint sets]); throws an
+// ember::Error naming the file and the mismatch for a set that does not belong together.
+Manifest open_checkpoint(const std::string& dir);
+// A fresh run id: 16 hex digits.
+std::string new_run_id();
+// "crc32:<8 hex digits>" of a file's bytes.
+std::string file_crc32(const std::string& path);
+
+// Rank 0's writer of one checkpoint directory: created before the first step, it creates the
+// directory, takes the lock, refuses a directory that holds another run's checkpoint (unless
+// overwrite) and removes what an interrupted save left.
+class CheckpointWriter {
+ public:
+  // `continuing`: this run resumes the checkpoint in `dir` itself.
+  CheckpointWriter(const std::string& dir, std::string run, bool overwrite, bool continuing, bool quiet);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  // Writes step-<N>/ with the weights and `state`, then the manifest (the best pointer kept).
+  void save(const TrainConfig& cfg, const DataInfo& d, const nn::Module& model, const io::TrainingState& state);
+  // Points the manifest's best at the last checkpoint, with this accuracy.
+  void mark_best(double acc);
+  const std::string& dir() const { return dir_; }
+  bool saved() const { return saved_; }
+  int64_t step() const { return m_.step; }
+
+ private:
+  void write_manifest();
+  void remove_unnamed_steps();
+  std::string dir_;
+  int lock_fd_ = -1;
+  Manifest m_;
+  bool saved_ = false;  // a checkpoint of this run is in the manifest
+};
 
 // Weights file metadata: the model's name and shape, class names and normalization, so a weights
-// file alone is enough for `ember eval` / `ember predict`.
-void save_weights(const std::string& path, const nn::Module& model, const TrainConfig& cfg, const DataInfo& d);
-// Loads a safetensors file into the model (strict names/shapes/dtypes); errors name the file.
+// file alone is enough for `ember eval` / `ember predict`; ember.checksum over the tensors, and
+// the run and step when given.
+void save_weights(const std::string& path, const nn::Module& model, const TrainConfig& cfg, const DataInfo& d,
+                  const std::string& run = "", int64_t step = -1);
+// Loads a safetensors file into the model (strict names/shapes/dtypes, ember.checksum when
+// present); errors name the file.
 void load_weights_into(nn::Module& model, const std::string& path);
+// Throws when a file's ember.checksum (if any) does not match its tensors.
+void verify_weights_checksum(const io::SafetensorsFile& f);
 
-void save_checkpoint(const TrainConfig& cfg, const DataInfo& d, const nn::Module& model, const optim::Optimizer& opt,
-                     const optim::LRScheduler* sched, const data::DataLoader& loader, int64_t step,
-                     int64_t epochs_completed, double best_acc, bool is_best);
-// The saved run's configuration replaces cfg's (except --epochs, --resume, --save, --metrics,
-// --quiet, --threads, --max-steps and --eval-every, which the resuming command may change).
-void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg);
+// The training state of a checkpoint: optimizer, scheduler, RNG, loader position, configuration.
+io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d, const optim::Optimizer& opt,
+                                      const optim::LRScheduler* sched, const data::DataLoader& loader, int64_t step,
+                                      int64_t epochs_completed, const std::string& run);
+// The saved run's configuration replaces cfg's. Options that may change on resume (--epochs
+// upwards, --save, --metrics, --quiet, --threads, --workers, --max-steps, --eval-every,
+// --eval-limit, --log-every, --save-weights, --device) are kept and listed in `changed`; any other
+// option given with a value different from the saved one is an error.
+void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vector<std::string>& changed);
 void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
-                            data::DataLoader& loader, int64_t& step, int& start_epoch, double& best_acc);
+                            data::DataLoader& loader, int64_t& step, int& start_epoch);
 
 // With a communicator of world size W, rank r evaluates batches r, r + W, ... and the results
 // are summed over the ranks (every rank returns the whole test set's numbers).

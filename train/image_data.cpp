@@ -37,6 +37,9 @@ DataInfo open_image_folder(const std::string& root, const ImageDataOptions& o) {
   std::shared_ptr<const data::ImageDataset> all = open(root);
   d.cached = !o.cache_dir.empty();
   d.classes = all->classes();
+  EMBER_CHECK(o.eval_only || d.classes.size() >= 2, "--data '", root, "' has ", d.classes.size(), " class",
+              d.classes.size() == 1 ? " ('" + d.classes[0] + "')" : std::string("es"),
+              ": a classifier needs at least 2 class subdirectories");
   if (o.eval_only) {
     d.image_train = d.image_test = all;
   } else if (!o.val.empty()) {

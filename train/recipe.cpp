@@ -1,6 +1,7 @@
 // The default recipe and the validation of a TrainConfig.
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "../core/error.h"
@@ -13,31 +14,48 @@ namespace {
 bool was_set(const TrainConfig& c, const std::string& name) {
   return std::find(c.explicitly_set.begin(), c.explicitly_set.end(), name) != c.explicitly_set.end();
 }
+
+// The value as the user typed it where we have that text ("1e400"), else as a number.
+template <typename T>
+std::string got(const TrainConfig& c, const std::string& name, T value) {
+  auto it = c.given_text.find(name);
+  if (it != c.given_text.end()) return it->second;
+  std::ostringstream os;
+  os << value;
+  return os.str();
+}
 }  // namespace
 
 std::vector<std::string> resolve(TrainConfig& c) {
   // The default recipe (Fashion-MNIST, 2 CPU cores, a few minutes): the `cnn` model, AdamW with
   // a one-cycle schedule, light augmentation (random 2-pixel shifts; mirror images for
   // Fashion-MNIST only — mirrored digits are other digits) and label smoothing. Any value the
-  // user gave is kept; the rest come from the recipe.
+  // user gave is kept; the rest (fields left at -1 and not in explicitly_set) come from the
+  // recipe. A value the user gave is never replaced, even a negative one: validate() rejects it.
   std::vector<std::string> chose;
-  auto pick = [&](bool unset, const std::string& what) {
-    if (unset) chose.push_back(what);
-  };
+  auto unset = [&](double v, const char* name) { return v == -1 && !was_set(c, name); };
   const bool recipe = c.optimizer.empty();  // nothing recipe-related given: the tuned defaults
-  pick(c.model.empty(), "model cnn");
-  if (c.model.empty()) c.model = "cnn";
-  pick(c.optimizer.empty(), "optimizer adamw");
-  if (c.optimizer.empty()) c.optimizer = "adamw";
-  pick(c.epochs < 0, "epochs 10");
-  if (c.epochs < 0) c.epochs = 10;
-  pick(c.batch_size < 0, "batch size 128");
-  if (c.batch_size < 0) c.batch_size = recipe ? 128 : 64;
-  if (c.lr < 0) {
+  if (c.model.empty()) {
+    c.model = "cnn";
+    chose.push_back("model cnn");
+  }
+  if (c.optimizer.empty()) {
+    c.optimizer = "adamw";
+    chose.push_back("optimizer adamw");
+  }
+  if (unset(c.epochs, "epochs")) {
+    c.epochs = 10;
+    chose.push_back("epochs 10");
+  }
+  if (unset(static_cast<double>(c.batch_size), "batch-size")) {
+    c.batch_size = recipe ? 128 : 64;
+    chose.push_back("batch size " + std::to_string(c.batch_size));
+  }
+  if (unset(c.lr, "lr")) {
     c.lr = recipe ? 3e-3 : (c.optimizer == "sgd" ? 0.05 : 1e-3);
     chose.push_back("lr " + std::to_string(c.lr));
   }
-  if (c.weight_decay < 0) {
+  if (unset(c.weight_decay, "weight-decay")) {
     c.weight_decay = c.optimizer == "adamw" ? (recipe ? 5e-4 : 1e-2) : (c.optimizer == "sgd" ? 5e-4 : 0.0);
     chose.push_back("weight decay " + std::to_string(c.weight_decay));
   }
@@ -45,24 +63,69 @@ std::vector<std::string> resolve(TrainConfig& c) {
     c.scheduler = recipe ? "onecycle" : "none";
     chose.push_back("scheduler " + c.scheduler);
   }
-  if (c.warmup_epochs < 0) c.warmup_epochs = 0;
-  if (c.label_smoothing < 0) {
+  if (unset(c.warmup_epochs, "warmup-epochs")) c.warmup_epochs = 0;
+  if (unset(c.label_smoothing, "label-smoothing")) {
     c.label_smoothing = recipe ? 0.1 : 0.0;
     if (recipe) chose.push_back("label smoothing 0.1");
   }
   return chose;
 }
 
+void check_options(const TrainConfig& c) {
+  // A field is checked when the user gave it, or when it is not at its "not given" value (-1).
+  auto given = [&](const char* name, double v) { return was_set(c, name) || v != -1; };
+  auto finite = [](double v) { return std::isfinite(v); };
+  if (given("epochs", c.epochs))
+    EMBER_CHECK(c.epochs >= 1, "--epochs must be at least 1, got ", got(c, "epochs", c.epochs));
+  if (given("batch-size", static_cast<double>(c.batch_size)))
+    EMBER_CHECK(c.batch_size >= 1, "--batch-size must be at least 1, got ", got(c, "batch-size", c.batch_size));
+  if (given("lr", c.lr))
+    EMBER_CHECK(finite(c.lr) && c.lr > 0, "--lr must be a positive finite number, got ", got(c, "lr", c.lr));
+  if (given("weight-decay", c.weight_decay))
+    EMBER_CHECK(finite(c.weight_decay) && c.weight_decay >= 0, "--weight-decay must be a finite number >= 0, got ",
+                got(c, "weight-decay", c.weight_decay));
+  if (given("warmup-epochs", c.warmup_epochs))
+    EMBER_CHECK(finite(c.warmup_epochs) && c.warmup_epochs >= 0, "--warmup-epochs must be a finite number >= 0, got ",
+                got(c, "warmup-epochs", c.warmup_epochs));
+  if (given("label-smoothing", c.label_smoothing))
+    EMBER_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1), got ",
+                got(c, "label-smoothing", c.label_smoothing));
+  EMBER_CHECK(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1), got ", got(c, "momentum", c.momentum));
+  EMBER_CHECK(finite(c.clip_grad_norm) && c.clip_grad_norm >= 0 && (c.clip_grad_norm > 0 || !was_set(c, "clip-grad-norm")),
+              "--clip-grad-norm must be a positive finite number, got ", got(c, "clip-grad-norm", c.clip_grad_norm));
+  if (given("val-split", c.val_split))
+    EMBER_CHECK(c.val_split > 0 && c.val_split < 1, "--val-split must be in (0, 1), got ",
+                got(c, "val-split", c.val_split));
+  if (given("image-size", static_cast<double>(c.image_size)))
+    EMBER_CHECK(c.image_size >= 8, "--image-size must be at least 8, got ", got(c, "image-size", c.image_size));
+  EMBER_CHECK(c.eval_every >= 1, "--eval-every must be at least 1, got ", got(c, "eval-every", c.eval_every));
+  EMBER_CHECK(c.eval_limit >= 0, "--eval-limit must be 0 (all) or a positive count, got ",
+              got(c, "eval-limit", c.eval_limit));
+  if (given("max-steps", static_cast<double>(c.max_steps)))
+    EMBER_CHECK(c.max_steps >= 1, "--max-steps must be at least 1, got ", got(c, "max-steps", c.max_steps));
+  // Unsigned: the parser would read "-1" as 2^64 - 1.
+  if (auto it = c.given_text.find("seed"); it != c.given_text.end())
+    EMBER_CHECK(it->second.empty() || it->second[0] != '-', "--seed must be a non-negative integer, got ", it->second);
+  EMBER_CHECK(c.threads >= 0, "--threads must be 0 (all cores) or a positive count, got ", got(c, "threads", c.threads));
+  EMBER_CHECK(c.workers >= 0, "--workers must be non-negative, got ", got(c, "workers", c.workers));
+  EMBER_CHECK(c.log_every >= 1, "--log-every must be at least 1, got ", got(c, "log-every", c.log_every));
+  // Options that only mean something for ImageFolder data: the named datasets are IDX files (a
+  // directory is checked once it is opened: start_run).
+  if (c.data == "fashion-mnist" || c.data == "mnist")
+    for (const char* name : {"val", "val-split", "image-size", "cache", "skip-bad-images"})
+      EMBER_CHECK(!was_set(c, name), "--", name, " applies to ImageFolder data only, and --data ", c.data,
+                  " is IDX data (docs/data.md)");
+  EMBER_CHECK(!was_set(c, "data-dir") || c.data == "fashion-mnist" || c.data == "mnist", "--data-dir applies to "
+              "--data fashion-mnist or mnist; --data '", c.data, "' names the directory itself");
+  // --resume continues a run: its weights come from the checkpoint.
+  EMBER_CHECK(c.resume_dir.empty() || c.init_weights.empty(), "--init-weights cannot be used with --resume (the run "
+              "continues from the weights in '", c.resume_dir, "')");
+}
+
 void validate(const TrainConfig& c) {
-  EMBER_CHECK(c.epochs >= 1, "--epochs must be at least 1, got ", c.epochs);
-  EMBER_CHECK(c.batch_size >= 1, "--batch-size must be at least 1, got ", c.batch_size);
-  EMBER_CHECK(c.lr > 0, "--lr must be positive, got ", c.lr);
-  EMBER_CHECK(c.weight_decay >= 0, "--weight-decay must be non-negative, got ", c.weight_decay);
-  EMBER_CHECK(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1), got ", c.momentum);
-  EMBER_CHECK(c.label_smoothing >= 0 && c.label_smoothing <= 1, "--label-smoothing must be in [0, 1], got ",
-              c.label_smoothing);
-  EMBER_CHECK(c.warmup_epochs >= 0 && c.warmup_epochs < c.epochs, "--warmup-epochs must be in [0, epochs), got ",
-              c.warmup_epochs);
+  check_options(c);
+  EMBER_CHECK(c.warmup_epochs < c.epochs, "--warmup-epochs must be less than --epochs (", c.epochs, "), got ",
+              got(c, "warmup-epochs", c.warmup_epochs));
   EMBER_CHECK(c.optimizer == "adam" || c.optimizer == "adamw" || c.optimizer == "sgd", "--optimizer must be adam, "
               "adamw or sgd, got '", c.optimizer, "'");
   EMBER_CHECK(c.scheduler == "none" || c.scheduler == "step" || c.scheduler == "cosine" || c.scheduler == "onecycle",
@@ -70,12 +133,6 @@ void validate(const TrainConfig& c) {
   const std::vector<std::string> names = models::model_names();
   EMBER_CHECK(std::find(names.begin(), names.end(), c.model) != names.end(), "unknown model '", c.model,
               "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");
-  EMBER_CHECK(c.eval_every >= 1, "--eval-every must be at least 1, got ", c.eval_every);
-  EMBER_CHECK(c.eval_limit >= 0, "--eval-limit must be 0 (all) or a positive count, got ", c.eval_limit);
-  EMBER_CHECK(c.max_steps == -1 || c.max_steps >= 1, "--max-steps must be at least 1, got ", c.max_steps);
-  EMBER_CHECK(c.threads >= 0, "--threads must be non-negative, got ", c.threads);
-  EMBER_CHECK(c.workers >= 0, "--workers must be non-negative, got ", c.workers);
-  EMBER_CHECK(c.log_every >= 1, "log interval must be at least 1");
 }
 
 }  // namespace ember::train

@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -7,23 +8,46 @@
 #include <cstring>
 
 #include "../core/error.h"
+#include "../io/fault.h"
 
 namespace ember::train {
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), "w");
-  EMBER_CHECK(file_ != nullptr, "cannot open metrics file '", path, "': ", std::strerror(errno));
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  EMBER_CHECK(fd_ >= 0, "cannot open metrics file '", path, "': ", std::strerror(errno));
 }
 
 MetricsWriter::~MetricsWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsWriter::write_line(const std::string& json_object) {
-  if (file_ == nullptr) return;
-  const bool ok = std::fputs(json_object.c_str(), file_) >= 0 && std::fputc('\n', file_) != EOF && std::fflush(file_) == 0;
-  EMBER_CHECK(ok, "cannot write metrics file '", path_, "': ", std::strerror(errno));
+  if (fd_ < 0) return;
+  const std::string line = json_object + "\n";
+  // EMBER_FAULT=enospc-metrics:N: the N-th line stops half-way on a "full disk" (io/fault.h).
+  const bool inject = io::fault_enospc("metrics");
+  const size_t want = inject ? line.size() / 2 : line.size();
+  size_t done = 0;
+  int err = 0;
+  while (done < want) {
+    const ssize_t w = ::pwrite(fd_, line.data() + done, want - done, static_cast<off_t>(size_ + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      err = w < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (inject && err == 0) err = ENOSPC;
+  if (err != 0) {
+    // Whole lines or nothing: cut the partial line off again (best effort on a full disk).
+    if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+      // Nothing more can be done; the write error below is the one to report.
+    }
+    EMBER_THROW("cannot write metrics file '", path_, "': ", std::strerror(err));
+  }
+  size_ += line.size();
 }
 
 std::string format_duration(double s) {

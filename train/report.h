@@ -4,6 +4,7 @@
 // The metrics schema is documented in docs/metrics.md.
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -11,8 +12,8 @@
 
 namespace ember::train {
 
-// One JSON-lines file; each event is written and flushed as one line. Values are added with
-// the typed setters of an Event and written by `write`.
+// One JSON-lines file; each event is written as one whole line or not at all: a write that fails
+// part-way (a full disk) is cut back to the end of the previous line before the error is thrown.
 class MetricsWriter {
  public:
   // Empty path: a writer that writes nothing.
@@ -20,12 +21,13 @@ class MetricsWriter {
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
-  bool enabled() const { return file_ != nullptr; }
-  // `json_object` must be one JSON object (no newline); it is written as a line and flushed.
+  bool enabled() const { return fd_ >= 0; }
+  // `json_object` must be one JSON object (no newline); it is written as a line with one write().
   void write_line(const std::string& json_object);
 
  private:
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  uint64_t size_ = 0;  // bytes of whole lines written so far
   std::string path_;
 };
 

@@ -3,10 +3,16 @@
 
 #include "trainer.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
@@ -15,6 +21,8 @@
 #include "../data/image_dataset.h"
 #include "../data/loader.h"
 #include "../data/transforms.h"
+#include "../io/atomic_file.h"
+#include "../io/fault.h"
 #include "../io/safetensors.h"
 #include "../io/training_state.h"
 #include "../kernels/cpu/parallel.h"
@@ -22,11 +30,13 @@
 #include "../layers/nn_functional.h"
 #include "../layers/reduce.h"
 #include "../models/zoo.h"
+#include "../optim/clip.h"
 #include "../optim/optim.h"
 #include "../parallel/communicator.h"
 #include "../parallel/ddp.h"
 #include "../parallel/sync_batchnorm.h"
 #include "checkpoint.h"
+#include "interrupt.h"
 #include "report.h"
 
 namespace ember::train {
@@ -91,6 +101,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"scheduler", c.scheduler},
               {"warmup_epochs", c.warmup_epochs},
               {"label_smoothing", c.label_smoothing},
+              {"clip_grad_norm", c.clip_grad_norm},
               {"augment", c.augment},
               {"shuffle", c.shuffle},
               {"seed", c.seed},
@@ -115,6 +126,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"image_size", d.image_size},
               {"eval_resize", d.resize},
               {"cache", c.cache_dir},
+              {"overwrite", c.overwrite},
               {"skip_bad_images", c.skip_bad_images}};
 }
 
@@ -216,17 +228,111 @@ struct Run {
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<nn::CrossEntropyLoss> criterion;
+  std::unique_ptr<CheckpointWriter> checkpoint;  // rank 0 with --save
+  std::string run_id;
+  int64_t eval_batch = 0;  // the evaluation batch: --batch-size, halved on out-of-memory
   Progress progress{true};
   std::unique_ptr<profiler::Profiler> profiler;  // --profile, --profile-trace: from the first step
   // Position and totals.
   int64_t step = 0;
   int start_epoch = 0;
+  int epoch_now = 0;  // 0-based epoch of the last step
   double best_acc = -1;
-  bool stopped = false;  // --max-steps reached
+  bool stopped = false;      // --max-steps reached, or interrupted
+  bool interrupted = false;  // SIGINT / SIGTERM (Note [Clean interrupts])
+  double last_finite_loss = NAN;
+  int64_t last_finite_step = 0;
   double train_seconds = 0;
   int64_t train_images = 0;
   TrainSummary summary;
 };
+
+bool is_out_of_memory(const Error& e) { return std::string(e.what()).find("out of memory") != std::string::npos; }
+
+// EMBER_FAULT=oom-eval-above:B (Note [Fault injection] in io/fault.h): evaluation batches larger
+// than B fail as a device would.
+void inject_eval_oom(int64_t batch) {
+  const int64_t limit = io::fault_value("oom-eval-above");
+  if (limit >= 0 && batch > limit)
+    EMBER_THROW("CUDA out of memory (EMBER_FAULT=oom-eval-above:", limit, ") evaluating a batch of ", batch);
+}
+
+std::unique_ptr<data::DataLoader> make_test_loader(const TrainConfig& cfg, const DataInfo& d, int64_t batch) {
+  std::shared_ptr<const data::Dataset> test_set = d.test;
+  if (cfg.eval_limit > 0) test_set = std::make_shared<data::PrefixDataset>(d.test, cfg.eval_limit);
+  return std::make_unique<data::DataLoader>(test_set,
+                                            data::LoaderOptions{.batch_size = batch, .transform = make_eval_transform(d)});
+}
+
+// Runs `body` (an evaluation with r.test_loader); on out of memory halves the evaluation batch and
+// tries again, down to 1.
+template <typename F>
+auto with_eval_backoff(Run& r, F body) {
+  for (;;) {
+    try {
+      inject_eval_oom(r.eval_batch);
+      return body();
+    } catch (const Error& e) {
+      if (!is_out_of_memory(e) || r.eval_batch <= 1) throw;
+      const int64_t half = r.eval_batch / 2;
+      if (!r.cfg.quiet)
+        std::fprintf(stderr, "ember train: evaluation ran out of memory with batch %lld; retrying with batch %lld\n",
+                     static_cast<long long>(r.eval_batch), static_cast<long long>(half));
+      r.eval_batch = half;
+      r.test_loader = make_test_loader(r.cfg, r.d, half);
+    }
+  }
+}
+
+// An output file (--save-weights): not a directory, its folder created, writable, all before the
+// first step. Leaves no file behind.
+void check_output_file(const char* option, const std::string& path, const char* example = "model.safetensors") {
+  EMBER_CHECK(!fs::is_directory(path), option, " '", path, "' is a directory; name a file in it, e.g. '",
+              (fs::path(path) / example).string(), "'");
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  EMBER_CHECK(!ec && fs::is_directory(dir), option, ": cannot create directory '", dir.string(), "' for '", path, "'",
+              ec ? ": " + ec.message() : std::string());
+  EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, option, ": cannot write into '", dir.string(), "': ",
+              std::strerror(errno));
+  // What an interrupted earlier write of this file left (".<name>.tmp-*", Note [Atomic checkpoint
+  // writes]); other files in the folder are not ours to remove.
+  std::string prefix = ".";
+  prefix += fs::path(path).filename().string();
+  prefix += ".tmp-";
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0 && e.is_regular_file(ec)) fs::remove(e.path(), ec);
+}
+
+// The divergence error (Note [Divergence guard]): the step, what was not finite, the last finite
+// loss, the checkpoint left as it was, and what to change. Writes the metrics "diverged" event.
+[[noreturn]] void throw_diverged(Run& r, int64_t step, const std::string& what) {
+  const TrainConfig& cfg = r.cfg;
+  r.metrics->write_line(json{{"event", "diverged"}, {"epoch", r.epoch_now + 1}, {"step", step},
+                             {"last_finite_loss", std::isfinite(r.last_finite_loss) ? json(r.last_finite_loss) : json()}}
+                            .dump());
+  const std::string saved = r.checkpoint && r.checkpoint->saved() ? "; the checkpoint in '" + cfg.save_dir +
+                                                                         "' (step " + std::to_string(r.checkpoint->step()) +
+                                                                         ") is untouched"
+                                                                   : "";
+  char last[96] = "no step had a finite loss";
+  if (std::isfinite(r.last_finite_loss))
+    std::snprintf(last, sizeof last, "the last finite loss was %.6g at step %lld", r.last_finite_loss,
+                  static_cast<long long>(r.last_finite_step));
+  EMBER_THROW("training diverged at step ", step, " (epoch ", r.epoch_now + 1, "): ", what, "; ", last, saved,
+              ". Lower --lr (", cfg.lr, ")", cfg.clip_grad_norm > 0 ? "" : ", add --clip-grad-norm 1",
+              " or use --warmup-epochs");
+}
+
+bool parameters_finite(const nn::Module& model) {
+  for (const Tensor& p : model.parameters()) {
+    const std::vector<double> v = p.detach().to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();
+    if (!std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); })) return false;
+  }
+  return true;
+}
 
 // One epoch's running sums on this process.
 struct EpochTotals {
@@ -260,16 +366,51 @@ Run start_run(TrainConfig cfg) {
   }
   r.lead = rank == 0;
   std::optional<io::TrainingState> resume_state;
+  std::optional<Manifest> resumed;
+  std::vector<std::string> changed;
   if (!cfg.resume_dir.empty()) {
     // The run continues with the configuration it was started with; --epochs may extend it.
     EMBER_CHECK(std::filesystem::is_directory(cfg.resume_dir), "--resume: checkpoint directory '", cfg.resume_dir,
                 "' does not exist");
-    const CheckpointPaths p = checkpoint_paths(cfg.resume_dir);
-    resume_state = io::load_training_state(p.state);
-    apply_saved_config(*resume_state, cfg);
+    EMBER_CHECK(has_checkpoint(cfg.resume_dir), "--resume: '", cfg.resume_dir, "' holds no checkpoint (no ",
+                kManifestName, "; nothing was saved there, or it was written by an older ember)");
+    resumed = open_checkpoint(cfg.resume_dir);  // every file checked against the manifest
+    resume_state = io::load_training_state((fs::path(cfg.resume_dir) / resumed->state.path).string());
+    apply_saved_config(*resume_state, cfg, changed);
+    r.run_id = resumed->run;
+    // Resuming keeps saving into the same directory.
+    if (cfg.save_dir.empty()) cfg.save_dir = cfg.resume_dir;
+  } else {
+    r.run_id = new_run_id();
   }
   const std::vector<std::string> chose = resolve(cfg);
   validate(cfg);
+  // --save checks that need no data, before the data is read (CheckpointWriter checks the rest).
+  if (r.lead && !cfg.save_dir.empty()) {
+    EMBER_CHECK(!fs::exists(cfg.save_dir) || fs::is_directory(cfg.save_dir), "--save: '", cfg.save_dir,
+                "' is a file, not a directory");
+    const bool continuing = resumed && fs::exists(cfg.save_dir) && fs::equivalent(cfg.save_dir, cfg.resume_dir);
+    EMBER_CHECK(continuing || cfg.overwrite || !has_checkpoint(cfg.save_dir), "--save: '", cfg.save_dir,
+                "' already holds a checkpoint; continue it with --resume ", cfg.save_dir,
+                ", or pass --overwrite to replace it with this run");
+  }
+  if (r.lead && !cfg.save_weights.empty())
+    EMBER_CHECK(!fs::is_directory(cfg.save_weights), "--save-weights '", cfg.save_weights,
+                "' is a directory; name a file in it, e.g. '", (fs::path(cfg.save_weights) / "model.safetensors").string(),
+                "'");
+  const auto given = [&](const char* name) {
+    return std::find(cfg.explicitly_set.begin(), cfg.explicitly_set.end(), name) != cfg.explicitly_set.end();
+  };
+  if (given("momentum") && cfg.optimizer != "sgd" && !cfg.quiet && r.lead)
+    std::fprintf(stderr, "ember train: warning: --momentum applies to --optimizer sgd only; %s ignores it\n",
+                 cfg.optimizer.c_str());
+  if (resumed && !cfg.quiet && r.lead) {
+    std::string s;
+    for (const std::string& x : changed) s += (s.empty() ? "" : ", ") + x;
+    std::fprintf(stderr, "ember train: resuming run %s from %s at step %lld (%lld epoch(s) done)%s%s\n",
+                 resumed->run.c_str(), cfg.resume_dir.c_str(), static_cast<long long>(resumed->step),
+                 static_cast<long long>(resumed->epoch), s.empty() ? "" : "; changed: ", s.c_str());
+  }
   r.device = resolve_device(cfg.device);
   if (cfg.threads > 0) set_num_threads(cfg.threads);
 
@@ -278,7 +419,11 @@ Run start_run(TrainConfig cfg) {
                   {.val = cfg.val, .val_split = cfg.val_split, .image_size = cfg.image_size,
                    .cache_dir = cfg.cache_dir, .skip_bad_images = cfg.skip_bad_images, .seed = cfg.seed});
   const DataInfo& d = r.d;
-  if (!cfg.quiet && !chose.empty()) {
+  if (d.kind != DataKind::image_folder)
+    for (const char* name : {"val", "val-split", "image-size", "cache", "skip-bad-images"})
+      EMBER_CHECK(!given(name), "--", name, " applies to ImageFolder data only, and '", cfg.data, "' holds ",
+                  is_cifar_dir(d.dir) ? "CIFAR batches" : "IDX files", " (docs/data.md)");
+  if (!cfg.quiet && !chose.empty() && !resumed) {
     std::string s;
     for (const std::string& x : chose) s += (s.empty() ? "" : ", ") + x;
     std::fprintf(stderr, "ember train: recipe chose %s\n", s.c_str());
@@ -303,10 +448,9 @@ Run start_run(TrainConfig cfg) {
     train_options.pin_memory = data::PinMemory::on;
   }
   r.loader = std::make_unique<data::DataLoader>(d.train, train_options);
-  std::shared_ptr<const data::Dataset> test_set = d.test;
-  if (cfg.eval_limit > 0) test_set = std::make_shared<data::PrefixDataset>(d.test, cfg.eval_limit);
-  r.test_loader = std::make_unique<data::DataLoader>(
-      test_set, data::LoaderOptions{.batch_size = 256, .transform = make_eval_transform(d)});
+  // Evaluation batches are as large as training batches (halved on out of memory: with_eval_backoff).
+  r.eval_batch = cfg.batch_size;
+  r.test_loader = make_test_loader(cfg, d, r.eval_batch);
   r.steps_per_epoch = r.loader->size();
 
   // Model: the same seed gives the same initial weights.
@@ -320,11 +464,32 @@ Run start_run(TrainConfig cfg) {
   r.optimizer = make_optimizer(cfg, r.model->parameters());
   r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
 
+  // Before the first step: one evaluation batch (so that an evaluation that does not fit fails or
+  // shrinks now, not after an epoch of work) and the output paths.
+  r.cfg = cfg;  // with_eval_backoff reads it
+  if (r.test_loader->size() > 0) {
+    with_eval_backoff(r, [&] {
+      NoGradGuard no_grad;
+      const bool was_training = r.model->is_training();
+      r.model->eval();
+      data::Batch batch = r.test_loader->load_batch(0, 0);
+      if (batch.labels.numel() > 0) (void)r.model->forward(batch.images.to(r.device));
+      r.model->train(was_training);
+      return 0;
+    });
+  }
+  if (r.lead && !cfg.save_weights.empty()) check_output_file("--save-weights", cfg.save_weights);
+  if (r.lead && !cfg.profile_trace.empty()) check_output_file("--profile-trace", cfg.profile_trace, "trace.json");
+  if (r.lead && !cfg.save_dir.empty())
+    r.checkpoint = std::make_unique<CheckpointWriter>(cfg.save_dir, r.run_id, cfg.overwrite,
+                                                      resumed && fs::exists(cfg.save_dir) &&
+                                                          fs::equivalent(cfg.save_dir, cfg.resume_dir),
+                                                      cfg.quiet);
+
   if (resume_state) {
-    const CheckpointPaths p = checkpoint_paths(cfg.resume_dir);
-    load_weights_into(*r.model, p.weights);
-    restore_training_state(*resume_state, *r.optimizer, r.scheduler.get(), *r.loader, r.step, r.start_epoch,
-                           r.best_acc);
+    load_weights_into(*r.model, (fs::path(cfg.resume_dir) / resumed->weights.path).string());
+    restore_training_state(*resume_state, *r.optimizer, r.scheduler.get(), *r.loader, r.step, r.start_epoch);
+    r.best_acc = resumed->has_best ? resumed->best_acc : -1;
   }
   // Batch statistics over every rank's images (a model without BatchNorm is left as it is).
   if (r.distributed && cfg.sync_bn) parallel::convert_sync_batchnorm(*r.model, r.comm);
@@ -360,6 +525,8 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       continue;
     }
     const profiler::Scope step_scope("step", profiler::Phase::step);
+    // EMBER_FAULT=slow-step-ms:N (a testing hook): the whole N ms, even across a signal.
+    if (const int64_t ms = io::fault_value("slow-step-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     Tensor images, labels;
     {
       const profiler::Scope scope("to device", profiler::Phase::data);
@@ -378,13 +545,32 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       loss.backward();  // with DDP: returns with the gradients averaged over the ranks
     }
     const double lr_used = opt.get_lr(0);
+    const double l = loss.item();
+    // Note [Divergence guard]
+    // A non-finite loss stops the run before the optimizer step, so the weights stay those of the
+    // last finite step; nothing non-finite is written (save_weights refuses NaN/inf parameters)
+    // and "best" is chosen among finite evaluations only. With several processes the flags are
+    // all-reduced, so every rank stops at the same step. The error names the step, the last
+    // finite loss and what to change.
+    bool diverged = !std::isfinite(l), interrupt = interrupt_requested();
+    if (r.distributed) {
+      Tensor flags = from_vector<double>({diverged ? 1.0 : 0.0, interrupt ? 1.0 : 0.0});
+      r.comm->all_reduce(flags);
+      const std::vector<double> v = flags.to_vector<double>();
+      diverged = v[0] > 0;
+      interrupt = v[1] > 0;
+    }
+    r.epoch_now = epoch;
+    if (diverged) throw_diverged(r, r.step + 1, std::string("the loss is ") + (std::isnan(l) ? "NaN" : "infinite"));
     {
       const profiler::Scope scope("optimizer", profiler::Phase::optimizer);
+      if (cfg.clip_grad_norm > 0) optim::clip_grad_norm_(r.model->parameters(), cfg.clip_grad_norm);
       opt.step();
       if (r.scheduler) r.scheduler->step();
     }
     ++r.step;
-    const double l = loss.item();
+    r.last_finite_loss = l;
+    r.last_finite_step = r.step;
     const int64_t n = labels.numel();
     int64_t correct;
     {
@@ -406,13 +592,18 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       r.stopped = true;
       break;
     }
+    if (interrupt) {
+      r.stopped = r.interrupted = true;
+      break;
+    }
   }
   r.progress.end_epoch();
   return t;
 }
 
-// After an epoch's steps: the epoch's numbers over every rank, evaluation when due, the metrics
-// line and the printed line, and the checkpoint.
+// After an epoch's steps: the epoch's numbers over every rank, the checkpoint (before anything
+// that can fail, such as the evaluation), evaluation when due (not after an interrupt), the best
+// pointer, the metrics line and the printed line.
 void finish_epoch(Run& r, int epoch, EpochTotals t) {
   const TrainConfig& cfg = r.cfg;
   const int64_t skipped_train = report_skipped(r.d.image_train.get(), "training", cfg.quiet);
@@ -436,9 +627,19 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
   es.seconds = epoch_seconds;
   const bool epoch_done = r.loader->position().batch == 0;
   const bool last = epoch + 1 == cfg.epochs || r.stopped;
-  if ((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) {
+  // A finite loss can still leave non-finite weights after the step's update (the next loss would
+  // show it): checked before they could be saved. The weights are the same on every rank.
+  if (!parameters_finite(*r.model)) throw_diverged(r, r.step, "the weights hold a NaN or an infinity after the update");
+  if (r.checkpoint) {
+    r.checkpoint->save(cfg, r.d, *r.model,
+                       make_training_state(cfg, r.d, *r.optimizer, r.scheduler.get(), *r.loader, r.step,
+                                           epoch_done ? epoch + 1 : epoch, r.run_id));
+  }
+  if (((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) && !r.interrupted) {
     const profiler::Scope scope("evaluate", profiler::Phase::eval);
-    EvalResult ev = evaluate_loader(*r.model, *r.test_loader, static_cast<int64_t>(r.d.classes.size()), r.comm.get());
+    EvalResult ev = with_eval_backoff(r, [&] {
+      return evaluate_loader(*r.model, *r.test_loader, static_cast<int64_t>(r.d.classes.size()), r.comm.get());
+    });
     report_skipped(r.d.image_test.get(), "validation", cfg.quiet);
     es.test_loss = ev.loss;
     es.test_acc = ev.accuracy;
@@ -459,11 +660,11 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
     std::fprintf(stderr, ", %.0f img/s, %s\n", es.images_per_sec, format_duration(es.seconds).c_str());
   }
   r.summary.epochs.push_back(es);
-  const bool improved = !std::isnan(es.test_acc) && es.test_acc > r.best_acc;
-  if (improved) r.best_acc = es.test_acc;
-  if (!cfg.save_dir.empty() && r.lead) {
-    save_checkpoint(cfg, r.d, *r.model, *r.optimizer, r.scheduler.get(), *r.loader, r.step,
-                    epoch_done ? epoch + 1 : epoch, r.best_acc, improved);
+  // "best" among finite evaluations only (Note [Divergence guard]).
+  const bool improved = std::isfinite(es.test_acc) && std::isfinite(es.test_loss) && es.test_acc > r.best_acc;
+  if (improved) {
+    r.best_acc = es.test_acc;
+    if (r.checkpoint) r.checkpoint->mark_best(es.test_acc);
   }
 }
 
@@ -480,19 +681,43 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
       if (!cfg.quiet) std::fprintf(stderr, "ember train: wrote the trace %s\n", cfg.profile_trace.c_str());
     }
   }
-  if (!cfg.save_weights.empty() && r.lead) save_weights(cfg.save_weights, *r.model, cfg, r.d);
+  // --save-weights means the weights at the end of the run: an interrupted run has none yet.
+  if (!cfg.save_weights.empty() && r.lead && !r.interrupted) save_weights(cfg.save_weights, *r.model, cfg, r.d);
   TrainSummary& summary = r.summary;
   summary.steps = r.step;
+  summary.interrupted = r.interrupted;
+  summary.epochs_run = r.epoch_now + 1;
+  const bool epoch_done = r.loader->position().batch == 0;
+  summary.stopped_early = r.stopped && !r.interrupted && !(epoch_done && r.epoch_now + 1 == cfg.epochs);
   summary.seconds = seconds_since(t_start);
   summary.images_per_sec = static_cast<double>(r.train_images) / std::max(1e-9, r.train_seconds);
   r.metrics->write_line(json{{"event", "summary"}, {"test_acc", std::isnan(summary.test_acc) ? json() : json(summary.test_acc)},
                              {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
-                             {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", r.step}}
+                             {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", r.step},
+                             {"interrupted", r.interrupted}}
                             .dump());
+  if (r.interrupted) {
+    if (r.lead) {
+      if (r.checkpoint)
+        std::fprintf(stderr, "ember train: interrupted at step %lld (epoch %d of %d); checkpoint saved in %s; "
+                     "continue with: ember train --resume %s\n", static_cast<long long>(r.step), r.epoch_now + 1,
+                     cfg.epochs, cfg.save_dir.c_str(), cfg.save_dir.c_str());
+      else
+        std::fprintf(stderr, "ember train: interrupted at step %lld (epoch %d of %d); nothing was saved (no --save)\n",
+                     static_cast<long long>(r.step), r.epoch_now + 1, cfg.epochs);
+    }
+    return summary;
+  }
   if (!cfg.quiet) {
     const std::string procs = r.distributed ? ", " + std::to_string(cfg.world_size) + " processes" : "";
-    std::printf("ember train: %s on %s, %d epochs%s, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
-                cfg.data.c_str(), cfg.epochs, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
+    char span[96];
+    if (summary.stopped_early)
+      std::snprintf(span, sizeof span, "stopped by --max-steps at step %lld in epoch %d of %d",
+                    static_cast<long long>(r.step), r.epoch_now + 1, cfg.epochs);
+    else
+      std::snprintf(span, sizeof span, "%d epochs", cfg.epochs);
+    std::printf("ember train: %s on %s, %s%s, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
+                cfg.data.c_str(), span, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
                 format_duration(summary.seconds).c_str());
   }
   return summary;
@@ -502,8 +727,18 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
 
 TrainSummary run_training(TrainConfig cfg) {
   const auto t_start = std::chrono::steady_clock::now();
+  const InterruptHandlers handlers(!cfg.quiet);
   Run run = start_run(std::move(cfg));
   run.model->train();
+  if (run.start_epoch >= run.cfg.epochs) {
+    if (!run.cfg.quiet && run.lead)
+      std::fprintf(stderr, "ember train: the run in %s is complete (step %lld, %d epochs); give --epochs above %d "
+                   "to train it further\n", run.cfg.resume_dir.c_str(), static_cast<long long>(run.step),
+                   run.cfg.epochs, run.cfg.epochs);
+    run.summary.steps = run.step;
+    run.summary.epochs_run = run.cfg.epochs;
+    return run.summary;
+  }
   for (int epoch = run.start_epoch; epoch < run.cfg.epochs && !run.stopped; ++epoch) {
     EpochTotals totals = train_one_epoch(run, epoch);
     finish_epoch(run, epoch, totals);

@@ -5,10 +5,12 @@
 //   cfg.epochs = 2;
 //   train::TrainSummary s = train::run_training(cfg);
 //
-// Checkpoint directory layout (--save DIR): DIR/last.safetensors (weights, with the model's name,
-// config, class names and normalization in the metadata), DIR/last.state.safetensors (optimizer,
-// scheduler, RNG, loader position, epoch/step: io/training_state.h), DIR/best.safetensors (the
-// weights with the best test accuracy so far). Every file is written atomically.
+// Checkpoint directory layout (--save DIR): DIR/checkpoint.json (the manifest, written last),
+// DIR/step-<N>/model.safetensors (weights, with the model's name, config, class names,
+// normalization, run id, step and checksum in the metadata), DIR/step-<N>/state.safetensors
+// (optimizer, scheduler, RNG, loader position, epoch/step: io/training_state.h); the manifest's
+// "best" names the step with the best finite test accuracy so far (Note [Checkpoint sets] in
+// train/checkpoint.h).
 
 #include <cmath>
 #include <cstdint>
@@ -46,6 +48,7 @@ struct TrainConfig {
   std::string scheduler;  // none | step | cosine | onecycle
   double warmup_epochs = -1;
   double label_smoothing = -1;
+  double clip_grad_norm = 0;  // > 0: gradients scaled to this total norm at most (optim/clip.h); 0: off
   bool augment = true;   // RandomCrop(pad 2) + flip ... unless --no-augment
   bool shuffle = true;
   uint64_t seed = 1;
@@ -53,8 +56,9 @@ struct TrainConfig {
   int threads = 0;              // 0: all cores
   int workers = 0;              // data-loader worker threads (0: load in the training thread)
   // checkpoints and outputs
-  std::string save_dir;
+  std::string save_dir;    // --resume DIR without --save: DIR
   std::string resume_dir;
+  bool overwrite = false;  // --save into a directory holding another run's checkpoint
   int eval_every = 1;  // evaluate on the test set every N epochs (and after the last)
   int64_t eval_limit = 0;  // evaluate on the first N test images only (0: all of them)
   std::string init_weights;
@@ -76,8 +80,11 @@ struct TrainConfig {
   // global batch is batch_size * world_size.
   int world_size = 1;
 
-  // Which fields the user set explicitly (for printing the recipe's choices).
+  // The options the user gave, by long name without "--" ("batch-size", "lr", ...): their values
+  // are checked and kept even where they equal a "not given" value, and a resumed run compares
+  // them with the saved configuration. given_text: the text as typed, for error messages.
   std::vector<std::string> explicitly_set;
+  std::map<std::string, std::string> given_text;
 };
 
 // Fills every "chosen by the recipe" field: the default recipe for the dataset (the one that
@@ -86,6 +93,10 @@ struct TrainConfig {
 std::vector<std::string> resolve(TrainConfig& cfg);
 // Throws ember::Error for impossible settings (batch size 0, negative epochs, unknown names,...).
 void validate(const TrainConfig& cfg);
+// The ranges of the values given (fields in explicitly_set, and any field not at its "not given"
+// value): "--lr must be a positive finite number, got -1". `ember train` calls it right after
+// parsing; validate() calls it too.
+void check_options(const TrainConfig& cfg);
 
 struct EpochStats {
   int epoch = 0;
@@ -95,6 +106,9 @@ struct EpochStats {
 };
 
 struct TrainSummary {
+  bool interrupted = false;     // SIGINT / SIGTERM stopped the run (after a checkpoint, with --save)
+  bool stopped_early = false;   // --max-steps stopped it before the last epoch ended
+  int epochs_run = 0;           // epochs begun in this run's numbering (1-based epoch of the last step)
   double test_acc = NAN;
   double test_loss = NAN;
   double images_per_sec = 0;  // training throughput over the whole run
@@ -104,7 +118,9 @@ struct TrainSummary {
 };
 
 // Runs a whole training (or its remainder, with resume_dir). Progress goes to stderr, the
-// one-line summary to stdout (unless quiet).
+// one-line summary to stdout (unless quiet). A non-finite loss throws (Note [Divergence guard] in
+// train/trainer.cpp); SIGINT / SIGTERM stop it after the current step with a checkpoint and
+// summary.interrupted set (Note [Clean interrupts]).
 //
 // Started by mpirun / srun with more than one process (parallel::init_from_env), every process
 // trains a replica wrapped in parallel::DistributedDataParallel on its DistributedSampler shard
@@ -127,8 +143,9 @@ struct LoadedModel {
   std::vector<std::string> classes;
   std::vector<double> mean, std;
 };
-// CHECKPOINT: a weights .safetensors file written by ember, or a checkpoint directory (its
-// best.safetensors if present, else last.safetensors).
+// CHECKPOINT: a weights .safetensors file written by ember (its ember.checksum verified), or a
+// checkpoint directory (the whole set verified by open_checkpoint; its best weights if it has
+// them, else the last).
 LoadedModel load_model(const std::string& checkpoint);
 
 struct EvalResult {

@@ -12,10 +12,12 @@
 // Every error is one line on stderr and a non-zero exit; nothing is left half-written.
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <ember/ember.h>
 #include <ember/parallel/communicator.h>
+#include <ember/train/checkpoint.h>
 #include <ember/train/trainer.h>
 
 #include "data_commands.h"
@@ -47,15 +49,17 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--weight-decay", c.weight_decay, "weight decay (decoupled for adamw)");
   app.add_option("--scheduler", c.scheduler, "none | step | cosine | onecycle (stepped every batch)");
   app.add_option("--warmup-epochs", c.warmup_epochs, "linear warmup length in epochs (may be fractional)");
-  app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1]");
+  app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1)");
   app.add_option("--seed", c.seed, "seed for initialization, shuffling, augmentation and dropout")->capture_default_str();
   app.add_option("--device", c.device, "auto | cpu | cuda[:n]")->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0: all cores, shared among the processes of a node)")
       ->capture_default_str();
   app.add_option("--workers", c.workers, "data-loader worker threads (0: load in the training thread)")
       ->capture_default_str();
-  app.add_option("--save", c.save_dir, "checkpoint directory (last and best every epoch)");
-  app.add_option("--resume", c.resume_dir, "continue the run saved in this checkpoint directory");
+  app.add_option("--save", c.save_dir, "checkpoint directory (a checkpoint every epoch; docs/training.md)");
+  app.add_option("--resume", c.resume_dir, "continue the run saved in this checkpoint directory (and keep saving there)");
+  app.add_flag("--overwrite", c.overwrite, "--save into a directory that holds another run's checkpoint, replacing it");
+  app.add_option("--clip-grad-norm", c.clip_grad_norm, "scale the gradients to this total norm at most before each step");
   app.add_option("--eval-every", c.eval_every, "evaluate on the test set every N epochs")->capture_default_str();
   app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test images only (0: all)")
       ->capture_default_str();
@@ -86,6 +90,27 @@ void print_eval(const train::LoadedModel& m, const train::EvalResult& r) {
     for (size_t p = 0; p < m.classes.size(); ++p) std::printf("%6lld", static_cast<long long>(r.confusion[t][p]));
     std::printf("\n");
   }
+}
+
+// Levenshtein distance, for "did you mean".
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "ember: error: %s\n", message.c_str());
+  return 1;
 }
 
 }  // namespace
@@ -140,20 +165,56 @@ int main(int argc, char** argv) {
   bench_loader->add_option("--threads", bench.threads, "CPU threads (0: all cores)")->capture_default_str();
   bench_loader->add_flag("!--no-draft", bench.draft, "decode JPEGs at full size (no DCT-domain downscaling)");
 
+  // A first argument that is no subcommand: name it, with the nearest one.
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string given = argv[1];
+    std::string nearest;
+    size_t best = 99;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      const size_t d = edit_distance(given, sub->get_name());
+      if (d < best) best = d, nearest = sub->get_name();
+    }
+    if (best != 0)
+      return fail("unknown command '" + given + "'" + (best <= 2 ? " (did you mean '" + nearest + "'?)" : "") +
+                  "; the commands are train, eval, predict, inspect and bench (ember --help)");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help prints and exits 0; every other parse error is one line, like every other error.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    // CLI11 says "Could not convert: --lr = abc": name the option first, as every other error does.
+    const std::string what = e.what(), prefix = "Could not convert: ";
+    if (const size_t eq = what.find(" = "); what.rfind(prefix, 0) == 0 && eq != std::string::npos)
+      return fail(what.substr(prefix.size(), eq - prefix.size()) + ": '" + what.substr(eq + 3) + "' is not a number");
+    return fail(what);
   }
 
   try {
     if (*train_cmd) {
-      for (const CLI::Option* o : train_cmd->get_options())
-        if (o->count() > 0) cfg.explicitly_set.push_back(o->get_name().substr(o->get_name().rfind('-') + 1));
-      train::run_training(cfg);
+      // The options given, by long name without "--", and their text as typed (for messages).
+      for (const CLI::Option* o : train_cmd->get_options()) {
+        if (o->count() == 0 || o->get_lnames().empty()) continue;
+        cfg.explicitly_set.push_back(o->get_lnames().front());
+        if (!o->results().empty()) cfg.given_text[o->get_lnames().front()] = o->results().back();
+      }
+      train::check_options(cfg);  // every value in its range before anything is read or written
+      const train::TrainSummary s = train::run_training(cfg);
+      if (s.interrupted) return 130;
     } else if (*eval_cmd) {
       EMBER_CHECK(batch >= 1, "--batch-size must be at least 1, got ", batch);
       train::LoadedModel m = train::load_model(checkpoint);
+      // A checkpoint directory remembers its data: without --data, evaluate on that (its --val
+      // tree for an ImageFolder run), not on Fashion-MNIST.
+      if (eval_cmd->get_option("--data")->count() == 0 && std::filesystem::is_directory(checkpoint) &&
+          train::has_checkpoint(checkpoint)) {
+        const train::Manifest saved = train::open_checkpoint(checkpoint);
+        if (!saved.data.empty()) {
+          data = saved.val.empty() ? saved.data : saved.val;
+          if (data_dir.empty() && saved.val.empty()) data_dir = saved.data_dir;
+          std::fprintf(stderr, "ember eval: --data %s (the checkpoint's)\n", data.c_str());
+        }
+      }
       print_eval(m, train::evaluate(m, data, data_dir, batch));
     } else if (*info_cmd) {
       app::run_info(info_json);

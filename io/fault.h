@@ -1,0 +1,30 @@
+#pragma once
+// Fault injection for tests: crash points and failing writes, switched on by the environment.
+//
+// Note [Fault injection]
+// EMBER_FAULT is a testing hook (docs/training.md): a comma-separated list of
+//   crash:<point>        the process kills itself with SIGKILL (as `kill -9` would) the first time
+//                        it reaches fault_point("<point>")
+//   crash:<point>@<k>    ... the k-th time it reaches it
+//   enospc-file:<n>      the n-th file written with io::write_file_atomic in this process fails
+//                        with ENOSPC at its first write (a disk that fills up between two files)
+//   enospc-metrics:<n>   the n-th metrics line fails with ENOSPC after half of it is written
+//   oom-eval-above:<b>   an evaluation batch larger than b images fails as out of device memory
+//   slow-step-ms:<ms>    every training step sleeps this long (time for a test to send a signal)
+// Unset (the normal case) every hook is one branch on a cached flag. The points are named where
+// they are called (grep fault_point); tests/cli/robust.sh uses every one of them.
+
+#include <cstdint>
+#include <string>
+
+namespace ember::io {
+
+// Kills the process (SIGKILL) when EMBER_FAULT names this point (and its count is reached).
+void fault_point(const char* name);
+// Counts an event of `kind` ("file", "metrics") and returns true when EMBER_FAULT says that this
+// one, the n-th, must fail with ENOSPC.
+bool fault_enospc(const char* kind);
+// The value of EMBER_FAULT's "<key>:<n>" entry, or -1 when there is none.
+int64_t fault_value(const char* key);
+
+}  // namespace ember::io

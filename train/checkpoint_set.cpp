@@ -1,0 +1,402 @@
+// Checkpoint sets (Note [Checkpoint sets] in train/checkpoint.h): the manifest, its writer and
+// reader, and the training state a checkpoint holds.
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "../core/generator.h"
+#include "../io/atomic_file.h"
+#include "../io/fault.h"
+#include "../io/safetensors.h"
+#include "checkpoint.h"
+
+namespace ember::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// ---- training checkpoints ---------------------------------------------------------------------
+
+namespace {
+std::string fmt(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);  // round-trips exactly
+  return buf;
+}
+
+json file_json(const FileRef& f) { return json{{"path", f.path}, {"bytes", f.bytes}, {"crc32", f.crc32}}; }
+
+FileRef file_from_json(const json& j) { return {j.at("path").get<std::string>(), j.at("bytes").get<uint64_t>(), j.at("crc32").get<std::string>()}; }
+
+FileRef file_ref(const std::string& dir, const std::string& rel) {
+  const std::string full = (fs::path(dir) / rel).string();
+  return {rel, static_cast<uint64_t>(fs::file_size(full)), file_crc32(full)};
+}
+
+// Every file a manifest names exists and has the size and CRC-32 it says.
+void check_file(const std::string& dir, const FileRef& f) {
+  const std::string full = (fs::path(dir) / f.path).string();
+  const std::string manifest = (fs::path(dir) / kManifestName).string();
+  EMBER_CHECK(fs::is_regular_file(full), full, ": missing, but ", manifest, " names it: the checkpoint is incomplete");
+  const std::string crc = file_crc32(full);
+  const uint64_t bytes = fs::file_size(full);
+  EMBER_CHECK(bytes == f.bytes && crc == f.crc32, full, ": does not match ", manifest, " (", bytes, " bytes, ", crc,
+              "; the manifest says ", f.bytes, " bytes, ", f.crc32, "): the file was changed or damaged after it was "
+              "saved, or comes from another checkpoint; this checkpoint cannot be used");
+}
+
+void check_belongs(const std::string& file, const std::string& run, int64_t step, const Manifest& m,
+                   int64_t want_step) {
+  EMBER_CHECK(run == m.run && step == want_step, file, ": belongs to run ", run.empty() ? "?" : run, " step ", step,
+              ", but the manifest names run ", m.run, " step ", want_step,
+              ": the files of this checkpoint do not belong together");
+}
+}  // namespace
+
+std::string file_crc32(const std::string& path) {
+  io::FileReader f(path);
+  std::vector<uint8_t> buf(1 << 20);
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (uint64_t off = 0; off < f.size();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), f.size() - off));
+    f.read_at(off, buf.data(), n, "the file");
+    crc = crc32_z(crc, buf.data(), n);
+    off += n;
+  }
+  char out[32];
+  std::snprintf(out, sizeof out, "crc32:%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  return out;
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  const uint64_t t = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  const uint64_t v = ((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (t * 0x9E3779B97F4A7C15ull));
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool has_checkpoint(const std::string& dir) { return fs::exists(fs::path(dir) / kManifestName); }
+
+Manifest open_checkpoint(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  EMBER_CHECK(fs::exists(path), "'", dir, "' holds no checkpoint (no ", kManifestName, ")");
+  Manifest m;
+  try {
+    const std::vector<uint8_t> bytes = io::read_file(path);
+    const json j = json::parse(bytes.begin(), bytes.end());
+    EMBER_CHECK(j.value("format", "") == "ember.checkpoint.v1", path, ": not an ember checkpoint manifest");
+    m.run = j.at("run").get<std::string>();
+    m.step = j.at("step").get<int64_t>();
+    m.epoch = j.at("epoch").get<int64_t>();
+    m.weights = file_from_json(j.at("weights"));
+    m.state = file_from_json(j.at("state"));
+    m.model = j.value("model", "");
+    m.data = j.value("data", "");
+    m.data_dir = j.value("data_dir", "");
+    m.val = j.value("val", "");
+    if (j.contains("best") && !j.at("best").is_null()) {
+      m.has_best = true;
+      m.best = file_from_json(j.at("best").at("weights"));
+      m.best_step = j.at("best").at("step").get<int64_t>();
+      m.best_acc = j.at("best").at("test_acc").get<double>();
+    }
+  } catch (const json::exception& e) {
+    EMBER_THROW(path, ": not a valid checkpoint manifest: ", e.what());
+  }
+  check_file(dir, m.weights);
+  check_file(dir, m.state);
+  if (m.has_best) check_file(dir, m.best);
+  // The files name the run and the step too: a set assembled from two runs is refused even when
+  // its manifest was rewritten to match them.
+  auto weights_owner = [&](const FileRef& f, int64_t want_step) {
+    const std::string full = (fs::path(dir) / f.path).string();
+    const io::SafetensorsFile w = io::load_safetensors(full);
+    verify_weights_checksum(w);
+    auto get = [&](const char* key) {
+      auto it = w.metadata.find(key);
+      return it == w.metadata.end() ? std::string() : it->second;
+    };
+    const std::string s = get("ember.step");
+    check_belongs(full, get("ember.run"), s.empty() ? -1 : std::stoll(s), m, want_step);
+  };
+  weights_owner(m.weights, m.step);
+  if (m.has_best) weights_owner(m.best, m.best_step);
+  const std::string state_path = (fs::path(dir) / m.state.path).string();
+  const io::TrainingState st = io::load_training_state(state_path);
+  auto it = st.extra.find("run");
+  check_belongs(state_path, it == st.extra.end() ? "" : io::state_get<std::string>(st.extra, "run"), st.step, m,
+                m.step);
+  return m;
+}
+
+CheckpointWriter::CheckpointWriter(const std::string& dir, std::string run, bool overwrite, bool continuing,
+                                   bool quiet)
+    : dir_(dir) {
+  std::error_code ec;
+  EMBER_CHECK(!fs::exists(dir) || fs::is_directory(dir), "--save: '", dir, "' is a file, not a directory");
+  fs::create_directories(dir, ec);
+  EMBER_CHECK(!ec && fs::is_directory(dir), "--save: cannot create directory '", dir, "': ", ec.message());
+  lock_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  EMBER_CHECK(lock_fd_ >= 0, "--save: cannot open directory '", dir, "': ", std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    EMBER_THROW("--save: another ember run is writing into '", dir, "' (it holds the directory's lock); wait for it "
+                "to end or save into another directory");
+  }
+  try {
+    EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, "--save: cannot write into '", dir, "': ", std::strerror(errno));
+    if (has_checkpoint(dir)) {
+      if (continuing) {
+        m_ = open_checkpoint(dir);
+        saved_ = true;
+      } else {
+        EMBER_CHECK(overwrite, "--save: '", dir, "' already holds a checkpoint; continue it with --resume ", dir,
+                    ", or pass --overwrite to replace it with this run");
+        // The old checkpoint stays valid until this run's first save replaces its manifest.
+        try {
+          m_ = open_checkpoint(dir);
+        } catch (const Error&) {
+          m_ = Manifest{};
+        }
+      }
+    }
+    // What an interrupted save left: temporary files and step directories no manifest names.
+    int removed = io::remove_stale_temp_files(dir);
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      const bool named = name == fs::path(m_.weights.path).parent_path().string() ||
+                         (m_.has_best && name == fs::path(m_.best.path).parent_path().string());
+      if (e.is_directory() && name.rfind("step-", 0) == 0 && (!named || !has_checkpoint(dir))) {
+        fs::remove_all(e.path());
+        ++removed;
+      } else if (e.is_directory() && name.rfind("step-", 0) == 0) {
+        removed += io::remove_stale_temp_files(e.path().string());
+      }
+    }
+    if (removed > 0 && !quiet)
+      std::fprintf(stderr, "ember train: removed %d file(s) left in %s by an interrupted save\n", removed, dir.c_str());
+  } catch (...) {
+    ::close(lock_fd_);
+    throw;
+  }
+  m_.run = std::move(run);
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+void CheckpointWriter::write_manifest() {
+  json j{{"format", "ember.checkpoint.v1"}, {"run", m_.run},          {"step", m_.step},
+         {"epoch", m_.epoch},               {"model", m_.model},      {"data", m_.data},
+         {"data_dir", m_.data_dir},         {"val", m_.val},          {"weights", file_json(m_.weights)},
+         {"state", file_json(m_.state)},    {"best", nullptr}};
+  if (m_.has_best)
+    j["best"] = json{{"step", m_.best_step}, {"test_acc", m_.best_acc}, {"weights", file_json(m_.best)}};
+  io::fault_point("save:before-manifest");
+  io::write_file_atomic((fs::path(dir_) / kManifestName).string(), j.dump(1) + "\n");
+  io::fault_point("save:after-manifest");
+  remove_unnamed_steps();
+}
+
+void CheckpointWriter::remove_unnamed_steps() {
+  const std::string last = fs::path(m_.weights.path).parent_path().string();
+  const std::string best = m_.has_best ? fs::path(m_.best.path).parent_path().string() : "";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step-", 0) == 0 && name != last && name != best) fs::remove_all(e.path(), ec);
+  }
+}
+
+void CheckpointWriter::save(const TrainConfig& cfg, const DataInfo& d, const nn::Module& model,
+                            const io::TrainingState& state) {
+  io::fault_point("save:begin");
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(state.step));
+  std::string step_dir = name;
+  for (int k = 2; fs::exists(fs::path(dir_) / step_dir); ++k) step_dir = std::string(name) + "-" + std::to_string(k);
+  const fs::path full = fs::path(dir_) / step_dir;
+  std::error_code ec;
+  fs::create_directory(full, ec);
+  EMBER_CHECK(!ec, "--save: cannot create '", full.string(), "': ", ec.message());
+  const std::string weights = step_dir + "/model.safetensors", st = step_dir + "/state.safetensors";
+  save_weights((fs::path(dir_) / weights).string(), model, cfg, d, m_.run, state.step);
+  io::fault_point("save:after-weights");
+  io::save_training_state((fs::path(dir_) / st).string(), state);
+  io::fault_point("save:after-state");
+  m_.step = state.step;
+  m_.epoch = state.epoch;
+  m_.weights = file_ref(dir_, weights);
+  m_.state = file_ref(dir_, st);
+  m_.model = cfg.model;
+  m_.data = cfg.data;
+  m_.data_dir = cfg.data_dir;
+  m_.val = cfg.val;
+  if (!saved_) m_.has_best = false;  // a new run (--overwrite): the old best is not this run's
+  write_manifest();
+  saved_ = true;
+}
+
+void CheckpointWriter::mark_best(double acc) {
+  EMBER_CHECK(saved_, "mark_best before a checkpoint was saved");
+  m_.has_best = true;
+  m_.best = m_.weights;
+  m_.best_step = m_.step;
+  m_.best_acc = acc;
+  write_manifest();
+}
+
+io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d, const optim::Optimizer& opt,
+                                      const optim::LRScheduler* sched, const data::DataLoader& loader, int64_t step,
+                                      int64_t epochs_completed, const std::string& run) {
+  io::TrainingState st;
+  st.model_name = cfg.model;
+  st.model_config = {{"model", cfg.model},
+                     {"data", cfg.data},
+                     {"data_dir", cfg.data_dir},
+                     {"epochs", std::to_string(cfg.epochs)},
+                     {"batch_size", std::to_string(cfg.batch_size)},
+                     {"lr", fmt(cfg.lr)},
+                     {"optimizer", cfg.optimizer},
+                     {"momentum", fmt(cfg.momentum)},
+                     {"weight_decay", fmt(cfg.weight_decay)},
+                     {"scheduler", cfg.scheduler},
+                     {"warmup_epochs", fmt(cfg.warmup_epochs)},
+                     {"label_smoothing", fmt(cfg.label_smoothing)},
+                     {"clip_grad_norm", fmt(cfg.clip_grad_norm)},
+                     {"augment", cfg.augment ? "1" : "0"},
+                     {"shuffle", cfg.shuffle ? "1" : "0"},
+                     {"seed", std::to_string(cfg.seed)},
+                     {"val", cfg.val},
+                     {"val_split", fmt(cfg.val_split)},
+                     {"image_size_option", std::to_string(cfg.image_size)},
+                     {"cache_dir", cfg.cache_dir},
+                     {"skip_bad_images", cfg.skip_bad_images ? "1" : "0"},
+                     {"in_channels", std::to_string(d.channels)},
+                     {"image_size", std::to_string(d.image_size)},
+                     {"world_size", std::to_string(cfg.world_size)},
+                     {"sync_bn", cfg.sync_bn ? "1" : "0"}};
+  st.class_names = d.classes;
+  st.epoch = epochs_completed;
+  st.step = step;
+  st.rng = {default_generator().seed(), default_generator().offset()};
+  st.loader = {loader.position().epoch, loader.position().batch, cfg.seed};
+  const optim::OptimizerState os = opt.state_dict();
+  st.optimizer.name = opt.name();
+  st.optimizer.tensors = os.tensors;
+  st.optimizer.scalars = io::state_dict_from(os.scalars);
+  if (sched != nullptr) {
+    st.scheduler.name = "scheduler";
+    st.scheduler.values = io::state_dict_from(sched->state_dict());
+  }
+  st.extra["run"] = run;
+  return st;
+}
+
+void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vector<std::string>& changed) {
+  const auto& m = st.model_config;
+  auto get = [&](const char* key) -> const std::string& {
+    auto it = m.find(key);
+    EMBER_CHECK(it != m.end(), "--resume: the training state has no '", key, "'");
+    return it->second;
+  };
+  auto get_or = [&](const char* key, const std::string& fallback) {
+    auto it = m.find(key);
+    return it != m.end() ? it->second : fallback;
+  };
+  auto given = [&](const char* option) {
+    return std::find(cfg.explicitly_set.begin(), cfg.explicitly_set.end(), option) != cfg.explicitly_set.end();
+  };
+  // An option given on resume must agree with the saved run; the saved value wins either way.
+  auto keep = [&](const char* option, auto& field, auto saved, auto show) {
+    if (given(option) && !(field == saved))
+      EMBER_THROW("--resume: --", option, " ", show(field), " conflicts with the saved run's ", show(saved),
+                  "; a resumed run keeps its configuration (start a new run with --save to change it)");
+    field = saved;
+  };
+  auto as_text = [](const auto& v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  // A flag given on resume that the saved run did not have (or the reverse, for --no-*).
+  auto keep_flag = [&](const char* option, bool& field, bool saved, const char* what) {
+    if (given(option) && field != saved)
+      EMBER_THROW("--resume: --", option, " conflicts with the saved run, which ran with ", what, " ",
+                  saved ? "on" : "off", "; a resumed run keeps its configuration (start a new run with --save to "
+                  "change it)");
+    field = saved;
+  };
+  keep("model", cfg.model, get("model"), as_text);
+  keep("data", cfg.data, get("data"), as_text);
+  keep("data-dir", cfg.data_dir, get("data_dir"), as_text);
+  keep("batch-size", cfg.batch_size, static_cast<int64_t>(std::stoll(get("batch_size"))), as_text);
+  keep("lr", cfg.lr, std::stod(get("lr")), as_text);
+  keep("optimizer", cfg.optimizer, get("optimizer"), as_text);
+  keep("momentum", cfg.momentum, std::stod(get("momentum")), as_text);
+  keep("weight-decay", cfg.weight_decay, std::stod(get("weight_decay")), as_text);
+  keep("scheduler", cfg.scheduler, get("scheduler"), as_text);
+  keep("warmup-epochs", cfg.warmup_epochs, std::stod(get("warmup_epochs")), as_text);
+  keep("label-smoothing", cfg.label_smoothing, std::stod(get("label_smoothing")), as_text);
+  keep("clip-grad-norm", cfg.clip_grad_norm, std::stod(get_or("clip_grad_norm", "0")), as_text);
+  keep_flag("no-augment", cfg.augment, get("augment") == "1", "augmentation");
+  keep_flag("no-shuffle", cfg.shuffle, get("shuffle") == "1", "shuffling");
+  keep("seed", cfg.seed, static_cast<uint64_t>(std::stoull(get("seed"))), as_text);
+  keep("val", cfg.val, get_or("val", ""), as_text);
+  keep("val-split", cfg.val_split, std::stod(get_or("val_split", "-1")), as_text);
+  keep("image-size", cfg.image_size, static_cast<int64_t>(std::stoll(get_or("image_size_option", "-1"))), as_text);
+  keep("cache", cfg.cache_dir, get_or("cache_dir", ""), as_text);
+  keep_flag("skip-bad-images", cfg.skip_bad_images, get_or("skip_bad_images", "0") == "1", "--skip-bad-images");
+  keep_flag("sync-bn", cfg.sync_bn, get_or("sync_bn", "0") == "1", "--sync-bn");
+  // --epochs may extend the run, never shorten it below what is done.
+  const int saved_epochs = std::stoi(get("epochs"));
+  if (given("epochs")) {
+    EMBER_CHECK(cfg.epochs >= saved_epochs, "--resume: --epochs ", cfg.epochs, " is less than the saved run's ",
+                saved_epochs, "; a resumed run can only be extended");
+    if (cfg.epochs != saved_epochs) changed.push_back("epochs " + std::to_string(cfg.epochs));
+  } else {
+    cfg.epochs = saved_epochs;
+  }
+  for (const char* option : {"metrics", "save", "save-weights", "max-steps", "eval-every", "eval-limit", "threads",
+                             "workers", "log-every", "device"})
+    if (given(option)) {
+      auto it = cfg.given_text.find(option);
+      changed.push_back(std::string(option) + (it != cfg.given_text.end() ? " " + it->second : ""));
+    }
+  // The loader position is per process: it means the same batches only with the same world size.
+  const auto ws = m.find("world_size");
+  const int saved_world = ws == m.end() ? 1 : std::stoi(ws->second);
+  EMBER_CHECK(saved_world == cfg.world_size, "--resume: the checkpoint was written by a run with ", saved_world,
+              " process(es) but this run has ", cfg.world_size, "; resume it with the same number (docs/distributed.md)");
+}
+
+void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
+                            data::DataLoader& loader, int64_t& step, int& start_epoch) {
+  optim::OptimizerState os;
+  os.tensors = st.optimizer.tensors;
+  os.scalars = io::state_doubles(st.optimizer.scalars);
+  opt.load_state_dict(os);
+  if (sched != nullptr && !st.scheduler.name.empty()) sched->load_state_dict(io::state_doubles(st.scheduler.values));
+  default_generator().set_state(st.rng.seed, st.rng.offset);
+  loader.set_position({st.loader.epoch, st.loader.batch_index});
+  step = st.step;
+  start_epoch = static_cast<int>(st.epoch);
+}
+
+}  // namespace ember::train
