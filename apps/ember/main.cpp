@@ -76,6 +76,22 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
                "under mpirun/srun: BatchNorm statistics over every process's batch "
                "(SyncBatchNorm); no effect on one process");
   app.add_flag("--quiet", c.quiet, "no progress output");
+
+  // The help's sections; CLI11 lists a section where its first option was added.
+  const std::pair<const char*, std::vector<const char*>> sections[] = {
+      {"Data", {"--data", "--val", "--val-split", "--image-size", "--cache", "--skip-bad-images", "--data-dir",
+                "--no-shuffle", "--no-augment", "--workers"}},
+      {"Model and optimization", {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--momentum",
+                                  "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
+                                  "--clip-grad-norm", "--seed", "--max-steps"}},
+      {"Devices and threads", {"--device", "--threads"}},
+      {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--save-weights"}},
+      {"Evaluation and output", {"--eval-every", "--eval-limit", "--metrics", "--log-every", "--quiet", "--profile",
+                                 "--profile-trace"}},
+      {"Distributed (mpirun / srun)", {"--sync-bn"}},
+  };
+  for (const auto& [section, names] : sections)
+    for (const char* name : names) app.get_option(name)->group(section);
 }
 
 void print_eval(const train::LoadedModel& m, const train::EvalResult& r) {
