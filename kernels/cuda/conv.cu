@@ -8,6 +8,8 @@
 #include "launch.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "../../core/error.h"
@@ -27,23 +29,44 @@ constexpr int64_t kColBudgetBytes = int64_t{64} << 20;
 
 // ---- kernels ---------------------------------------------------------------------------------
 
+// Note [32-bit index math]
+// im2col and col2im turn a linear index into (image, row, oy, ox) or (image, c, iy, ix) with
+// divisions and remainders, several per element. A 64-bit integer division is a long software
+// routine on a GPU, several times the instructions of a 32-bit one (on the CPU emulator it depends
+// on the processor's divider: no difference was measurable on a Zen 4), so the kernels are
+// templates on the index type I: the launcher picks int32_t whenever every index the kernel forms
+// (the col entries and the input pixels of the chunk) fits in it — every layer of the model zoo
+// at the usual batch sizes — and int64_t otherwise. The geometry is copied into I-typed locals
+// once per thread, so no 64-bit arithmetic is left in the loop. (PyTorch's CUDA kernels make the
+// same choice: canUse32BitIndexMath.)
+template <typename I>
+struct IndexGeometry {
+  I c_in, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w;
+  __host__ __device__ explicit IndexGeometry(const Conv2dGeometry& g)
+      : c_in(static_cast<I>(g.c_in)), h(static_cast<I>(g.h)), w(static_cast<I>(g.w)), kh(static_cast<I>(g.kh)),
+        kw(static_cast<I>(g.kw)), stride_h(static_cast<I>(g.stride_h)), stride_w(static_cast<I>(g.stride_w)),
+        pad_h(static_cast<I>(g.pad_h)), pad_w(static_cast<I>(g.pad_w)), dil_h(static_cast<I>(g.dil_h)),
+        dil_w(static_cast<I>(g.dil_w)), out_h(static_cast<I>(g.out_h)), out_w(static_cast<I>(g.out_w)) {}
+};
+
 // im2col over `images` consecutive images: col[img] (c_in * kh * kw, out_h * out_w).
 // One thread per column entry (grid-stride). The linear index runs fastest over ox, so a warp
 // writes 32 consecutive col entries (coalesced) and reads 32 input pixels stride_w apart on one
 // input row (coalesced for stride 1). Entries whose tap falls in the padding get 0.
-template <typename T>
-__global__ void im2col_kernel(Conv2dGeometry g, int64_t images, const T* x, T* col) {
-  const int64_t ohw = g.out_h * g.out_w, rows = g.c_in * g.kh * g.kw;
-  const int64_t total = images * rows * ohw;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t ox = idx % g.out_w;
-    const int64_t oy = (idx / g.out_w) % g.out_h;
-    const int64_t row = (idx / ohw) % rows;
-    const int64_t img = idx / (ohw * rows);
-    const int64_t j = row % g.kw, i = (row / g.kw) % g.kh, c = row / (g.kw * g.kh);
-    const int64_t iy = oy * g.stride_h - g.pad_h + i * g.dil_h;
-    const int64_t ix = ox * g.stride_w - g.pad_w + j * g.dil_w;
+template <typename T, typename I>
+__global__ void im2col_kernel(Conv2dGeometry geometry, I images, const T* x, T* col) {
+  const IndexGeometry<I> g(geometry);
+  const I ohw = g.out_h * g.out_w, rows = g.c_in * g.kh * g.kw;
+  const I total = images * rows * ohw;
+  for (I idx = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); idx < total;
+       idx += static_cast<I>(gridDim.x * blockDim.x)) {
+    const I ox = idx % g.out_w;
+    const I oy = (idx / g.out_w) % g.out_h;
+    const I row = (idx / ohw) % rows;
+    const I img = idx / (ohw * rows);
+    const I j = row % g.kw, i = (row / g.kw) % g.kh, c = row / (g.kw * g.kh);
+    const I iy = oy * g.stride_h - g.pad_h + i * g.dil_h;
+    const I ix = ox * g.stride_w - g.pad_w + j * g.dil_w;
     T v = T(0);
     if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) v = x[((img * g.c_in + c) * g.h + iy) * g.w + ix];
     col[idx] = v;
@@ -56,27 +79,28 @@ __global__ void im2col_kernel(Conv2dGeometry g, int64_t images, const T* x, T* c
 // most kh * kw entries and writes its pixel once: no atomics, and the sum runs in the same (i, j)
 // order as the CPU's scatter loop, so the result is bit-identical to kernels::cpu::col2im.
 // accumulate: x += sum (col2im's contract); otherwise x = sum (backward data, no zeroing pass).
-template <typename T>
-__global__ void col2im_kernel(Conv2dGeometry g, int64_t images, const T* col, T* x, bool accumulate) {
-  const int64_t ohw = g.out_h * g.out_w, rows = g.c_in * g.kh * g.kw;
-  const int64_t total = images * g.c_in * g.h * g.w;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t ix = idx % g.w;
-    const int64_t iy = (idx / g.w) % g.h;
-    const int64_t c = (idx / (g.w * g.h)) % g.c_in;
-    const int64_t img = idx / (g.w * g.h * g.c_in);
+template <typename T, typename I>
+__global__ void col2im_kernel(Conv2dGeometry geometry, I images, const T* col, T* x, bool accumulate) {
+  const IndexGeometry<I> g(geometry);
+  const I ohw = g.out_h * g.out_w, rows = g.c_in * g.kh * g.kw;
+  const I total = images * g.c_in * g.h * g.w;
+  for (I idx = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); idx < total;
+       idx += static_cast<I>(gridDim.x * blockDim.x)) {
+    const I ix = idx % g.w;
+    const I iy = (idx / g.w) % g.h;
+    const I c = (idx / (g.w * g.h)) % g.c_in;
+    const I img = idx / (g.w * g.h * g.c_in);
     const T* col_img = col + img * rows * ohw;
     T acc = accumulate ? x[idx] : T(0);
-    for (int64_t i = 0; i < g.kh; ++i) {
-      const int64_t ty = iy + g.pad_h - i * g.dil_h;
+    for (I i = 0; i < g.kh; ++i) {
+      const I ty = iy + g.pad_h - i * g.dil_h;
       if (ty < 0 || ty % g.stride_h != 0) continue;
-      const int64_t oy = ty / g.stride_h;
+      const I oy = ty / g.stride_h;
       if (oy >= g.out_h) continue;
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const int64_t tx = ix + g.pad_w - j * g.dil_w;
+      for (I j = 0; j < g.kw; ++j) {
+        const I tx = ix + g.pad_w - j * g.dil_w;
         if (tx < 0 || tx % g.stride_w != 0) continue;
-        const int64_t ox = tx / g.stride_w;
+        const I ox = tx / g.stride_w;
         if (ox >= g.out_w) continue;
         acc += col_img[((c * g.kh + i) * g.kw + j) * ohw + oy * g.out_w + ox];
       }
@@ -111,12 +135,36 @@ __global__ void bias_grad_kernel(int64_t n, int64_t c_out, int64_t ohw, const T*
 
 // ---- launchers -------------------------------------------------------------------------------
 
+// EMBER_CONV_INDEX=64 runs the int64 kernels on every layer: the test of that path (ctest
+// cuda-index64:conv), which real layers reach only beyond 2^30 elements. Read once per process.
+bool index64_forced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("EMBER_CONV_INDEX");
+    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "auto") == 0) return false;
+    if (std::strcmp(v, "64") == 0) return true;
+    EMBER_THROW("EMBER_CONV_INDEX=", v, " is not understood (expected 'auto' or '64')");
+  }();
+  return forced;
+}
+
+// Whether every index of a chunk of `images` images fits the int32 kernels (Note [32-bit index math]).
+bool fits_int32(const Conv2dGeometry& g, int64_t images) {
+  if (index64_forced()) return false;
+  const int64_t col = images * g.c_in * g.kh * g.kw * g.out_h * g.out_w, pixels = images * g.c_in * g.h * g.w;
+  // The grid-stride step (grid * block) is added to an index below `total`: keep headroom for it.
+  return col < (int64_t{1} << 30) && pixels < (int64_t{1} << 30);
+}
+
 template <typename T>
 void launch_im2col(const Conv2dGeometry& g, int64_t images, const T* x, T* col) {
   const int64_t total = images * g.c_in * g.kh * g.kw * g.out_h * g.out_w;
   if (total == 0) return;
-  EMBER_LAUNCH_FLAT(im2col_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
-                    cuda::current_stream(), g, images, x, col);
+  const dim3 grid = detail::grid_stride_blocks(total, kThreads);
+  if (fits_int32(g, images))
+    EMBER_LAUNCH_FLAT((im2col_kernel<T, int32_t>), grid, kThreads, cuda::current_stream(), g,
+                      static_cast<int32_t>(images), x, col);
+  else
+    EMBER_LAUNCH_FLAT((im2col_kernel<T, int64_t>), grid, kThreads, cuda::current_stream(), g, images, x, col);
   cuda::check_launch("im2col");
 }
 
@@ -124,8 +172,13 @@ template <typename T>
 void launch_col2im(const Conv2dGeometry& g, int64_t images, const T* col, T* x, bool accumulate) {
   const int64_t total = images * g.c_in * g.h * g.w;
   if (total == 0) return;
-  EMBER_LAUNCH_FLAT(col2im_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
-                    cuda::current_stream(), g, images, col, x, accumulate);
+  const dim3 grid = detail::grid_stride_blocks(total, kThreads);
+  if (fits_int32(g, images))
+    EMBER_LAUNCH_FLAT((col2im_kernel<T, int32_t>), grid, kThreads, cuda::current_stream(), g,
+                      static_cast<int32_t>(images), col, x, accumulate);
+  else
+    EMBER_LAUNCH_FLAT((col2im_kernel<T, int64_t>), grid, kThreads, cuda::current_stream(), g, images, col, x,
+                      accumulate);
   cuda::check_launch("col2im");
 }
 
