@@ -73,14 +73,20 @@ void Progress::start_epoch(int epoch, int epochs, int64_t steps) {
   every_ = std::max<int64_t>(1, steps / 10);
 }
 
+bool Progress::due(int64_t step) const {
+  if (quiet_) return false;
+  // On a terminal: redraw at most 10 times a second; elsewhere a line every tenth of an epoch.
+  if (tty_)
+    return step == steps_ || std::chrono::duration<double>(std::chrono::steady_clock::now() - last_draw_).count() >= 0.1;
+  return step % every_ == 0 || step == steps_;
+}
+
 void Progress::step(int64_t step, double loss, double accuracy, double images_per_sec) {
-  if (quiet_) return;
+  if (!due(step)) return;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - epoch_start_).count();
   const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(steps_ - step) : NAN;
   if (tty_) {
-    // Redraw at most 10 times a second.
-    if (step != steps_ && std::chrono::duration<double>(now - last_draw_).count() < 0.1) return;
     last_draw_ = now;
     const int width = 24;
     const int filled = steps_ > 0 ? static_cast<int>(width * step / steps_) : width;
@@ -90,7 +96,7 @@ void Progress::step(int64_t step, double loss, double accuracy, double images_pe
                  bar.c_str(), static_cast<long long>(step), static_cast<long long>(steps_), loss, 100 * accuracy,
                  images_per_sec, format_duration(eta).c_str());
     std::fflush(out_);
-  } else if (step % every_ == 0 || step == steps_) {
+  } else {
     std::fprintf(out_, "epoch %d/%d step %lld/%lld loss %.4f acc %.2f%% %.0f img/s ETA %s\n", epoch_, epochs_,
                  static_cast<long long>(step), static_cast<long long>(steps_), loss, 100 * accuracy, images_per_sec,
                  format_duration(eta).c_str());

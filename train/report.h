@@ -38,6 +38,9 @@ class Progress {
  public:
   Progress(bool quiet, std::FILE* out = stderr);
   void start_epoch(int epoch, int epochs, int64_t steps);
+  // Whether step(step, ...) prints a line now: callers read what it shows (values on a device)
+  // only then.
+  bool due(int64_t step) const;
   void step(int64_t step, double loss, double accuracy, double images_per_sec);
   void end_epoch();
   bool is_terminal() const { return tty_; }

@@ -517,6 +517,9 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
   t.started = std::chrono::steady_clock::now();
   t.loader_wait_before = loader.stats().wait_seconds;
   r.progress.start_epoch(epoch + 1, cfg.epochs, r.steps_per_epoch);
+  // This epoch's correct predictions, summed on the training device and read only when a progress
+  // line shows them and at the end of the epoch: on a GPU each read waits for the device.
+  Tensor correct_sum;
   for (auto& [host_images, host_labels] : loader) {
     if (host_labels.numel() == 0) {  // every file of the batch was unreadable and skipped
       // Every rank must take part in each step's gradient all-reduce: no step can be left out.
@@ -572,18 +575,23 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     r.last_finite_loss = l;
     r.last_finite_step = r.step;
     const int64_t n = labels.numel();
-    int64_t correct;
     {
       NoGradGuard g;
-      correct = static_cast<int64_t>(sum(eq(argmax(logits, 1), labels).to(DType::f32)).item());
+      const Tensor correct = sum(eq(argmax(logits, 1), labels).to(DType::f64));
+      if (correct_sum.defined())
+        correct_sum.add_(correct);
+      else
+        correct_sum = correct;
     }
     t.loss_sum += l * static_cast<double>(n);
-    t.correct += correct;
     t.seen += n;
     const double ips = static_cast<double>(t.seen) / std::max(1e-9, seconds_since(t.started));
-    r.progress.step(loader.position().batch == 0 ? r.steps_per_epoch : loader.position().batch,
-                    t.loss_sum / static_cast<double>(t.seen), static_cast<double>(t.correct) / static_cast<double>(t.seen),
-                    ips);
+    const int64_t shown = loader.position().batch == 0 ? r.steps_per_epoch : loader.position().batch;
+    if (r.progress.due(shown)) {
+      t.correct = static_cast<int64_t>(correct_sum.item());
+      r.progress.step(shown, t.loss_sum / static_cast<double>(t.seen),
+                      static_cast<double>(t.correct) / static_cast<double>(t.seen), ips);
+    }
     if (r.step % cfg.log_every == 0) {
       r.metrics->write_line(json{{"event", "step"}, {"epoch", epoch + 1}, {"step", r.step}, {"loss", l},
                                  {"lr", lr_used}, {"images_per_sec", ips}}.dump());
@@ -597,6 +605,7 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       break;
     }
   }
+  if (correct_sum.defined()) t.correct = static_cast<int64_t>(correct_sum.item());
   r.progress.end_epoch();
   return t;
 }
