@@ -1,6 +1,6 @@
 #pragma once
-// Small helpers shared by the benchmarks: wall-clock timing, medians, and the machine's
-// nominal clock and core count as /proc/cpuinfo reports them.
+// Small helpers shared by the benchmarks: wall-clock timing, medians, the machine's nominal clock
+// and core count as /proc/cpuinfo reports them, and the CPU and kernel fields every result carries.
 
 #include <algorithm>
 #include <chrono>
@@ -29,11 +29,10 @@ inline double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The clock and core count (the model and the instruction sets come from CPUID: machine_fields()).
 struct CpuInfo {
   int logical_cpus = 1;  // "processor" entries (hardware_concurrency when /proc/cpuinfo is missing)
   double ghz = 0;        // the highest "cpu MHz" listed / 1000: the nominal clock, not a turbo clock
-  std::string model;
-  bool avx512f = false;  // "avx512f" among the flags: BLAS may run 512-bit FMAs (twice the AVX2 peak)
 };
 
 inline CpuInfo read_cpuinfo() {
@@ -49,8 +48,6 @@ inline CpuInfo read_cpuinfo() {
     const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
     if (key == "processor") ++processors;
     if (key == "cpu MHz") info.ghz = std::max(info.ghz, std::atof(value.c_str()) / 1000.0);
-    if (key == "model name" && info.model.empty()) info.model = value;
-    if (key == "flags" && (" " + value + " ").find(" avx512f ") != std::string::npos) info.avx512f = true;
   }
   const unsigned hc = std::thread::hardware_concurrency();
   info.logical_cpus = processors > 0 ? processors : (hc > 0 ? static_cast<int>(hc) : 1);

@@ -85,24 +85,20 @@ ThreadBuffer& buffer() {
   return b;
 }
 
-const char* intern(const char* name) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  return r.names.insert(name ? name : "?").first->c_str();
-}
-
 int64_t now_ns(const Registry& r) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - r.start).count();
 }
 
-struct Generation {
-  uint64_t value;
+// The running profile (generation and start) and the interned name, under one lock.
+struct Begin {
+  uint64_t generation;
   Clock::time_point start;
+  const char* name;
 };
-Generation current_generation() {
+Begin begin_under_lock(const char* name) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  return {r.generation, r.start};
+  return {r.generation, r.start, r.names.insert(name ? name : "?").first->c_str()};
 }
 
 std::string format_ms(double ms) {
@@ -127,11 +123,11 @@ const char* phase_name(Phase p) {
 }
 
 void Scope::begin(const char* name, double flops, Phase phase) {
-  const Generation g = current_generation();
+  const Begin g = begin_under_lock(name);
   ThreadBuffer& b = buffer();
-  b.sync(g.value, g.start);
+  b.sync(g.generation, g.start);
   Event e;
-  e.name = intern(name);
+  e.name = g.name;
   e.phase = phase != Phase::none ? phase : in_backward() ? Phase::backward : b.phases.empty() ? Phase::none : b.phases.back();
   e.depth = static_cast<int>(b.open.size());
   e.thread = b.thread;

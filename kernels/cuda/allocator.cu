@@ -120,11 +120,8 @@ class CudaDeviceAllocator final : public Allocator {
 
  private:
   static cuda::CachingAllocatorOptions options() {
-    const char* v = std::getenv("EMBER_CUDA_ALLOC");
     cuda::CachingAllocatorOptions o;
-    if (v != nullptr && std::strcmp(v, "direct") == 0) o.caching = false;
-    else if (v != nullptr && v[0] != '\0' && std::strcmp(v, "caching") != 0)
-      EMBER_THROW("EMBER_CUDA_ALLOC=", v, " is not a valid setting (expected caching or direct)");
+    o.caching = !cuda::env_switch("EMBER_CUDA_ALLOC", "caching", "direct");
     return o;
   }
   CudaBackend backend_;

@@ -8,8 +8,6 @@
 #include "launch.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "../../core/error.h"
@@ -138,12 +136,7 @@ __global__ void bias_grad_kernel(int64_t n, int64_t c_out, int64_t ohw, const T*
 // EMBER_CONV_INDEX=64 runs the int64 kernels on every layer: the test of that path (ctest
 // cuda-index64:conv), which real layers reach only beyond 2^30 elements. Read once per process.
 bool index64_forced() {
-  static const bool forced = [] {
-    const char* v = std::getenv("EMBER_CONV_INDEX");
-    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "auto") == 0) return false;
-    if (std::strcmp(v, "64") == 0) return true;
-    EMBER_THROW("EMBER_CONV_INDEX=", v, " is not understood (expected 'auto' or '64')");
-  }();
+  static const bool forced = cuda::env_switch("EMBER_CONV_INDEX", "auto", "64");
   return forced;
 }
 

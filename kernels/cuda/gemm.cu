@@ -214,12 +214,7 @@ TiledArgs<T> make_args(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
 std::atomic<bool> g_allow_tf32{false};
 
 bool tiled_forced() {
-  static const bool forced = [] {
-    const char* v = std::getenv("EMBER_GEMM");
-    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "cublas") == 0) return false;
-    if (std::strcmp(v, "tiled") == 0) return true;
-    EMBER_THROW("EMBER_GEMM=", v, " is not understood (expected 'tiled' or 'cublas')");
-  }();
+  static const bool forced = cuda::env_switch("EMBER_GEMM", "cublas", "tiled");
   return forced;
 }
 

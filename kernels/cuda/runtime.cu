@@ -4,6 +4,7 @@
 #include "launch.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -80,6 +81,13 @@ bool sync_every_op() {
     return v != nullptr && v[0] != '\0' && v[0] != '0';
   }();
   return on;
+}
+
+bool env_switch(const char* name, const char* off, const char* on) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, off) == 0) return false;
+  if (std::strcmp(v, on) == 0) return true;
+  EMBER_THROW(name, "=", v, " is not understood (expected '", off, "' or '", on, "')");
 }
 
 void check_launch(const char* op) {

@@ -70,6 +70,11 @@ void check_launch(const char* op);
 // Whether EMBER_SYNC_EVERY_OP=1 is set (read once).
 bool sync_every_op();
 
+// A two-way setting from the environment (EMBER_GEMM=cublas|tiled, ...): false when `name` is
+// unset, empty or `off`, true when it is `on`; any other value throws ember::Error naming the
+// variable, the value and both choices. Callers read it once and keep the answer.
+bool env_switch(const char* name, const char* off, const char* on);
+
 // Waits for all work on the current device.
 void synchronize();
 void synchronize_stream(Stream s);

@@ -6,6 +6,8 @@
 set -u
 ember=${1:?usage: info.sh path/to/ember}
 failures=0
+stderr_file=$(mktemp "${TMPDIR:-/tmp}/ember-info.XXXXXX")
+trap 'rm -f "$stderr_file"' EXIT
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 version=$(env -u OPENBLAS_CORETYPE "$ember" --version) || fail "--version exited $?"
@@ -18,12 +20,12 @@ elif has avx2 && has fma; then want="AVX2+FMA"
 elif has avx; then want="AVX"
 else want="SSE2"; fi
 
-json=$(env -u OPENBLAS_CORETYPE "$ember" info --json 2>/tmp/ember-info-stderr.$$) || fail "info --json exited $?"
+json=$(env -u OPENBLAS_CORETYPE "$ember" info --json 2>"$stderr_file") || fail "info --json exited $?"
 read_json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" <<<"$json"; }
 [ "$(read_json "d['cpu']['widest_isa']")" = "$want" ] || fail "widest_isa $(read_json "d['cpu']['widest_isa']"), /proc/cpuinfo says $want"
 [ "$(read_json "d['gemm']['kernels_isa']")" = "$want" ] || fail "GEMM kernels $(read_json "d['gemm']['kernels']") run $(read_json "d['gemm']['kernels_isa']"), not $want"
 [ -z "$(read_json "d['gemm']['warning']")" ] || fail "unexpected warning: $(read_json "d['gemm']['warning']")"
-[ -s /tmp/ember-info-stderr.$$ ] && fail "stderr not empty: $(cat /tmp/ember-info-stderr.$$)"
+[ -s "$stderr_file" ] && fail "stderr not empty: $(cat "$stderr_file")"
 [ "$(read_json "d['version']")" = "$(cut -d' ' -f2 <<<"$version")" ] || fail "info and --version disagree"
 [ "$(read_json "d['cpu']['model']")" = "$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$//')" ] ||
   fail "cpu model '$(read_json "d['cpu']['model']")' is not /proc/cpuinfo's"
@@ -36,6 +38,5 @@ if [ "$want" != "SSE2" ]; then
   [ "$err" = "ember: warning: OpenBLAS runs its Prescott kernels (SSE2) on a CPU with $want (OPENBLAS_CORETYPE=Prescott): matrix products and convolutions run several times slower than they could" ] ||
     fail "OPENBLAS_CORETYPE=Prescott: stderr was '$err'"
 fi
-rm -f /tmp/ember-info-stderr.$$
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -173,4 +174,21 @@ TEST_CASE("cuda kernels: self-test block sum (barriers and shuffles) matches the
     ember::testing::require_close(out.download(), want, 1e-4, 1e-5, "block sum");
     out.check_guards();
   }
+}
+
+TEST_CASE("cuda env_switch: unset, empty and the off value are false, the on value true, others an error",
+          "[cuda][runtime]") {
+  const char* name = "EMBER_TEST_ENV_SWITCH";
+  ::unsetenv(name);
+  CHECK_FALSE(ember::cuda::env_switch(name, "auto", "64"));
+  ::setenv(name, "", 1);
+  CHECK_FALSE(ember::cuda::env_switch(name, "auto", "64"));
+  ::setenv(name, "auto", 1);
+  CHECK_FALSE(ember::cuda::env_switch(name, "auto", "64"));
+  ::setenv(name, "64", 1);
+  CHECK(ember::cuda::env_switch(name, "auto", "64"));
+  ::setenv(name, "32", 1);
+  CHECK_THROWS_WITH(ember::cuda::env_switch(name, "auto", "64"),
+                    "EMBER_TEST_ENV_SWITCH=32 is not understood (expected 'auto' or '64')");
+  ::unsetenv(name);
 }
