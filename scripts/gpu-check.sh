@@ -1,103 +1,158 @@
 #!/usr/bin/env bash
-# One prepared check for a machine with an NVIDIA GPU (run through the device tool, under 8 min):
+# One prepared check for a machine with an NVIDIA GPU (through the device tool), in at most 8
+# minutes, build included:
 #   1. unpack ember's Debian dependencies from .deps/debs (scripts/fetch-gpu-deps.sh, run on the
 #      development machine) into .deps/prefix with dpkg -x — never into /;
 #   2. find cuDNN and NCCL in PyTorch's Python packages (nvidia-cudnn-cu13, nvidia-nccl-cu13);
-#   3. build the real CUDA flavour (nvcc, sm_90) with ninja;
-#   4. run tests/cuda (the same parity tests the SIMT flavour runs in CI) and the unit tests;
-#   5. run bench_cuda (bandwidth, SGEMM vs cuBLAS, cuDNN conv, cnn training steps) and bench_ddp
-#      (the 1-GPU DDP step vs the plain step) and print a short table last.
-# Results (stdout, and $OUT/gpu-check/ when OUT is set) go into docs/gpu-validation.md by hand.
+#   3. build the real CUDA flavour (nvcc, sm_90, ninja): the CUDA tests, bench_cuda and ember;
+#   4. run every test in tests/cuda (the parity tests CI runs on the SIMT emulator);
+#   5. run bench_cuda (ember) and bench/cuda/torch_gpu.py (PyTorch eager on the same GPU): the same
+#      measurements on both sides, one JSON line each;
+#   6. write the side-by-side table (summary.md, summary.json) and print it.
+# Every step has a time budget (the plan below, printed first); the budgets add up to at most 480 s
+# and each step is killed at its budget, so the run always ends with a table.
+#
+#   scripts/gpu-check.sh                     on the GPU machine (OUT: where results go)
+#   scripts/gpu-check.sh --dry-run [--build-dir DIR]
+#       here, without a GPU: the same steps on the SIMT emulator with tiny sizes and PyTorch on the
+#       CPU, using an existing build of the default flavour (CPU + SIMT; default DIR: build). CI
+#       runs it (ctest gpu-check:dry-run), so a typo cannot waste the GPU's minutes. It fails when
+#       a measurement is missing on either side or the plan exceeds 480 s.
+# Results: $OUT/gpu-check/ (OUT defaults to /tmp): gpu.txt, build.txt, ptxas.txt, cuda_tests.txt,
+# ember.jsonl, torch.jsonl, summary.md, summary.json. docs/gpu-validation.md says how to read them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
+
+dry_run=0
+build_dir=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry_run=1 ;;
+    --build-dir) build_dir="${2:?--build-dir needs a directory}"; shift ;;
+    *) echo "gpu-check: unknown option '$1' (known: --dry-run, --build-dir DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$build_dir" ] || build_dir=$([ $dry_run -eq 1 ] && echo build || echo build-gpu)
+case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
+
 start=$SECONDS
 out="${OUT:-/tmp}/gpu-check"
+rm -rf "$out"
 mkdir -p "$out"
 log() { echo "[gpu-check $((SECONDS - start))s] $*"; }
 
-nvidia-smi -L || { echo "gpu-check: no NVIDIA GPU visible" >&2; exit 1; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-
-# ---- 1. dependencies into a private prefix ---------------------------------------------------
-prefix="$PWD/.deps/prefix"
-if [ ! -d "$prefix/usr" ]; then
-  ls .deps/debs/*.deb >/dev/null 2>&1 || { echo "gpu-check: .deps/debs is empty (run scripts/fetch-gpu-deps.sh here first and carry .deps)" >&2; exit 1; }
-  for d in .deps/debs/*.deb; do dpkg -x "$d" "$prefix"; done
+# ---- the plan: seconds per step (each step is killed at its budget) ---------------------------
+# The build estimate: CI's nvcc build of the same targets takes about 9 minutes on 2 cores
+# (.ci/run step 3 prints it); nvcc and g++ scale almost linearly with cores, so 16 cores need
+# about 70 s, and the budget leaves twice that.
+declare -A budget=([deps]=20 [build]=140 [cuda_tests]=70 [bench_ember]=120 [bench_torch]=110 [summary]=10)
+plan_order=(deps build cuda_tests bench_ember bench_torch summary)
+plan_total=0
+for s in "${plan_order[@]}"; do plan_total=$((plan_total + budget[$s])); done
+{
+  echo "plan (seconds; each step is stopped at its budget):"
+  for s in "${plan_order[@]}"; do printf "  %-12s %4d\n" "$s" "${budget[$s]}"; done
+  printf "  %-12s %4d (limit 480)\n" total "$plan_total"
+} | tee "$out/plan.txt"
+if [ "$plan_total" -gt 480 ]; then
+  echo "gpu-check: the plan takes $plan_total s, more than the 480 s a GPU run may use" >&2
+  exit 1
 fi
-arch_lib="$prefix/usr/lib/x86_64-linux-gnu"
-# Debian's libopenblas-dev exposes libopenblas through update-alternatives, which dpkg -x skips.
-openblas_lib=$(ls "$arch_lib"/openblas-pthread/libopenblas*.so* 2>/dev/null | head -1)
-export PATH="$prefix/usr/bin:$PATH"
-export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PKG_CONFIG_PATH="$arch_lib/pkgconfig:$prefix/usr/share/pkgconfig"
-export PKG_CONFIG_SYSROOT_DIR="$prefix"
-export EMBER_FASHION_MNIST_DIR="$prefix/usr/share/datasets/fashion-mnist"
+# In a dry run the emulator is slow and shares 2 cores: the budgets are stretched, the plan is not.
+stretch=$([ $dry_run -eq 1 ] && echo 4 || echo 1)
+within() {  # within STEP COMMAND...: the command, stopped at the step's budget
+  local s=$1; shift
+  timeout $((budget[$s] * stretch)) "$@"
+}
 
-# ---- 2. cuDNN and NCCL from the Python packages ----------------------------------------------
-pydir() { python3 -c "import importlib, sys; m = importlib.import_module('$1'); print(list(m.__path__)[0])" 2>/dev/null; }
-cudnn_dir=$(pydir nvidia.cudnn)
-nccl_dir=$(pydir nvidia.nccl)
-log "cuDNN: ${cudnn_dir:-not found}; NCCL: ${nccl_dir:-not found}"
-[ -n "$cudnn_dir" ] && export CUDNN_ROOT="$cudnn_dir" && export LD_LIBRARY_PATH="$cudnn_dir/lib:$LD_LIBRARY_PATH"
-[ -n "$nccl_dir" ] && export NCCL_ROOT="$nccl_dir" && export LD_LIBRARY_PATH="$nccl_dir/lib:$LD_LIBRARY_PATH"
-# The wheels ship libcudnn.so.9 without the unversioned development link CMake looks for.
-for d in "$cudnn_dir" "$nccl_dir"; do
-  [ -n "$d" ] || continue
-  for so in "$d"/lib/lib*.so.[0-9]*; do
-    base="${so%%.so.*}.so"
-    [ -e "$base" ] || ln -sf "$(basename "$so")" "$base" 2>/dev/null || true
+python=python3
+if [ $dry_run -eq 1 ]; then
+  echo "dry run: SIMT emulator in $build_dir, tiny sizes, PyTorch on the CPU" | tee "$out/gpu.txt"
+  # Debian's torch lives in /usr/bin/python3, which a venv on PATH would hide.
+  [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null && python=/usr/bin/python3
+else
+  nvidia-smi -L || { echo "gpu-check: no NVIDIA GPU visible (use --dry-run without one)" >&2; exit 1; }
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+  # ---- 1. dependencies into a private prefix -------------------------------------------------
+  log "deps"
+  prefix="$root/.deps/prefix"
+  if [ ! -d "$prefix/usr" ]; then
+    ls .deps/debs/*.deb >/dev/null 2>&1 || { echo "gpu-check: .deps/debs is empty (run scripts/fetch-gpu-deps.sh here first and carry .deps)" >&2; exit 1; }
+    for d in .deps/debs/*.deb; do dpkg -x "$d" "$prefix"; done
+  fi
+  arch_lib="$prefix/usr/lib/x86_64-linux-gnu"
+  # Debian's libopenblas-dev exposes libopenblas through update-alternatives, which dpkg -x skips.
+  openblas_lib=$(ls "$arch_lib"/openblas-pthread/libopenblas*.so* 2>/dev/null | head -1)
+  export PATH="$prefix/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG_PATH="$arch_lib/pkgconfig:$prefix/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$prefix"
+  export EMBER_FASHION_MNIST_DIR="$prefix/usr/share/datasets/fashion-mnist"
+
+  # ---- 2. cuDNN and NCCL from the Python packages --------------------------------------------
+  pydir() { python3 -c "import importlib, sys; m = importlib.import_module('$1'); print(list(m.__path__)[0])" 2>/dev/null; }
+  cudnn_dir=$(pydir nvidia.cudnn)
+  nccl_dir=$(pydir nvidia.nccl)
+  log "cuDNN: ${cudnn_dir:-not found}; NCCL: ${nccl_dir:-not found}"
+  [ -n "$cudnn_dir" ] && export CUDNN_ROOT="$cudnn_dir" && export LD_LIBRARY_PATH="$cudnn_dir/lib:$LD_LIBRARY_PATH"
+  [ -n "$nccl_dir" ] && export NCCL_ROOT="$nccl_dir" && export LD_LIBRARY_PATH="$nccl_dir/lib:$LD_LIBRARY_PATH"
+  # The wheels ship libcudnn.so.9 without the unversioned development link CMake looks for.
+  for d in "$cudnn_dir" "$nccl_dir"; do
+    [ -n "$d" ] || continue
+    for so in "$d"/lib/lib*.so.[0-9]*; do
+      base="${so%%.so.*}.so"
+      [ -e "$base" ] || ln -sf "$(basename "$so")" "$base" 2>/dev/null || true
+    done
   done
+
+  # ---- 3. build --------------------------------------------------------------------------------
+  generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+  log "configure + build (ember_cuda_tests, bench_cuda, ember_cli)"
+  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_SIMT=OFF \
+    -DCMAKE_PREFIX_PATH="$prefix/usr" -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_CUDA_PTXAS_VERBOSE=ON \
+    ${openblas_lib:+-DBLAS_LIBRARIES="$openblas_lib"} > "$out/configure.txt" 2>&1
+  if ! within build cmake --build "$build_dir" -j"$(nproc)" --target ember_cuda_tests bench_cuda ember_cli > "$out/build.txt" 2>&1; then
+    tail -40 "$out/configure.txt" "$out/build.txt"; echo "gpu-check: BUILD FAILED (or over its budget)" >&2; exit 1
+  fi
+  grep -E "ptxas info *: Used|spill" "$out/build.txt" > "$out/ptxas.txt" || true
+  log "built; $(grep -c 'bytes spill' "$out/ptxas.txt" 2>/dev/null || echo 0) ptxas lines mention spills (see ptxas.txt)"
+fi
+
+for bin in tests/ember_cuda_tests bench/bench_cuda bin/ember; do
+  [ -x "$build_dir/$bin" ] || { echo "gpu-check: $build_dir/$bin is missing (build the default flavour first)" >&2; exit 1; }
 done
 
-# ---- 3. build ---------------------------------------------------------------------------------
-generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
-log "configure"
-cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_SIMT=OFF \
-  -DCMAKE_PREFIX_PATH="$prefix/usr" -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_CUDA_PTXAS_VERBOSE=ON \
-  ${openblas_lib:+-DBLAS_LIBRARIES="$openblas_lib"} 2>&1 | tail -5 | tee "$out/configure.txt"
-log "build"
-if ! cmake --build build-gpu -j"$(nproc)" > "$out/build.txt" 2>&1; then
-  tail -40 "$out/build.txt"; echo "gpu-check: BUILD FAILED" >&2; exit 1
-fi
-grep -E "ptxas info *: Used|spill" "$out/build.txt" > "$out/ptxas.txt" || true
-log "built; $(grep -c 'bytes spill' "$out/ptxas.txt" 2>/dev/null || echo 0) ptxas lines mention spills (see ptxas.txt)"
-
-# ---- 4. tests -------------------------------------------------------------------------------
-log "tests/cuda"
-# Cases tagged [multi-gpu] (two NCCL/DDP ranks on cuda:0 and cuda:1) need a second GPU.
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+# ---- 4. tests/cuda ------------------------------------------------------------------------------
+# Cases tagged [multi-gpu] (two NCCL/DDP ranks on cuda:0 and cuda:1) need a second GPU. The dry run
+# runs one tag (the whole suite runs in CI's ctest already): it checks the command, not the kernels.
 filter=()
-if [ "${gpus:-0}" -lt 2 ]; then
+if [ $dry_run -eq 1 ]; then
+  filter=("[gemm]")
+elif [ "$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")" -lt 2 ]; then
   filter=("~[multi-gpu]")
-  log "one GPU: leaving out $(./build-gpu/tests/ember_cuda_tests "[multi-gpu]" --list-test-names-only | grep -c .) [multi-gpu] cases"
+  log "one GPU: leaving out $("$build_dir"/tests/ember_cuda_tests "[multi-gpu]" --list-test-names-only | grep -c .) [multi-gpu] cases"
 fi
-timeout 240 ./build-gpu/tests/ember_cuda_tests "${filter[@]}" > "$out/cuda_tests.txt" 2>&1
+log "tests/cuda ${filter[*]}"
+within cuda_tests "$build_dir"/tests/ember_cuda_tests "${filter[@]}" > "$out/cuda_tests.txt" 2>&1
 cuda_rc=$?
-tail -4 "$out/cuda_tests.txt"
-log "unit tests (CPU)"
-timeout 150 ./build-gpu/tests/ember_tests "~[slow]" > "$out/unit_tests.txt" 2>&1
-unit_rc=$?
-tail -2 "$out/unit_tests.txt"
+tail -3 "$out/cuda_tests.txt"
 
-# ---- 5. benchmark -----------------------------------------------------------------------------
-log "bench_cuda"
-timeout 150 ./build-gpu/bench/bench_cuda > "$out/bench_cuda.jsonl" 2> "$out/bench_cuda.err"
-bench_rc=$?
-cat "$out/bench_cuda.jsonl"
-# DistributedDataParallel's overhead on one GPU: the DDP step against the plain step (not fatal).
-timeout 60 ./build-gpu/bench/bench_ddp --device cuda --steps 20 >> "$out/bench_cuda.jsonl" 2> "$out/bench_ddp.err"
-tail -3 "$out/bench_cuda.jsonl"
+# ---- 5. the measurements, ember then PyTorch ----------------------------------------------------
+tiny=(); [ $dry_run -eq 1 ] && tiny=(--tiny)
+log "bench_cuda ${tiny[*]}"
+within bench_ember "$build_dir"/bench/bench_cuda "${tiny[@]}" > "$out/ember.jsonl" 2> "$out/ember.err"
+ember_rc=$?
+log "torch_gpu.py ${tiny[*]} ($python)"
+within bench_torch "$python" bench/cuda/torch_gpu.py "${tiny[@]}" > "$out/torch.jsonl" 2> "$out/torch.err"
+torch_rc=$?
+[ $ember_rc -eq 0 ] || { echo "gpu-check: bench_cuda failed (rc $ember_rc):"; tail -5 "$out/ember.err"; }
+[ $torch_rc -eq 0 ] || { echo "gpu-check: torch_gpu.py failed (rc $torch_rc):"; tail -5 "$out/torch.err"; }
 
-echo
-echo "==== gpu-check summary ($(cat "$out/gpu.txt")), $((SECONDS - start)) s"
-printf "%-28s %s\n" "tests/cuda" "$([ $cuda_rc -eq 0 ] && echo PASS || echo "FAIL (rc $cuda_rc)")"
-printf "%-28s %s\n" "unit tests" "$([ $unit_rc -eq 0 ] && echo PASS || echo "FAIL (rc $unit_rc)")"
-python3 - "$out/bench_cuda.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    try: d = json.loads(l)
-    except Exception: continue
-    b = d.pop("bench"); d.pop("device", None); d.pop("emulated", None)
-    print(f"{b:28s} " + ", ".join(f"{k}={v}" for k, v in d.items()))
-PY
-[ $cuda_rc -eq 0 ] && [ $unit_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+# ---- 6. the side-by-side table ------------------------------------------------------------------
+log "summary"
+"$python" bench/cuda/gpu_summary.py "$out" "$cuda_rc" "$((SECONDS - start))"
+summary_rc=$?
+[ $cuda_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ]

@@ -1,14 +1,25 @@
-// The CUDA benchmark of scripts/gpu-check.sh: one JSON line per measurement, medians of 5.
-//   elementwise (ReLU) and reduction (sum) GB/s next to a device-to-device copy;
-//   SGEMM: the hand-written tiled kernel next to cuBLAS, GFLOP/s;
-//   a 3x3 convolution forward + backward (cuDNN when present, else the im2col fallback);
-//   training steps of the `cnn` model on Fashion-MNIST (images/s).
-// On the SIMT flavour it runs with small sizes (the emulator is for correctness, not speed) and
-// says so in every line ("emulated": true).
-//   ./build/bench/bench_cuda [--quick]
+// The CUDA benchmark of scripts/gpu-check.sh: one JSON line per measurement, medians of 5
+// (bench/cuda/torch_gpu.py prints the same lines for PyTorch on the same device).
+//   bandwidth      elementwise (ReLU) and reduction (sum) GB/s next to a device-to-device copy;
+//   sgemm          the hand-written tiled kernel next to cuBLAS (f32, TF32 off), GFLOP/s;
+//   conv3x3        a 3x3 convolution forward + backward (cuDNN when present, else im2col + GEMM);
+//   train_cnn      training steps of the `cnn` model on Fashion-MNIST, batch 64, Adam (images/s,
+//                  loader included: what `ember train` does);
+//   resnet18_step  one ResNet-18 training step (forward, backward, Adam) on random images,
+//                  224x224, batch 256, f32: the median step time;
+//   recipe_to_93   the default recipe (`ember train` with no options) epoch by epoch: the training
+//                  seconds until the test accuracy first reaches 93%, and the accuracy at the end.
+// Sizes: full on a GPU; --tiny (forced on the SIMT emulator, which is for correctness, not speed)
+// runs every measurement at toy sizes so that `scripts/gpu-check.sh --dry-run` exercises the same
+// code in CI, and every line says "emulated" and "tiny".
+//   ./build/bench/bench_cuda [--tiny] [--only bandwidth,sgemm,...]
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +27,7 @@
 #include <ember/kernels/cuda/cudnn.h>
 #include <ember/kernels/cuda/gemm.h>
 #include <ember/kernels/cuda/runtime.h>
+#include <ember/models/zoo.h>
 #include <ember/train/trainer.h>
 
 #include "../bench_util.h"
@@ -27,6 +39,7 @@ using bench::time_s;
 namespace {
 
 bool g_emulated = false;
+bool g_tiny = false;
 
 template <typename F>
 double timed(int reps, const F& f) {
@@ -42,7 +55,8 @@ double timed(int reps, const F& f) {
 }
 
 void line(const std::string& body) {
-  std::printf("{%s,\"emulated\":%s,\"device\":%s}\n", body.c_str(), g_emulated ? "true" : "false",
+  std::printf("{%s,\"side\":\"ember\",\"tiny\":%s,\"emulated\":%s,\"device\":%s}\n", body.c_str(),
+              g_tiny ? "true" : "false", g_emulated ? "true" : "false",
               bench::json_str(cuda::properties(0).name).c_str());
   std::fflush(stdout);
 }
@@ -83,8 +97,10 @@ void sgemm(int64_t s) {
   });
   const double flop = 2.0 * static_cast<double>(s) * s * s;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "\"bench\":\"sgemm\",\"size\":%lld,\"library_gflops\":%.1f,\"tiled_gflops\":%.1f",
-                static_cast<long long>(s), flop / t_lib / 1e9, flop / t_tiled / 1e9);
+  std::snprintf(buf, sizeof buf,
+                "\"bench\":\"sgemm\",\"size\":%lld,\"tf32\":%s,\"library_gflops\":%.1f,\"tiled_gflops\":%.1f",
+                static_cast<long long>(s), kernels::gpu::allow_tf32() ? "true" : "false", flop / t_lib / 1e9,
+                flop / t_tiled / 1e9);
   line(buf);
 }
 
@@ -107,7 +123,7 @@ void conv(int64_t n, int64_t c, int64_t hw) {
   line(buf);
 }
 
-void train_steps(int steps) {
+void train_cnn(int steps) {
   train::TrainConfig cfg;
   cfg.model = "cnn";
   cfg.optimizer = "adam";
@@ -118,6 +134,7 @@ void train_steps(int steps) {
   cfg.quiet = true;
   cfg.device = "cuda";
   cfg.eval_every = 1000;
+  cfg.eval_limit = g_tiny ? 64 : 0;
   cfg.max_steps = steps;
   const train::TrainSummary s = train::run_training(cfg);
   char buf[512];
@@ -126,19 +143,108 @@ void train_steps(int steps) {
   line(buf);
 }
 
+// One training step of ResNet-18 (ImageNet layout, 1000 classes) on random images: the step time
+// without the data loader, as the PyTorch side measures it.
+void resnet18_step(int64_t batch, int64_t size, int steps) {
+  const Device dev = Device::cuda(0);
+  manual_seed(1);
+  auto model = models::create_model({.name = "resnet18", .in_channels = 3, .image_size = size, .num_classes = 1000});
+  model->to(dev);
+  model->train();
+  optim::Adam opt(model->parameters(), {.lr = 1e-3});
+  Tensor x = randn({batch, 3, size, size}, {.device = dev});
+  Tensor y = randint(0, 1000, {batch}, {.dtype = DType::i64, .device = dev});
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = cross_entropy((*model)(x), y);
+    loss.backward();
+    opt.step();
+  };
+  step();  // warm-up: allocations, cuDNN algorithm choice
+  cuda::synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < steps; ++i)
+    t.push_back(time_s([&] {
+      step();
+      cuda::synchronize();
+    }));
+  const double ms = median(t) * 1e3;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "\"bench\":\"resnet18_step\",\"batch\":%lld,\"image_size\":%lld,\"precision\":\"f32\","
+                "\"channels_last\":false,\"steps\":%d,\"ms\":%.2f,\"images_per_sec\":%.1f",
+                static_cast<long long>(batch), static_cast<long long>(size), steps, ms, batch / ms * 1e3);
+  line(buf);
+}
+
+// The default recipe epoch by epoch: training seconds (evaluation excluded) until the test
+// accuracy first reaches 93%. null when it never does within the recipe's epochs.
+void recipe_to_93() {
+  train::TrainConfig cfg;
+  cfg.device = "cuda";
+  cfg.quiet = true;
+  if (g_tiny) {
+    cfg.epochs = 2;
+    cfg.max_steps = 6;
+    cfg.batch_size = 16;
+    cfg.eval_limit = 64;
+  }
+  const train::TrainSummary s = train::run_training(cfg);
+  double seconds = 0, reached = NAN;
+  for (const train::EpochStats& e : s.epochs) {
+    seconds += e.seconds;
+    if (std::isnan(reached) && e.test_acc >= 0.93) reached = seconds;
+  }
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "\"bench\":\"recipe_to_93\",\"epochs\":%d,\"steps\":%lld,\"final_test_acc\":%.4f,"
+                "\"train_seconds\":%.2f,\"seconds_to_93\":%s",
+                s.epochs_run, static_cast<long long>(s.steps), s.test_acc, seconds,
+                std::isnan(reached) ? "null" : std::to_string(reached).c_str());
+  line(buf);
+}
+
+const std::vector<std::string> kAll = {"bandwidth", "sgemm", "conv3x3", "train_cnn", "resnet18_step", "recipe_to_93"};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  std::set<std::string> only(kAll.begin(), kAll.end());
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tiny" || a == "--quick") {
+      g_tiny = true;
+    } else if (a == "--only" && i + 1 < argc) {
+      only.clear();
+      std::stringstream names(argv[++i]);
+      for (std::string n; std::getline(names, n, ',');) {
+        if (std::find(kAll.begin(), kAll.end(), n) == kAll.end()) {
+          std::fprintf(stderr, "bench_cuda: unknown measurement '%s'\n", n.c_str());
+          return 2;
+        }
+        only.insert(n);
+      }
+    } else {
+      std::fprintf(stderr, "usage: bench_cuda [--tiny] [--only %s,...]\n", kAll.front().c_str());
+      return 2;
+    }
+  }
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "bench_cuda: no CUDA device\n");
     return 1;
   }
   g_emulated = cuda_emulated();
-  const bool small = g_emulated || quick;
-  bandwidth(small ? (1 << 16) : (int64_t{1} << 26));
-  sgemm(small ? 128 : 4096);
-  conv(small ? 2 : 64, small ? 8 : 64, small ? 16 : 56);
-  train_steps(small ? 5 : 200);
+  g_tiny = g_tiny || g_emulated;
+  try {
+    if (only.count("bandwidth")) bandwidth(g_tiny ? (1 << 16) : (int64_t{1} << 26));
+    if (only.count("sgemm")) sgemm(g_tiny ? 128 : 4096);
+    if (only.count("conv3x3")) conv(g_tiny ? 2 : 64, g_tiny ? 8 : 64, g_tiny ? 16 : 56);
+    if (only.count("train_cnn")) train_cnn(g_tiny ? 5 : 300);
+    if (only.count("resnet18_step")) resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10);
+    if (only.count("recipe_to_93")) recipe_to_93();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The side-by-side table of scripts/gpu-check.sh: reads OUT/ember.jsonl (bench_cuda) and
+OUT/torch.jsonl (torch_gpu.py), writes OUT/summary.md and OUT/summary.json, prints the table.
+Fails (exit 1) when a measurement either side must print is missing or malformed.
+
+  python3 bench/cuda/gpu_summary.py OUT CUDA_TESTS_RC SECONDS
+Speed-up is ember's speed over PyTorch's (> 1: ember is faster): a ratio of rates (GB/s, GFLOP/s,
+images/s) or the inverse ratio of times (ms, seconds).
+"""
+import json
+import sys
+
+# (key, what it is, ember's field, "rate" / "time" / "value", unit[, PyTorch's field when it differs]);
+# key = bench[/precision]
+ROWS = [
+    ("bandwidth", "device-to-device copy", "d2d_copy_gbs", "rate", "GB/s"),
+    ("bandwidth", "ReLU (read + write)", "relu_gbs", "rate", "GB/s"),
+    ("bandwidth", "sum (read)", "sum_gbs", "rate", "GB/s"),
+    ("sgemm", "SGEMM, library (cuBLAS) vs torch.mm", "library_gflops", "rate", "GFLOP/s"),
+    ("sgemm", "SGEMM, ember's tiled kernel vs torch.mm", "tiled_gflops", "rate", "GFLOP/s", "library_gflops"),
+    ("conv3x3_fwd_bwd", "conv 3x3 forward + backward", "ms", "time", "ms"),
+    ("train_cnn", "cnn training, batch 64, Adam", "images_per_sec", "rate", "images/s"),
+    ("resnet18_step/f32", "ResNet-18 step, f32", "ms", "time", "ms"),
+    ("resnet18_step/amp_bf16", "ResNet-18 step, AMP bf16 + channels-last", "ms", "time", "ms"),
+    ("recipe_to_93", "default recipe: training seconds to 93%", "seconds_to_93", "time", "s"),
+    ("recipe_to_93", "default recipe: final test accuracy", "final_test_acc", "value", ""),
+]
+# What each side must print (ember has no mixed precision: its AMP row stays empty).
+REQUIRED = {
+    "ember": {"bandwidth", "sgemm", "conv3x3_fwd_bwd", "train_cnn", "resnet18_step/f32", "recipe_to_93"},
+    "torch": {"bandwidth", "sgemm", "conv3x3_fwd_bwd", "train_cnn", "resnet18_step/f32",
+              "resnet18_step/amp_bf16", "recipe_to_93"},
+}
+
+
+def key(d):
+    return d["bench"] + ("/" + d["precision"] if "precision" in d else "")
+
+
+def read(path, side, problems):
+    lines = {}
+    try:
+        text = open(path).read()
+    except OSError:
+        problems.append(f"{side}: {path} is missing")
+        return lines
+    for n, l in enumerate(text.splitlines(), 1):
+        if not l.strip():
+            continue
+        try:
+            d = json.loads(l)
+            lines[key(d)] = d
+        except (ValueError, KeyError) as e:
+            problems.append(f"{side}: line {n} of {path} is not a measurement: {e}")
+    for k in sorted(REQUIRED[side] - lines.keys()):
+        problems.append(f"{side}: no '{k}' measurement")
+    return lines
+
+
+def fmt(v, unit):
+    if v is None:
+        return "not reached"
+    if not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:.4f}" if unit == "" else f"{v:,.1f}"
+
+
+def main():
+    out, cuda_rc, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    problems = []
+    ember = read(f"{out}/ember.jsonl", "ember", problems)
+    torch = read(f"{out}/torch.jsonl", "torch", problems)
+    try:
+        gpu = open(f"{out}/gpu.txt").read().strip()
+    except OSError:
+        gpu = "?"
+    rows = []
+    for k, what, field, kind, unit, *torch_field in ROWS:
+        e = ember.get(k, {}).get(field, "—")
+        t = torch.get(k, {}).get(torch_field[0] if torch_field else field, "—")
+        ratio = None
+        if isinstance(e, (int, float)) and isinstance(t, (int, float)) and e > 0 and t > 0:
+            ratio = e / t if kind == "rate" else (t / e if kind == "time" else None)
+        rows.append({"measurement": what, "unit": unit, "ember": e, "torch": t, "speedup": ratio})
+    tiny = any(d.get("tiny") for d in list(ember.values()) + list(torch.values()))
+    torch_version = next((d.get("torch") for d in torch.values()), "?")
+    md = [f"GPU: {gpu}", f"PyTorch {torch_version}; tests/cuda: {'PASS' if cuda_rc == 0 else f'FAIL (rc {cuda_rc})'};"
+          f" {seconds} s{'; TINY SIZES (dry run): the numbers mean nothing' if tiny else ''}", "",
+          "| measurement | unit | ember | PyTorch | ember speed-up |", "| --- | --- | ---: | ---: | ---: |"]
+    for r in rows:
+        s = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "—"
+        md.append(f"| {r['measurement']} | {r['unit']} | {fmt(r['ember'], r['unit'])} | {fmt(r['torch'], r['unit'])} | {s} |")
+    copy = ember.get("bandwidth", {}).get("d2d_copy_gbs")
+    if copy:
+        relu, total = ember["bandwidth"].get("relu_gbs", 0), ember["bandwidth"].get("sum_gbs", 0)
+        md += ["", f"ember's ReLU runs at {100 * relu / copy:.0f}% and its sum at {100 * total / copy:.0f}% of its own "
+                   "device-to-device copy bandwidth."]
+    if problems:
+        md += ["", "Problems:"] + [f"- {p}" for p in problems]
+    text = "\n".join(md) + "\n"
+    open(f"{out}/summary.md", "w").write(text)
+    json.dump({"gpu": gpu, "torch": torch_version, "tiny": tiny, "cuda_tests_rc": cuda_rc, "seconds": seconds,
+               "rows": rows, "problems": problems}, open(f"{out}/summary.json", "w"), indent=1)
+    print(text, end="")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
