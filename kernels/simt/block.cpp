@@ -218,6 +218,7 @@ void Block::complete_barrier() {
   }
   waiting.clear();
   ++barrier_generation;
+  counters_on_barrier();
   for (Warp& w : warps) w.exited_at_sync = w.exited;
 }
 
@@ -269,6 +270,7 @@ void Block::complete_warp_group(unsigned w, WarpGroup g) {
   warps[w].exited_at_sync = warps[w].exited;
   const unsigned first = static_cast<unsigned>(__builtin_ctz(g.arrived));
   const CudaThread& f = threads[base + first];
+  counters_on_warp_op(g.arrived);
   uint32_t ballot = 0, sum = 0;
   for (unsigned l = first; l < 32; ++l) {
     if (!((g.arrived >> l) & 1)) continue;
@@ -415,6 +417,12 @@ unsigned active_mask(Site) {
   return w.exists & ~w.exited_at_sync;
 }
 
+bool current_fiber_thread(unsigned* thread) {
+  if (tls_block == nullptr || tls_exec.mode != Mode::Fiber) return false;
+  *thread = tls_block->current;
+  return true;
+}
+
 unsigned char* dynamic_shared_memory(const char* file, unsigned line) {
   const Mode m = tls_exec.mode;
   if (m == Mode::Fiber) return tls_exec.dynamic_smem;
@@ -453,6 +461,7 @@ void run_fiber_grid(const LaunchRequest& r, const unsigned* block_order, unsigne
 
   ExecContext& ctx = tls_exec;
   const ExecContext saved = ctx;
+  counters_launch_begin(r);
   for (unsigned k = 0; k < nblocks; ++k) {
     std::lock_guard<std::mutex> lock(fiber_mutex);
     const unsigned lin = block_order ? block_order[k] : k;
@@ -481,11 +490,13 @@ void run_fiber_grid(const LaunchRequest& r, const unsigned* block_order, unsigne
     b.next_start = 0;
     if (cfg.schedule == Order::Random && k > 0) make_order(b.start_order.data(), n, cfg.schedule, b.rng);
 
+    counters_block_begin(dynamic.get(), smem);
     tls_block = &b;
     EMBER_SIMT_TSAN_RELEASE(&b.block_start_token);
     b.wait_here();  // returns when every thread of the block has exited
     EMBER_SIMT_TSAN_ACQUIRE(&b.block_end_token);
     tls_block = nullptr;
+    counters_block_end(n);
 
     for (size_t i = 0; i < kDynamicSmemGuard; ++i)
       if (dynamic[smem + i] != kGuardByte)
@@ -493,6 +504,7 @@ void run_fiber_grid(const LaunchRequest& r, const unsigned* block_order, unsigne
               "(launched at %s:%u; run the ASan build to find the writing line)",
               i, smem, r.site.file, r.site.line);
   }
+  counters_launch_end();
   ctx = saved;
   b.launch = nullptr;
 }

@@ -9,9 +9,12 @@
 //   grid.cpp         launch validation, fiber grids, flat grids on a thread pool
 //   memory.cpp       devices, device/pinned memory registries, copies, memsets, errors
 //   streams.cpp      streams, events, deferred execution (EMBER_SIMT_DEFER=1)
+//   counters.cpp     hardware counters for the kernel labs (counters.h); access_hooks.cpp: the
+//                    instrumentation entry points that feed them loads and stores
 //   nccl_shim.cpp    NCCL for ranks that are threads of this process (nccl_reduce.cpp: its
 //                    arithmetic); cublas_shim.cpp: the cuBLAS calls ember makes
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdint>
 #include <functional>
@@ -89,6 +92,8 @@ struct Allocation {
 };
 // The allocation containing p (p == base + size counts when one_past_end). False if none.
 bool find_allocation(const void* p, bool one_past_end, Allocation* out);
+// The allocation that ends at most `slack` bytes before p (p lies just past its end). False if none.
+bool find_allocation_ending_before(const void* p, size_t slack, Allocation* out);
 
 // ---- streams (streams.cpp) ----------------------------------------------------------------------
 // The stream object behind a handle (0, cudaStreamLegacy, cudaStreamPerThread or a created one),
@@ -106,6 +111,22 @@ void run_grid(const LaunchRequest& r);
 // Runs the blocks of a fiber launch on this OS thread, one at a time (block.cpp). block_order:
 // the blocks' linear indices in the order to run them, or null for forward order.
 void run_fiber_grid(const LaunchRequest& r, const unsigned* block_order, unsigned nblocks);
+// The CUDA thread (linear index in its block) running on this OS thread inside a fiber block.
+bool current_fiber_thread(unsigned* thread);
+
+// ---- counters (counters.cpp; Note [Seeing every load and store]) ------------------------------
+// Called by run_fiber_grid around a launch and each block, by the scheduler when a barrier or a
+// warp op completes, and by the access hooks; each does nothing unless counting is on.
+void counters_launch_begin(const LaunchRequest& r);
+void counters_block_begin(const unsigned char* dynamic_smem, size_t bytes);
+void counters_block_end(unsigned threads);
+void counters_launch_end();
+void counters_on_barrier();
+void counters_on_warp_op(unsigned lanes);
+void counters_access(const void* p, size_t size, bool write, const void* pc);
+// Set when the access hooks are linked into the program (kernels/simt/lab_support/access_hooks.cpp).
+extern std::atomic<bool> g_memory_hooks_linked;
+
 // The dynamic shared-memory size limit of a kernel (48 KiB unless raised by cudaFuncSetAttribute).
 size_t max_dynamic_smem(const void* func);
 

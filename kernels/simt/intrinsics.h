@@ -130,14 +130,22 @@ inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned i
 }
 
 // ---- loads and stores with cache hints: plain accesses here ---------------------------------
+// One copy of sizeof(T) bytes, so that a float4 is one 16-byte access as on a GPU (a member-wise
+// `*p` may become four 4-byte loads, which the kernel labs' counters would see as four requests).
 template <class T>
-inline T __ldg(const T* p) { return *p; }
+inline T ember_simt_load_whole(const T* p) {
+  T v;
+  __builtin_memcpy(static_cast<void*>(&v), static_cast<const void*>(p), sizeof(T));
+  return v;
+}
 template <class T>
-inline T __ldcg(const T* p) { return *p; }
+inline T __ldg(const T* p) { return ember_simt_load_whole(p); }
 template <class T>
-inline T __ldcs(const T* p) { return *p; }
+inline T __ldcg(const T* p) { return ember_simt_load_whole(p); }
 template <class T>
-inline T __ldlu(const T* p) { return *p; }
+inline T __ldcs(const T* p) { return ember_simt_load_whole(p); }
+template <class T>
+inline T __ldlu(const T* p) { return ember_simt_load_whole(p); }
 template <class T>
 inline void __stcg(T* p, T v) { *p = v; }
 template <class T>

@@ -77,6 +77,19 @@ bool find_allocation(const void* p, bool one_past_end, Allocation* out) {
   return a != nullptr;
 }
 
+bool find_allocation_ending_before(const void* p, size_t slack, Allocation* out) {
+  std::shared_lock<std::shared_mutex> lock(registry().mu);
+  auto& m = registry().allocations;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = m.upper_bound(addr);
+  if (it == m.begin()) return false;
+  --it;
+  const Allocation& a = it->second;
+  if (addr < a.base + a.size || addr >= a.base + a.size + slack) return false;
+  if (out) *out = a;
+  return true;
+}
+
 namespace {
 
 // Where one side of a copy lies: device memory (then the whole range must be inside one

@@ -1,0 +1,60 @@
+#pragma once
+// What the hardware would do, counted by the emulator: for every fiber launch between
+// counters_start() and counters_stop(), the memory requests of each warp and how many 32-byte
+// sectors they touch (coalescing), the shared-memory wavefronts of each request (bank conflicts),
+// the barriers and the warp-collective operations with the lanes that took part. The kernel labs
+// (kernels/labs, docs/labs.md) print them next to a roofline estimate of the time on an H200.
+//
+// Barriers and warp operations are counted in every SIMT build. Loads and stores are seen only in
+// translation units compiled with the access instrumentation (Note [Seeing every load and store]
+// in counters.cpp): the labs are; libember's own kernels are not, so for them the memory counters
+// stay zero.
+//
+//   ember::simt::counters_start();
+//   my_kernel<<<grid, block>>>(...);            // any number of launches
+//   for (const auto& k : ember::simt::counters_stop()) ... k.global_load_sectors ...
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ember::simt {
+
+// One launch's counts. A "request" is what one warp-wide memory instruction asks of the memory
+// system: the accesses of the lanes of one warp at the same instruction (the same program
+// counter, the k-th time each lane executes it).
+struct KernelCounters {
+  std::string kernel;  // the kernel expression as written at the launch
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  uint64_t blocks = 0, threads = 0;
+  // global memory: requests, and distinct 32-byte sectors summed over requests
+  uint64_t global_load_requests = 0, global_load_sectors = 0;
+  uint64_t global_store_requests = 0, global_store_sectors = 0;  // atomics count as stores
+  uint64_t global_bytes_requested = 0;  // the bytes the lanes asked for (sectors * 32 >= this)
+  uint64_t global_request_lanes = 0;    // lanes taking part, summed over requests (32 per full warp)
+  // shared memory: requests, and wavefronts (passes through the 32 banks) summed over requests;
+  // ideal_wavefronts is what conflict-free accesses of the same widths would need, so
+  // shared_wavefronts - shared_ideal_wavefronts is the bank conflicts (extra replays)
+  uint64_t shared_requests = 0, shared_wavefronts = 0, shared_ideal_wavefronts = 0;
+  uint64_t barriers = 0;       // completed __syncthreads, summed over blocks
+  uint64_t warp_ops = 0;       // completed warp-collective operations (shuffles, votes, __syncwarp)
+  uint64_t warp_op_lanes = 0;  // lanes taking part, summed over warp operations
+  // Accesses that run past the end of a device allocation (into the 256-byte rounding the emulator
+  // leaves there, where a GPU would not fault either), and the first one, described with its
+  // thread, block and source line.
+  uint64_t out_of_bounds = 0;
+  std::string first_out_of_bounds;
+
+  uint64_t bank_conflicts() const { return shared_wavefronts - shared_ideal_wavefronts; }
+  uint64_t global_sectors() const { return global_load_sectors + global_store_sectors; }
+  uint64_t global_requests() const { return global_load_requests + global_store_requests; }
+};
+
+// Starts counting (clearing what was counted before) on every host thread.
+void counters_start();
+// Stops counting; one entry per fiber launch since counters_start, in launch order.
+std::vector<KernelCounters> counters_stop();
+// Whether this program's loads and stores reach the counters (a lab linked with the hooks).
+bool counters_see_memory();
+
+}  // namespace ember::simt
