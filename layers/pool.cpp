@@ -104,15 +104,15 @@ Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool
     record(node, {x0}, {out}, [=](const std::vector<Tensor>& grads) {
       if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
       const Tensor go = contiguous_grad(grads[0], dt);
-      const Tensor& xs = sx.get();
-      const Tensor& os = so.get();
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
       const char* bwd = is_max ? "max_pool2d backward" : "avg_pool2d backward";
       const profiler::Scope scope(bwd);
       EMBER_CUDA_CALL(go.device(), bwd, {
         namespace cudnn = kernels::gpu::cudnn;
-        if (is_max) cudnn::max_pool2d_backward(dt, g, xs.data(), os.data(), go.data(), gi.data());
-        else cudnn::avg_pool2d_backward(dt, g, include_pad, xs.data(), os.data(), go.data(), gi.data());
+        const void* xs = sx.get().data();
+        const void* os = so.get().data();
+        if (is_max) cudnn::max_pool2d_backward(dt, g, xs, os, go.data(), gi.data());
+        else cudnn::avg_pool2d_backward(dt, g, include_pad, xs, os, go.data(), gi.data());
       });
       return std::vector<Tensor>{gi};
     });
