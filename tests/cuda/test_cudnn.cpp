@@ -264,6 +264,13 @@ TEST_CASE("cudnn algorithm cache: one choice per problem and pass, asked of cuDN
     CHECK(s2.find_algorithm[p] == s1.find_algorithm[p]);
     CHECK(s2.convolution[p] > s1.convolution[p]);
   }
+  // TF32 math is part of the key too: asked again. (The shim computes TF32 in full float32, so
+  // the float32 bound still holds; a GPU's TF32 would not meet it.)
+  cudnn::set_allow_tf32(true);
+  check_conv<float>(g, 9);
+  cudnn::set_allow_tf32(false);
+  CHECK_FALSE(cudnn::allow_tf32());
+  CHECK(cudnn::cached_algorithm_count() == cached0 + 6);
 #endif
 }
 
