@@ -1,4 +1,5 @@
-// The cuDNN 9 functions ember calls (kernels/cuda/cudnn.cu), for the SIMT flavour (compiled only
+// The cuDNN 9 functions ember calls (kernels/cuda/cudnn.cu), and the workspace-size queries that go
+// with them, for the SIMT flavour (compiled only
 // there, and only when the real <cudnn.h> is found: with a real GPU, libcudnn is linked instead).
 //
 // Declarations come from the real <cudnn.h>, so a call site that compiles here compiles against
@@ -490,6 +491,19 @@ cudnnStatus_t find_algorithm(const char* fn, Pass pass, cudnnHandle_t h, const P
   return CUDNN_STATUS_SUCCESS;
 }
 
+// The workspace algorithm `algo` needs for the problem; NOT_SUPPORTED when it cannot compute it.
+cudnnStatus_t workspace_size(Pass pass, cudnnHandle_t h, const PassArgs& p, int algo, size_t* bytes) {
+  if (!g_handles.live(h)) return CUDNN_STATUS_BAD_PARAM;
+  Conv2dGeometry g;
+  DType dt;
+  if (const cudnnStatus_t st = conv_geometry(p.x, p.w, p.conv, p.y, &g, &dt); st != CUDNN_STATUS_SUCCESS) return st;
+  if (bytes == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  const AlgoInfo info = algo_info(pass, algo, g, dt);
+  if (!info.supported) return CUDNN_STATUS_NOT_SUPPORTED;
+  *bytes = info.workspace;
+  return CUDNN_STATUS_SUCCESS;
+}
+
 cudnnStatus_t convolve(const char* fn, Pass pass, cudnnHandle_t h, const void* alpha, const PassArgs& p, int algo,
                        void* ws, size_t ws_bytes, const void* beta) {
   if (!g_handles.live(h)) return CUDNN_STATUS_BAD_PARAM;
@@ -731,6 +745,34 @@ cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardFilterAlgorithmEx(
   return find_algorithm<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
       "cudnnFindConvolutionBackwardFilterAlgorithmEx", Pass::BackwardFilter, h,
       PassArgs{xd, dwd, conv, dyd, dy, x, dw}, requested, returned, perf, ws, ws_bytes);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+                                                                  const cudnnFilterDescriptor_t w,
+                                                                  const cudnnConvolutionDescriptor_t conv,
+                                                                  const cudnnTensorDescriptor_t y,
+                                                                  cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+  return workspace_size(Pass::Forward, h, PassArgs{x, w, conv, y, nullptr, nullptr, nullptr}, algo, bytes);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h,
+                                                                       const cudnnFilterDescriptor_t w,
+                                                                       const cudnnTensorDescriptor_t dy,
+                                                                       const cudnnConvolutionDescriptor_t conv,
+                                                                       const cudnnTensorDescriptor_t dx,
+                                                                       cudnnConvolutionBwdDataAlgo_t algo,
+                                                                       size_t* bytes) {
+  return workspace_size(Pass::BackwardData, h, PassArgs{dx, w, conv, dy, nullptr, nullptr, nullptr}, algo, bytes);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h,
+                                                                         const cudnnTensorDescriptor_t x,
+                                                                         const cudnnTensorDescriptor_t dy,
+                                                                         const cudnnConvolutionDescriptor_t conv,
+                                                                         const cudnnFilterDescriptor_t dw,
+                                                                         cudnnConvolutionBwdFilterAlgo_t algo,
+                                                                         size_t* bytes) {
+  return workspace_size(Pass::BackwardFilter, h, PassArgs{x, dw, conv, dy, nullptr, nullptr, nullptr}, algo, bytes);
 }
 
 // ---- convolution ---------------------------------------------------------------------------------

@@ -547,6 +547,20 @@ TEST_CASE("cudnn shim: arguments are checked as cuDNN documents them", "[cuda][c
     }
   }
   CHECK(direct_listed);
+  // The workspace-size queries agree with the ranking, and refuse what it marks unsupported.
+  for (int i = 0; i < count; ++i) {
+    size_t bytes = 0;
+    const cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(o.h, o.x, o.w, o.conv, o.y, perf[i].algo, &bytes);
+    CHECK(st == perf[i].status);
+    if (st == CUDNN_STATUS_SUCCESS) CHECK(bytes == perf[i].memory);
+  }
+  size_t data_bytes = 1, filter_bytes = 1;
+  CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(o.h, o.w, o.y, o.conv, o.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+                                                     &data_bytes) == CUDNN_STATUS_SUCCESS);
+  CHECK(data_bytes == 0);
+  CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(o.h, o.x, o.y, o.conv, o.w,
+                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD,
+                                                       &filter_bytes) == CUDNN_STATUS_NOT_SUPPORTED);
   CHECK(cudnnGetConvolutionForwardAlgorithm_v7(o.h, o.x, o.w, o.conv, o.y, 0, &count, perf) == CUDNN_STATUS_BAD_PARAM);
   REQUIRE(cudnnSetFilter4dDescriptor(o.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 3, 4, 3, 3) == CUDNN_STATUS_SUCCESS);
   CHECK(heuristics() == CUDNN_STATUS_BAD_PARAM);  // filter channels != input channels
