@@ -3,6 +3,8 @@
 
 #include "elementwise.h"
 
+#include <cstdint>
+
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/elementwise.h"
 #include "reduce.h"
@@ -71,7 +73,9 @@ Tensor binary_forward(BinaryOp op, const Tensor& a0, const Tensor& b0, double al
 // hand-written kernels] in kernels/cuda/cudnn.h); their backward reads only the output.
 #if EMBER_CUDA_BACKEND
 bool cudnn_activation(UnaryOp op, const Tensor& t, kernels::gpu::cudnn::Activation* a) {
-  if (t.device().type != DeviceType::CUDA || !t.is_contiguous() || t.numel() == 0) return false;
+  // cuDNN's tensor descriptors count at most 2^31 - 1 elements.
+  if (t.device().type != DeviceType::CUDA || !t.is_contiguous() || t.numel() == 0 || t.numel() > INT32_MAX)
+    return false;
   if (t.dtype() != DType::f32 && t.dtype() != DType::f64) return false;
   switch (op) {
     case UnaryOp::Relu: *a = kernels::gpu::cudnn::Activation::Relu; break;

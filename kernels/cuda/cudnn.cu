@@ -44,7 +44,8 @@ bool enabled() {
 bool use_for_conv() { return enabled(); }
 
 bool use_for_pool(const Pool2dGeometry& g) {
-  return enabled() && g.dilation_h == 1 && g.dilation_w == 1 &&
+  // cuDNN's descriptors hold int dims and at most 2^31 - 1 elements per tensor.
+  return enabled() && g.dilation_h == 1 && g.dilation_w == 1 && g.planes * g.in_h * g.in_w <= INT32_MAX &&
          g.out_h == pool_output_size(g.in_h, g.kernel_h, g.pad_h, g.stride_h, 1, false) &&
          g.out_w == pool_output_size(g.in_w, g.kernel_w, g.pad_w, g.stride_w, 1, false);
 }
