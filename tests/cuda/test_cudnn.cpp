@@ -213,7 +213,7 @@ TEMPLATE_TEST_CASE("cudnn conv2d forward and backward match the direct reference
 }
 
 #if EMBER_SIMT
-TEST_CASE("cudnn picks the heuristics' first supported algorithm; unsupported ones are skipped", "[cuda][cudnn]") {
+TEST_CASE("cudnn picks the heuristics' first supported algorithm, skipping unsupported ones", "[cuda][cudnn]") {
   // The heuristics' ranking (benchmark mode, under EMBER_CUDNN_BENCHMARK=1, ranks by time).
   const bool was = cudnn::benchmark();
   cudnn::set_benchmark(false);
