@@ -112,9 +112,9 @@ Tensor unary_backward(UnaryOp op, const char* name, const Tensor& g0, const Tens
     const Tensor gc = g.contiguous();
     const profiler::Scope scope(name);
     // The derivative comes from y alone, so y stands in for cuDNN's x too (kernels/cuda/cudnn.h).
-    EMBER_CUDA_CALL(y.device(), name,
-                    kernels::gpu::cudnn::activation_backward(a, y.dtype(), y.numel(), y.data(), y.data(), gc.data(),
-                                                             gi.data()));
+    EMBER_CUDA_CALL(
+        y.device(), name,
+        kernels::gpu::cudnn::activation_backward(a, y.dtype(), y.numel(), y.data(), y.data(), gc.data(), gi.data()));
     return gi;
   }
 #endif

@@ -94,8 +94,10 @@ Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool
     const profiler::Scope scope(op);
     EMBER_CUDA_CALL(x.device(), op, {
       namespace cudnn = kernels::gpu::cudnn;
-      if (is_max) cudnn::max_pool2d_forward(dt, g, x.data(), out.data());
-      else cudnn::avg_pool2d_forward(dt, g, include_pad, x.data(), out.data());
+      if (is_max)
+        cudnn::max_pool2d_forward(dt, g, x.data(), out.data());
+      else
+        cudnn::avg_pool2d_forward(dt, g, include_pad, x.data(), out.data());
     });
   }
   if (any_requires_grad({&x0})) {
@@ -111,8 +113,10 @@ Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool
         namespace cudnn = kernels::gpu::cudnn;
         const void* xs = sx.get().data();
         const void* os = so.get().data();
-        if (is_max) cudnn::max_pool2d_backward(dt, g, xs, os, go.data(), gi.data());
-        else cudnn::avg_pool2d_backward(dt, g, include_pad, xs, os, go.data(), gi.data());
+        if (is_max)
+          cudnn::max_pool2d_backward(dt, g, xs, os, go.data(), gi.data());
+        else
+          cudnn::avg_pool2d_backward(dt, g, include_pad, xs, os, go.data(), gi.data());
       });
       return std::vector<Tensor>{gi};
     });

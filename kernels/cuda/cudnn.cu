@@ -103,11 +103,10 @@ namespace {
   EMBER_THROW("cuDNN call ", fn, " failed: ", cudnnGetErrorString(status), " (", file, ":", line, ")");
 }
 
-#define EMBER_CUDNN_CHECK(expr)                                                         \
-  do {                                                                                  \
-    const cudnnStatus_t ember_cudnn_status_ = (expr);                                   \
-    if (ember_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                    \
-      cudnn_failed(ember_cudnn_status_, #expr, __FILE__, __LINE__);                     \
+#define EMBER_CUDNN_CHECK(expr)                                                                                    \
+  do {                                                                                                             \
+    const cudnnStatus_t ember_cudnn_status_ = (expr);                                                              \
+    if (ember_cudnn_status_ != CUDNN_STATUS_SUCCESS) cudnn_failed(ember_cudnn_status_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 cudnnDataType_t data_type(DType dt) {
@@ -420,9 +419,10 @@ struct PoolDesc {
   PoolDesc(const Pool2dGeometry& g, cudnnPoolingMode_t mode) {
     EMBER_CHECK(g.dilation_h == 1 && g.dilation_w == 1, "cuDNN pooling: dilation is not supported");
     EMBER_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d));
-    EMBER_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
-        d, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(g.kernel_h), static_cast<int>(g.kernel_w), static_cast<int>(g.pad_h),
-        static_cast<int>(g.pad_w), static_cast<int>(g.stride_h), static_cast<int>(g.stride_w)));
+    EMBER_CUDNN_CHECK(cudnnSetPooling2dDescriptor(d, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(g.kernel_h),
+                                                  static_cast<int>(g.kernel_w), static_cast<int>(g.pad_h),
+                                                  static_cast<int>(g.pad_w), static_cast<int>(g.stride_h),
+                                                  static_cast<int>(g.stride_w)));
   }
   ~PoolDesc() { cudnnDestroyPoolingDescriptor(d); }
   PoolDesc(const PoolDesc&) = delete;

@@ -15,8 +15,11 @@
 //     OutputDim, or the floor formula for pooling), a pair of data and compute types outside cuDNN's
 //     supported configurations, an algorithm that does not support the problem:
 //     CUDNN_STATUS_NOT_SUPPORTED
+//   - a data pointer not aligned to its element size, a workspace not aligned to 16 bytes:
+//     CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER
 //   - an operand that is not device memory (cuDNN would fault on the GPU):
-//     CUDNN_STATUS_EXECUTION_FAILED, with a line on stderr naming the operand.
+//     CUDNN_STATUS_EXECUTION_FAILED.
+// Both print a line on stderr naming the operand.
 // The shim computes float32 and float64 in NCHW only; other data types, NHWC filters, the
 // CUDNN_CONVOLUTION (flipped) mode, activations other than ReLU/sigmoid/tanh and max pooling
 // without NaN propagation are CUDNN_STATUS_NOT_SUPPORTED here although cuDNN has them (ember
@@ -41,10 +44,10 @@
 // workspace fits the one it is given, times it, and sorts by time. So ember's ranking, algorithm
 // cache, workspace growth and fallbacks meet the same kinds of answers a GPU gives.
 
-#include <cudnn.h>
-#include <cuda_runtime.h>
-
 #include "cudnn_shim.h"
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -162,9 +165,12 @@ bool valid_type(cudnnDataType_t t) { return t >= CUDNN_DATA_FLOAT && t <= CUDNN_
 
 // The ember dtype the shim computes a cuDNN data type in; false for the types it does not compute.
 bool computed_type(cudnnDataType_t t, DType* out) {
-  if (t == CUDNN_DATA_FLOAT) *out = DType::f32;
-  else if (t == CUDNN_DATA_DOUBLE) *out = DType::f64;
-  else return false;
+  if (t == CUDNN_DATA_FLOAT)
+    *out = DType::f32;
+  else if (t == CUDNN_DATA_DOUBLE)
+    *out = DType::f64;
+  else
+    return false;
   return true;
 }
 
@@ -189,14 +195,20 @@ bool is_device_range(const void* p, size_t bytes) {
   return device(p) && (bytes == 0 || device(static_cast<const char*>(p) + bytes - 1));
 }
 
-// Checks that each named operand is device memory of its extent; EXECUTION_FAILED otherwise.
+// Checks that each named operand is aligned to `align` bytes (its element size; 16 for a
+// workspace), BAD_PARAM_MISALIGNED_POINTER otherwise, and device memory of its extent,
+// EXECUTION_FAILED otherwise.
 struct Operand {
   const char* name;
   const void* p;
   size_t bytes;
 };
-cudnnStatus_t check_device(const char* fn, std::initializer_list<Operand> ops) {
+cudnnStatus_t check_device(const char* fn, size_t align, std::initializer_list<Operand> ops) {
   for (const Operand& o : ops) {
+    if (reinterpret_cast<uintptr_t>(o.p) % align != 0) {
+      std::fprintf(stderr, "[cudnn shim] %s: %s (%p) is not aligned to %zu bytes\n", fn, o.name, o.p, align);
+      return CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
+    }
     if (!is_device_range(o.p, o.bytes)) {
       std::fprintf(stderr, "[cudnn shim] %s: %s (%p, %zu bytes) is not device memory\n", fn, o.name, o.p, o.bytes);
       return CUDNN_STATUS_EXECUTION_FAILED;
@@ -240,8 +252,10 @@ void with_scaling(DType dt, const void* alpha, const void* beta, void* out, size
     compute(r.data());
     blend(static_cast<T*>(out), r.data(), n, a, b);
   };
-  if (dt == DType::f64) run(0.0);
-  else run(0.0f);
+  if (dt == DType::f64)
+    run(0.0);
+  else
+    run(0.0f);
 }
 
 // ---- convolution problems -----------------------------------------------------------------------
@@ -334,8 +348,7 @@ AlgoInfo algo_info(Pass pass, int algo, const Conv2dGeometry& g, DType dt) {
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3:
           return {true, static_cast<size_t>(g.c_out * (g.c_in / g.groups) * g.kh * g.kw) * elem, false};
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD: return {};  // not implemented in cuDNN either
-        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED:
-          return {f32 && s1 && k3, winograd_bytes(g, elem)};
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED: return {f32 && s1 && k3, winograd_bytes(g, elem)};
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: return {f32 && s1, fft_bytes(g, elem, 32)};
       }
       return {};
@@ -345,20 +358,27 @@ AlgoInfo algo_info(Pass pass, int algo, const Conv2dGeometry& g, DType dt) {
 
 // The heuristics' fixed order per pass (Note [The shim's convolution algorithms]).
 const std::vector<int>& heuristic_order(Pass pass) {
-  static const std::vector<int> fwd = {
-      CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
-      CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING,        CUDNN_CONVOLUTION_FWD_ALGO_FFT,
-      CUDNN_CONVOLUTION_FWD_ALGO_GEMM,              CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
-      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,     CUDNN_CONVOLUTION_FWD_ALGO_DIRECT};
-  static const std::vector<int> data = {
-      CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED, CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING,
-      CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT,               CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
-      CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD,          CUDNN_CONVOLUTION_BWD_DATA_ALGO_0};
-  static const std::vector<int> filter = {
-      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING,
-      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT,               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
-      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3,                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
-      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD};
+  static const std::vector<int> fwd = {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
+                                       CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
+                                       CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING,
+                                       CUDNN_CONVOLUTION_FWD_ALGO_FFT,
+                                       CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+                                       CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                       CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                       CUDNN_CONVOLUTION_FWD_ALGO_DIRECT};
+  static const std::vector<int> data = {CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED,
+                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING,
+                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT,
+                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD,
+                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_0};
+  static const std::vector<int> filter = {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED,
+                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING,
+                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT,
+                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3,
+                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD};
   return pass == Pass::Forward ? fwd : pass == Pass::BackwardData ? data : filter;
 }
 
@@ -434,16 +454,15 @@ cudnnStatus_t check_pass_memory(const char* fn, Pass pass, const Conv2dGeometry&
   const size_t w = static_cast<size_t>(g.c_out * (g.c_in / g.groups) * g.kh * g.kw) * e;
   const size_t y = static_cast<size_t>(g.n * g.c_out * g.out_h * g.out_w) * e;
   switch (pass) {
-    case Pass::Forward: return check_device(fn, {{"x", p.a, x}, {"w", p.b, w}, {"y", p.out, y}});
-    case Pass::BackwardData: return check_device(fn, {{"dy", p.a, y}, {"w", p.b, w}, {"dx", p.out, x}});
-    case Pass::BackwardFilter: return check_device(fn, {{"dy", p.a, y}, {"x", p.b, x}, {"dw", p.out, w}});
+    case Pass::Forward: return check_device(fn, e, {{"x", p.a, x}, {"w", p.b, w}, {"y", p.out, y}});
+    case Pass::BackwardData: return check_device(fn, e, {{"dy", p.a, y}, {"w", p.b, w}, {"dx", p.out, x}});
+    case Pass::BackwardFilter: return check_device(fn, e, {{"dy", p.a, y}, {"x", p.b, x}, {"dw", p.out, w}});
   }
   return CUDNN_STATUS_SUCCESS;
 }
 
 template <typename PerfT, typename AlgoT>
-cudnnStatus_t get_algorithm(Pass pass, cudnnHandle_t h, const PassArgs& p, int requested, int* returned,
-                            PerfT* perf) {
+cudnnStatus_t get_algorithm(Pass pass, cudnnHandle_t h, const PassArgs& p, int requested, int* returned, PerfT* perf) {
   if (!g_handles.live(h)) return CUDNN_STATUS_BAD_PARAM;
   Conv2dGeometry g;
   DType dt;
@@ -466,7 +485,8 @@ cudnnStatus_t find_algorithm(const char* fn, Pass pass, cudnnHandle_t h, const P
     return CUDNN_STATUS_BAD_PARAM;
   if (const cudnnStatus_t st = check_pass_memory(fn, pass, g, dt, p); st != CUDNN_STATUS_SUCCESS) return st;
   if (ws_bytes > 0) {
-    if (const cudnnStatus_t st = check_device(fn, {{"workSpace", ws, ws_bytes}}); st != CUDNN_STATUS_SUCCESS) return st;
+    if (const cudnnStatus_t st = check_device(fn, 16, {{"workSpace", ws, ws_bytes}}); st != CUDNN_STATUS_SUCCESS)
+      return st;
   }
   if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([&](Calls& c) { ++c.find_algorithm[static_cast<int>(pass)]; });
@@ -517,7 +537,8 @@ cudnnStatus_t convolve(const char* fn, Pass pass, cudnnHandle_t h, const void* a
   if ((ws == nullptr && ws_bytes > 0) || ws_bytes < info.workspace) return CUDNN_STATUS_BAD_PARAM;
   if (const cudnnStatus_t st = check_pass_memory(fn, pass, g, dt, p); st != CUDNN_STATUS_SUCCESS) return st;
   if (info.workspace > 0) {
-    if (const cudnnStatus_t st = check_device(fn, {{"workSpace", ws, ws_bytes}}); st != CUDNN_STATUS_SUCCESS) return st;
+    if (const cudnnStatus_t st = check_device(fn, 16, {{"workSpace", ws, ws_bytes}}); st != CUDNN_STATUS_SUCCESS)
+      return st;
   }
   if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([&](Calls& c) {
@@ -618,6 +639,7 @@ const char* CUDNNWINAPI cudnnGetErrorString(cudnnStatus_t status) {
     case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
     case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
     case CUDNN_STATUS_BAD_PARAM_NULL_POINTER: return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
+    case CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER: return "CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER";
     case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
     case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
     case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
@@ -665,8 +687,8 @@ cudnnStatus_t CUDNNWINAPI cudnnDestroyConvolutionDescriptor(cudnnConvolutionDesc
   return g_convs.destroy(d);
 }
 
-cudnnStatus_t CUDNNWINAPI cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w,
-                                                          int u, int v, int dilation_h, int dilation_w,
+cudnnStatus_t CUDNNWINAPI cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w, int u,
+                                                          int v, int dilation_h, int dilation_w,
                                                           cudnnConvolutionMode_t mode, cudnnDataType_t compute) {
   if (!g_convs.live(d)) return CUDNN_STATUS_BAD_PARAM;
   if (pad_h < 0 || pad_w < 0 || u <= 0 || v <= 0 || dilation_h <= 0 || dilation_w <= 0) return CUDNN_STATUS_BAD_PARAM;
@@ -704,10 +726,12 @@ cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h
       Pass::Forward, h, PassArgs{x, w, conv, y, nullptr, nullptr, nullptr}, requested, returned, perf);
 }
 
-cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataAlgorithm_v7(
-    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
-    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx, const int requested, int* returned,
-    cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const cudnnFilterDescriptor_t w,
+                                                                      const cudnnTensorDescriptor_t dy,
+                                                                      const cudnnConvolutionDescriptor_t conv,
+                                                                      const cudnnTensorDescriptor_t dx,
+                                                                      const int requested, int* returned,
+                                                                      cudnnConvolutionBwdDataAlgoPerf_t* perf) {
   return get_algorithm<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
       Pass::BackwardData, h, PassArgs{dx, w, conv, dy, nullptr, nullptr, nullptr}, requested, returned, perf);
 }
@@ -730,21 +754,21 @@ cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionForwardAlgorithmEx(
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardDataAlgorithmEx(
-    cudnnHandle_t h, const cudnnFilterDescriptor_t wd, const void* w, const cudnnTensorDescriptor_t dyd,
-    const void* dy, const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dxd, void* dx,
-    const int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws, size_t ws_bytes) {
+    cudnnHandle_t h, const cudnnFilterDescriptor_t wd, const void* w, const cudnnTensorDescriptor_t dyd, const void* dy,
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dxd, void* dx, const int requested,
+    int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws, size_t ws_bytes) {
   return find_algorithm<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
       "cudnnFindConvolutionBackwardDataAlgorithmEx", Pass::BackwardData, h, PassArgs{dxd, wd, conv, dyd, dy, w, dx},
       requested, returned, perf, ws, ws_bytes);
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardFilterAlgorithmEx(
-    cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t dyd,
-    const void* dy, const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dwd, void* dw,
-    const int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws, size_t ws_bytes) {
+    cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t dyd, const void* dy,
+    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dwd, void* dw, const int requested,
+    int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws, size_t ws_bytes) {
   return find_algorithm<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
-      "cudnnFindConvolutionBackwardFilterAlgorithmEx", Pass::BackwardFilter, h,
-      PassArgs{xd, dwd, conv, dyd, dy, x, dw}, requested, returned, perf, ws, ws_bytes);
+      "cudnnFindConvolutionBackwardFilterAlgorithmEx", Pass::BackwardFilter, h, PassArgs{xd, dwd, conv, dyd, dy, x, dw},
+      requested, returned, perf, ws, ws_bytes);
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
@@ -755,8 +779,7 @@ cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t 
   return workspace_size(Pass::Forward, h, PassArgs{x, w, conv, y, nullptr, nullptr, nullptr}, algo, bytes);
 }
 
-cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h,
-                                                                       const cudnnFilterDescriptor_t w,
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, const cudnnFilterDescriptor_t w,
                                                                        const cudnnTensorDescriptor_t dy,
                                                                        const cudnnConvolutionDescriptor_t conv,
                                                                        const cudnnTensorDescriptor_t dx,
@@ -765,13 +788,10 @@ cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHand
   return workspace_size(Pass::BackwardData, h, PassArgs{dx, w, conv, dy, nullptr, nullptr, nullptr}, algo, bytes);
 }
 
-cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h,
-                                                                         const cudnnTensorDescriptor_t x,
-                                                                         const cudnnTensorDescriptor_t dy,
-                                                                         const cudnnConvolutionDescriptor_t conv,
-                                                                         const cudnnFilterDescriptor_t dw,
-                                                                         cudnnConvolutionBwdFilterAlgo_t algo,
-                                                                         size_t* bytes) {
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, cudnnConvolutionBwdFilterAlgo_t algo,
+    size_t* bytes) {
   return workspace_size(Pass::BackwardFilter, h, PassArgs{x, dw, conv, dy, nullptr, nullptr, nullptr}, algo, bytes);
 }
 
@@ -791,10 +811,9 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t h, const vo
                                                        const cudnnTensorDescriptor_t dyd, const void* dy,
                                                        const cudnnConvolutionDescriptor_t conv,
                                                        cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t ws_bytes,
-                                                       const void* beta, const cudnnTensorDescriptor_t dxd,
-                                                       void* dx) {
-  return convolve("cudnnConvolutionBackwardData", Pass::BackwardData, h, alpha,
-                  PassArgs{dxd, wd, conv, dyd, dy, w, dx}, algo, ws, ws_bytes, beta);
+                                                       const void* beta, const cudnnTensorDescriptor_t dxd, void* dx) {
+  return convolve("cudnnConvolutionBackwardData", Pass::BackwardData, h, alpha, PassArgs{dxd, wd, conv, dyd, dy, w, dx},
+                  algo, ws, ws_bytes, beta);
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
@@ -819,9 +838,9 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardBias(cudnnHandle_t h, const vo
   DType dt;
   if (!computed_type(dyd->type, &dt)) return CUDNN_STATUS_NOT_SUPPORTED;
   const size_t e = elem_size(dt);
-  if (const cudnnStatus_t st = check_device("cudnnConvolutionBackwardBias",
-                                            {{"dy", dy, static_cast<size_t>(numel(dyd)) * e},
-                                             {"db", db, static_cast<size_t>(dbd->c) * e}});
+  if (const cudnnStatus_t st =
+          check_device("cudnnConvolutionBackwardBias", e,
+                       {{"dy", dy, static_cast<size_t>(numel(dyd)) * e}, {"db", db, static_cast<size_t>(dbd->c) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
   if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
@@ -845,8 +864,9 @@ cudnnStatus_t CUDNNWINAPI cudnnAddTensor(cudnnHandle_t h, const void* alpha, con
   DType dt;
   if (!computed_type(cd->type, &dt)) return CUDNN_STATUS_NOT_SUPPORTED;
   const size_t e = elem_size(dt);
-  if (const cudnnStatus_t st = check_device("cudnnAddTensor", {{"A", a, static_cast<size_t>(numel(ad)) * e},
-                                                               {"C", c, static_cast<size_t>(numel(cd)) * e}});
+  if (const cudnnStatus_t st =
+          check_device("cudnnAddTensor", e,
+                       {{"A", a, static_cast<size_t>(numel(ad)) * e}, {"C", c, static_cast<size_t>(numel(cd)) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
   if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
@@ -862,12 +882,16 @@ cudnnStatus_t CUDNNWINAPI cudnnAddTensor(cudnnHandle_t h, const void* alpha, con
         for (int y = 0; y < cd->h; ++y)
           for (int x = 0; x < cd->w; ++x, ++i) {
             const size_t j = ((static_cast<size_t>(ad->n == 1 ? 0 : n) * ad->c + (ad->c == 1 ? 0 : ch)) * ad->h +
-                              (ad->h == 1 ? 0 : y)) * ad->w + (ad->w == 1 ? 0 : x);
+                              (ad->h == 1 ? 0 : y)) *
+                                 ad->w +
+                             (ad->w == 1 ? 0 : x);
             dst[i] = be == T(0) ? al * src[j] : al * src[j] + be * dst[i];
           }
   };
-  if (dt == DType::f64) run(0.0);
-  else run(0.0f);
+  if (dt == DType::f64)
+    run(0.0);
+  else
+    run(0.0f);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -877,8 +901,8 @@ cudnnStatus_t CUDNNWINAPI cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t*
 cudnnStatus_t CUDNNWINAPI cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t d) { return g_pools.destroy(d); }
 
 cudnnStatus_t CUDNNWINAPI cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t d, cudnnPoolingMode_t mode,
-                                                      cudnnNanPropagation_t nan, int window_h, int window_w,
-                                                      int pad_h, int pad_w, int stride_h, int stride_w) {
+                                                      cudnnNanPropagation_t nan, int window_h, int window_w, int pad_h,
+                                                      int pad_w, int stride_h, int stride_w) {
   if (!g_pools.live(d)) return CUDNN_STATUS_BAD_PARAM;
   if (mode != CUDNN_POOLING_MAX && mode != CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING &&
       mode != CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING && mode != CUDNN_POOLING_MAX_DETERMINISTIC)
@@ -899,8 +923,9 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolin
   if (const cudnnStatus_t st = pool_geometry(pd, xd, yd, &g, &dt); st != CUDNN_STATUS_SUCCESS) return st;
   if (alpha == nullptr || beta == nullptr || x == nullptr || y == nullptr) return CUDNN_STATUS_BAD_PARAM;
   const size_t e = elem_size(dt);
-  if (const cudnnStatus_t st = check_device("cudnnPoolingForward", {{"x", x, static_cast<size_t>(numel(xd)) * e},
-                                                                    {"y", y, static_cast<size_t>(numel(yd)) * e}});
+  if (const cudnnStatus_t st =
+          check_device("cudnnPoolingForward", e,
+                       {{"x", x, static_cast<size_t>(numel(xd)) * e}, {"y", y, static_cast<size_t>(numel(yd)) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
   if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
@@ -933,9 +958,9 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
   if (alpha == nullptr || beta == nullptr || y == nullptr || dy == nullptr || x == nullptr || dx == nullptr)
     return CUDNN_STATUS_BAD_PARAM;
   const size_t e = elem_size(dt), in_n = static_cast<size_t>(numel(xd)), out_n = static_cast<size_t>(numel(yd));
-  if (const cudnnStatus_t st = check_device("cudnnPoolingBackward",
-                                            {{"y", y, out_n * e}, {"dy", dy, out_n * e}, {"x", x, in_n * e},
-                                             {"dx", dx, in_n * e}});
+  if (const cudnnStatus_t st =
+          check_device("cudnnPoolingBackward", e,
+                       {{"y", y, out_n * e}, {"dy", dy, out_n * e}, {"x", x, in_n * e}, {"dx", dx, in_n * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
   if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
@@ -947,8 +972,7 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
       ember::kernels::cpu::max_pool2d_forward(dt, g, x, out.data(), indices.data());
       ember::kernels::cpu::max_pool2d_backward(dt, g, dy, indices.data(), dst);
     } else {
-      ember::kernels::cpu::avg_pool2d_backward(dt, g, pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, dy,
-                                               dst);
+      ember::kernels::cpu::avg_pool2d_backward(dt, g, pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, dy, dst);
     }
   });
   return CUDNN_STATUS_SUCCESS;
@@ -956,12 +980,8 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
 
 // ---- activations ----------------------------------------------------------------------------------
 
-cudnnStatus_t CUDNNWINAPI cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t* d) {
-  return g_acts.create(d);
-}
-cudnnStatus_t CUDNNWINAPI cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t d) {
-  return g_acts.destroy(d);
-}
+cudnnStatus_t CUDNNWINAPI cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t* d) { return g_acts.create(d); }
+cudnnStatus_t CUDNNWINAPI cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t d) { return g_acts.destroy(d); }
 
 cudnnStatus_t CUDNNWINAPI cudnnSetActivationDescriptor(cudnnActivationDescriptor_t d, cudnnActivationMode_t mode,
                                                        cudnnNanPropagation_t nan, double coef) {
@@ -985,14 +1005,14 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationForward(cudnnHandle_t h, cudnnActivatio
     return CUDNN_STATUS_NOT_SUPPORTED;
   const int64_t n = numel(xd);
   const size_t bytes = static_cast<size_t>(n) * elem_size(dt);
-  if (const cudnnStatus_t st = check_device("cudnnActivationForward", {{"x", x, bytes}, {"y", y, bytes}});
+  if (const cudnnStatus_t st =
+          check_device("cudnnActivationForward", elem_size(dt), {{"x", x, bytes}, {"y", y, bytes}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
   if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([](Calls& c) { ++c.activation_forward; });
-  with_scaling(dt, alpha, beta, y, static_cast<size_t>(n), [&](void* dst) {
-    ember::kernels::cpu::unary(op, dt, flat(n), contiguous(dst), contiguous(x), 0.0);
-  });
+  with_scaling(dt, alpha, beta, y, static_cast<size_t>(n),
+               [&](void* dst) { ember::kernels::cpu::unary(op, dt, flat(n), contiguous(dst), contiguous(x), 0.0); });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -1015,15 +1035,15 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationBackward(cudnnHandle_t h, cudnnActivati
     return CUDNN_STATUS_NOT_SUPPORTED;
   const int64_t n = numel(xd);
   const size_t bytes = static_cast<size_t>(n) * elem_size(dt);
-  if (const cudnnStatus_t st = check_device("cudnnActivationBackward",
+  if (const cudnnStatus_t st = check_device("cudnnActivationBackward", elem_size(dt),
                                             {{"y", y, bytes}, {"dy", dy, bytes}, {"x", x, bytes}, {"dx", dx, bytes}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
   if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([](Calls& c) { ++c.activation_backward; });
   with_scaling(dt, alpha, beta, dx, static_cast<size_t>(n), [&](void* dst) {
-    ember::kernels::cpu::unary_backward(op, dt, flat(n), contiguous(dst), contiguous(dy), contiguous(x),
-                                        contiguous(y), 0.0);
+    ember::kernels::cpu::unary_backward(op, dt, flat(n), contiguous(dst), contiguous(dy), contiguous(x), contiguous(y),
+                                        0.0);
   });
   return CUDNN_STATUS_SUCCESS;
 }

@@ -49,8 +49,8 @@ inline const std::vector<ConvCase>& conv_cases() {
 // an ulp). So each element must satisfy |got - want| <= 2 K eps S + eps |want|, where S is the
 // same reference run on the absolute values of the inputs (S = sum |terms|).
 template <typename T>
-void require_within(const std::vector<T>& got, const std::vector<T>& want, const std::vector<T>& abs_sum,
-                    int64_t terms, const std::string& what) {
+void require_within(const std::vector<T>& got, const std::vector<T>& want, const std::vector<T>& abs_sum, int64_t terms,
+                    const std::string& what) {
   REQUIRE(got.size() == want.size());
   const double eps = std::numeric_limits<T>::epsilon();
   for (size_t i = 0; i < got.size(); ++i) {

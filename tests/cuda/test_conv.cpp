@@ -16,10 +16,10 @@ namespace {
 
 using ember::DType;
 using ember::kernels::Conv2dGeometry;
-using ember::testing::DeviceBuffer;
 using ember::testing::abs_of;
-using ember::testing::ConvCase;
 using ember::testing::conv_cases;
+using ember::testing::ConvCase;
+using ember::testing::DeviceBuffer;
 using ember::testing::geometry;
 using ember::testing::random_vector;
 using ember::testing::require_within;

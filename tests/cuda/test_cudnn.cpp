@@ -8,6 +8,7 @@
 // Built when cuDNN is there (a GPU build with libcudnn, or SIMT with <cudnn.h>).
 
 #include <cudnn.h>
+#include <ember/ember.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -16,8 +17,6 @@
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <ember/ember.h>
 
 #include "../../core/error.h"
 #include "../../kernels/cpu/conv.h"
@@ -41,8 +40,8 @@ using ember::DType;
 using ember::kernels::Conv2dGeometry;
 using ember::kernels::Pool2dGeometry;
 using ember::testing::abs_of;
-using ember::testing::ConvCase;
 using ember::testing::conv_cases;
+using ember::testing::ConvCase;
 using ember::testing::DeviceBuffer;
 using ember::testing::geometry;
 using ember::testing::random_vector;
@@ -128,7 +127,8 @@ template <typename T>
 void check_conv(const Conv2dGeometry& g, uint64_t seed) {
   const DType dt = dtype_of<T>();
   const int64_t cin_g = g.c_in / g.groups, cout_g = g.c_out / g.groups, ohw = g.out_h * g.out_w;
-  const size_t xn = static_cast<size_t>(g.n * g.c_in * g.h * g.w), wn = static_cast<size_t>(g.c_out * cin_g * g.kh * g.kw);
+  const size_t xn = static_cast<size_t>(g.n * g.c_in * g.h * g.w),
+               wn = static_cast<size_t>(g.c_out * cin_g * g.kh * g.kw);
   const size_t yn = static_cast<size_t>(g.n * g.c_out * ohw);
   const std::vector<T> x = random_vector<T>(xn, seed), w = random_vector<T>(wn, seed + 1);
   const std::vector<T> bias = random_vector<T>(static_cast<size_t>(g.c_out), seed + 2);
@@ -181,15 +181,14 @@ TEST_CASE("cudnn is available, and enabled unless EMBER_CUDNN=0", "[cuda][cudnn]
   CHECK(cudnn::use_for_conv() == !off);
   // Pooling: only windows cuDNN computes the same way (floor output size, no dilation).
   CHECK(cudnn::use_for_pool(pool_geometry(2, 8, 8, 2, 2, 0, false)) == !off);
-  CHECK_FALSE(cudnn::use_for_pool(pool_geometry(2, 7, 7, 2, 2, 0, true)));  // ceil_mode adds a window
+  CHECK_FALSE(cudnn::use_for_pool(pool_geometry(2, 7, 7, 2, 2, 0, true)));    // ceil_mode adds a window
   CHECK(cudnn::use_for_pool(pool_geometry(2, 8, 8, 2, 2, 0, true)) == !off);  // ceil_mode adds none
   Pool2dGeometry dilated = pool_geometry(2, 9, 9, 3, 1, 0, false);
   dilated.dilation_h = dilated.dilation_w = 2;
   CHECK_FALSE(cudnn::use_for_pool(dilated));
 }
 
-TEMPLATE_TEST_CASE("cudnn conv2d forward and backward match the direct references", "[cuda][cudnn]", float,
-                   double) {
+TEMPLATE_TEST_CASE("cudnn conv2d forward and backward match the direct references", "[cuda][cudnn]", float, double) {
   using T = TestType;
   uint64_t seed = 40;
 #if EMBER_SIMT
@@ -372,7 +371,8 @@ TEMPLATE_TEST_CASE("cudnn pooling equals the CPU kernels (max and average, both 
   for (const Case& c : cases) {
     INFO(c.name);
     const Pool2dGeometry& g = c.g;
-    const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w), out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
+    const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w),
+                 out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
     for (bool ties : {false, true}) {
       const std::vector<T> x = ties ? ember::testing::random_ties<T>(in_n, seed) : random_vector<T>(in_n, seed);
       const std::vector<T> go = random_vector<T>(out_n, seed + 1);
@@ -485,16 +485,16 @@ TEST_CASE("cudnn: a call cuDNN rejects is an ember error naming the call and the
   Conv2dGeometry g = geometry(1, 3, 5, 5, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   g.groups = 2;
   DeviceBuffer<float> dx(75), dw(18), dy(50);
-  const std::string msg = error_of([&] { cudnn::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data()); });
+  const std::string msg =
+      error_of([&] { cudnn::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data()); });
   INFO(msg);
-  CHECK(msg.find(cudnn::benchmark() ? "cudnnFindConvolutionForwardAlgorithmEx" : "cudnnGetConvolutionForwardAlgorithm_v7") !=
-        std::string::npos);
+  CHECK(msg.find(cudnn::benchmark() ? "cudnnFindConvolutionForwardAlgorithmEx"
+                                    : "cudnnGetConvolutionForwardAlgorithm_v7") != std::string::npos);
   CHECK(msg.find("CUDNN_STATUS_BAD_PARAM") != std::string::npos);
   CHECK(msg.find("cudnn.cu") != std::string::npos);
   // A dtype cuDNN is not asked about.
-  const std::string bad_type = error_of([&] {
-    cudnn::activation_forward(cudnn::Activation::Relu, DType::i32, 4, dx.data(), dy.data());
-  });
+  const std::string bad_type =
+      error_of([&] { cudnn::activation_forward(cudnn::Activation::Relu, DType::i32, 4, dx.data(), dy.data()); });
   CHECK(bad_type.find("unsupported dtype") != std::string::npos);
   // Pooling with an output size that is not cuDNN's (a ceil_mode window): NOT_SUPPORTED.
   const Pool2dGeometry pg = pool_geometry(1, 7, 7, 2, 2, 0, true);
@@ -533,8 +533,8 @@ TEST_CASE("cudnn shim: arguments are checked as cuDNN documents them", "[cuda][c
   int count = 0;
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   auto heuristics = [&] {
-    return cudnnGetConvolutionForwardAlgorithm_v7(o.h, o.x, o.w, o.conv, o.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                  &count, perf);
+    return cudnnGetConvolutionForwardAlgorithm_v7(o.h, o.x, o.w, o.conv, o.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count,
+                                                  perf);
   };
   REQUIRE(heuristics() == CUDNN_STATUS_SUCCESS);
   REQUIRE(count == CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
@@ -589,10 +589,16 @@ TEST_CASE("cudnn shim: arguments are checked as cuDNN documents them", "[cuda][c
   };
   CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, x.data()) == CUDNN_STATUS_SUCCESS);
   CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_DIRECT, nullptr, 0, x.data()) == CUDNN_STATUS_NOT_SUPPORTED);
-  CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_GEMM, nullptr, 64, x.data()) == CUDNN_STATUS_BAD_PARAM);  // null, size 64
+  CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_GEMM, nullptr, 64, x.data()) == CUDNN_STATUS_BAD_PARAM);   // null, size 64
   CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_GEMM, ws.data(), 4, x.data()) == CUDNN_STATUS_BAD_PARAM);  // too small
   CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_GEMM, ws.data(), ws.size() * 4, x.data()) == CUDNN_STATUS_SUCCESS);
   CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, nullptr) == CUDNN_STATUS_BAD_PARAM);
+  // Alignment: data to its element size, the workspace to 16 bytes.
+  const void* odd = reinterpret_cast<const char*>(x.data()) + 2;
+  CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, odd) ==
+        CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER);
+  CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_GEMM, ws.data() + 1, (ws.size() - 1) * 4, x.data()) ==
+        CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER);
   const std::vector<float> host(50);
   CHECK(forward(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, host.data()) ==
         CUDNN_STATUS_EXECUTION_FAILED);  // not device memory
@@ -611,8 +617,7 @@ TEST_CASE("cudnn shim: arguments are checked as cuDNN documents them", "[cuda][c
         CUDNN_STATUS_BAD_PARAM);  // channels 2 vs 3
   REQUIRE(cudnnSetActivationDescriptor(o.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0) == CUDNN_STATUS_SUCCESS);
   CHECK(cudnnActivationForward(o.h, o.act, &one, o.x, x.data(), &zero, o.y, y.data()) == CUDNN_STATUS_BAD_PARAM);
-  REQUIRE(cudnnSetActivationDescriptor(o.act, CUDNN_ACTIVATION_ELU, CUDNN_PROPAGATE_NAN, 1.0) ==
-          CUDNN_STATUS_SUCCESS);
+  REQUIRE(cudnnSetActivationDescriptor(o.act, CUDNN_ACTIVATION_ELU, CUDNN_PROPAGATE_NAN, 1.0) == CUDNN_STATUS_SUCCESS);
   CHECK(cudnnActivationForward(o.h, o.act, &one, o.x, x.data(), &zero, o.x, x.data()) ==
         CUDNN_STATUS_NOT_SUPPORTED);  // the shim computes ReLU, sigmoid and tanh only
 
@@ -670,8 +675,8 @@ TEST_CASE("cudnn shim: alpha and beta blend into the output as cuDNN defines", "
   REQUIRE(cudnnActivationForward(o.h, o.act, &alpha, o.x, x.data(), &beta, o.x, y.data()) == CUDNN_STATUS_SUCCESS);
   for (size_t i = 0; i < 32; ++i) want[i] = alpha * (xv[i] <= 0 ? 0.0f : xv[i]) + beta * y0[i];
   ember::testing::require_close(checked(y), want, 0, 0, "relu alpha/beta");
-  REQUIRE(cudnnSetPooling2dDescriptor(o.pool, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_PROPAGATE_NAN, 2, 2,
-                                      0, 0, 2, 2) == CUDNN_STATUS_SUCCESS);
+  REQUIRE(cudnnSetPooling2dDescriptor(o.pool, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_PROPAGATE_NAN, 2, 2, 0,
+                                      0, 2, 2) == CUDNN_STATUS_SUCCESS);
   cudnnTensorDescriptor_t pooled = nullptr;
   REQUIRE(cudnnCreateTensorDescriptor(&pooled) == CUDNN_STATUS_SUCCESS);
   REQUIRE(cudnnSetTensor4dDescriptor(pooled, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 2, 2, 2) == CUDNN_STATUS_SUCCESS);
@@ -708,7 +713,7 @@ TEST_CASE("cudnn serves the layers: conv2d, max/avg pooling and activations, unl
   CHECK(s1.convolution[pass(Pass::BackwardData)] - s0.convolution[pass(Pass::BackwardData)] == expect);
   CHECK(s1.convolution[pass(Pass::BackwardFilter)] - s0.convolution[pass(Pass::BackwardFilter)] == expect);
   CHECK(s1.backward_bias - s0.backward_bias == expect);
-  CHECK(s1.pooling_forward - s0.pooling_forward == 2 * expect);    // max and avg
+  CHECK(s1.pooling_forward - s0.pooling_forward == 2 * expect);  // max and avg
   CHECK(s1.pooling_backward - s0.pooling_backward == 2 * expect);
   CHECK(s1.activation_forward - s0.activation_forward == 3 * expect);  // relu, tanh, sigmoid
   CHECK(s1.activation_backward - s0.activation_backward == 3 * expect);

@@ -88,6 +88,8 @@ TEST_CASE("cuda parity: views", "[cuda][parity]") { check_family(add_view_cases)
 TEST_CASE("cuda parity: reductions", "[cuda][parity]") { check_family(add_reduce_cases); }
 TEST_CASE("cuda parity: linalg", "[cuda][parity]") { check_family(add_linalg_cases); }
 TEST_CASE("cuda parity: conv", "[cuda][parity][cudnn_layers]") { check_family(add_conv_cases); }
-TEST_CASE("cuda parity: pooling and normalization", "[cuda][parity][cudnn_layers]") { check_family(add_pool_norm_cases); }
+TEST_CASE("cuda parity: pooling and normalization", "[cuda][parity][cudnn_layers]") {
+  check_family(add_pool_norm_cases);
+}
 TEST_CASE("cuda parity: shape and index ops", "[cuda][parity]") { check_family(add_shape_cases); }
 TEST_CASE("cuda parity: losses and softmax", "[cuda][parity]") { check_family(add_loss_cases); }
