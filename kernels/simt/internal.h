@@ -10,7 +10,8 @@
 //   memory.cpp       devices, device/pinned memory registries, copies, memsets, errors
 //   streams.cpp      streams, events, deferred execution (EMBER_SIMT_DEFER=1)
 //   nccl_shim.cpp    NCCL for ranks that are threads of this process (nccl_reduce.cpp: its
-//                    arithmetic); cublas_shim.cpp: the cuBLAS calls ember makes
+//                    arithmetic); cublas_shim.cpp: the cuBLAS calls ember makes;
+//                    cudnn_shim.cpp: the cuDNN calls (only when <cudnn.h> is found)
 
 #include <cstdarg>
 #include <cstdint>
