@@ -6,6 +6,10 @@
 # off. ON without them is a configure error naming what is missing; ON together with the real
 # CUDA flavour is an error too (one library cannot hold both).
 #
+# The emulator's cuDNN shim (kernels/simt/cudnn_shim.cpp) is declared by the real <cudnn.h>: when
+# that header is found (EMBER_SIMT_CUDNN), kernels/cuda/cudnn.cu is compiled with EMBER_HAVE_CUDNN=1
+# and runs over the shim; without it, cudnn.cu keeps its "no cuDNN" stubs and configure says so.
+#
 # EMBER_SANITIZE=address|thread builds everything with ASan or TSan (the emulator then adds its
 # fiber annotations; see docs/simt.md).
 
@@ -55,6 +59,16 @@ if(NOT _ember_simt STREQUAL "OFF")
       message(STATUS "ember: SIMT flavour off (missing: ${_missing})")
     else()
       set(EMBER_WITH_SIMT ON)
+      find_path(EMBER_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${EMBER_CUDA_HEADERS_DIR}
+                ENV CUDNN_ROOT PATH_SUFFIXES include)
+      if(EMBER_CUDNN_INCLUDE_DIR)
+        set(EMBER_SIMT_CUDNN ON)
+        message(STATUS "ember: SIMT flavour with the cuDNN shim (${EMBER_CUDNN_INCLUDE_DIR}/cudnn.h)")
+      else()
+        set(EMBER_SIMT_CUDNN OFF)
+        message(STATUS "ember: SIMT flavour without the cuDNN shim (cudnn.h not found): "
+                       "kernels/cuda/cudnn.cu is built with EMBER_HAVE_CUDNN=0, the hand-written kernels serve")
+      endif()
     endif()
   endif()
 endif()
@@ -85,7 +99,17 @@ function(ember_add_simt_flavour target)
     list(FILTER _uninstrumented EXCLUDE REGEX "/nccl_(shim|reduce)\\.cpp$")
     set_source_files_properties(${_uninstrumented} PROPERTIES COMPILE_OPTIONS "-fno-sanitize=thread")
   endif()
+  if(NOT EMBER_SIMT_CUDNN)
+    list(FILTER _emulator EXCLUDE REGEX "/cudnn_shim\\.cpp$")
+  endif()
   target_sources(${target} PRIVATE ${_cu} ${_emulator})
+  if(EMBER_SIMT_CUDNN)
+    # Only the two files that include <cudnn.h> see it (the rest of the library is unchanged).
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cuda/cudnn.cu PROPERTIES
+      COMPILE_DEFINITIONS EMBER_HAVE_CUDNN=1 INCLUDE_DIRECTORIES ${EMBER_CUDNN_INCLUDE_DIR})
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/simt/cudnn_shim.cpp PROPERTIES
+      INCLUDE_DIRECTORIES ${EMBER_CUDNN_INCLUDE_DIR})
+  endif()
   # The NCCL communicator runs over the emulator's NCCL shim (kernels/simt/nccl_shim.cpp).
   set_source_files_properties(${PROJECT_SOURCE_DIR}/parallel/nccl_communicator.cpp PROPERTIES
     COMPILE_DEFINITIONS EMBER_NCCL=1)

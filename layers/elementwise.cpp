@@ -3,11 +3,14 @@
 
 #include "elementwise.h"
 
+#include <cstdint>
+
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/elementwise.h"
 #include "reduce.h"
 
 #if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/cudnn.h"
 #include "../kernels/cuda/elementwise.h"
 #endif
 
@@ -66,9 +69,35 @@ Tensor binary_forward(BinaryOp op, const Tensor& a0, const Tensor& b0, double al
   return out;
 }
 
+// ReLU, sigmoid and tanh of a contiguous CUDA tensor go through cuDNN (Note [cuDNN or the
+// hand-written kernels] in kernels/cuda/cudnn.h); their backward reads only the output.
+#if EMBER_CUDA_BACKEND
+bool cudnn_activation(UnaryOp op, const Tensor& t, kernels::gpu::cudnn::Activation* a) {
+  // cuDNN's tensor descriptors count at most 2^31 - 1 elements.
+  if (t.device().type != DeviceType::CUDA || !t.is_contiguous() || t.numel() == 0 || t.numel() > INT32_MAX)
+    return false;
+  if (t.dtype() != DType::f32 && t.dtype() != DType::f64) return false;
+  switch (op) {
+    case UnaryOp::Relu: *a = kernels::gpu::cudnn::Activation::Relu; break;
+    case UnaryOp::Sigmoid: *a = kernels::gpu::cudnn::Activation::Sigmoid; break;
+    case UnaryOp::Tanh: *a = kernels::gpu::cudnn::Activation::Tanh; break;
+    default: return false;
+  }
+  return kernels::gpu::cudnn::enabled();
+}
+#endif
+
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double alpha) {
   detail::check_floating(name, x);
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+#if EMBER_CUDA_BACKEND
+  if (kernels::gpu::cudnn::Activation a; cudnn_activation(op, x, &a)) {
+    const profiler::Scope scope(name);
+    EMBER_CUDA_CALL(x.device(), name,
+                    kernels::gpu::cudnn::activation_forward(a, x.dtype(), x.numel(), x.data(), out.data()));
+    return out;
+  }
+#endif
   EMBER_KERNEL_CALL(x.device(), name, unary, op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(out),
                     detail::operand(x), alpha);
   return out;
@@ -78,6 +107,17 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double alpha
 Tensor unary_backward(UnaryOp op, const char* name, const Tensor& g0, const Tensor& x, const Tensor& y, double alpha) {
   const Tensor g = g0.to(x.dtype());
   Tensor gi = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+#if EMBER_CUDA_BACKEND
+  if (kernels::gpu::cudnn::Activation a; g.shape() == y.shape() && cudnn_activation(op, y, &a)) {
+    const Tensor gc = g.contiguous();
+    const profiler::Scope scope(name);
+    // The derivative comes from y alone, so y stands in for cuDNN's x too (kernels/cuda/cudnn.h).
+    EMBER_CUDA_CALL(
+        y.device(), name,
+        kernels::gpu::cudnn::activation_backward(a, y.dtype(), y.numel(), y.data(), y.data(), gc.data(), gi.data()));
+    return gi;
+  }
+#endif
   EMBER_KERNEL_CALL(x.device(), name, unary_backward, op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(gi),
                     detail::operand(g, x.shape()), detail::operand(x), detail::operand(y), alpha);
   return gi;

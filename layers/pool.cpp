@@ -1,5 +1,8 @@
 // 2-D pooling with autograd: max (with indices), average, adaptive average.
 // Inputs are (N, C, H, W) or unbatched (C, H, W); the kernels see N * C contiguous planes.
+// On a CUDA device, max_pool2d and avg_pool2d go through cuDNN where it computes the same windows
+// (Note [cuDNN or the hand-written kernels] in kernels/cuda/cudnn.h); its backward reads the input
+// and the output, which are saved instead of max pooling's indices.
 
 #include "../kernels/cpu/pool.h"
 
@@ -7,6 +10,7 @@
 #include "nn_functional.h"
 
 #if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/cudnn.h"
 #include "../kernels/cuda/pool.h"
 #endif
 
@@ -70,6 +74,56 @@ Pool2dGeometry pool_geometry(const char* op, const Tensor& x, const Pool2dOption
 // The incoming gradient as a contiguous tensor of dtype dt.
 Tensor contiguous_grad(const Tensor& g, DType dt) { return g.to(dt).contiguous(); }
 
+// Whether pooling x with geometry g goes through cuDNN.
+bool via_cudnn(const Tensor& x, const Pool2dGeometry& g) {
+#if EMBER_CUDA_BACKEND
+  return x.device().type == DeviceType::CUDA && kernels::gpu::cudnn::use_for_pool(g);
+#else
+  (void)x, (void)g;
+  return false;
+#endif
+}
+
+// max_pool2d or avg_pool2d through cuDNN: forward, and a backward node that keeps x and out.
+Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool2dGeometry& g, bool is_max,
+                  bool include_pad) {
+  const Tensor x = x0.contiguous();
+  const DType dt = x.dtype();
+  Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = dt, .device = x.device()});
+  {
+    const profiler::Scope scope(op);
+    EMBER_CUDA_CALL(x.device(), op, {
+      namespace cudnn = kernels::gpu::cudnn;
+      if (is_max)
+        cudnn::max_pool2d_forward(dt, g, x.data(), out.data());
+      else
+        cudnn::avg_pool2d_forward(dt, g, include_pad, x.data(), out.data());
+    });
+  }
+  if (any_requires_grad({&x0})) {
+    SavedTensor sx(x.detach(), node), so(out.detach(), node);
+    const Shape in_shape = x0.shape();
+    record(node, {x0}, {out}, [=](const std::vector<Tensor>& grads) {
+      if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
+      const Tensor go = contiguous_grad(grads[0], dt);
+      Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
+      const char* bwd = is_max ? "max_pool2d backward" : "avg_pool2d backward";
+      const profiler::Scope scope(bwd);
+      EMBER_CUDA_CALL(go.device(), bwd, {
+        namespace cudnn = kernels::gpu::cudnn;
+        const void* xs = sx.get().data();
+        const void* os = so.get().data();
+        if (is_max)
+          cudnn::max_pool2d_backward(dt, g, xs, os, go.data(), gi.data());
+        else
+          cudnn::avg_pool2d_backward(dt, g, include_pad, xs, os, go.data(), gi.data());
+      });
+      return std::vector<Tensor>{gi};
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2dOptions& opt) {
@@ -97,11 +151,16 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2d
   return {out, indices};
 }
 
-Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) { return max_pool2d_with_indices(x, opt).first; }
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
+  const Pool2dGeometry g = pool_geometry("max_pool2d", x, opt, true);
+  if (via_cudnn(x, g)) return cudnn_pool("max_pool2d", "MaxPool2dBackward", x, g, true, false);
+  return max_pool2d_with_indices(x, opt).first;
+}
 
 Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
   const Pool2dGeometry g = pool_geometry("avg_pool2d", x0, opt, false);
   const bool include_pad = opt.count_include_pad;
+  if (via_cudnn(x0, g)) return cudnn_pool("avg_pool2d", "AvgPool2dBackward", x0, g, false, include_pad);
   const Tensor x = x0.contiguous();
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
   EMBER_KERNEL_CALL(x.device(), "avg_pool2d", avg_pool2d_forward, x.dtype(), g, include_pad, x.data(), out.data());

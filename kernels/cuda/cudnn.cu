@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -34,12 +35,19 @@ std::atomic<bool> g_benchmark{[] {
 std::atomic<bool> g_allow_tf32{false};
 }  // namespace
 
-bool use_for_conv() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("EMBER_CUDNN");
-    return v != nullptr && v[0] == '0';
-  }();
+bool enabled() {
+  // Note [cuDNN or the hand-written kernels]: EMBER_CUDNN=0 turns cuDNN off for every layer.
+  static const bool disabled = cuda::env_switch("EMBER_CUDNN", "1", "0");
   return available() && !disabled;
+}
+
+bool use_for_conv() { return enabled(); }
+
+bool use_for_pool(const Pool2dGeometry& g) {
+  // cuDNN's descriptors hold int dims and at most 2^31 - 1 elements per tensor.
+  return enabled() && g.dilation_h == 1 && g.dilation_w == 1 && g.planes * g.in_h * g.in_w <= INT32_MAX &&
+         g.out_h == pool_output_size(g.in_h, g.kernel_h, g.pad_h, g.stride_h, 1, false) &&
+         g.out_w == pool_output_size(g.in_w, g.kernel_w, g.pad_w, g.stride_w, 1, false);
 }
 
 void set_benchmark(bool on) { g_benchmark = on; }
@@ -72,6 +80,10 @@ void avg_pool2d_forward(DType, const Pool2dGeometry&, bool, const void*, void*) 
 void avg_pool2d_backward(DType, const Pool2dGeometry&, bool, const void*, const void*, const void*, void*) {
   no_cudnn("cudnn avg_pool2d backward");
 }
+void max_pool2d_forward(DType, const Pool2dGeometry&, const void*, void*) { no_cudnn("cudnn max_pool2d"); }
+void max_pool2d_backward(DType, const Pool2dGeometry&, const void*, const void*, const void*, void*) {
+  no_cudnn("cudnn max_pool2d backward");
+}
 void activation_forward(Activation, DType, int64_t, const void*, void*) { no_cudnn("cudnn activation"); }
 void activation_backward(Activation, DType, int64_t, const void*, const void*, const void*, void*) {
   no_cudnn("cudnn activation backward");
@@ -83,12 +95,18 @@ bool available() { return true; }
 
 namespace {
 
-#define EMBER_CUDNN_CHECK(expr)                                                                       \
-  do {                                                                                                \
-    const cudnnStatus_t ember_cudnn_status_ = (expr);                                                 \
-    if (ember_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                                  \
-      EMBER_THROW("cuDNN error ", cudnnGetErrorString(ember_cudnn_status_), " from ", #expr, " at ", \
-                  __FILE__, ":", __LINE__);                                                           \
+// "cuDNN call cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM (kernels/cuda/cudnn.cu:NNN)":
+// the function is the text of the call up to its '('.
+[[noreturn]] void cudnn_failed(cudnnStatus_t status, const char* call, const char* file, int line) {
+  const char* paren = std::strchr(call, '(');
+  const std::string fn = paren ? std::string(call, static_cast<size_t>(paren - call)) : std::string(call);
+  EMBER_THROW("cuDNN call ", fn, " failed: ", cudnnGetErrorString(status), " (", file, ":", line, ")");
+}
+
+#define EMBER_CUDNN_CHECK(expr)                                                                                    \
+  do {                                                                                                             \
+    const cudnnStatus_t ember_cudnn_status_ = (expr);                                                              \
+    if (ember_cudnn_status_ != CUDNN_STATUS_SUCCESS) cudnn_failed(ember_cudnn_status_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 cudnnDataType_t data_type(DType dt) {
@@ -225,6 +243,13 @@ void* workspace(size_t bytes) {
   return ws.ptr;
 }
 
+// The workspace size benchmark mode's Find starts from on the current device (see rank()).
+size_t& find_workspace_cap() {
+  static std::map<int, size_t> caps;
+  std::lock_guard<std::mutex> lock(g_ws_mu);
+  return caps.try_emplace(cuda::current_device(), size_t{1} << 30).first->second;
+}
+
 // Picks the first ranked algorithm whose workspace can be had, and runs `run(algo, ws, ws_size)`.
 template <typename Run>
 void run_ranked(const char* op, const Ranking& ranking, Run run) {
@@ -257,10 +282,14 @@ const Ranking& rank(const char* op, Pass pass, DType dt, const Conv2dGeometry& g
   PerfT perf[kMax];
   int count = 0;
   if (benchmark()) {
-    // Find runs every algorithm; give it a workspace of up to 1 GiB (less if memory is short).
-    size_t ws_bytes = size_t{1} << 30;
+    // Find runs every algorithm; give it a workspace of up to 1 GiB, halved while the allocator
+    // cannot provide it. The size it settles on is where the device's next Find starts, so a
+    // device short of memory is not asked again (and its cache flushed) for every new shape.
+    size_t& cap = find_workspace_cap();
+    size_t ws_bytes = cap;
     void* ws = nullptr;
     while (ws_bytes >= (size_t{1} << 20) && (ws = workspace(ws_bytes)) == nullptr) ws_bytes /= 2;
+    if (ws) cap = ws_bytes;
     find(perf, kMax, &count, ws, ws ? ws_bytes : 0);
   } else {
     get(perf, kMax, &count);
@@ -337,8 +366,19 @@ void conv2d_backward_data(DType dt, const Conv2dGeometry& g, const void* gy, con
   });
 }
 
+namespace {
+
+// The weight and bias gradients of an empty batch are sums over nothing: zeros (cuDNN takes no
+// tensor with a zero dimension).
+void zero_fill(void* p, size_t elems, DType dt) {
+  EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, elems * (dt == DType::f64 ? 8 : 4), cuda::current_stream()));
+}
+
+}  // namespace
+
 void conv2d_backward_weight(DType dt, const Conv2dGeometry& g, const void* gy, const void* x, void* gw) {
   if (g.c_out == 0) return;
+  if (g.n == 0) return zero_fill(gw, static_cast<size_t>(g.c_out * (g.c_in / g.groups) * g.kh * g.kw), dt);
   cudnnHandle_t h = handle();
   ConvProblem p(dt, g);
   const Ranking& r =
@@ -362,6 +402,7 @@ void conv2d_backward_weight(DType dt, const Conv2dGeometry& g, const void* gy, c
 
 void conv2d_backward_bias(DType dt, const Conv2dGeometry& g, const void* gy, void* gb) {
   if (g.c_out == 0) return;
+  if (g.n == 0) return zero_fill(gb, static_cast<size_t>(g.c_out), dt);
   cudnnHandle_t h = handle();
   TensorDesc y(dt, g.n, g.c_out, g.out_h, g.out_w), b(dt, 1, g.c_out, 1, 1);
   const auto [one, zero] = blend(dt);
@@ -374,15 +415,14 @@ namespace {
 
 struct PoolDesc {
   cudnnPoolingDescriptor_t d = nullptr;
-  PoolDesc(const Pool2dGeometry& g, bool count_include_pad) {
+  // Max pooling is the deterministic mode (the backward gathers, as ember's kernels do).
+  PoolDesc(const Pool2dGeometry& g, cudnnPoolingMode_t mode) {
     EMBER_CHECK(g.dilation_h == 1 && g.dilation_w == 1, "cuDNN pooling: dilation is not supported");
     EMBER_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d));
-    EMBER_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
-        d,
-        count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
-                          : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-        CUDNN_PROPAGATE_NAN, static_cast<int>(g.kernel_h), static_cast<int>(g.kernel_w), static_cast<int>(g.pad_h),
-        static_cast<int>(g.pad_w), static_cast<int>(g.stride_h), static_cast<int>(g.stride_w)));
+    EMBER_CUDNN_CHECK(cudnnSetPooling2dDescriptor(d, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(g.kernel_h),
+                                                  static_cast<int>(g.kernel_w), static_cast<int>(g.pad_h),
+                                                  static_cast<int>(g.pad_w), static_cast<int>(g.stride_h),
+                                                  static_cast<int>(g.stride_w)));
   }
   ~PoolDesc() { cudnnDestroyPoolingDescriptor(d); }
   PoolDesc(const PoolDesc&) = delete;
@@ -403,25 +443,47 @@ struct ActDesc {
   ActDesc& operator=(const ActDesc&) = delete;
 };
 
-}  // namespace
+cudnnPoolingMode_t avg_mode(bool count_include_pad) {
+  return count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+}
 
-void avg_pool2d_forward(DType dt, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out) {
+void pool_forward(cudnnPoolingMode_t mode, DType dt, const Pool2dGeometry& g, const void* x, void* out) {
   if (g.planes == 0) return;
   cudnnHandle_t h = handle();
-  PoolDesc pd(g, count_include_pad);
+  PoolDesc pd(g, mode);
   TensorDesc xd(dt, 1, g.planes, g.in_h, g.in_w), yd(dt, 1, g.planes, g.out_h, g.out_w);
   const auto [one, zero] = blend(dt);
   EMBER_CUDNN_CHECK(cudnnPoolingForward(h, pd.d, one, xd.d, x, zero, yd.d, out));
 }
 
-void avg_pool2d_backward(DType dt, const Pool2dGeometry& g, bool count_include_pad, const void* x, const void* out,
-                         const void* grad_out, void* grad_in) {
+void pool_backward(cudnnPoolingMode_t mode, DType dt, const Pool2dGeometry& g, const void* x, const void* out,
+                   const void* grad_out, void* grad_in) {
   if (g.planes == 0) return;
   cudnnHandle_t h = handle();
-  PoolDesc pd(g, count_include_pad);
+  PoolDesc pd(g, mode);
   TensorDesc xd(dt, 1, g.planes, g.in_h, g.in_w), yd(dt, 1, g.planes, g.out_h, g.out_w);
   const auto [one, zero] = blend(dt);
   EMBER_CUDNN_CHECK(cudnnPoolingBackward(h, pd.d, one, yd.d, out, yd.d, grad_out, xd.d, x, zero, xd.d, grad_in));
+}
+
+}  // namespace
+
+void avg_pool2d_forward(DType dt, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out) {
+  pool_forward(avg_mode(count_include_pad), dt, g, x, out);
+}
+
+void avg_pool2d_backward(DType dt, const Pool2dGeometry& g, bool count_include_pad, const void* x, const void* out,
+                         const void* grad_out, void* grad_in) {
+  pool_backward(avg_mode(count_include_pad), dt, g, x, out, grad_out, grad_in);
+}
+
+void max_pool2d_forward(DType dt, const Pool2dGeometry& g, const void* x, void* out) {
+  pool_forward(CUDNN_POOLING_MAX_DETERMINISTIC, dt, g, x, out);
+}
+
+void max_pool2d_backward(DType dt, const Pool2dGeometry& g, const void* x, const void* out, const void* grad_out,
+                         void* grad_in) {
+  pool_backward(CUDNN_POOLING_MAX_DETERMINISTIC, dt, g, x, out, grad_out, grad_in);
 }
 
 void activation_forward(Activation a, DType dt, int64_t n, const void* x, void* y) {

@@ -2,9 +2,18 @@
 // cuDNN 9 for convolution (forward, backward data, backward filter), pooling and activations.
 //
 // Same raw-pointer contracts as the hand-written kernels (kernels/conv.h, kernels/pool.h,
-// kernels/elementwise.h), so a layer picks one or the other per call: cuDNN when available() and the
-// problem is supported, the hand-written kernel otherwise. available() is false in the SIMT
-// flavour (there is no cuDNN on a machine without a GPU) and in a GPU build without cuDNN.
+// kernels/elementwise.h), so a layer picks one or the other per call: cuDNN when enabled() and the
+// problem is supported, the hand-written kernel otherwise. available() is true in a GPU build
+// linked with cuDNN and in the SIMT flavour built against the real <cudnn.h>, where the calls run
+// over the emulator's cuDNN shim (kernels/simt/cudnn_shim.cpp, docs/simt.md).
+//
+// Note [cuDNN or the hand-written kernels]
+// Where ember has both, a layer on a CUDA device uses cuDNN: convolutions (layers/conv.cpp), max
+// and average pooling whose output size is cuDNN's floor formula (layers/pool.cpp; ceil_mode
+// windows, dilation and max_pool2d_with_indices, whose indices are part of ember's contract, stay
+// hand-written), and contiguous ReLU, sigmoid and tanh (layers/elementwise.cpp). EMBER_CUDNN=0 in
+// the environment selects the hand-written kernels for all of them (to compare the two, or to
+// rule cuDNN out); ctest runs the CUDA parity tests both ways.
 //
 // Note [cuDNN algorithm choice]
 // A cuDNN convolution can be computed by several algorithms (implicit GEMM, FFT, Winograd, ...)
@@ -13,9 +22,10 @@
 // it times them on the real problem (cudnnFind*AlgorithmEx), like torch.backends.cudnn.benchmark.
 // Either way the answer is cached under the full problem key — shapes, strides (NCHW contiguous),
 // padding, stride, dilation, groups, dtype, math type, device and which of the three passes — so
-// it is computed once per layer shape. All convolutions of a device share one workspace buffer
-// from the caching allocator that grows to the largest need; when it cannot grow (out of
-// memory), the next algorithm in the ranking that needs less workspace is used.
+// it is computed once per layer shape. Algorithms cuDNN reports as unsupported for the problem are
+// dropped from the ranking. All convolutions of a device share one workspace buffer from the
+// caching allocator that grows to the largest need; when it cannot grow (out of memory), the next
+// algorithm in the ranking that needs less workspace is used.
 // TF32 is off unless set_allow_tf32(true): float32 results then match the CPU to float32
 // rounding, not to TF32's 10-bit mantissa.
 
@@ -28,9 +38,14 @@
 namespace ember::kernels::gpu::cudnn {
 
 bool available();
-// Whether convolutions go through cuDNN: available() and not disabled with EMBER_CUDNN=0 (which
-// selects the hand-written im2col + GEMM kernels, e.g. to compare them).
+// Whether layers use cuDNN where they can: available() and not EMBER_CUDNN=0 (Note [cuDNN or the
+// hand-written kernels]). Any other value of EMBER_CUDNN than 0 or 1 is an error.
+bool enabled();
+// Convolutions through cuDNN: enabled().
 bool use_for_conv();
+// Pooling of geometry g through cuDNN: enabled(), no dilation, and the output size is the floor
+// one cuDNN computes (no extra ceil_mode window).
+bool use_for_pool(const Pool2dGeometry& g);
 void set_benchmark(bool on);
 bool benchmark();
 void set_allow_tf32(bool on);
@@ -44,14 +59,20 @@ void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, 
 void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw);
 void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
 
-// Average pooling with PyTorch's meaning of count_include_pad (no dilation); x/out as in
-// kernels/pool.h (planes of (h, w)).
+// Pooling for a geometry use_for_pool() accepts; x/out as in kernels/pool.h (planes of (h, w)).
+// Average pooling with PyTorch's meaning of count_include_pad; max pooling with NaN winning, like
+// the hand-written kernel, but without indices: its backward reads x and out instead.
 void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out);
 void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x,
                          const void* out, const void* grad_out, void* grad_in);
+void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out);
+void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* x, const void* out, const void* grad_out,
+                         void* grad_in);
 
 enum class Activation { Relu, Sigmoid, Tanh };
-// y = act(x) over n contiguous elements; grad_x = act'(x) * grad_y (needs x and y).
+// y = act(x) over n contiguous elements; grad_x = act'(x) * grad_y, where act' is computed from the
+// output y alone (ReLU: y > 0; sigmoid: y (1 - y); tanh: 1 - y^2), as ember's kernels do. cuDNN
+// also takes x; a caller that kept only y may pass y for x.
 void activation_forward(Activation a, DType dtype, int64_t n, const void* x, void* y);
 void activation_backward(Activation a, DType dtype, int64_t n, const void* x, const void* y, const void* grad_y,
                          void* grad_x);

@@ -12,7 +12,8 @@
 //   counters.cpp     hardware counters for the kernel labs (counters.h); access_hooks.cpp: the
 //                    instrumentation entry points that feed them loads and stores
 //   nccl_shim.cpp    NCCL for ranks that are threads of this process (nccl_reduce.cpp: its
-//                    arithmetic); cublas_shim.cpp: the cuBLAS calls ember makes
+//                    arithmetic); cublas_shim.cpp: the cuBLAS calls ember makes;
+//                    cudnn_shim.cpp: the cuDNN calls (only when <cudnn.h> is found)
 
 #include <atomic>
 #include <cstdarg>

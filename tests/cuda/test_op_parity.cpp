@@ -2,7 +2,9 @@
 // float32. Each case runs once on the CPU (the reference) and once on cuda:0 with the same input
 // values, non-differentiable arguments placed on the case's device (case_device()), and the same
 // upstream gradient; outputs and input gradients must agree. On the SIMT flavour this executes
-// every hand-written kernel the ops reach; on a real GPU it also checks cuBLAS and cuDNN call sites.
+// every hand-written kernel the ops reach and, through the emulator's cuBLAS and cuDNN shims, the
+// cuBLAS and cuDNN call sites (ctest's cuda-no-cudnn:parity runs the [cudnn_layers] families
+// through the hand-written kernels instead).
 
 #include <catch2/catch.hpp>
 
@@ -81,11 +83,13 @@ void check_family(void (*add_cases)(std::vector<OpCase>&)) {
 
 }  // namespace
 
-TEST_CASE("cuda parity: elementwise", "[cuda][parity]") { check_family(add_elementwise_cases); }
+TEST_CASE("cuda parity: elementwise", "[cuda][parity][cudnn_layers]") { check_family(add_elementwise_cases); }
 TEST_CASE("cuda parity: views", "[cuda][parity]") { check_family(add_view_cases); }
 TEST_CASE("cuda parity: reductions", "[cuda][parity]") { check_family(add_reduce_cases); }
 TEST_CASE("cuda parity: linalg", "[cuda][parity]") { check_family(add_linalg_cases); }
-TEST_CASE("cuda parity: conv", "[cuda][parity]") { check_family(add_conv_cases); }
-TEST_CASE("cuda parity: pooling and normalization", "[cuda][parity]") { check_family(add_pool_norm_cases); }
+TEST_CASE("cuda parity: conv", "[cuda][parity][cudnn_layers]") { check_family(add_conv_cases); }
+TEST_CASE("cuda parity: pooling and normalization", "[cuda][parity][cudnn_layers]") {
+  check_family(add_pool_norm_cases);
+}
 TEST_CASE("cuda parity: shape and index ops", "[cuda][parity]") { check_family(add_shape_cases); }
 TEST_CASE("cuda parity: losses and softmax", "[cuda][parity]") { check_family(add_loss_cases); }

@@ -1,0 +1,28 @@
+#pragma once
+// What the cuDNN shim (kernels/simt/cudnn_shim.cpp) tells tests about the calls it served: how
+// many of each, and which algorithm and workspace the last convolution of each pass ran with, so
+// a test can see that a layer really went through cuDNN, which algorithm ember chose, and that
+// its workspace grew. The counters only ever grow; tests compare before and after.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ember::simt::cudnn_shim {
+
+enum class Pass { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
+
+struct Calls {
+  int64_t convolution[3] = {};     // cudnnConvolutionForward / BackwardData / BackwardFilter, by Pass
+  int64_t get_algorithm[3] = {};   // cudnnGet*Algorithm_v7
+  int64_t find_algorithm[3] = {};  // cudnnFind*AlgorithmEx
+  int last_algorithm[3] = {-1, -1, -1};
+  size_t last_workspace_bytes[3] = {};
+  int64_t backward_bias = 0, add_tensor = 0;
+  int64_t pooling_forward = 0, pooling_backward = 0;
+  int64_t activation_forward = 0, activation_backward = 0;
+};
+
+// A snapshot of the counters (all handles, all threads).
+Calls calls();
+
+}  // namespace ember::simt::cudnn_shim
