@@ -54,6 +54,7 @@ TOLERANCE = {
 
 failures = []
 measured = {}
+comparisons = 0
 
 
 def check(cond, what):
@@ -130,24 +131,31 @@ def torchvision_op(img, op, magnitude):
 
 images = [(f"fashion{i}", x) for i, x in enumerate(fashion_images(3))] + [(f"rgb{i}", x) for i, x in enumerate(rgb_images())]
 wide = TrivialAugmentWide()._augmentation_space(31)
-cases = []
+base_cases = []
 for op, (mags, signed) in wide.items():
     if mags.ndim == 0:
-        cases.append((op, 0.0))
+        base_cases.append((op, 0.0))
         continue
     picks = sorted({1, 7, 15, 22, 30})
     for k in picks:
         m = float(mags[k].item())
-        cases.append((op, m))
+        base_cases.append((op, m))
         if signed:
-            cases.append((op, -m))
+            base_cases.append((op, -m))
 for m in (0.45, 0.1, 0.0, -0.3, -0.5, 0.5):
-    cases.append(("Hue", m))
-cases += [("Rotate", 90.0), ("Rotate", 180.0), ("Rotate", 45.0), ("Rotate", 13.5), ("ShearX", 0.5), ("TranslateX", 7.9)]
+    base_cases.append(("Hue", m))
+base_cases += [("Rotate", 90.0), ("Rotate", 180.0), ("Rotate", 45.0), ("Rotate", 13.5), ("ShearX", 0.5), ("TranslateX", 7.9)]
 
 for name, img in images:
     path = os.path.join(WORK, f"{name}.{'pgm' if img.shape[0] == 1 else 'ppm'}")
     write_pnm(path, img)
+    # RandAugment's magnitude 9 of each op for this image's size, both signs (its translation
+    # range scales with the image).
+    rand_cases = []
+    for op, (mags, signed) in RandAugment()._augmentation_space(31, tuple(img.shape[1:])).items():
+        m = 0.0 if mags.ndim == 0 else float(mags[9].item())
+        rand_cases += [(op, m)] + ([(op, -m)] if signed and mags.ndim > 0 else [])
+    cases = base_cases + rand_cases
     outdir = os.path.join(WORK, f"{name}-out")
     args = sum((["--op", op, "--magnitude", repr(m)] for op, m in cases), [])
     ember(*args, "--in", path, "--out", outdir, *(["--gray"] if img.shape[0] == 1 else []))
@@ -157,6 +165,7 @@ for name, img in images:
         check(got.shape == want.shape, f"{op}({m}) on {name}: shape {got.shape} vs torchvision {want.shape}")
         if got.shape != want.shape:
             continue
+        comparisons += 1
         diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
         frac = float((diff > 0).mean())
         worst = measured.setdefault(op, [0, 0.0])
@@ -291,6 +300,7 @@ for kind, args in (("mixup", ["--mixup-alpha", 0.4]), ("cutmix", ["--cutmix-alph
         check(np.array_equal(tg, targets), f"{kind} batch {batch_index}: targets {tg} vs {targets}")
         check(np.allclose(tg.sum(axis=1), 1.0, atol=1e-6), f"{kind}: targets do not sum to 1: {tg.sum(axis=1)}")
 
+measured["comparisons"] = comparisons
 print(json.dumps({"measured": measured}, indent=None))
 if failures:
     print(f"{len(failures)} check(s) failed")
