@@ -74,8 +74,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--augment", c.augment_policy, "light (random crops and flips) | trivial (then TrivialAugmentWide) | "
                  "randaug (then RandAugment(2, 9))")->capture_default_str();
   app.add_option("--random-erasing", c.random_erasing, "RandomErasing after Normalize with this probability (0: off)");
-  app.add_option("--mixup", c.mixup, "Mixup with lambda ~ Beta(A, A) (soft targets; 0: off)");
-  app.add_option("--cutmix", c.cutmix, "CutMix with lambda ~ Beta(A, A); with --mixup, one of the two per batch");
+  app.add_option("--mixup", c.mixup, "Mixup with lambda ~ Beta(A, A), A > 0 (soft targets; off when not given)");
+  app.add_option("--cutmix", c.cutmix, "CutMix with lambda ~ Beta(A, A), A > 0; with --mixup, one of the two per batch");
   app.add_option("--metrics", c.metrics_path, "write JSON-lines metrics here (docs/metrics.md)");
   app.add_option("--log-every", c.log_every, "metrics step events every N steps")->capture_default_str();
   app.add_flag("--sync-bn", c.sync_bn,
