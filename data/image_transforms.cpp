@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../kernels/cpu/parallel.h"
+#include "auto_augment.h"
 #include "resample.h"
 
 namespace ember::data {
@@ -334,8 +335,15 @@ Tensor adjust_saturation(const Tensor& image, double factor) {
 Tensor color_jitter(const Tensor& image, const ColorJitterParams& params) {
   const Tensor in = checked_chw(image, "ColorJitter", true);
   check_colour_image(in, "ColorJitter");
+  EMBER_CHECK(params.hue_slot >= 0 && params.hue_slot <= 3, "ColorJitter: hue_slot ", params.hue_slot,
+              " must lie in [0, 3]");
   Tensor x = image;
-  for (const int which : params.order) {
+  for (int slot = 0, k = 0; slot < 4; ++slot) {
+    if (slot == params.hue_slot) {
+      if (params.hue != 0.0) x = adjust_hue(x, params.hue);
+      continue;
+    }
+    const int which = params.order[static_cast<size_t>(k++)];
     if (which == 0 && params.brightness != 1.0) x = adjust_brightness(x, params.brightness);
     if (which == 1 && params.contrast != 1.0) x = adjust_contrast(x, params.contrast);
     if (which == 2 && params.saturation != 1.0) x = adjust_saturation(x, params.saturation);
@@ -415,17 +423,19 @@ Tensor RandomResizedCrop::apply(const Tensor& image, SampleRng& rng) const {
 
 // ---- ColorJitter -------------------------------------------------------------------------------
 
-ColorJitter::ColorJitter(double brightness, double contrast, double saturation)
-    : brightness_(brightness), contrast_(contrast), saturation_(saturation) {
+ColorJitter::ColorJitter(double brightness, double contrast, double saturation, double hue)
+    : brightness_(brightness), contrast_(contrast), saturation_(saturation), hue_(hue) {
   for (const double v : {brightness, contrast, saturation})
     EMBER_CHECK(std::isfinite(v) && v >= 0.0, "ColorJitter: brightness, contrast and saturation (", brightness, ", ",
                 contrast, ", ", saturation, ") must be finite and non-negative");
+  EMBER_CHECK(hue >= 0.0 && hue <= 0.5, "ColorJitter: hue ", hue, " must lie in [0, 0.5]");
 }
 
 std::string ColorJitter::name() const {
   std::ostringstream os;
-  os << "ColorJitter(brightness=" << brightness_ << ", contrast=" << contrast_ << ", saturation=" << saturation_
-     << ")";
+  os << "ColorJitter(brightness=" << brightness_ << ", contrast=" << contrast_ << ", saturation=" << saturation_;
+  if (hue_ > 0.0) os << ", hue=" << hue_;
+  os << ")";
   return os.str();
 }
 
@@ -444,6 +454,10 @@ ColorJitterParams ColorJitter::get_params(SampleRng& rng) const {
   p.brightness = factor(brightness_);
   p.contrast = factor(contrast_);
   p.saturation = factor(saturation_);
+  if (hue_ > 0.0) {
+    p.hue_slot = static_cast<int>(rng.below(4));
+    p.hue = -hue_ + 2.0 * hue_ * rng.uniform();
+  }
   return p;
 }
 

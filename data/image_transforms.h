@@ -1,6 +1,7 @@
 #pragma once
 // ImageNet-style transforms on u8 (C, H, W) CPU images, torchvision-compatible: Resize,
-// CenterCrop, RandomResizedCrop, ColorJitter. Each is a data::Transform, so they compose with
+// CenterCrop, RandomResizedCrop, ColorJitter (TrivialAugmentWide, RandAugment and RandomErasing:
+// data/auto_augment.h). Each is a data::Transform, so they compose with
 // ToTensor / Normalize / RandomHorizontalFlip (data/transforms.h):
 //
 //   auto train_tf = data::Compose{data::RandomResizedCrop(224), data::RandomHorizontalFlip(),
@@ -147,32 +148,39 @@ class RandomResizedCrop final : public Transform {
 };
 
 // The factors and order one ColorJitter call uses. order[k] is 0 (brightness), 1 (contrast) or
-// 2 (saturation); a factor of exactly 1 is skipped, as is a disabled one.
+// 2 (saturation); a factor of exactly 1 is skipped, as is a disabled one. Hue (adjust_hue in
+// data/auto_augment.h) runs as the hue_slot-th of the four adjustments (0 to 3: before order[0],
+// ..., after order[2]); a hue of 0 is skipped.
 struct ColorJitterParams {
   std::array<int, 3> order{0, 1, 2};
   double brightness = 1.0, contrast = 1.0, saturation = 1.0;
+  int hue_slot = 3;
+  double hue = 0.0;
 };
 
 // Applies the adjustments in params.order with params' factors (deterministic; the test hook).
 Tensor color_jitter(const Tensor& image, const ColorJitterParams& params);
 
-// torchvision ColorJitter(brightness, contrast, saturation) without hue, on u8 (1 or 3, H, W)
-// with torchvision's tensor semantics (see adjust_*). A value v > 0 enables that adjustment with
-// a factor uniform in [max(0, 1 - v), 1 + v]; 0 disables it. Per sample the three adjustments
-// run in a uniformly random order. Draws 7 words: the order (Fisher-Yates, below(3) then
-// below(2)), then the brightness, contrast and saturation uniforms (drawn even when disabled).
+// torchvision ColorJitter(brightness, contrast, saturation, hue) on u8 (1 or 3, H, W) with
+// torchvision's tensor semantics (see adjust_*, adjust_hue). A value v > 0 enables that
+// adjustment with a factor uniform in [max(0, 1 - v), 1 + v]; 0 disables it. hue in [0, 0.5]: a
+// shift uniform in [-hue, hue]. Per sample the adjustments run in a uniformly random order.
+// Draws 7 words: the order of the three (Fisher-Yates, below(3) then below(2)), then the
+// brightness, contrast and saturation uniforms (drawn even when disabled); with hue > 0, 3 more:
+// the hue's slot among the four (below(4): with the first draws, a uniform permutation of four)
+// and its uniform. Without hue the stream is the 7 words of before.
 class ColorJitter final : public Transform {
  public:
-  explicit ColorJitter(double brightness = 0.0, double contrast = 0.0, double saturation = 0.0);
+  explicit ColorJitter(double brightness = 0.0, double contrast = 0.0, double saturation = 0.0, double hue = 0.0);
   Tensor apply(const Tensor& image, SampleRng& rng) const override;
   bool is_random() const override { return true; }
   std::string name() const override;
 
-  // Draws this sample's factors and order (7 words), as apply() does.
+  // Draws this sample's factors and order (7 words; 10 with hue), as apply() does.
   ColorJitterParams get_params(SampleRng& rng) const;
 
  private:
-  double brightness_, contrast_, saturation_;
+  double brightness_, contrast_, saturation_, hue_;
 };
 
 }  // namespace ember::data

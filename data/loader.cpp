@@ -1,6 +1,7 @@
 #include "loader.h"
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -121,6 +122,11 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   EMBER_CHECK(n >= 1, "DataLoader: the dataset is empty");
   EMBER_CHECK(options_.num_workers >= 0, "DataLoader: num_workers ", options_.num_workers, " is negative");
   EMBER_CHECK(options_.prefetch >= 1, "DataLoader: prefetch ", options_.prefetch, " must be at least 1");
+  EMBER_CHECK(std::isfinite(options_.mix.mixup_alpha) && std::isfinite(options_.mix.cutmix_alpha) &&
+                  options_.mix.mixup_alpha >= 0 && options_.mix.cutmix_alpha >= 0,
+              "DataLoader: Mixup and CutMix alphas (", options_.mix.mixup_alpha, ", ", options_.mix.cutmix_alpha,
+              ") must be finite and non-negative");
+  EMBER_CHECK(!options_.mix.enabled() || options_.mix.num_classes >= 1, "DataLoader: Mixup/CutMix needs num_classes");
   EMBER_CHECK(options_.pin_memory == PinMemory::off || cuda_built(),
               "DataLoader: pin_memory needs a build with a CUDA backend (page-locked host memory)");
   if (options_.device.is_cuda()) {
@@ -184,7 +190,9 @@ std::vector<int64_t> DataLoader::batch_indices(int64_t epoch, int64_t batch) con
 
 Batch DataLoader::load_batch(int64_t epoch, int64_t batch) const {
   const std::vector<int64_t> indices = batch_indices(epoch, batch);
-  return dataset_->load_transformed(indices, options_.transform, options_.seed, epoch);
+  Batch b = dataset_->load_transformed(indices, options_.transform, options_.seed, epoch);
+  if (options_.mix.enabled()) b = mix_batch(b, options_.mix, options_.seed, epoch, batch);
+  return b;
 }
 
 DataLoader::Iterator DataLoader::begin() { return Iterator(this); }

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "dataset.h"
+#include "mix.h"
 #include "sampler.h"
 #include "transforms.h"
 
@@ -73,6 +74,9 @@ struct LoaderOptions {
   uint64_t seed = 0;       // keys the shuffle and the per-sample transform streams
   // Applied to every sample (see apply_batch). Empty: u8 images become float32 as ToTensor makes them.
   AnyTransform transform;
+  // Mixup / CutMix on each batch after the transform (Note [Mixup and CutMix] in data/mix.h): the
+  // batch's labels become (N, num_classes) float32 class probabilities. Off by default.
+  MixOptions mix;
   // Worker threads per iteration (Note [Loader workers]); 0 loads in the iterating thread. >= 0.
   int num_workers = 0;
   // Batches loaded ahead per worker (ready or in flight), with num_workers > 0. >= 1.
@@ -153,7 +157,7 @@ class DataLoader {
   // The dataset indices in batch `batch` of epoch `epoch` (in batch order).
   std::vector<int64_t> batch_indices(int64_t epoch, int64_t batch) const;
   // Loads batch `batch` of epoch `epoch` without moving the cursor: the dataset's
-  // load_transformed(batch_indices(...), transform, seed, epoch). Thread-safe. A dataset that skips
+  // load_transformed(batch_indices(...), transform, seed, epoch), then mix_batch when mix is on. Thread-safe. A dataset that skips
   // unreadable files (data/image_dataset.h, BadImages::skip) returns fewer rows, possibly none.
   Batch load_batch(int64_t epoch, int64_t batch) const;
 

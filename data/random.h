@@ -24,6 +24,9 @@ namespace ember::data {
 
 // The stream index reserved for an epoch's shuffle permutation.
 inline constexpr uint64_t kShuffleStream = ~uint64_t{0};
+// Batch b's Mixup/CutMix draws (data/mix.h) use index kMixStream | b: the top bit is set, which
+// no dataset index has.
+inline constexpr uint64_t kMixStream = uint64_t{1} << 63;
 // XORed into the key's low word: "data" in ASCII.
 inline constexpr uint32_t kDataKeyTag = 0x64617461u;
 

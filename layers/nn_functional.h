@@ -55,7 +55,8 @@ struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
 };
-// logits: (N, C) or (N, C, d1, ...); target: int64 class indices (N) / (N, d1, ...).
+// logits: (N, C) or (N, C, d1, ...); target: int64 class indices (N) / (N, d1, ...), or, for
+// (N, C) logits, floating class probabilities (N, C) (Note [Soft-target cross-entropy]).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opt = {});
 struct NllLossOptions {
   Tensor weight;

@@ -12,6 +12,8 @@
 //   - label smoothing eps mixes in the uniform target: per sample
 //       (1 - eps) * (-w[t] logp[t]) + eps / C * (-sum_c w[c] logp[c]),
 //     and 'mean' divides this whole sum by the same sum of w[target].
+// A floating-point target of the logits' shape is class probabilities instead (Note [Soft-target
+// cross-entropy]).
 // The kernels take the (N, C, S) contiguous layout (S = d1 * d2 * ...): inputs are made
 // contiguous here, which copies only when they are not. Weight and target get no gradient.
 
@@ -82,7 +84,7 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
   detail::check_floating(op, scores);
   EMBER_CHECK(scores.dim() >= 1, op, ": expected input of shape (N, C) or (N, C, d1, ...), got ", describe(scores));
   EMBER_CHECK(target.dtype() == DType::i64, op, ": expected int64 class indices as target, got ", describe(target),
-              " (class probabilities are not supported)");
+              " (or class probabilities of the input's shape, for cross_entropy)");
   detail::check_same_device(op, scores, target);
   ClassLayout l;
   Shape expected_target;  // scores' shape without the class dim
@@ -144,10 +146,48 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return softmax_op(SoftmaxKind::LogSoftmax, "log_softmax", "LogSoftmaxBackward", x, dim);
 }
 
+namespace {
+
+// Note [Soft-target cross-entropy]
+// With class probabilities p (N, C) as the target (Mixup/CutMix produce them), PyTorch's
+// cross_entropy is, per sample, -sum_c w[c] * q[c] * log_softmax(x)[c] with
+// q = (1 - eps) * p + eps / C (label smoothing composes with the mixed target exactly as with a
+// one-hot one: a one-hot p gives the class-index loss), and 'mean' divides the sum by N (not by
+// a sum of weights: there is no single target class to weigh). ignore_index does not apply. It is
+// composed of differentiable ops (log_softmax, mul, sum), so the gradient
+// (softmax(x) * sum_c w[c] q[c] - w * q) / N comes from autograd and runs on any device; the
+// target gets no gradient.
+Tensor soft_cross_entropy(const Tensor& logits, const Tensor& target0, const CrossEntropyOptions& opt) {
+  detail::check_floating("cross_entropy", logits);
+  detail::check_same_device("cross_entropy", logits, target0);
+  EMBER_CHECK(logits.dim() == 2 && target0.shape() == logits.shape(), "cross_entropy: expected int64 class indices ",
+              "or class probabilities of the same shape as (N, C) logits, got input ", describe(logits),
+              " and target ", describe(target0));
+  const int64_t c = logits.shape()[1];
+  Tensor q = target0.detach().to(logits.dtype());
+  if (opt.label_smoothing > 0) q = add(mul(q, 1.0 - opt.label_smoothing), opt.label_smoothing / static_cast<double>(c));
+  if (opt.weight.defined()) {
+    detail::check_same_device("cross_entropy", logits, opt.weight);
+    EMBER_CHECK(opt.weight.dim() == 1 && opt.weight.shape()[0] == c, "cross_entropy: weight should have one entry "
+                "per class (", c, "), got ", describe(opt.weight));
+    q = mul(q, opt.weight.detach().to(logits.dtype()).reshape({1, c}));
+  }
+  const Tensor per_sample = neg(sum(mul(log_softmax(logits, 1), q), {1}));
+  switch (opt.reduction) {
+    case Reduction::None: return per_sample;
+    case Reduction::Sum: return sum(per_sample);
+    case Reduction::Mean: return mean(per_sample);
+  }
+  return per_sample;
+}
+
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEntropyOptions& opt) {
-  const ClassLayout l = check_class_loss("cross_entropy", logits0, target0, opt.weight, opt.ignore_index);
   EMBER_CHECK(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0,
               "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", opt.label_smoothing);
+  if (target0.defined() && is_floating(target0.dtype())) return soft_cross_entropy(logits0, target0, opt);
+  const ClassLayout l = check_class_loss("cross_entropy", logits0, target0, opt.weight, opt.ignore_index);
   // Detached: the kernels read raw data; this op records its own node.
   const Tensor logits = logits0.detach().contiguous(), target = target0.contiguous();
   const Tensor weight = opt.weight.defined() ? opt.weight.detach().to(logits.dtype()).contiguous() : Tensor();

@@ -40,7 +40,8 @@ if [ "$test" -eq 1 ]; then
   packages+=(
     catch2                      # test framework (v2, header-only)
     # torchvision 0.14 (with PyTorch) for Debian's /usr/bin/python3: the ctest
-    # data:torchvision_imagefolder (ImageFolder order cross-check) and the side-by-side loader
+    # data:torchvision_imagefolder (ImageFolder order cross-check), data:torchvision_augment (the
+    # augmentation ops at fixed parameters) and the side-by-side loader
     # benchmark (bench/torchvision_loader.py); the build itself does not use it.
     python3-torchvision
     python3-pil                 # bench/make_jpeg_tree.py, fuzz/make_seed_corpus.py

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <ember/data/auto_augment.h>
 #include <ember/data/image_cache.h>
 #include <ember/data/image_folder.h>
 #include <ember/data/image_pipeline.h>
@@ -201,6 +202,50 @@ TEST_CASE("ImageFolder batches: fused, composed per sample, and the same for 0, 
   // Different sizes without a size-fixing transform: a clear error.
   DataLoader raw(ds, {.batch_size = 10});
   CHECK_THAT(error_of([&] { raw.load_batch(0, 0); }), Catch::Contains("need a transform that makes them one size"));
+}
+
+TEST_CASE("ImageFolder batches with TrivialAugmentWide, hue, RandomErasing and Mixup/CutMix: the same for 0, 1 and 2 "
+          "workers", "[image_pipeline]") {
+  TempDir tmp;
+  make_tree(tmp.path);
+  const ImageFolder ds(tmp.path);
+  // The policy breaks the fused suffix, RandomErasing after Normalize leaves nothing to fuse: the
+  // per-sample path.
+  const AnyTransform tf = Compose{RandomResizedCrop(16), RandomHorizontalFlip(), TrivialAugmentWide(),
+                                  ColorJitter(0.2, 0.2, 0.2, 0.1), ToTensor(), kImageNet, RandomErasing(0.5)};
+  CHECK_FALSE(plan_image_pipeline(tf).fused);
+  const MixOptions mix{.mixup_alpha = 0.2, .cutmix_alpha = 1.0, .num_classes = 2};
+  auto run = [&](int workers) {
+    DataLoader loader(ds, {.batch_size = 4, .shuffle = true, .seed = 6, .transform = tf, .mix = mix,
+                           .num_workers = workers});
+    std::vector<Batch> out;
+    for (int epoch = 0; epoch < 2; ++epoch)
+      for (auto& b : loader) out.push_back(b);
+    return out;
+  };
+  const std::vector<Batch> serial = run(0), one = run(1), two = run(2);
+  REQUIRE(serial.size() == 6);
+  DataLoader loader(ds, {.batch_size = 4, .shuffle = true, .seed = 6, .transform = tf});
+  for (size_t b = 0; b < serial.size(); ++b) {
+    CHECK(max_abs_diff(serial[b].images, one[b].images) == 0.0);
+    CHECK(max_abs_diff(serial[b].images, two[b].images) == 0.0);
+    CHECK(max_abs_diff(serial[b].labels, two[b].labels) == 0.0);
+    REQUIRE(serial[b].labels.shape() == Shape{serial[b].images.size(0), 2});
+    // Each batch is the per-sample transforms, then the batch's mix.
+    const int64_t epoch = static_cast<int64_t>(b) / 3, index = static_cast<int64_t>(b) % 3;
+    const std::vector<int64_t> idx = loader.batch_indices(epoch, index);
+    std::vector<Tensor> samples;
+    std::vector<int64_t> labels;
+    for (const int64_t i : idx) {
+      SampleRng rng = sample_rng(6, static_cast<uint64_t>(epoch), static_cast<uint64_t>(i));
+      samples.push_back(tf->apply(ds.get(i).image, rng));
+      labels.push_back(ds.samples()[static_cast<size_t>(i)].label);
+    }
+    const Batch want = mix_batch(Batch{stack(samples, 0), from_vector<int64_t>(labels, {static_cast<int64_t>(labels.size())})},
+                                 mix, 6, epoch, index);
+    CHECK(max_abs_diff(serial[b].images, want.images) == 0.0);
+    CHECK(max_abs_diff(serial[b].labels, want.labels) == 0.0);
+  }
 }
 
 TEST_CASE("bad image files: an error naming the file, or skipped and reported", "[image_pipeline]") {

@@ -188,6 +188,45 @@ TEST_CASE("cross_entropy: gradient is softmax minus the (smoothed) one-hot", "[l
   check_close_rel9(vec(y.grad()), {1.0 / 3 - 0.1, 1.0 / 3 - 0.8, 1.0 / 3 - 0.1});
 }
 
+TEST_CASE("cross_entropy: class-probability targets (Mixup/CutMix), smoothing and weights as PyTorch", "[loss]") {
+  Tensor x = f64({1, 2, 3, 1, 1, 1}, {2, 3});
+  // A one-hot probability target is the class-index loss, with and without smoothing and weights.
+  Tensor onehot = f64({0, 0, 1, 1, 0, 0}, {2, 3});
+  Tensor idx = i64({2, 0}, {2});
+  for (double eps : {0.0, 0.1}) {
+    CHECK(cross_entropy(x, onehot, {.label_smoothing = eps}).item() ==
+          Approx(cross_entropy(x, idx, {.label_smoothing = eps}).item()).epsilon(1e-12));
+    check_close_rel9(vec(cross_entropy(x, onehot, {.reduction = Reduction::None, .label_smoothing = eps})),
+                     vec(cross_entropy(x, idx, {.reduction = Reduction::None, .label_smoothing = eps})));
+  }
+  // A mixed target 0.7 / 0.3 with eps = 0.1: q = 0.9 p + 0.1 / 3.
+  //   row 0: p = (0, 0.3, 0.7): q = (1/30, 0.3033.., 0.6633..), loss = -sum q (logp) with logp = (1, 2, 3) - lse
+  Tensor mixed = f64({0, 0.3, 0.7, 0.7, 0, 0.3}, {2, 3});
+  const double q0[3] = {0.1 / 3, 0.9 * 0.3 + 0.1 / 3, 0.9 * 0.7 + 0.1 / 3};
+  const double row0 = -(q0[0] * (1 - kLse123) + q0[1] * (2 - kLse123) + q0[2] * (3 - kLse123));
+  const double row1 = kLog3;  // uniform logits: -sum q * (-log 3) = log 3 whatever q
+  check_close_rel9(vec(cross_entropy(x, mixed, {.reduction = Reduction::None, .label_smoothing = 0.1})), {row0, row1});
+  CHECK(cross_entropy(x, mixed, {.label_smoothing = 0.1}).item() == Approx((row0 + row1) / 2));
+  CHECK(cross_entropy(x, mixed, {.reduction = Reduction::Sum, .label_smoothing = 0.1}).item() == Approx(row0 + row1));
+  // Weights weigh each class's term; 'mean' still divides by N (PyTorch's rule for probabilities).
+  Tensor w = f64({1, 2, 3}, {3});
+  const double row0w = -(1 * q0[0] * (1 - kLse123) + 2 * q0[1] * (2 - kLse123) + 3 * q0[2] * (3 - kLse123));
+  const double q1[3] = {0.9 * 0.7 + 0.1 / 3, 0.1 / 3, 0.9 * 0.3 + 0.1 / 3};
+  const double row1w = kLog3 * (1 * q1[0] + 2 * q1[1] + 3 * q1[2]);
+  CHECK(cross_entropy(x, mixed, {.weight = w, .label_smoothing = 0.1}).item() == Approx((row0w + row1w) / 2));
+  // f32 logits with f32 probabilities.
+  CHECK(cross_entropy(x.to(DType::f32), mixed.to(DType::f32), {.label_smoothing = 0.1}).item() ==
+        Approx((row0 + row1) / 2).epsilon(1e-6));
+  // Gradient: (softmax(x) * sum(q) - q) / N.
+  Tensor xg = f64({1, 2, 3, 1, 1, 1}, {2, 3}, true);
+  cross_entropy(xg, mixed).backward();
+  const double p0[3] = {0.09003057317038046, 0.24472847105479767, 0.6652409557748219};
+  check_close_rel9(vec(xg.grad()), {p0[0] / 2, (p0[1] - 0.3) / 2, (p0[2] - 0.7) / 2, (1.0 / 3 - 0.7) / 2, 1.0 / 6,
+                                    (1.0 / 3 - 0.3) / 2});
+  // Shapes must match.
+  CHECK_THAT(error_of([&] { cross_entropy(x, f64({0.5, 0.5}, {1, 2})); }), Contains("same shape as (N, C) logits"));
+}
+
 TEST_CASE("cross_entropy: 4-D logits with weights, ignore_index and smoothing match a reference", "[loss]") {
   // (N, C, H, W) = (2, 3, 2, 2), targets (2, 2, 2).
   const int64_t N = 2, C = 3, S = 4;

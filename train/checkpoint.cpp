@@ -12,6 +12,7 @@
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
+#include "../data/auto_augment.h"
 #include "../data/cifar.h"
 #include "../data/idx.h"
 #include "../data/image.h"
@@ -123,7 +124,7 @@ data::Compose image_eval_transform(int64_t resize, int64_t image_size, bool cach
   return data::Compose(t);
 }
 
-data::Compose make_train_transform(const DataInfo& d, bool flip) {
+data::Compose make_train_transform(const DataInfo& d, bool flip, const std::string& policy, double random_erasing) {
   std::vector<data::AnyTransform> t;
   if (d.kind == DataKind::image_folder) {
     // torchvision's ImageNet training recipe; with the cache, the crop is taken from the image
@@ -134,8 +135,14 @@ data::Compose make_train_transform(const DataInfo& d, bool flip) {
     t.push_back(data::RandomCrop(d.image_size, d.image_size, 2));
     if (flip) t.push_back(data::RandomHorizontalFlip(0.5));
   }
+  // torchvision's classification recipe order: crop and flip, the policy on the u8 image,
+  // ToTensor, Normalize, RandomErasing on the normalized tensor.
+  if (policy == "trivial") t.push_back(data::TrivialAugmentWide());
+  else if (policy == "randaug") t.push_back(data::RandAugment(2, 9));
+  else EMBER_CHECK(policy == "light", "--augment must be light, trivial or randaug, got '", policy, "'");
   t.push_back(data::ToTensor());
   t.push_back(data::Normalize(d.mean, d.std));
+  if (random_erasing > 0) t.push_back(data::RandomErasing(random_erasing));
   return data::Compose(t);
 }
 

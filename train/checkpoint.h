@@ -63,7 +63,11 @@ data::Compose image_eval_transform(int64_t resize, int64_t image_size, bool cach
                                    const std::vector<double>& std);
 // Per-channel mean and std of u8 images (N, C, H, W), scaled to [0, 1].
 void channel_stats(const Tensor& images, std::vector<double>& mean, std::vector<double>& std);
-data::Compose make_train_transform(const DataInfo& d, bool flip);
+// The training transform: the crop and flip of the recipe, then (policy "trivial" / "randaug")
+// TrivialAugmentWide / RandAugment on the u8 image, ToTensor, Normalize, then RandomErasing(p)
+// when random_erasing > 0.
+data::Compose make_train_transform(const DataInfo& d, bool flip, const std::string& policy = "light",
+                                   double random_erasing = 0);
 data::Compose make_eval_transform(const DataInfo& d);
 
 // Note [Checkpoint sets]

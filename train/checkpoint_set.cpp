@@ -281,6 +281,10 @@ io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d,
                      {"label_smoothing", fmt(cfg.label_smoothing)},
                      {"clip_grad_norm", fmt(cfg.clip_grad_norm)},
                      {"augment", cfg.augment ? "1" : "0"},
+                     {"augment_policy", cfg.augment_policy},
+                     {"random_erasing", fmt(cfg.random_erasing)},
+                     {"mixup", fmt(cfg.mixup)},
+                     {"cutmix", fmt(cfg.cutmix)},
                      {"shuffle", cfg.shuffle ? "1" : "0"},
                      {"seed", std::to_string(cfg.seed)},
                      {"val", cfg.val},
@@ -356,6 +360,10 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
   keep("label-smoothing", cfg.label_smoothing, std::stod(get("label_smoothing")), as_text);
   keep("clip-grad-norm", cfg.clip_grad_norm, std::stod(get_or("clip_grad_norm", "0")), as_text);
   keep_flag("no-augment", cfg.augment, get("augment") == "1", "augmentation");
+  keep("augment", cfg.augment_policy, get_or("augment_policy", "light"), as_text);
+  keep("random-erasing", cfg.random_erasing, std::stod(get_or("random_erasing", "0")), as_text);
+  keep("mixup", cfg.mixup, std::stod(get_or("mixup", "0")), as_text);
+  keep("cutmix", cfg.cutmix, std::stod(get_or("cutmix", "0")), as_text);
   keep_flag("no-shuffle", cfg.shuffle, get("shuffle") == "1", "shuffling");
   keep("seed", cfg.seed, static_cast<uint64_t>(std::stoull(get("seed"))), as_text);
   keep("val", cfg.val, get_or("val", ""), as_text);

@@ -107,6 +107,17 @@ void check_options(const TrainConfig& c) {
   if (auto it = c.given_text.find("seed"); it != c.given_text.end())
     EMBER_CHECK(it->second.empty() || it->second[0] != '-', "--seed must be a non-negative integer, got ", it->second);
   EMBER_CHECK(c.threads >= 0, "--threads must be 0 (all cores) or a positive count, got ", got(c, "threads", c.threads));
+  EMBER_CHECK(c.augment_policy == "light" || c.augment_policy == "trivial" || c.augment_policy == "randaug",
+              "--augment must be light, trivial or randaug, got '", c.augment_policy, "'");
+  for (const auto& [name, alpha] : {std::pair<const char*, double>{"mixup", c.mixup}, {"cutmix", c.cutmix}})
+    EMBER_CHECK(finite(alpha) && alpha >= 0 && (alpha > 0 || !was_set(c, name)), "--", name,
+                " is the alpha of Beta(alpha, alpha) and must be a positive finite number, got ", got(c, name, alpha));
+  EMBER_CHECK(finite(c.random_erasing) && c.random_erasing >= 0 && c.random_erasing <= 1,
+              "--random-erasing is a probability and must be in [0, 1], got ", got(c, "random-erasing", c.random_erasing));
+  if (!c.augment)
+    for (const char* name : {"augment", "mixup", "cutmix", "random-erasing"})
+      EMBER_CHECK(!was_set(c, name), "--no-augment turns augmentation off, and --", name, " asks for it; give one of "
+                  "the two");
   EMBER_CHECK(c.workers >= 0, "--workers must be non-negative, got ", got(c, "workers", c.workers));
   EMBER_CHECK(c.log_every >= 1, "--log-every must be at least 1, got ", got(c, "log-every", c.log_every));
   // Options that only mean something for ImageFolder data: the named datasets are IDX files (a
@@ -130,6 +141,10 @@ void validate(const TrainConfig& c) {
               "adamw or sgd, got '", c.optimizer, "'");
   EMBER_CHECK(c.scheduler == "none" || c.scheduler == "step" || c.scheduler == "cosine" || c.scheduler == "onecycle",
               "--scheduler must be none, step, cosine or onecycle, got '", c.scheduler, "'");
+  // Mixup and CutMix mix each image with another of its batch.
+  EMBER_CHECK((c.mixup == 0 && c.cutmix == 0) || c.batch_size >= 2, "--", c.mixup > 0 ? "mixup" : "cutmix",
+              " mixes each image with another image of its batch and needs --batch-size 2 or more, got ",
+              c.batch_size);
   const std::vector<std::string> names = models::model_names();
   EMBER_CHECK(std::find(names.begin(), names.end(), c.model) != names.end(), "unknown model '", c.model,
               "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");

@@ -103,6 +103,10 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"label_smoothing", c.label_smoothing},
               {"clip_grad_norm", c.clip_grad_norm},
               {"augment", c.augment},
+              {"augment_policy", c.augment ? c.augment_policy : "none"},
+              {"random_erasing", c.random_erasing},
+              {"mixup", c.mixup},
+              {"cutmix", c.cutmix},
               {"shuffle", c.shuffle},
               {"seed", c.seed},
               {"device", resolve_device(c.device).str()},
@@ -429,10 +433,14 @@ Run start_run(TrainConfig cfg) {
     std::fprintf(stderr, "ember train: recipe chose %s\n", s.c_str());
   }
   const bool flip = cfg.data == "fashion-mnist";
-  data::AnyTransform train_tf = cfg.augment ? data::AnyTransform(make_train_transform(d, flip))
-                                            : data::AnyTransform(make_eval_transform(d));
+  data::AnyTransform train_tf =
+      cfg.augment ? data::AnyTransform(make_train_transform(d, flip, cfg.augment_policy, cfg.random_erasing))
+                  : data::AnyTransform(make_eval_transform(d));
   data::LoaderOptions train_options{.batch_size = cfg.batch_size, .shuffle = cfg.shuffle, .drop_last = false,
-                                    .seed = cfg.seed, .transform = train_tf, .num_workers = cfg.workers};
+                                    .seed = cfg.seed, .transform = train_tf,
+                                    .mix = {.mixup_alpha = cfg.mixup, .cutmix_alpha = cfg.cutmix,
+                                            .num_classes = static_cast<int64_t>(d.classes.size())},
+                                    .num_workers = cfg.workers};
   if (r.distributed) {
     // Each rank reads its shard of every epoch (the same shuffle everywhere, keyed by --seed) and
     // augments with its own streams.
@@ -574,10 +582,13 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     ++r.step;
     r.last_finite_loss = l;
     r.last_finite_step = r.step;
-    const int64_t n = labels.numel();
+    const int64_t n = labels.size(0);
     {
       NoGradGuard g;
-      const Tensor correct = sum(eq(argmax(logits, 1), labels).to(DType::f64));
+      // Mixed batches (Mixup/CutMix) carry class probabilities: a prediction counts as correct when
+      // it is the class with the largest share of the image.
+      const Tensor truth = labels.dim() == 2 ? argmax(labels, 1) : labels;
+      const Tensor correct = sum(eq(argmax(logits, 1), truth).to(DType::f64));
       if (correct_sum.defined())
         correct_sum.add_(correct);
       else

@@ -50,6 +50,12 @@ struct TrainConfig {
   double label_smoothing = -1;
   double clip_grad_norm = 0;  // > 0: gradients scaled to this total norm at most (optim/clip.h); 0: off
   bool augment = true;   // RandomCrop(pad 2) + flip ... unless --no-augment
+  // --augment: light (the crop and flip above) | trivial (then TrivialAugmentWide) | randaug (then
+  // RandAugment(2, 9)); docs/training.md, "Augmentation".
+  std::string augment_policy = "light";
+  double random_erasing = 0;  // RandomErasing's p after Normalize (0: off)
+  double mixup = 0;           // Mixup's alpha (0: off)
+  double cutmix = 0;          // CutMix's alpha (0: off); with both, one of the two per batch
   bool shuffle = true;
   uint64_t seed = 1;
   std::string device = "auto";  // auto | cpu | cuda[:n]

@@ -20,6 +20,7 @@
 #include <ember/train/checkpoint.h>
 #include <ember/train/trainer.h>
 
+#include "augment_command.h"
 #include "data_commands.h"
 #include "info_command.h"
 
@@ -70,6 +71,11 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--max-steps", c.max_steps, "stop after N optimizer steps in total");
   app.add_flag("--no-shuffle", [&c](int64_t) { c.shuffle = false; }, "keep the dataset's order");
   app.add_flag("--no-augment", [&c](int64_t) { c.augment = false; }, "no random crops or flips");
+  app.add_option("--augment", c.augment_policy, "light (random crops and flips) | trivial (then TrivialAugmentWide) | "
+                 "randaug (then RandAugment(2, 9))")->capture_default_str();
+  app.add_option("--random-erasing", c.random_erasing, "RandomErasing after Normalize with this probability (0: off)");
+  app.add_option("--mixup", c.mixup, "Mixup with lambda ~ Beta(A, A), A > 0 (soft targets; off when not given)");
+  app.add_option("--cutmix", c.cutmix, "CutMix with lambda ~ Beta(A, A), A > 0; with --mixup, one of the two per batch");
   app.add_option("--metrics", c.metrics_path, "write JSON-lines metrics here (docs/metrics.md)");
   app.add_option("--log-every", c.log_every, "metrics step events every N steps")->capture_default_str();
   app.add_flag("--sync-bn", c.sync_bn,
@@ -80,7 +86,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   // The help's sections; CLI11 lists a section where its first option was added.
   const std::pair<const char*, std::vector<const char*>> sections[] = {
       {"Data", {"--data", "--val", "--val-split", "--image-size", "--cache", "--skip-bad-images", "--data-dir",
-                "--no-shuffle", "--no-augment", "--workers"}},
+                "--no-shuffle", "--no-augment", "--augment", "--random-erasing", "--mixup", "--cutmix", "--workers"}},
       {"Model and optimization", {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--momentum",
                                   "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
                                   "--clip-grad-norm", "--seed", "--max-steps"}},
@@ -181,6 +187,30 @@ int main(int argc, char** argv) {
   bench_loader->add_option("--threads", bench.threads, "CPU threads (0: all cores)")->capture_default_str();
   bench_loader->add_flag("!--no-draft", bench.draft, "decode JPEGs at full size (no DCT-domain downscaling)");
 
+  // Not in --help: a tool for the torchvision comparison test (apps/ember/augment_command.h).
+  app::AugmentOpOptions aug;
+  CLI::App* augment_cmd = app.add_subcommand("augment-op", "apply one augmentation op, print bins or draws");
+  augment_cmd->group("");
+  augment_cmd->add_option("--op", aug.ops, "a torchvision op name (ShearX, Rotate, ...), Hue or Erase (repeatable)");
+  augment_cmd->add_option("--magnitude", aug.magnitudes, "each op's magnitude (Erase: the value)");
+  augment_cmd->add_option("--in", aug.inputs, "input image(s)");
+  augment_cmd->add_option("--out", aug.out, "output file (PGM/PPM; raw float32 for Erase and --mix)");
+  augment_cmd->add_flag("--gray", aug.gray, "decode the input as one channel");
+  augment_cmd->add_option("--box", aug.box, "Erase: TOP,LEFT,HEIGHT,WIDTH")->delimiter(',');
+  augment_cmd->add_option("--bins", aug.bins, "trivial | randaug: print the magnitude bins (JSON)");
+  augment_cmd->add_option("--sample", aug.sample, "trivial | randaug | erasing | mixup | cutmix | both: print draws");
+  augment_cmd->add_option("--count", aug.count, "draws to print");
+  augment_cmd->add_option("--seed", aug.seed, "seed");
+  augment_cmd->add_option("--height", aug.height, "image height for --bins and --sample");
+  augment_cmd->add_option("--width", aug.width, "image width for --bins and --sample");
+  augment_cmd->add_option("--erasing-p", aug.erasing_p, "RandomErasing p for --sample erasing");
+  augment_cmd->add_option("--mix", aug.mix, "mixup | cutmix | both: mix the --in images as one batch");
+  augment_cmd->add_option("--mixup-alpha", aug.mixup_alpha, "Mixup alpha");
+  augment_cmd->add_option("--cutmix-alpha", aug.cutmix_alpha, "CutMix alpha");
+  augment_cmd->add_option("--labels", aug.labels, "the --in images' labels")->delimiter(',');
+  augment_cmd->add_option("--num-classes", aug.num_classes, "soft-target width");
+  augment_cmd->add_option("--batch-index", aug.batch_index, "which batch's stream");
+
   // A first argument that is no subcommand: name it, with the nearest one.
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string given = argv[1];
@@ -232,6 +262,8 @@ int main(int argc, char** argv) {
         }
       }
       print_eval(m, train::evaluate(m, data, data_dir, batch));
+    } else if (*augment_cmd) {
+      app::run_augment_op(aug);
     } else if (*info_cmd) {
       app::run_info(info_json);
     } else if (*inspect_cmd) {

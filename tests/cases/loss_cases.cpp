@@ -74,6 +74,23 @@ void add_loss_cases(std::vector<OpCase>& c) {
                  return cross_entropy(x[0], labels({3}, {}), {.label_smoothing = 0.1});
                }, .lo = -2, .hi = 2});
 
+  // Class-probability targets (Note [Soft-target cross-entropy]): a Mixup-style two-class mix.
+  auto probs = [](const std::vector<double>& v, const Shape& shape) {
+    return from_vector<double>(v, shape).to(case_device());
+  };
+  c.push_back({.name = "cross_entropy/probs_mean", .inputs = {{3, 4}}, .fn = [=](const V& x) {
+                 return cross_entropy(x[0], probs({0, 0.6, 0.4, 0, 1, 0, 0, 0, 0.25, 0, 0, 0.75}, {3, 4}));
+               }, .lo = -2, .hi = 2});
+  c.push_back({.name = "cross_entropy/probs_smoothing_weight_sum", .inputs = {{3, 4}}, .fn = [=](const V& x) {
+                 return cross_entropy(x[0], probs({0, 0.6, 0.4, 0, 1, 0, 0, 0, 0.25, 0, 0, 0.75}, {3, 4}),
+                                      {.weight = weights({1.0, 0.5, 2.0, 1.5}), .reduction = Reduction::Sum,
+                                       .label_smoothing = 0.1});
+               }, .lo = -2, .hi = 2});
+  c.push_back({.name = "cross_entropy/probs_smoothing_none", .inputs = {{2, 3}}, .fn = [=](const V& x) {
+                 return cross_entropy(x[0], probs({0.2, 0.8, 0, 0, 0.5, 0.5}, {2, 3}),
+                                      {.reduction = Reduction::None, .label_smoothing = 0.2});
+               }, .lo = -2, .hi = 2});
+
   // ---- nll_loss ----
   c.push_back({.name = "nll_loss/mean", .inputs = {{4, 5}}, .fn = [](const V& x) {
                  return nll_loss(x[0], labels({0, 3, 4, 1}, {4}));

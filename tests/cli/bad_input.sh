@@ -42,6 +42,13 @@ printf 'garbage that is not a safetensors file' > "$work/garbled.safetensors"
 expect_error "$work/garbled.safetensors" eval "$work/garbled.safetensors"
 expect_error "$work/garbled.safetensors" predict "$work/garbled.safetensors" "$work/images.idx:0"
 expect_error "--resume: checkpoint directory" train --resume "$work/no-such-checkpoint"
+expect_error "--augment must be light, trivial or randaug, got 'foo'" train --augment foo
+expect_error "--mixup is the alpha of Beta(alpha, alpha) and must be a positive finite number, got -1" train --mixup -1
+expect_error "--cutmix is the alpha of Beta(alpha, alpha) and must be a positive finite number, got 0" train --cutmix 0
+expect_error "--random-erasing is a probability and must be in [0, 1], got 1.5" train --random-erasing 1.5
+expect_error "--no-augment turns augmentation off, and --mixup asks for it" train --no-augment --mixup 0.2
+expect_error "--cutmix mixes each image with another image of its batch and needs --batch-size 2 or more" \
+  train --cutmix 1 --batch-size 1 --save-weights "$work/w.safetensors"
 
 # Nothing was written by the failed runs.
 if [ -e "$work/w.safetensors" ] || ls -A "$work" | grep -q '^\.'; then

@@ -291,6 +291,10 @@ expect_error "--resume: --no-augment conflicts with the saved run, which ran wit
   train --resume ref --no-augment
 expect_error "--resume: --model simple_cnn conflicts with the saved run's cnn; a resumed run keeps its configuration (start a new run with --save to change it)" \
   train --resume ref --model simple_cnn
+expect_error "--resume: --augment trivial conflicts with the saved run's light; a resumed run keeps its configuration (start a new run with --save to change it)" \
+  train --resume ref --augment trivial
+expect_error "--resume: --mixup 0.2 conflicts with the saved run's 0; a resumed run keeps its configuration (start a new run with --save to change it)" \
+  train --resume ref --mixup 0.2
 cp -r ref more
 run more train --resume more --epochs 3 --metrics more.jsonl
 expect_rc more 0
