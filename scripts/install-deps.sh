@@ -55,23 +55,25 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-# The Python reference implementation of safetensors, for the io:python_safetensors cross-check.
-if [ "$test" -eq 1 ] && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
-  # Debian's own python3 is "externally managed" and refuses plain pip installs; these two
-  # packages do not conflict with anything Debian ships, so allow it there.
-  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null ||
-    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages safetensors numpy ||
-    echo "install-deps: pip install safetensors numpy failed; ctest io:python_safetensors will fail"
-fi
-
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: everything is installed"
-  exit 0
+  echo "install-deps: every Debian package is installed"
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Python packages for the cross-checks, after the Debian ones: Debian's PyTorch 1.13 is built
+# against NumPy 1.x, so "numpy<2" keeps Debian's python3-numpy instead of installing NumPy 2
+# over it. safetensors (with numpy): io:python_safetensors and cli:finetune.
+python_packages=(safetensors "numpy<2")
+if [ "$test" -eq 1 ] && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  # Debian's own python3 is "externally managed" and refuses plain pip installs; these packages
+  # do not conflict with anything Debian ships, so allow it there.
+  python3 -m pip install --quiet --disable-pip-version-check "${python_packages[@]}" 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${python_packages[@]}" ||
+    echo "install-deps: pip install ${python_packages[*]} failed; ctests io:python_safetensors and cli:finetune will fail"
+fi

@@ -22,6 +22,7 @@
 
 #include "data_commands.h"
 #include "info_command.h"
+#include "predict_command.h"
 
 using namespace ember;
 
@@ -64,6 +65,12 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test images only (0: all)")
       ->capture_default_str();
   app.add_option("--init-weights", c.init_weights, "start from these weights (.safetensors, PyTorch names)");
+  app.add_flag("--finetune", c.finetune, "--init-weights holds PyTorch weights (a torchvision state_dict): load all "
+               "but the classifier, which is made new for the dataset's classes");
+  app.add_flag("--freeze-backbone", c.freeze_backbone, "--finetune: train the classifier only (the backbone's "
+               "weights and BatchNorm statistics stay as loaded)");
+  app.add_option("--backbone-lr-scale", c.backbone_lr_scale, "--finetune: the backbone trains with lr times this")
+      ->capture_default_str();
   app.add_option("--save-weights", c.save_weights, "write the final weights here (.safetensors)");
   app.add_flag("--profile", c.profile, "print every op's time (forward, backward, optimizer, data) at the end");
   app.add_option("--profile-trace", c.profile_trace, "write a Chrome/Perfetto trace (open in ui.perfetto.dev)");
@@ -85,7 +92,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
                                   "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
                                   "--clip-grad-norm", "--seed", "--max-steps"}},
       {"Devices and threads", {"--device", "--threads"}},
-      {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--save-weights"}},
+      {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--finetune", "--freeze-backbone",
+                                   "--backbone-lr-scale", "--save-weights"}},
       {"Evaluation and output", {"--eval-every", "--eval-limit", "--metrics", "--log-every", "--quiet", "--profile",
                                  "--profile-trace"}},
       {"Distributed (mpirun / srun)", {"--sync-bn"}},
@@ -150,11 +158,19 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> inputs;
   int top_k = 5;
+  std::string predict_model;
+  int64_t predict_image_size = 224;
+  bool predict_json = false;
   CLI::App* predict_cmd = app.add_subcommand("predict", "classify images");
   predict_cmd->add_option("checkpoint", checkpoint, "weights .safetensors file or checkpoint directory")->required();
-  predict_cmd->add_option("images", inputs, "image files (PNG, JPEG, ...) or FILE:INDEX (image INDEX of an IDX file)")
-      ->required();
+  predict_cmd->add_option("images", inputs, "image files (PNG, JPEG, ...), directories of them, or FILE:INDEX "
+                          "(image INDEX of an IDX file)")->required();
   predict_cmd->add_option("--top", top_k, "how many classes to show")->capture_default_str();
+  predict_cmd->add_option("--model", predict_model, "CHECKPOINT is PyTorch weights (a state_dict saved with "
+                          "safetensors) for this zoo model, e.g. resnet18");
+  predict_cmd->add_option("--image-size", predict_image_size, "with --model: the CenterCrop size (Resize to "
+                          "size*256/224 first)")->capture_default_str();
+  predict_cmd->add_flag("--json", predict_json, "one JSON object: every image's logits and top classes");
 
   app::InspectOptions inspect;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "summarize an ImageFolder tree");
@@ -242,12 +258,21 @@ int main(int argc, char** argv) {
       app::run_bench_loader(bench);
     } else if (*predict_cmd) {
       EMBER_CHECK(top_k >= 1, "--top must be at least 1, got ", top_k);
-      train::LoadedModel m = train::load_model(checkpoint);
+      EMBER_CHECK(!predict_model.empty() || predict_cmd->get_option("--image-size")->count() == 0,
+                  "--image-size applies with --model only (a checkpoint knows its input size)");
+      train::LoadedModel m = predict_model.empty() ? train::load_model(checkpoint)
+                                                   : train::load_pytorch_model(checkpoint, predict_model,
+                                                                               predict_image_size);
+      inputs = app::expand_image_dirs(inputs);
       std::vector<train::Prediction> preds = train::predict(m, inputs, top_k);
-      for (size_t i = 0; i < preds.size(); ++i) {
-        std::printf("%s:", inputs[i].c_str());
-        for (auto& [name, p] : preds[i].top) std::printf("  %s %.1f%%", name.c_str(), 100 * p);
-        std::printf("\n");
+      if (predict_json) {
+        std::printf("%s\n", app::predictions_json(m, inputs, preds).c_str());
+      } else {
+        for (size_t i = 0; i < preds.size(); ++i) {
+          std::printf("%s:", inputs[i].c_str());
+          for (auto& [name, p] : preds[i].top) std::printf("  %s %.1f%%", name.c_str(), 100 * p);
+          std::printf("\n");
+        }
       }
     }
   } catch (const std::exception& e) {
