@@ -7,7 +7,8 @@
 #                                    dataset. No Python package.
 #   scripts/install-deps.sh --test   also what the test suite and the side-by-side benchmarks need
 #                                    (README command 2): Catch2, Debian's torchvision and PIL, and
-#                                    Python's safetensors and numpy for the cross-check tests
+#                                    Python's safetensors, numpy, onnx and onnxruntime for the
+#                                    cross-check tests
 #   scripts/install-deps.sh --fuzz   also clang, for the optional libFuzzer target (EMBER_FUZZ=ON)
 set -euo pipefail
 
@@ -35,6 +36,9 @@ packages=(
   pkg-config                    # how CMake finds TurboJPEG and libwebp
   libopenmpi-dev openmpi-bin    # MPI communicator and mpirun (parallel/, `mpirun -np 2 ember train`)
   libboost-context-dev          # fibers for the SIMT emulator (one per emulated CUDA thread)
+  # `ember export` (ONNX): protobuf and ONNX's schema and checker (C++ libraries, ~20 MB, no
+  # Python). Optional for the build: without them `ember export` says it has no ONNX support.
+  libprotobuf-dev libonnx-dev
 )
 if [ "$test" -eq 1 ]; then
   packages+=(
@@ -68,12 +72,14 @@ fi
 
 # Python packages for the cross-checks, after the Debian ones: Debian's PyTorch 1.13 is built
 # against NumPy 1.x, so "numpy<2" keeps Debian's python3-numpy instead of installing NumPy 2
-# over it. safetensors (with numpy): io:python_safetensors and cli:finetune.
-python_packages=(safetensors "numpy<2")
-if [ "$test" -eq 1 ] && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+# over it; onnx is pinned to 1.17 because later releases pull in ml_dtypes 0.7, which fails with
+# NumPy 1.x. safetensors (with numpy):
+# io:python_safetensors and cli:finetune; onnx and onnxruntime: cli:onnx_export.
+python_packages=(safetensors "numpy<2" onnx==1.17.0 onnxruntime==1.32.0)
+if [ "$test" -eq 1 ] && ! python3 -c "import safetensors, numpy, onnx, onnxruntime" 2>/dev/null; then
   # Debian's own python3 is "externally managed" and refuses plain pip installs; these packages
   # do not conflict with anything Debian ships, so allow it there.
   python3 -m pip install --quiet --disable-pip-version-check "${python_packages[@]}" 2>/dev/null ||
     python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${python_packages[@]}" ||
-    echo "install-deps: pip install ${python_packages[*]} failed; ctests io:python_safetensors and cli:finetune will fail"
+    echo "install-deps: pip install ${python_packages[*]} failed; ctests io:python_safetensors, cli:finetune and cli:onnx_export will fail"
 fi

@@ -3,6 +3,7 @@
 //   ember train [--model cnn --epochs 2 ...]   train on Fashion-MNIST (the default) or MNIST
 //   ember eval CHECKPOINT [--data ...]         accuracy, per-class accuracy, confusion matrix
 //   ember predict CHECKPOINT IMAGE...          top-5 classes for image files (or IDX FILE:INDEX samples)
+//   ember export CHECKPOINT model.onnx         the network as ONNX, with its preprocessing and classes
 //   ember inspect PATH [--json]                an ImageFolder tree: classes, counts, sizes, bad files
 //   ember bench loader --root PATH ...         data-loader throughput (one JSON line)
 //   ember info [--json]                        version, build, CPU features, GEMM kernels, devices
@@ -22,6 +23,7 @@
 
 #include "data_commands.h"
 #include "info_command.h"
+#include "export_command.h"
 #include "predict_command.h"
 
 using namespace ember;
@@ -172,6 +174,18 @@ int main(int argc, char** argv) {
                           "size*256/224 first)")->capture_default_str();
   predict_cmd->add_flag("--json", predict_json, "one JSON object: every image's logits and top classes");
 
+  app::ExportOptions export_options;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", std::string("write a trained network as ONNX (opset 13) with its normalization and class names") +
+                    (app::onnx_export_built() ? "" : " [not in this build: no ONNX support]"));
+  export_cmd->add_option("checkpoint", export_options.source, "checkpoint directory (ember train --save) or weights "
+                         ".safetensors file")->required();
+  export_cmd->add_option("output", export_options.output, "the .onnx file to write")->required();
+  export_cmd->add_option("--model", export_options.model, "CHECKPOINT is PyTorch weights (a state_dict saved with "
+                         "safetensors) for this zoo model, e.g. resnet18");
+  export_cmd->add_option("--image-size", export_options.image_size, "with --model: the input size")
+      ->capture_default_str();
+
   app::InspectOptions inspect;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "summarize an ImageFolder tree");
   inspect_cmd->add_option("path", inspect.path, "root of the tree (class subdirectories of images)")->required();
@@ -208,7 +222,7 @@ int main(int argc, char** argv) {
     }
     if (best != 0)
       return fail("unknown command '" + given + "'" + (best <= 2 ? " (did you mean '" + nearest + "'?)" : "") +
-                  "; the commands are train, eval, predict, inspect and bench (ember --help)");
+                  "; the commands are train, eval, predict, export, inspect, bench and info (ember --help)");
   }
   try {
     app.parse(argc, argv);
@@ -248,6 +262,10 @@ int main(int argc, char** argv) {
         }
       }
       print_eval(m, train::evaluate(m, data, data_dir, batch));
+    } else if (*export_cmd) {
+      export_options.image_size_given = export_cmd->get_option("--image-size")->count() > 0;
+      app::run_export(export_options);
+      std::printf("ember export: wrote %s\n", export_options.output.c_str());
     } else if (*info_cmd) {
       app::run_info(info_json);
     } else if (*inspect_cmd) {
