@@ -101,6 +101,8 @@ Tensor ResNet::forward(const Tensor& x) {
 
 std::vector<std::string> model_names() { return {"simple_cnn", "cnn", "resnet18", "resnet18_cifar", "resnet_small"}; }
 
+std::string classifier_name(const std::string& model) { return model == "cnn" ? "fc2" : "fc"; }
+
 std::shared_ptr<nn::Module> create_model(const ModelSpec& s) {
   if (s.name == "simple_cnn") return std::make_shared<SimpleCNN>(s.in_channels, s.image_size, s.num_classes);
   if (s.name == "cnn") return std::make_shared<CNN>(s.in_channels, s.image_size, s.num_classes);

@@ -85,5 +85,8 @@ struct ModelSpec {
 // Builds a model by name; an unknown name is an ember::Error listing the known ones.
 std::shared_ptr<nn::Module> create_model(const ModelSpec& spec);
 std::vector<std::string> model_names();
+// The name of a zoo model's classifier, the last Linear layer ("fc" for simple_cnn and the
+// ResNets, "fc2" for cnn): what fine-tuning replaces for a dataset's classes (train/finetune.h).
+std::string classifier_name(const std::string& model);
 
 }  // namespace ember::models

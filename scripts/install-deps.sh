@@ -7,7 +7,8 @@
 #                                    dataset. No Python package.
 #   scripts/install-deps.sh --test   also what the test suite and the side-by-side benchmarks need
 #                                    (README command 2): Catch2, Debian's torchvision and PIL, and
-#                                    Python's safetensors and numpy for the cross-check tests
+#                                    Python's safetensors, numpy, onnx and onnxruntime for the
+#                                    cross-check tests
 #   scripts/install-deps.sh --fuzz   also clang, for the optional libFuzzer target (EMBER_FUZZ=ON)
 set -euo pipefail
 
@@ -35,6 +36,9 @@ packages=(
   pkg-config                    # how CMake finds TurboJPEG and libwebp
   libopenmpi-dev openmpi-bin    # MPI communicator and mpirun (parallel/, `mpirun -np 2 ember train`)
   libboost-context-dev          # fibers for the SIMT emulator (one per emulated CUDA thread)
+  # `ember export` (ONNX): protobuf and ONNX's schema and checker (C++ libraries, ~20 MB, no
+  # Python). Optional for the build: without them `ember export` says it has no ONNX support.
+  libprotobuf-dev libonnx-dev
 )
 if [ "$test" -eq 1 ]; then
   packages+=(
@@ -56,23 +60,27 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-# The Python reference implementation of safetensors, for the io:python_safetensors cross-check.
-if [ "$test" -eq 1 ] && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
-  # Debian's own python3 is "externally managed" and refuses plain pip installs; these two
-  # packages do not conflict with anything Debian ships, so allow it there.
-  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null ||
-    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages safetensors numpy ||
-    echo "install-deps: pip install safetensors numpy failed; ctest io:python_safetensors will fail"
-fi
-
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: everything is installed"
-  exit 0
+  echo "install-deps: every Debian package is installed"
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Python packages for the cross-checks, after the Debian ones: Debian's PyTorch 1.13 is built
+# against NumPy 1.x, so "numpy<2" keeps Debian's python3-numpy instead of installing NumPy 2
+# over it; onnx is pinned to 1.17 because later releases pull in ml_dtypes 0.7, which fails with
+# NumPy 1.x. safetensors (with numpy):
+# io:python_safetensors and cli:finetune; onnx and onnxruntime: cli:onnx_export.
+python_packages=(safetensors "numpy<2" onnx==1.17.0 onnxruntime==1.32.0)
+if [ "$test" -eq 1 ] && ! python3 -c "import safetensors, numpy, onnx, onnxruntime" 2>/dev/null; then
+  # Debian's own python3 is "externally managed" and refuses plain pip installs; these packages
+  # do not conflict with anything Debian ships, so allow it there.
+  python3 -m pip install --quiet --disable-pip-version-check "${python_packages[@]}" 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${python_packages[@]}" ||
+    echo "install-deps: pip install ${python_packages[*]} failed; ctests io:python_safetensors, cli:finetune and cli:onnx_export will fail"
+fi

@@ -21,6 +21,7 @@
 #include "../layers/nn_functional.h"
 #include "../layers/reduce.h"
 #include "../models/zoo.h"
+#include "finetune.h"
 
 namespace ember::train {
 
@@ -268,6 +269,42 @@ LoadedModel load_model(const std::string& checkpoint) {
   return m;
 }
 
+LoadedModel load_pytorch_model(const std::string& path, const std::string& model_name, int64_t image_size) {
+  EMBER_CHECK(fs::is_regular_file(path), "weights file '", path, "' does not exist");
+  EMBER_CHECK(image_size >= 8, "--image-size must be at least 8, got ", image_size);
+  const std::vector<std::string> names = models::model_names();
+  EMBER_CHECK(std::find(names.begin(), names.end(), model_name) != names.end(), "unknown model '", model_name,
+              "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");
+  // The shapes that size the model: the first convolution's input channels, the classifier's rows.
+  const io::SafetensorsFile f = io::load_safetensors(path);
+  const std::string classifier = models::classifier_name(model_name) + ".weight";
+  int64_t channels = -1, classes = -1;
+  for (const auto& [name, t] : f.tensors) {
+    if (name == "conv1.weight" && t.dim() == 4) channels = t.size(1);
+    if (name == classifier && t.dim() == 2) classes = t.size(0);
+  }
+  EMBER_CHECK(channels > 0 && classes > 0, path, " is not a ", model_name, " state_dict: it has no ",
+              channels > 0 ? classifier : std::string("conv1.weight"), " of the right rank (",
+              f.tensors.size(), " tensors)");
+  LoadedModel m;
+  m.model_name = model_name;
+  m.in_channels = channels;
+  m.image_size = image_size;
+  m.resize = std::llround(static_cast<double>(image_size) * 256.0 / 224.0);  // torchvision's 256 for 224
+  for (int64_t c = 0; c < classes; ++c) m.classes.push_back(std::to_string(c));
+  m.mean = {0.485, 0.456, 0.406};  // ImageNet's, as torchvision's weights expect
+  m.std = {0.229, 0.224, 0.225};
+  if (channels != 3) {  // the mean of ImageNet's statistics for other channel counts
+    m.mean.assign(channels, (0.485 + 0.456 + 0.406) / 3);
+    m.std.assign(channels, (0.229 + 0.224 + 0.225) / 3);
+  }
+  m.model = models::create_model({.name = model_name, .in_channels = channels, .image_size = image_size,
+                                  .num_classes = classes});
+  load_pytorch_weights(*m.model, model_name, path, false);
+  m.model->eval();
+  return m;
+}
+
 // ---- eval and predict ----------------------------------------------------------------------
 
 EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::string& data_dir, int64_t batch_size) {
@@ -322,12 +359,13 @@ std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::str
       input = tf(img);
     }
     NoGradGuard g;
-    Tensor probs = softmax(m.model->forward(input.unsqueeze(0)), 1).select(0, 0);
-    std::vector<float> p = probs.to_vector<float>();
+    const Tensor logits = m.model->forward(input.unsqueeze(0)).select(0, 0);
+    std::vector<float> p = softmax(logits, 0).to_vector<float>();
     std::vector<int> order(p.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
     Prediction pr;
+    pr.logits = logits.to_vector<float>();
     for (int i = 0; i < std::min<int>(k, static_cast<int>(order.size())); ++i)
       pr.top.emplace_back(m.classes[order[i]], p[order[i]]);
     out.push_back(pr);

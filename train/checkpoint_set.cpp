@@ -295,7 +295,10 @@ io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d,
                      {"in_channels", std::to_string(d.channels)},
                      {"image_size", std::to_string(d.image_size)},
                      {"world_size", std::to_string(cfg.world_size)},
-                     {"sync_bn", cfg.sync_bn ? "1" : "0"}};
+                     {"sync_bn", cfg.sync_bn ? "1" : "0"},
+                     {"finetune", cfg.finetune ? "1" : "0"},
+                     {"freeze_backbone", cfg.freeze_backbone ? "1" : "0"},
+                     {"backbone_lr_scale", fmt(cfg.backbone_lr_scale)}};
   st.class_names = d.classes;
   st.epoch = epochs_completed;
   st.step = step;
@@ -372,6 +375,9 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
   keep("cache", cfg.cache_dir, get_or("cache_dir", ""), as_text);
   keep_flag("skip-bad-images", cfg.skip_bad_images, get_or("skip_bad_images", "0") == "1", "--skip-bad-images");
   keep_flag("sync-bn", cfg.sync_bn, get_or("sync_bn", "0") == "1", "--sync-bn");
+  keep_flag("finetune", cfg.finetune, get_or("finetune", "0") == "1", "--finetune");
+  keep_flag("freeze-backbone", cfg.freeze_backbone, get_or("freeze_backbone", "0") == "1", "--freeze-backbone");
+  keep("backbone-lr-scale", cfg.backbone_lr_scale, std::stod(get_or("backbone_lr_scale", "1")), as_text);
   // --epochs may extend the run, never shorten it below what is done.
   const int saved_epochs = std::stoi(get("epochs"));
   if (given("epochs")) {

@@ -128,6 +128,15 @@ void check_options(const TrainConfig& c) {
                   " is IDX data (docs/data.md)");
   EMBER_CHECK(!was_set(c, "data-dir") || c.data == "fashion-mnist" || c.data == "mnist", "--data-dir applies to "
               "--data fashion-mnist or mnist; --data '", c.data, "' names the directory itself");
+  // Fine-tuning (Note [Fine-tuning] in train/finetune.h); a resumed run has its weights already.
+  EMBER_CHECK(!c.finetune || !c.init_weights.empty() || !c.resume_dir.empty(),
+              "--finetune needs --init-weights (the PyTorch weights to start from)");
+  EMBER_CHECK(c.finetune || (!c.freeze_backbone && !was_set(c, "backbone-lr-scale")), "--",
+              c.freeze_backbone ? "freeze-backbone" : "backbone-lr-scale", " applies to --finetune only");
+  EMBER_CHECK(finite(c.backbone_lr_scale) && c.backbone_lr_scale > 0,
+              "--backbone-lr-scale must be a positive finite number, got ", got(c, "backbone-lr-scale", c.backbone_lr_scale));
+  EMBER_CHECK(!c.freeze_backbone || !was_set(c, "backbone-lr-scale"), "--freeze-backbone and --backbone-lr-scale "
+              "cannot be combined: a frozen backbone does not train at any learning rate");
   // --resume continues a run: its weights come from the checkpoint.
   EMBER_CHECK(c.resume_dir.empty() || c.init_weights.empty(), "--init-weights cannot be used with --resume (the run "
               "continues from the weights in '", c.resume_dir, "')");

@@ -36,6 +36,7 @@
 #include "../parallel/ddp.h"
 #include "../parallel/sync_batchnorm.h"
 #include "checkpoint.h"
+#include "finetune.h"
 #include "interrupt.h"
 #include "report.h"
 
@@ -50,13 +51,22 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std::vector<Tensor>& params) {
+// One param group, or with --finetune: the backbone's (lr * --backbone-lr-scale, or none at all
+// with --freeze-backbone) and the classifier's (Note [Fine-tuning] in train/finetune.h).
+std::vector<optim::ParamGroup> param_groups(const TrainConfig& c, const nn::Module& model) {
+  if (!c.finetune) return {{.params = model.parameters()}};
+  ParameterSplit split = split_parameters(model, c.model);
+  if (c.freeze_backbone) return {{.params = split.classifier}};
+  return {{.params = split.backbone, .lr = c.lr * c.backbone_lr_scale}, {.params = split.classifier}};
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std::vector<optim::ParamGroup>& groups) {
   if (c.optimizer == "adam")
-    return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+    return std::make_unique<optim::Adam>(groups, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   if (c.optimizer == "adamw")
-    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+    return std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   return std::make_unique<optim::SGD>(
-      params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .nesterov = c.momentum > 0});
+      groups, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .nesterov = c.momentum > 0});
 }
 
 // Every schedule is stepped once per optimizer step; lengths are in steps.
@@ -66,7 +76,10 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainConfig& c, optim::
   std::shared_ptr<optim::LRScheduler> main;
   if (c.scheduler == "onecycle") {
     // One-cycle has its own warmup (the first 30% by default, or --warmup-epochs).
-    optim::OneCycleLROptions o{.max_lr = {c.lr}, .total_steps = total};
+    // Each group peaks at its own lr (the backbone's scaled with --backbone-lr-scale).
+    std::vector<double> max_lr;
+    for (size_t g = 0; g < opt.num_param_groups(); ++g) max_lr.push_back(opt.get_lr(g));
+    optim::OneCycleLROptions o{.max_lr = max_lr, .total_steps = total};
     if (warmup > 0) o.pct_start = static_cast<double>(warmup) / static_cast<double>(total);
     return std::make_shared<optim::OneCycleLR>(opt, o);
   }
@@ -119,6 +132,9 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"eval_every", c.eval_every},
               {"eval_limit", c.eval_limit},
               {"init_weights", c.init_weights},
+              {"finetune", c.finetune},
+              {"freeze_backbone", c.freeze_backbone},
+              {"backbone_lr_scale", c.backbone_lr_scale},
               {"save_weights", c.save_weights},
               {"max_steps", c.max_steps},
               {"train_size", d.train->size()},
@@ -466,10 +482,20 @@ Run start_run(TrainConfig cfg) {
   models::ModelSpec spec{.name = cfg.model, .in_channels = d.channels, .image_size = d.image_size,
                          .num_classes = static_cast<int64_t>(d.classes.size())};
   r.model = models::create_model(spec);
-  if (!cfg.init_weights.empty()) load_weights_into(*r.model, cfg.init_weights);
+  if (!cfg.init_weights.empty() && cfg.finetune) {
+    // PyTorch weights without their classifier (Note [Fine-tuning] in train/finetune.h).
+    const int64_t loaded = load_pytorch_weights(*r.model, cfg.model, cfg.init_weights, true);
+    if (!cfg.quiet && r.lead)
+      std::fprintf(stderr, "ember train: fine-tuning from %s (%lld tensors); a new classifier '%s' for %zu classes%s\n",
+                   cfg.init_weights.c_str(), static_cast<long long>(loaded), models::classifier_name(cfg.model).c_str(),
+                   d.classes.size(), cfg.freeze_backbone ? ", the backbone frozen" : "");
+  } else if (!cfg.init_weights.empty()) {
+    load_weights_into(*r.model, cfg.init_weights);
+  }
   // Initialized on the CPU and then moved, so a seed gives the same weights on every device.
   r.model->to(r.device);
-  r.optimizer = make_optimizer(cfg, r.model->parameters());
+  if (cfg.freeze_backbone) freeze_backbone(*r.model, cfg.model);
+  r.optimizer = make_optimizer(cfg, param_groups(cfg, *r.model));
   r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
 
   // Before the first step: one evaluation batch (so that an evaluation that does not fit fails or
@@ -525,6 +551,12 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
   t.started = std::chrono::steady_clock::now();
   t.loader_wait_before = loader.stats().wait_seconds;
   r.progress.start_epoch(epoch + 1, cfg.epochs, r.steps_per_epoch);
+  // Evaluation leaves the model in eval mode: training mode again (Note [Fine-tuning] in
+  // train/finetune.h for a frozen backbone).
+  if (cfg.freeze_backbone)
+    train_with_frozen_backbone(*r.model, cfg.model);
+  else
+    r.model->train();
   // This epoch's correct predictions, summed on the training device and read only when a progress
   // line shows them and at the end of the epoch: on a GPU each read waits for the device.
   Tensor correct_sum;

@@ -68,6 +68,12 @@ struct TrainConfig {
   int eval_every = 1;  // evaluate on the test set every N epochs (and after the last)
   int64_t eval_limit = 0;  // evaluate on the first N test images only (0: all of them)
   std::string init_weights;
+  // Fine-tuning from PyTorch weights (Note [Fine-tuning] in train/finetune.h): --init-weights
+  // without its classifier, which is made fresh for the dataset's classes; the backbone frozen,
+  // or trained with lr * backbone_lr_scale.
+  bool finetune = false;
+  bool freeze_backbone = false;
+  double backbone_lr_scale = 1;
   std::string save_weights;
   int64_t max_steps = -1;  // stop after this many optimizer steps in total (checkpoint saved)
   std::string metrics_path;
@@ -153,6 +159,13 @@ struct LoadedModel {
 // checkpoint directory (the whole set verified by open_checkpoint; its best weights if it has
 // them, else the last).
 LoadedModel load_model(const std::string& checkpoint);
+// A PyTorch state_dict saved with safetensors (no ember metadata), as the zoo model `model_name`:
+// the input channels and the number of classes from the tensors' shapes (classes named "0",
+// "1", ...), ImageNet's normalization, and torchvision's ImageNet eval transform scaled to
+// image_size: Resize(round(image_size * 256 / 224)) + CenterCrop(image_size). Missing
+// num_batches_tracked buffers are allowed; anything else that does not match is an error naming
+// the tensors (Note [Fine-tuning] in train/finetune.h).
+LoadedModel load_pytorch_model(const std::string& path, const std::string& model_name, int64_t image_size = 224);
 
 struct EvalResult {
   double accuracy = 0, loss = 0;
@@ -165,6 +178,7 @@ EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::st
 
 struct Prediction {
   std::vector<std::pair<std::string, double>> top;  // (class name, probability), best first
+  std::vector<float> logits;                        // the model's output, one per class
 };
 // Top-k predictions: each input is an image file (PNG, JPEG, ... : decoded, then the checkpoint's
 // eval transform: Resize(resize) + CenterCrop(image_size), or Resize + CenterCrop to image_size

@@ -3,6 +3,7 @@
 //   ember train [--model cnn --epochs 2 ...]   train on Fashion-MNIST (the default) or MNIST
 //   ember eval CHECKPOINT [--data ...]         accuracy, per-class accuracy, confusion matrix
 //   ember predict CHECKPOINT IMAGE...          top-5 classes for image files (or IDX FILE:INDEX samples)
+//   ember export CHECKPOINT model.onnx         the network as ONNX, with its preprocessing and classes
 //   ember inspect PATH [--json]                an ImageFolder tree: classes, counts, sizes, bad files
 //   ember bench loader --root PATH ...         data-loader throughput (one JSON line)
 //   ember info [--json]                        version, build, CPU features, GEMM kernels, devices
@@ -23,6 +24,8 @@
 #include "augment_command.h"
 #include "data_commands.h"
 #include "info_command.h"
+#include "export_command.h"
+#include "predict_command.h"
 
 using namespace ember;
 
@@ -65,6 +68,12 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test images only (0: all)")
       ->capture_default_str();
   app.add_option("--init-weights", c.init_weights, "start from these weights (.safetensors, PyTorch names)");
+  app.add_flag("--finetune", c.finetune, "--init-weights holds PyTorch weights (a torchvision state_dict): load all "
+               "but the classifier, which is made new for the dataset's classes");
+  app.add_flag("--freeze-backbone", c.freeze_backbone, "--finetune: train the classifier only (the backbone's "
+               "weights and BatchNorm statistics stay as loaded)");
+  app.add_option("--backbone-lr-scale", c.backbone_lr_scale, "--finetune: the backbone trains with lr times this")
+      ->capture_default_str();
   app.add_option("--save-weights", c.save_weights, "write the final weights here (.safetensors)");
   app.add_flag("--profile", c.profile, "print every op's time (forward, backward, optimizer, data) at the end");
   app.add_option("--profile-trace", c.profile_trace, "write a Chrome/Perfetto trace (open in ui.perfetto.dev)");
@@ -91,7 +100,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
                                   "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
                                   "--clip-grad-norm", "--seed", "--max-steps"}},
       {"Devices and threads", {"--device", "--threads"}},
-      {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--save-weights"}},
+      {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--finetune", "--freeze-backbone",
+                                   "--backbone-lr-scale", "--save-weights"}},
       {"Evaluation and output", {"--eval-every", "--eval-limit", "--metrics", "--log-every", "--quiet", "--profile",
                                  "--profile-trace"}},
       {"Distributed (mpirun / srun)", {"--sync-bn"}},
@@ -156,11 +166,31 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> inputs;
   int top_k = 5;
+  std::string predict_model;
+  int64_t predict_image_size = 224;
+  bool predict_json = false;
   CLI::App* predict_cmd = app.add_subcommand("predict", "classify images");
   predict_cmd->add_option("checkpoint", checkpoint, "weights .safetensors file or checkpoint directory")->required();
-  predict_cmd->add_option("images", inputs, "image files (PNG, JPEG, ...) or FILE:INDEX (image INDEX of an IDX file)")
-      ->required();
+  predict_cmd->add_option("images", inputs, "image files (PNG, JPEG, ...), directories of them, or FILE:INDEX "
+                          "(image INDEX of an IDX file)")->required();
   predict_cmd->add_option("--top", top_k, "how many classes to show")->capture_default_str();
+  predict_cmd->add_option("--model", predict_model, "CHECKPOINT is PyTorch weights (a state_dict saved with "
+                          "safetensors) for this zoo model, e.g. resnet18");
+  predict_cmd->add_option("--image-size", predict_image_size, "with --model: the CenterCrop size (Resize to "
+                          "size*256/224 first)")->capture_default_str();
+  predict_cmd->add_flag("--json", predict_json, "one JSON object: every image's logits and top classes");
+
+  app::ExportOptions export_options;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", std::string("write a trained network as ONNX (opset 13) with its normalization and class names") +
+                    (app::onnx_export_built() ? "" : " [not in this build: no ONNX support]"));
+  export_cmd->add_option("checkpoint", export_options.source, "checkpoint directory (ember train --save) or weights "
+                         ".safetensors file")->required();
+  export_cmd->add_option("output", export_options.output, "the .onnx file to write")->required();
+  export_cmd->add_option("--model", export_options.model, "CHECKPOINT is PyTorch weights (a state_dict saved with "
+                         "safetensors) for this zoo model, e.g. resnet18");
+  export_cmd->add_option("--image-size", export_options.image_size, "with --model: the input size")
+      ->capture_default_str();
 
   app::InspectOptions inspect;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "summarize an ImageFolder tree");
@@ -222,7 +252,7 @@ int main(int argc, char** argv) {
     }
     if (best != 0)
       return fail("unknown command '" + given + "'" + (best <= 2 ? " (did you mean '" + nearest + "'?)" : "") +
-                  "; the commands are train, eval, predict, inspect and bench (ember --help)");
+                  "; the commands are train, eval, predict, export, inspect, bench and info (ember --help)");
   }
   try {
     app.parse(argc, argv);
@@ -264,6 +294,10 @@ int main(int argc, char** argv) {
       print_eval(m, train::evaluate(m, data, data_dir, batch));
     } else if (*augment_cmd) {
       app::run_augment_op(aug);
+    } else if (*export_cmd) {
+      export_options.image_size_given = export_cmd->get_option("--image-size")->count() > 0;
+      app::run_export(export_options);
+      std::printf("ember export: wrote %s\n", export_options.output.c_str());
     } else if (*info_cmd) {
       app::run_info(info_json);
     } else if (*inspect_cmd) {
@@ -274,12 +308,21 @@ int main(int argc, char** argv) {
       app::run_bench_loader(bench);
     } else if (*predict_cmd) {
       EMBER_CHECK(top_k >= 1, "--top must be at least 1, got ", top_k);
-      train::LoadedModel m = train::load_model(checkpoint);
+      EMBER_CHECK(!predict_model.empty() || predict_cmd->get_option("--image-size")->count() == 0,
+                  "--image-size applies with --model only (a checkpoint knows its input size)");
+      train::LoadedModel m = predict_model.empty() ? train::load_model(checkpoint)
+                                                   : train::load_pytorch_model(checkpoint, predict_model,
+                                                                               predict_image_size);
+      inputs = app::expand_image_dirs(inputs);
       std::vector<train::Prediction> preds = train::predict(m, inputs, top_k);
-      for (size_t i = 0; i < preds.size(); ++i) {
-        std::printf("%s:", inputs[i].c_str());
-        for (auto& [name, p] : preds[i].top) std::printf("  %s %.1f%%", name.c_str(), 100 * p);
-        std::printf("\n");
+      if (predict_json) {
+        std::printf("%s\n", app::predictions_json(m, inputs, preds).c_str());
+      } else {
+        for (size_t i = 0; i < preds.size(); ++i) {
+          std::printf("%s:", inputs[i].c_str());
+          for (auto& [name, p] : preds[i].top) std::printf("  %s %.1f%%", name.c_str(), 100 * p);
+          std::printf("\n");
+        }
       }
     }
   } catch (const std::exception& e) {
