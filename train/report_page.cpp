@@ -50,6 +50,8 @@ h2 { font-size: 18px; margin: 28px 0 10px; border-bottom: 1px solid #d8dbe0; pad
 .plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(612px, 1fr)); gap: 12px; }
 .plots .card { padding: 6px; }
 svg.plot { display: block; max-width: 100%; height: auto; }
+.plots svg.plot { width: 100%; }
+.fit { display: inline-block; }
 .tip { position: absolute; pointer-events: none; background: rgba(255,255,255,0.96); border: 1px solid #bbb;
        border-radius: 4px; padding: 4px 7px; font-size: 12px; white-space: nowrap; box-shadow: 0 1px 4px rgba(0,0,0,.15); }
 .pair { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
@@ -353,7 +355,7 @@ std::string per_class(const std::vector<RunRecord>& runs) {
   }
   if (p.values.empty())
     return "<p class=\"note\" id=\"per-class\">No evaluation recorded (no evaluation.json in the run directory).</p>";
-  return "<div class=\"card\">" + svg::bar_plot(p) + "</div>";
+  return "<div class=\"card fit\">" + svg::bar_plot(p) + "</div>";
 }
 
 std::string evaluation_section(const RunRecord& r, size_t i) {

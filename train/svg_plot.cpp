@@ -81,7 +81,9 @@ std::string legend_svg(const std::vector<LegendEntry>& entries, double x, double
       ++rows;
     }
     out += "<line x1=\"" + num(cx) + "\" y1=\"" + num(y - 4) + "\" x2=\"" + num(cx + 20) + "\" y2=\"" + num(y - 4) +
-           "\" " + stroke_attributes(e.stroke == Stroke::faint ? Stroke::faint : e.stroke, e.color) + "/>";
+           "\" " + (e.stroke == Stroke::faint ? "stroke=\"" + e.color + "\" stroke-width=\"2\" stroke-opacity=\"0.45\""
+                                               : stroke_attributes(e.stroke, e.color)) +
+           "/>";
     out += "<text x=\"" + num(cx + 26) + "\" y=\"" + num(y) + "\" font-size=\"12\" fill=\"#222\">" + escape(e.label) +
            "</text>";
     cx += w;
@@ -354,7 +356,8 @@ std::string heat_map(const HeatMap& m) {
                "\" pointer-events=\"none\">" + std::to_string(c) + "</text>";
     }
   }
-  out += "</g>";
+  out += "</g><rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(grid) + "\" height=\"" + num(grid) +
+         "\" fill=\"none\" stroke=\"#bbb\"/>";
   if (text) {
     for (size_t i = 0; i < n; ++i) {
       const double mid = cell * static_cast<double>(i) + cell / 2;

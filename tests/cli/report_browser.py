@@ -12,7 +12,7 @@ map's blues, or the dark pixels of the thumbnails. Then it proves the checks can
 with a planted JavaScript error, and a copy with the curves removed, must both be rejected.
 Exits 77 (ctest: skipped, not passed) only when no Chromium is installed.
 --train-args replaces run A's training options (e.g. for the screenshot in docs/);
---screenshot keeps run A's screenshot (reduced to 256 colors) at OUT.png.
+--screenshot keeps the top of run A's screenshot, down to its final evaluation, in 256 colors.
 """
 import argparse
 import html.parser
@@ -183,7 +183,12 @@ def main():
         print("page without curves: rejected (%s)" % drawn[0])
 
     if a.screenshot:
+        # From the top down to the end of the final evaluation (configuration and environment are
+        # text), in 256 colors.
+        _, boxes = render(exe, a.work, pages[0][0], "")
+        bottom = max(b[1] + b[3] for k, b in boxes.items() if k.startswith(("confusion", "mistakes"))) + 24
         img = Image.open(pages[0][0] + ".png").convert("RGB")
+        img = img.crop((0, 0, img.width, min(img.height, bottom)))
         img.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(a.screenshot, optimize=True)
         print("screenshot: %s (%d bytes)" % (a.screenshot, os.path.getsize(a.screenshot)))
     for f in failures:
