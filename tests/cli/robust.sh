@@ -192,8 +192,8 @@ expect_error "--resume: 'first' holds no checkpoint (no checkpoint.json; nothing
   train --resume first
 
 # ---- 5. a disk that fills up between two files, and in the metrics file --------------------------
-# Files: 1 model, 2 state, 3 manifest, 4 manifest (best) in epoch 1; 5 (model) fails.
-EMBER_FAULT=enospc-file:5 run full train "${common[@]}" --save full
+# Files: 1 model, 2 state, 3 manifest, 4 evaluation.json, 5 manifest (best) in epoch 1; 6 (model) fails.
+EMBER_FAULT=enospc-file:6 run full train "${common[@]}" --save full
 expect_rc full 1
 expect_line full full.err "ember: error: full/step-00000016/model.safetensors: cannot write temporary file: No space left on device"
 run full-resume train --resume full
