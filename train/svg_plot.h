@@ -1,7 +1,7 @@
 #pragma once
 // Plots as inline SVG text for the run report (train/run_report.h): line charts with readable
 // ticks, grouped horizontal bar charts and heat maps. Each returns one <svg> element that a page
-// can embed as it is (Note [Report plots as SVG] in train/run_report.cpp).
+// can embed as it is (Note [Report plots as SVG] in train/report_page.cpp).
 //
 // Every plot marks its drawing area with data-check="<id>" (the browser test looks for drawn
 // pixels there), and a line plot carries its axis mapping (data-x0/x1/y0/y1 in data units,
