@@ -2,6 +2,12 @@
 // appended after a crash, a 10-epoch run's page (every element, the size bound, the point budget),
 // resumed streams and bad run directories.
 
+#include <ember/data/image.h>
+#include <ember/ember.h>
+#include <ember/train/report.h>
+#include <ember/train/run_report.h>
+#include <ember/train/svg_plot.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -10,11 +16,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
-#include <ember/ember.h>
-#include <ember/data/image.h>
-#include <ember/train/report.h>
-#include <ember/train/run_report.h>
-#include <ember/train/svg_plot.h>
 
 #include "test_util.h"
 
@@ -45,29 +46,40 @@ size_t count(const std::string& text, const std::string& what) {
 }
 
 const std::vector<std::string> kClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                           "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+                                           "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
 // The metrics stream of a run: `epochs` epochs of `spe` steps, a step event every step.
 std::string metrics_stream(int epochs, int64_t spe, bool summary = true, int64_t first_step = 1, int first_epoch = 1,
                            const std::string& resume = "") {
-  std::string out = json{{"event", "config"}, {"model", "cnn"}, {"data", "fashion-mnist"}, {"epochs", epochs},
-                         {"steps_per_epoch", spe}, {"classes", kClasses}, {"resume", resume},
-                         {"environment", json::parse(train::environment_json())}}
-                        .dump() + "\n";
+  std::string out = json{{"event", "config"},       {"model", "cnn"},
+                         {"data", "fashion-mnist"}, {"epochs", epochs},
+                         {"steps_per_epoch", spe},  {"classes", kClasses},
+                         {"resume", resume},        {"environment", json::parse(train::environment_json())}}
+                        .dump() +
+                    "\n";
   int64_t step = first_step;
   for (int e = first_epoch; e <= epochs; ++e) {
     for (; step <= e * spe; ++step)
-      out += json{{"event", "step"}, {"epoch", e}, {"step", step}, {"loss", 2.3 / (1 + 0.01 * step)},
-                  {"acc", 1 - 0.9 / (1 + 0.01 * step)}, {"lr", 0.003}, {"images_per_sec", 4000}}
-                 .dump() + "\n";
-    out += json{{"event", "epoch"}, {"epoch", e}, {"train_loss", 1.0 / e}, {"train_acc", 0.8}, {"test_loss", 1.2 / e},
-                {"test_acc", 0.85}, {"images_per_sec", 4000}, {"seconds", 15.0}, {"loader_wait_seconds", 1.5}}
-               .dump() + "\n";
+      out += json{{"event", "step"},
+                  {"epoch", e},
+                  {"step", step},
+                  {"loss", 2.3 / (1 + 0.01 * step)},
+                  {"acc", 1 - 0.9 / (1 + 0.01 * step)},
+                  {"lr", 0.003},
+                  {"images_per_sec", 4000}}
+                 .dump() +
+             "\n";
+    out += json{{"event", "epoch"},       {"epoch", e},           {"train_loss", 1.0 / e},
+                {"train_acc", 0.8},       {"test_loss", 1.2 / e}, {"test_acc", 0.85},
+                {"images_per_sec", 4000}, {"seconds", 15.0},      {"loader_wait_seconds", 1.5}}
+               .dump() +
+           "\n";
   }
   if (summary)
-    out += json{{"event", "summary"}, {"test_acc", 0.85}, {"test_loss", 0.3}, {"images_per_sec", 4000},
-                {"seconds", 150.0}, {"steps", step - 1}, {"interrupted", false}}
-               .dump() + "\n";
+    out += json{{"event", "summary"}, {"test_acc", 0.85},  {"test_loss", 0.3},    {"images_per_sec", 4000},
+                {"seconds", 150.0},   {"steps", step - 1}, {"interrupted", false}}
+               .dump() +
+           "\n";
   return out;
 }
 
@@ -84,7 +96,10 @@ train::EvalResult evaluation(int mistakes) {
     std::vector<float> v(3 * 64 * 64);
     for (float& x : v) x = std::normal_distribution<float>(0, 1)(rng);
     const Tensor image = from_vector<float>(v, {3, 64, 64});
-    ev.mistakes.push_back({.index = i * 7, .truth = i % 10, .predicted = (i + 3) % 10, .confidence = 0.99 - 0.01 * i,
+    ev.mistakes.push_back({.index = i * 7,
+                           .truth = i % 10,
+                           .predicted = (i + 3) % 10,
+                           .confidence = 0.99 - 0.01 * i,
                            .png = train::thumbnail_png(image, {0.5, 0.5, 0.5}, {0.25, 0.25, 0.25})});
   }
   return ev;
@@ -150,7 +165,8 @@ TEST_CASE("report: a 10-epoch run's page has every element and stays under 2 MB"
   for (const char* id : {"summary", "loss", "accuracy", "lr", "throughput", "loader-stall", "per-class", "confusion-0",
                          "mistakes-0", "config", "environment", "js-errors"})
     CHECK(count(html, std::string("id=\"") + id + "\"") == 1);
-  for (const char* check : {"loss", "accuracy", "lr", "throughput", "loader-stall", "per-class", "confusion-0", "mistakes-0"})
+  for (const char* check :
+       {"loss", "accuracy", "lr", "throughput", "loader-stall", "per-class", "confusion-0", "mistakes-0"})
     CHECK(count(html, std::string("data-check=\"") + check + "\"") == 1);
   CHECK(count(html, "<img ") == 24);
   CHECK(count(html, "src=\"data:image/png;base64,") == 24);
@@ -203,7 +219,8 @@ TEST_CASE("report: a resumed stream replaces what was recorded past the checkpoi
   // The per-step loss polyline: 24 points, the last at epoch 2.4, and no 9.0 left.
   const std::smatch m = [&] {
     std::smatch r;
-    std::regex_search(html, r, std::regex("id=\"loss\"[\\s\\S]*?data-series=\"train, per step\"[^>]*points=\"([^\"]*)\""));
+    std::regex_search(html, r,
+                      std::regex("id=\"loss\"[\\s\\S]*?data-series=\"train, per step\"[^>]*points=\"([^\"]*)\""));
     return r;
   }();
   REQUIRE(m.size() == 2);

@@ -181,7 +181,8 @@ std::string format(const char* f, double v) {
 std::string duration(double s) {
   if (!std::isfinite(s)) return "?";
   if (s < 60) return format("%.1f s", s);
-  if (s < 3600) return std::to_string(static_cast<int>(s) / 60) + " min " + std::to_string(static_cast<int>(s) % 60) + " s";
+  if (s < 3600)
+    return std::to_string(static_cast<int>(s) / 60) + " min " + std::to_string(static_cast<int>(s) % 60) + " s";
   return std::to_string(static_cast<int>(s) / 3600) + " h " + std::to_string(static_cast<int>(s) % 3600 / 60) + " min";
 }
 
@@ -291,7 +292,9 @@ std::string curves(const std::vector<RunRecord>& runs) {
   out += figure(svg::line_plot(ips));
 
   const Style stall_style{"time waiting for the data loader", svg::Stroke::solid};
-  svg::LinePlot stall{.id = "loader-stall", .title = "Data-loader stall", .x_label = "epoch",
+  svg::LinePlot stall{.id = "loader-stall",
+                      .title = "Data-loader stall",
+                      .x_label = "epoch",
                       .y_label = "share of the epoch's training time"};
   stall.percent = true;
   stall.from_zero = true;
@@ -332,7 +335,10 @@ std::string run_card(const RunRecord& r) {
   };
   row("model", text_of(c["model"]) + " on " + text_of(c["data"]));
   row("test loss", std::isfinite(test_loss) ? format("%.4f", test_loss) : "-");
-  row("steps", std::isfinite(last_step) ? format("%.0f", last_step) + " (" + format("%.2f", last_step / static_cast<double>(r.steps_per_epoch)) + " epochs)" : "-");
+  row("steps", std::isfinite(last_step)
+                   ? format("%.0f", last_step) + " (" +
+                         format("%.2f", last_step / static_cast<double>(r.steps_per_epoch)) + " epochs)"
+                   : "-");
   if (!r.summary.is_null()) {
     row("time", duration(number(r.summary, "seconds")));
     row("throughput", format("%.0f images/s", number(r.summary, "images_per_sec")));
@@ -342,7 +348,8 @@ std::string run_card(const RunRecord& r) {
 }
 
 std::string per_class(const std::vector<RunRecord>& runs) {
-  svg::BarPlot p{.id = "per-class", .title = "Per-class test accuracy", .x_label = "accuracy on the test images of the class"};
+  svg::BarPlot p{
+      .id = "per-class", .title = "Per-class test accuracy", .x_label = "accuracy on the test images of the class"};
   for (const RunRecord& r : runs) {
     if (r.evaluation.is_null()) continue;
     if (p.categories.empty())
@@ -366,8 +373,8 @@ std::string evaluation_section(const RunRecord& r, size_t i) {
            "evaluation.json: the run was interrupted before one, or saved by an older ember).</p>";
   const json& ev = r.evaluation;
   out += "<p class=\"sub\">After epoch " + text_of(ev["epoch"]) + ", step " + text_of(ev["step"]) + ": " +
-         text_of(ev["count"]) + " test images, accuracy " + format("%.2f%%", 100 * number(ev, "accuracy")) +
-         ", loss " + format("%.4f", number(ev, "loss")) + ".</p><div class=\"pair\">";
+         text_of(ev["count"]) + " test images, accuracy " + format("%.2f%%", 100 * number(ev, "accuracy")) + ", loss " +
+         format("%.4f", number(ev, "loss")) + ".</p><div class=\"pair\">";
   svg::HeatMap m{.id = "confusion-" + id, .title = "Confusion matrix (shade: share of the true class's row)"};
   for (const json& c : ev["classes"]) m.labels.push_back(text_of(c));
   for (const json& row : ev["confusion"]) {
@@ -376,8 +383,10 @@ std::string evaluation_section(const RunRecord& r, size_t i) {
     m.counts.push_back(counts);
   }
   out += "<div class=\"card\">" + svg::heat_map(m) + "</div>";
-  out += "<div class=\"card\"><div style=\"font-weight:600;font-size:15px;margin-bottom:8px\">Most confident "
-         "mistakes</div><div class=\"mistakes\" id=\"mistakes-" + id + "\" data-check=\"mistakes-" + id + "\">";
+  out +=
+      "<div class=\"card\"><div style=\"font-weight:600;font-size:15px;margin-bottom:8px\">Most confident "
+      "mistakes</div><div class=\"mistakes\" id=\"mistakes-" +
+      id + "\" data-check=\"mistakes-" + id + "\">";
   const json mistakes = ev.value("mistakes", json::array());
   for (const json& mk : mistakes) {
     const auto cls = [&](const char* key) {
@@ -400,7 +409,8 @@ std::string config_table(const std::vector<RunRecord>& runs) {
     for (const auto& [k, v] : r.config.items())
       if (k != "event" && k != "environment" && std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   std::string out = "<table class=\"kv\" id=\"config\"><tr><th>option</th>";
-  for (const RunRecord& r : runs) out += "<th style=\"border-top:4px solid " + r.color + "\">" + escape(r.name) + "</th>";
+  for (const RunRecord& r : runs)
+    out += "<th style=\"border-top:4px solid " + r.color + "\">" + escape(r.name) + "</th>";
   out += "</tr>";
   for (const std::string& k : keys) {
     std::vector<std::string> values;
@@ -415,7 +425,8 @@ std::string config_table(const std::vector<RunRecord>& runs) {
       }
       values.push_back(s);
     }
-    const bool differs = std::any_of(values.begin(), values.end(), [&](const std::string& v) { return v != values[0]; });
+    const bool differs =
+        std::any_of(values.begin(), values.end(), [&](const std::string& v) { return v != values[0]; });
     out += std::string("<tr") + (differs ? " class=\"differs\"" : "") + "><th>" + escape(k) + "</th>";
     for (const std::string& v : values) out += "<td>" + escape(v) + "</td>";
     out += "</tr>";
@@ -440,8 +451,10 @@ std::string environment(const std::vector<RunRecord>& runs) {
     row("ember", text_of(env["version"]) + " (" + text_of(env["build_type"]) + ", " + text_of(env["flavours"]) + ")");
     row("compiler", text_of(env["compiler"]));
     row("libraries", text_of(env["libraries"]));
-    row("CPU", text_of(cpu["model"]) + ", " + text_of(cpu["cores"]) + " logical cores, widest " + text_of(cpu["widest_isa"]));
-    row("GEMM / conv", text_of(gemm["kernels"]) + " kernels (" + text_of(gemm["kernels_isa"]) + "), " + text_of(gemm["library"]));
+    row("CPU",
+        text_of(cpu["model"]) + ", " + text_of(cpu["cores"]) + " logical cores, widest " + text_of(cpu["widest_isa"]));
+    row("GEMM / conv",
+        text_of(gemm["kernels"]) + " kernels (" + text_of(gemm["kernels_isa"]) + "), " + text_of(gemm["library"]));
     row("threads", text_of(env["threads"]));
     std::string gpus;
     for (const json& g : env.value("cuda_devices", json::array())) gpus += (gpus.empty() ? "" : "; ") + text_of(g);
@@ -461,10 +474,11 @@ std::string report_page(const std::vector<RunRecord>& runs) {
   std::tm tm{};
   gmtime_r(&now, &tm);
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                     "<title>ember report: " + escape(names) + "</title><script>" + kErrorScript +
-                     "</script><style>" + kStyle + "</style></head><body><main>";
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+      "<title>ember report: " +
+      escape(names) + "</title><script>" + kErrorScript + "</script><style>" + kStyle + "</style></head><body><main>";
   html += "<div id=\"js-errors\" hidden></div>";
   html += std::string("<h1>ember run report</h1><p class=\"sub\">") +
           (runs.size() > 1 ? "Comparing " + std::to_string(runs.size()) + " runs: " : "Run ") + escape(names) +

@@ -21,11 +21,11 @@ struct RunRecord {
   std::string dir;   // as given
   std::string name;  // the directory's name, made unique among the runs compared
   std::string color;
-  nlohmann::json config;                // the latest `config` event
-  std::map<int64_t, StepPoint> steps;   // by step
-  std::map<int, nlohmann::json> epochs; // `epoch` events by epoch
-  nlohmann::json summary, diverged;     // null when the stream has none
-  nlohmann::json evaluation;            // evaluation.json; null when there is none
+  nlohmann::json config;                 // the latest `config` event
+  std::map<int64_t, StepPoint> steps;    // by step
+  std::map<int, nlohmann::json> epochs;  // `epoch` events by epoch
+  nlohmann::json summary, diverged;      // null when the stream has none
+  nlohmann::json evaluation;             // evaluation.json; null when there is none
   int64_t steps_per_epoch = 1;
 };
 

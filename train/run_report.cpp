@@ -75,8 +75,10 @@ double number(const json& event, const char* key) {
 
 std::string thumbnail_png(const Tensor& image, const std::vector<double>& mean, const std::vector<double>& std,
                           int64_t max_side) {
-  EMBER_CHECK(image.dim() == 3 && (image.size(0) == 1 || image.size(0) == 3), "thumbnail_png: expected a (1|3, H, W) "
-              "image, got ", image.dim(), " dimensions");
+  EMBER_CHECK(image.dim() == 3 && (image.size(0) == 1 || image.size(0) == 3),
+              "thumbnail_png: expected a (1|3, H, W) "
+              "image, got ",
+              image.dim(), " dimensions");
   const int64_t c = image.size(0), h = image.size(1), w = image.size(2);
   const std::vector<float> v = image.to(Device::cpu()).to(DType::f32).contiguous().to_vector<float>();
   // Box-downscale by the integer factor that brings the longer side to max_side at most.
@@ -107,20 +109,18 @@ void write_evaluation_file(const std::string& path, const EvalResult& ev, const 
                            int epoch, int64_t step) {
   json mistakes = json::array();
   for (const Mistake& m : ev.mistakes)
-    mistakes.push_back({{"index", m.index}, {"true", m.truth}, {"predicted", m.predicted},
-                        {"confidence", m.confidence}, {"png", base64(m.png)}});
+    mistakes.push_back({{"index", m.index},
+                        {"true", m.truth},
+                        {"predicted", m.predicted},
+                        {"confidence", m.confidence},
+                        {"png", base64(m.png)}});
   const auto finite = [](double v) { return std::isfinite(v) ? json(v) : json(); };
   json per_class = json::array();
   for (double a : ev.per_class_accuracy) per_class.push_back(finite(a));
-  const json j{{"epoch", epoch},
-               {"step", step},
-               {"accuracy", finite(ev.accuracy)},
-               {"loss", finite(ev.loss)},
-               {"count", ev.count},
-               {"classes", classes},
-               {"confusion", ev.confusion},
-               {"per_class_accuracy", per_class},
-               {"mistakes", mistakes}};
+  const json j{
+      {"epoch", epoch},      {"step", step},       {"accuracy", finite(ev.accuracy)}, {"loss", finite(ev.loss)},
+      {"count", ev.count},   {"classes", classes}, {"confusion", ev.confusion},       {"per_class_accuracy", per_class},
+      {"mistakes", mistakes}};
   io::write_file_atomic(path, j.dump() + "\n");
 }
 
@@ -134,19 +134,21 @@ std::string environment_json(int indent) {
                {"compiler", b.compiler},
                {"flavours", b.flavours},
                {"libraries", b.libraries},
-               {"cpu", {{"model", cpu.model_name},
-                        {"vendor", cpu.vendor},
-                        {"family", cpu.family},
-                        {"model_number", cpu.model},
-                        {"stepping", cpu.stepping},
-                        {"cores", std::thread::hardware_concurrency()},
-                        {"features", kc::feature_list(cpu)},
-                        {"widest_isa", kc::isa_name(kc::widest_isa(cpu))}}},
-               {"gemm", {{"library", blas.library},
-                         {"kernels", blas.core},
-                         {"kernels_isa", kc::isa_name(blas.core_isa)},
-                         {"chosen_by", blas.chosen_by},
-                         {"warning", blas.warning}}},
+               {"cpu",
+                {{"model", cpu.model_name},
+                 {"vendor", cpu.vendor},
+                 {"family", cpu.family},
+                 {"model_number", cpu.model},
+                 {"stepping", cpu.stepping},
+                 {"cores", std::thread::hardware_concurrency()},
+                 {"features", kc::feature_list(cpu)},
+                 {"widest_isa", kc::isa_name(kc::widest_isa(cpu))}}},
+               {"gemm",
+                {{"library", blas.library},
+                 {"kernels", blas.core},
+                 {"kernels_isa", kc::isa_name(blas.core_isa)},
+                 {"chosen_by", blas.chosen_by},
+                 {"warning", blas.warning}}},
                {"threads", get_num_threads()},
                {"cuda_built", cuda_built()},
                {"cuda_devices", cuda_device_descriptions()}};
@@ -155,7 +157,8 @@ std::string environment_json(int indent) {
 
 RunRecord read_run(const std::string& dir) {
   EMBER_CHECK(fs::exists(dir), "run directory '", dir, "' does not exist");
-  EMBER_CHECK(fs::is_directory(dir), "'", dir, "' is not a directory: give the directory of a run (ember train --save DIR)");
+  EMBER_CHECK(fs::is_directory(dir), "'", dir,
+              "' is not a directory: give the directory of a run (ember train --save DIR)");
   const fs::path stream = fs::path(dir) / kMetricsFileName;
   EMBER_CHECK(fs::exists(stream), "'", dir, "' holds no ", kMetricsFileName,
               ": not the directory of a run saved by ember train --save");
@@ -192,8 +195,11 @@ RunRecord read_run(const std::string& dir) {
           run.summary = run.diverged = json();
           resumed = false;
         }
-        run.steps[step] = StepPoint{.epoch = epoch, .loss = number(e, "loss"), .acc = number(e, "acc"),
-                                    .lr = number(e, "lr"), .images_per_sec = number(e, "images_per_sec")};
+        run.steps[step] = StepPoint{.epoch = epoch,
+                                    .loss = number(e, "loss"),
+                                    .acc = number(e, "acc"),
+                                    .lr = number(e, "lr"),
+                                    .images_per_sec = number(e, "images_per_sec")};
       } else if (event == "epoch") {
         run.epochs[static_cast<int>(number(e, "epoch"))] = e;
       } else if (event == "summary") {
@@ -210,9 +216,9 @@ RunRecord read_run(const std::string& dir) {
   if (fs::exists(evaluation)) {
     const std::vector<uint8_t> eb = io::read_file(evaluation.string());
     run.evaluation = json::parse(eb.begin(), eb.end(), nullptr, false);
-    EMBER_CHECK(run.evaluation.is_object() && run.evaluation.contains("confusion") &&
-                    run.evaluation.contains("classes"),
-                evaluation.string(), " is damaged (not the JSON object ember train writes)");
+    EMBER_CHECK(
+        run.evaluation.is_object() && run.evaluation.contains("confusion") && run.evaluation.contains("classes"),
+        evaluation.string(), " is damaged (not the JSON object ember train writes)");
   }
   return run;
 }

@@ -81,8 +81,9 @@ std::string legend_svg(const std::vector<LegendEntry>& entries, double x, double
       ++rows;
     }
     out += "<line x1=\"" + num(cx) + "\" y1=\"" + num(y - 4) + "\" x2=\"" + num(cx + 20) + "\" y2=\"" + num(y - 4) +
-           "\" " + (e.stroke == Stroke::faint ? "stroke=\"" + e.color + "\" stroke-width=\"2\" stroke-opacity=\"0.45\""
-                                               : stroke_attributes(e.stroke, e.color)) +
+           "\" " +
+           (e.stroke == Stroke::faint ? "stroke=\"" + e.color + "\" stroke-width=\"2\" stroke-opacity=\"0.45\""
+                                      : stroke_attributes(e.stroke, e.color)) +
            "/>";
     out += "<text x=\"" + num(cx + 26) + "\" y=\"" + num(y) + "\" font-size=\"12\" fill=\"#222\">" + escape(e.label) +
            "</text>";
@@ -235,8 +236,8 @@ std::string line_plot(const LinePlot& p) {
       size_t count = 0;
       const auto flush = [&] {
         if (count > 0)
-          out += "<polyline data-series=\"" + escape(s.label) + "\" fill=\"none\" " + stroke_attributes(s.stroke, s.color) +
-                 " stroke-linejoin=\"round\" points=\"" + points + "\"/>";
+          out += "<polyline data-series=\"" + escape(s.label) + "\" fill=\"none\" " +
+                 stroke_attributes(s.stroke, s.color) + " stroke-linejoin=\"round\" points=\"" + points + "\"/>";
         points.clear();
         count = 0;
       };

@@ -353,8 +353,8 @@ void check_output_file(const char* option, const std::string& path, const char* 
 [[noreturn]] void throw_diverged(Run& r, int64_t step, const std::string& what) {
   const TrainConfig& cfg = r.cfg;
   write_metrics(r, json{{"event", "diverged"}, {"epoch", r.epoch_now + 1}, {"step", step},
-                             {"last_finite_loss", std::isfinite(r.last_finite_loss) ? json(r.last_finite_loss) : json()}}
-                            .dump());
+                        {"last_finite_loss", std::isfinite(r.last_finite_loss) ? json(r.last_finite_loss) : json()}}
+                   .dump());
   const std::string saved = r.checkpoint && r.checkpoint->saved() ? "; the checkpoint in '" + cfg.save_dir +
                                                                          "' (step " + std::to_string(r.checkpoint->step()) +
                                                                          ") is untouched"
@@ -545,7 +545,10 @@ Run start_run(TrainConfig cfg) {
     // (--overwrite) starts it afresh and removes the evaluation of the run it replaces.
     const fs::path stream = fs::path(cfg.save_dir) / kMetricsFileName;
     const bool continuing = resumed && fs::equivalent(cfg.save_dir, cfg.resume_dir);
-    if (!continuing) fs::remove(fs::path(cfg.save_dir) / kEvaluationFileName);
+    if (!continuing) {
+      fs::remove(fs::path(cfg.save_dir) / kEvaluationFileName);
+      fs::remove(fs::path(cfg.save_dir) / kReportFileName);
+    }
     std::error_code ec;
     if (cfg.metrics_path.empty() || !fs::equivalent(cfg.metrics_path, stream, ec))
       r.run_metrics = std::make_unique<MetricsWriter>(stream.string(),
@@ -722,12 +725,12 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
     r.summary.test_loss = ev.loss;
   }
   write_metrics(r, json{{"event", "epoch"}, {"epoch", es.epoch}, {"train_loss", es.train_loss},
-                             {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
-                             {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
-                             {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
-                             {"loader_wait_seconds", r.loader->stats().wait_seconds - t.loader_wait_before},
-                             {"skipped_images", skipped_train}}
-                            .dump());
+                        {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
+                        {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
+                        {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
+                        {"loader_wait_seconds", r.loader->stats().wait_seconds - t.loader_wait_before},
+                        {"skipped_images", skipped_train}}
+                   .dump());
   if (!cfg.quiet) {
     std::fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%%", es.epoch, cfg.epochs, es.train_loss,
                  100 * es.train_acc);
@@ -767,10 +770,10 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
   summary.seconds = seconds_since(t_start);
   summary.images_per_sec = static_cast<double>(r.train_images) / std::max(1e-9, r.train_seconds);
   write_metrics(r, json{{"event", "summary"}, {"test_acc", std::isnan(summary.test_acc) ? json() : json(summary.test_acc)},
-                             {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
-                             {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", r.step},
-                             {"interrupted", r.interrupted}}
-                            .dump());
+                        {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
+                        {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", r.step},
+                        {"interrupted", r.interrupted}}
+                   .dump());
   // The run directory's report (train/run_report.h). The run is saved whatever happens here: a
   // report that cannot be written is a warning.
   std::string report;
