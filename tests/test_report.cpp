@@ -201,6 +201,28 @@ TEST_CASE("report: several runs overlay their curves with a legend entry each", 
   CHECK(count(html, "id=\"confusion-1\"") == 1);  // "no evaluation recorded" in place of the matrix
 }
 
+TEST_CASE("report: the test curve joins the evaluated epochs (--eval-every)", "[report]") {
+  TempDir tmp;
+  std::string s = metrics_stream(4, 5);
+  // Epochs 1 and 3 not evaluated.
+  std::string edited;
+  for (size_t start = 0; start < s.size();) {
+    const size_t end = s.find('\n', start);
+    json line = json::parse(s.substr(start, end - start));
+    if (line["event"] == "epoch" && (line["epoch"] == 1 || line["epoch"] == 3)) line["test_loss"] = nullptr;
+    edited += line.dump() + "\n";
+    start = end + 1;
+  }
+  write_text(tmp.path / train::kMetricsFileName, edited);
+  const fs::path out = tmp.path / "r.html";
+  train::write_run_report({tmp.path.string()}, out.string());
+  const std::string html = read_text(out);
+  std::smatch m;
+  REQUIRE(std::regex_search(html, m, std::regex("id=\"loss\"[\\s\\S]*?data-series=\"test\"[^>]*points=\"([^\"]*)\"")));
+  CHECK(count(m[1].str(), ",") == 2);               // epochs 2 and 4, one line
+  CHECK(count(html, "data-series=\"test\"") == 2);  // loss and accuracy: one polyline each
+}
+
 TEST_CASE("report: a resumed stream replaces what was recorded past the checkpoint", "[report]") {
   TempDir tmp;
   // 2 epochs of 10 steps, then a crash at step 27 (no summary); resumed from the checkpoint at

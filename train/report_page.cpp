@@ -218,13 +218,15 @@ double epoch_x(const RunRecord& r, int e) {
   return std::min<double>(e, static_cast<double>(last) / static_cast<double>(r.steps_per_epoch));
 }
 
-// An epoch field (or numerator / denominator of two) per epoch.
+// An epoch field (or numerator / denominator of two) per epoch. Epochs without the value (not
+// evaluated: --eval-every) are left out, so that the line joins the evaluated ones.
 svg::Series epoch_series(const RunRecord& r, const char* key, const char* divide_by = nullptr) {
   svg::Series s;
   for (const auto& [e, event] : r.epochs) {
-    s.x.push_back(epoch_x(r, e));
     double v = number(event, key);
     if (divide_by) v = v / number(event, divide_by);
+    if (!std::isfinite(v)) continue;
+    s.x.push_back(epoch_x(r, e));
     s.y.push_back(v);
   }
   return s;
