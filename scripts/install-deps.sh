@@ -48,7 +48,9 @@ if [ "$test" -eq 1 ]; then
     # augmentation ops at fixed parameters) and the side-by-side loader
     # benchmark (bench/torchvision_loader.py); the build itself does not use it.
     python3-torchvision
-    python3-pil                 # bench/make_jpeg_tree.py, fuzz/make_seed_corpus.py
+    python3-pil                 # bench/make_jpeg_tree.py, fuzz/make_seed_corpus.py, cli:report_browser
+    # headless browser for the ctest cli:report_browser: renders report.html, screenshots it
+    chromium
   )
 fi
 if [ "$fuzz" -eq 1 ]; then

@@ -143,7 +143,8 @@ TEST_CASE("train: a run stopped and resumed ends with bit-identical weights", "[
     CHECK(wa[i].second == wb[i].second);  // exact equality, bit for bit
   }
   // The checkpoint directory holds exactly the documented files: the manifest and the step
-  // directories it names (Note [Checkpoint sets]), and no temp files.
+  // directories it names (Note [Checkpoint sets]), the run's report files (train/run_report.h),
+  // and no temp files.
   const train::Manifest m = train::open_checkpoint(b.save_dir);
   CHECK(m.step == 20);
   CHECK(m.weights.path == "step-00000020/model.safetensors");
@@ -151,7 +152,8 @@ TEST_CASE("train: a run stopped and resumed ends with bit-identical weights", "[
   std::vector<std::string> names;
   for (auto& e : fs::recursive_directory_iterator(b.save_dir))
     names.push_back(fs::relative(e.path(), b.save_dir).string());
-  std::vector<std::string> want{"checkpoint.json", "step-00000020", m.weights.path, m.state.path};
+  std::vector<std::string> want{"checkpoint.json", "step-00000020", m.weights.path, m.state.path,
+                                "metrics.jsonl", "evaluation.json", "report.html"};
   if (m.has_best && m.best.path != m.weights.path) {  // the best step's directory is kept whole
     want.push_back(fs::path(m.best.path).parent_path().string());
     want.push_back(m.best.path);

@@ -167,9 +167,17 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
 void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
                             data::DataLoader& loader, int64_t& step, int& start_epoch);
 
+// Which misclassified images an evaluation keeps (EvalResult::mistakes): the `keep` most
+// confident, with thumbnails un-normalized with `mean` and `std`.
+struct MistakeOptions {
+  int64_t keep = 0;
+  std::vector<double> mean, std;
+};
+
 // With a communicator of world size W, rank r evaluates batches r, r + W, ... and the results
-// are summed over the ranks (every rank returns the whole test set's numbers).
+// are summed over the ranks (every rank returns the whole test set's numbers, except `mistakes`:
+// each rank keeps those of its own batches).
 EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
-                           parallel::Communicator* comm = nullptr);
+                           parallel::Communicator* comm = nullptr, const MistakeOptions& mistakes = {});
 
 }  // namespace ember::train

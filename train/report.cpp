@@ -12,10 +12,30 @@
 
 namespace ember::train {
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, MetricsOpen mode) : path_(path) {
   if (path.empty()) return;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  const int flags = mode == MetricsOpen::truncate ? O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
+                                                  : O_RDWR | O_CREAT | O_CLOEXEC;
+  fd_ = ::open(path.c_str(), flags, 0666);
   EMBER_CHECK(fd_ >= 0, "cannot open metrics file '", path, "': ", std::strerror(errno));
+  if (mode == MetricsOpen::append) {
+    // Continue after the last newline: scan back from the end in blocks.
+    off_t end = ::lseek(fd_, 0, SEEK_END);
+    char block[4096];
+    while (end > 0) {
+      const off_t start = end > static_cast<off_t>(sizeof block) ? end - static_cast<off_t>(sizeof block) : 0;
+      const ssize_t n = ::pread(fd_, block, static_cast<size_t>(end - start), start);
+      EMBER_CHECK(n == end - start, "cannot read metrics file '", path, "': ", std::strerror(errno));
+      const char* nl = static_cast<const char*>(memrchr(block, '\n', static_cast<size_t>(n)));
+      if (nl != nullptr) {
+        end = start + (nl - block) + 1;
+        break;
+      }
+      end = start;
+    }
+    EMBER_CHECK(::ftruncate(fd_, end) == 0, "cannot write metrics file '", path, "': ", std::strerror(errno));
+    size_ = static_cast<uint64_t>(end);
+  }
 }
 
 MetricsWriter::~MetricsWriter() {

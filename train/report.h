@@ -12,12 +12,17 @@
 
 namespace ember::train {
 
+// How a MetricsWriter opens its file: emptied (a new run), or appended to (a resumed run writing
+// into the file it wrote before).
+enum class MetricsOpen { truncate, append };
+
 // One JSON-lines file; each event is written as one whole line or not at all: a write that fails
 // part-way (a full disk) is cut back to the end of the previous line before the error is thrown.
 class MetricsWriter {
  public:
-  // Empty path: a writer that writes nothing.
-  explicit MetricsWriter(const std::string& path);
+  // Empty path: a writer that writes nothing. append: after the file's last whole line (a partial
+  // last line, which only a crash in the middle of a write leaves, is cut off).
+  explicit MetricsWriter(const std::string& path, MetricsOpen mode = MetricsOpen::truncate);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -39,6 +39,7 @@
 #include "finetune.h"
 #include "interrupt.h"
 #include "report.h"
+#include "run_report.h"
 
 namespace ember::train {
 
@@ -163,6 +164,35 @@ int64_t report_skipped(const data::ImageDataset* ds, const char* what, bool quie
   return static_cast<int64_t>(skipped.size());
 }
 
+// Adds a batch's misclassified images to `kept` (the most confident first, at most options.keep)
+// with their images in `images`. logits: (B, classes) on any device; indices: the batch's dataset
+// indices (used when no image of the batch was left out).
+void keep_mistakes(std::vector<Mistake>& kept, std::vector<Tensor>& images, const MistakeOptions& options,
+                   const Tensor& logits, const data::Batch& batch, const std::vector<int64_t>& pred,
+                   const std::vector<int64_t>& truth, const std::vector<int64_t>& indices) {
+  const std::vector<double> z = logits.detach().to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();
+  const size_t classes = pred.empty() ? 0 : z.size() / pred.size();
+  for (size_t i = 0; i < pred.size(); ++i) {
+    if (pred[i] == truth[i]) continue;
+    // softmax(z)[pred] with pred the argmax: 1 / sum_j exp(z_j - z_pred).
+    double sum = 0;
+    for (size_t j = 0; j < classes; ++j) sum += std::exp(z[i * classes + j] - z[i * classes + static_cast<size_t>(pred[i])]);
+    const double confidence = 1 / sum;
+    if (static_cast<int64_t>(kept.size()) == options.keep && confidence <= kept.back().confidence) continue;
+    size_t at = 0;
+    while (at < kept.size() && kept[at].confidence >= confidence) ++at;
+    kept.insert(kept.begin() + static_cast<std::ptrdiff_t>(at),
+                Mistake{.index = indices.size() == pred.size() ? indices[i] : -1, .truth = truth[i],
+                        .predicted = pred[i], .confidence = confidence, .png = {}});
+    images.insert(images.begin() + static_cast<std::ptrdiff_t>(at),
+                  batch.images.select(0, static_cast<int64_t>(i)).to(Device::cpu()).to(DType::f32).clone());
+    if (static_cast<int64_t>(kept.size()) > options.keep) {
+      kept.pop_back();
+      images.pop_back();
+    }
+  }
+}
+
 }  // namespace
 
 Device resolve_device(const std::string& spec) {
@@ -177,7 +207,7 @@ Device resolve_device(const std::string& spec) {
 }
 
 EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
-                           parallel::Communicator* comm) {
+                           parallel::Communicator* comm, const MistakeOptions& mistakes) {
   NoGradGuard no_grad;
   // The model's device (the first parameter's; the CPU for a model without parameters).
   const std::vector<Tensor> params = model.parameters();
@@ -190,6 +220,7 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
   int64_t correct = 0;
   const int64_t epoch = loader.position().epoch;
   const int64_t first = comm ? comm->rank() : 0, stride = comm ? comm->world_size() : 1;
+  std::vector<Tensor> kept_images;  // beside r.mistakes: the images, made thumbnails at the end
   for (int64_t b = first; b < loader.size(); b += stride) {
     data::Batch batch = loader.load_batch(epoch, b);
     if (batch.labels.numel() == 0) continue;  // every file unreadable and skipped (BadImages::skip)
@@ -202,8 +233,12 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
       r.confusion[truth[i]][pred[i]] += 1;
     }
     r.count += static_cast<int64_t>(pred.size());
+    if (mistakes.keep > 0) keep_mistakes(r.mistakes, kept_images, mistakes, logits, batch, pred, truth,
+                                         loader.batch_indices(epoch, b));
   }
   model.train(was_training);
+  for (size_t i = 0; i < r.mistakes.size(); ++i)
+    r.mistakes[i].png = thumbnail_png(kept_images[i], mistakes.mean, mistakes.std);
   if (comm != nullptr && comm->world_size() > 1) {
     std::vector<int64_t> counts{correct, r.count};
     for (const auto& row : r.confusion) counts.insert(counts.end(), row.begin(), row.end());
@@ -246,7 +281,8 @@ struct Run {
   std::unique_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> scheduler;
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<MetricsWriter> metrics;      // --metrics FILE (writes nothing without it)
+  std::unique_ptr<MetricsWriter> run_metrics;  // rank 0 with --save DIR: DIR/metrics.jsonl
   std::unique_ptr<nn::CrossEntropyLoss> criterion;
   std::unique_ptr<CheckpointWriter> checkpoint;  // rank 0 with --save
   std::string run_id;
@@ -266,6 +302,12 @@ struct Run {
   int64_t train_images = 0;
   TrainSummary summary;
 };
+
+// One metrics event, into --metrics FILE and into the --save directory's metrics.jsonl.
+void write_metrics(Run& r, const std::string& line) {
+  r.metrics->write_line(line);
+  if (r.run_metrics) r.run_metrics->write_line(line);
+}
 
 bool is_out_of_memory(const Error& e) { return std::string(e.what()).find("out of memory") != std::string::npos; }
 
@@ -330,9 +372,9 @@ void check_output_file(const char* option, const std::string& path, const char* 
 // loss, the checkpoint left as it was, and what to change. Writes the metrics "diverged" event.
 [[noreturn]] void throw_diverged(Run& r, int64_t step, const std::string& what) {
   const TrainConfig& cfg = r.cfg;
-  r.metrics->write_line(json{{"event", "diverged"}, {"epoch", r.epoch_now + 1}, {"step", step},
-                             {"last_finite_loss", std::isfinite(r.last_finite_loss) ? json(r.last_finite_loss) : json()}}
-                            .dump());
+  write_metrics(r, json{{"event", "diverged"}, {"epoch", r.epoch_now + 1}, {"step", step},
+                        {"last_finite_loss", std::isfinite(r.last_finite_loss) ? json(r.last_finite_loss) : json()}}
+                   .dump());
   const std::string saved = r.checkpoint && r.checkpoint->saved() ? "; the checkpoint in '" + cfg.save_dir +
                                                                          "' (step " + std::to_string(r.checkpoint->step()) +
                                                                          ") is untouched"
@@ -531,7 +573,24 @@ Run start_run(TrainConfig cfg) {
   if (r.distributed) r.ddp = std::make_unique<parallel::DistributedDataParallel>(*r.model, r.comm);
 
   r.metrics = std::make_unique<MetricsWriter>(cfg.metrics_path);
-  r.metrics->write_line(config_json(cfg, d, r.steps_per_epoch).dump());
+  if (r.lead && !cfg.save_dir.empty()) {
+    // The run directory's own metrics stream and the last evaluation, for `ember report`
+    // (train/run_report.h). A run continued in its directory appends to the stream; a new run
+    // (--overwrite) starts it afresh and removes the evaluation of the run it replaces.
+    const fs::path stream = fs::path(cfg.save_dir) / kMetricsFileName;
+    const bool continuing = resumed && fs::equivalent(cfg.save_dir, cfg.resume_dir);
+    if (!continuing) {
+      fs::remove(fs::path(cfg.save_dir) / kEvaluationFileName);
+      fs::remove(fs::path(cfg.save_dir) / kReportFileName);
+    }
+    std::error_code ec;
+    if (cfg.metrics_path.empty() || !fs::equivalent(cfg.metrics_path, stream, ec))
+      r.run_metrics = std::make_unique<MetricsWriter>(stream.string(),
+                                                      continuing ? MetricsOpen::append : MetricsOpen::truncate);
+  }
+  json config = config_json(cfg, d, r.steps_per_epoch);
+  config["environment"] = json::parse(environment_json());
+  write_metrics(r, config.dump());
   r.progress = Progress(cfg.quiet);
   r.criterion = std::make_unique<nn::CrossEntropyLoss>(CrossEntropyOptions{.label_smoothing = cfg.label_smoothing});
   r.cfg = std::move(cfg);
@@ -589,6 +648,19 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     }
     const double lr_used = opt.get_lr(0);
     const double l = loss.item();
+    // The batch's correct predictions, summed on the training device. A step event shows them:
+    // read then, before the optimizer's kernels are queued, so the read waits for these few only.
+    // Mixed batches (Mixup/CutMix) carry class probabilities: a prediction counts as correct when it
+    // is the class with the largest share of the image.
+    const int64_t n = labels.size(0);
+    Tensor correct;
+    {
+      NoGradGuard g;
+      const Tensor truth = labels.dim() == 2 ? argmax(labels, 1) : labels;
+      correct = sum(eq(argmax(logits, 1), truth).to(DType::f64));
+    }
+    const bool step_event = (r.step + 1) % cfg.log_every == 0;
+    const double batch_acc = step_event ? correct.item() / static_cast<double>(n) : NAN;
     // Note [Divergence guard]
     // A non-finite loss stops the run before the optimizer step, so the weights stay those of the
     // last finite step; nothing non-finite is written (save_weights refuses NaN/inf parameters)
@@ -614,18 +686,10 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     ++r.step;
     r.last_finite_loss = l;
     r.last_finite_step = r.step;
-    const int64_t n = labels.size(0);
-    {
-      NoGradGuard g;
-      // Mixed batches (Mixup/CutMix) carry class probabilities: a prediction counts as correct when
-      // it is the class with the largest share of the image.
-      const Tensor truth = labels.dim() == 2 ? argmax(labels, 1) : labels;
-      const Tensor correct = sum(eq(argmax(logits, 1), truth).to(DType::f64));
-      if (correct_sum.defined())
-        correct_sum.add_(correct);
-      else
-        correct_sum = correct;
-    }
+    if (correct_sum.defined())
+      correct_sum.add_(correct);
+    else
+      correct_sum = correct;
     t.loss_sum += l * static_cast<double>(n);
     t.seen += n;
     const double ips = static_cast<double>(t.seen) / std::max(1e-9, seconds_since(t.started));
@@ -635,9 +699,9 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       r.progress.step(shown, t.loss_sum / static_cast<double>(t.seen),
                       static_cast<double>(t.correct) / static_cast<double>(t.seen), ips);
     }
-    if (r.step % cfg.log_every == 0) {
-      r.metrics->write_line(json{{"event", "step"}, {"epoch", epoch + 1}, {"step", r.step}, {"loss", l},
-                                 {"lr", lr_used}, {"images_per_sec", ips}}.dump());
+    if (step_event) {
+      write_metrics(r, json{{"event", "step"}, {"epoch", epoch + 1}, {"step", r.step}, {"loss", l},
+                            {"acc", batch_acc}, {"lr", lr_used}, {"images_per_sec", ips}}.dump());
     }
     if (cfg.max_steps > 0 && r.step >= cfg.max_steps) {
       r.stopped = true;
@@ -689,22 +753,27 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
   }
   if (((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) && !r.interrupted) {
     const profiler::Scope scope("evaluate", profiler::Phase::eval);
+    // A saved run keeps the evaluation's most confident mistakes for its report.
+    const MistakeOptions mistakes{.keep = r.checkpoint ? kReportMistakes : 0, .mean = r.d.mean, .std = r.d.std};
     EvalResult ev = with_eval_backoff(r, [&] {
-      return evaluate_loader(*r.model, *r.test_loader, static_cast<int64_t>(r.d.classes.size()), r.comm.get());
+      return evaluate_loader(*r.model, *r.test_loader, static_cast<int64_t>(r.d.classes.size()), r.comm.get(),
+                             mistakes);
     });
     report_skipped(r.d.image_test.get(), "validation", cfg.quiet);
+    if (r.checkpoint)
+      write_evaluation_file((fs::path(cfg.save_dir) / kEvaluationFileName).string(), ev, r.d.classes, es.epoch, r.step);
     es.test_loss = ev.loss;
     es.test_acc = ev.accuracy;
     r.summary.test_acc = ev.accuracy;
     r.summary.test_loss = ev.loss;
   }
-  r.metrics->write_line(json{{"event", "epoch"}, {"epoch", es.epoch}, {"train_loss", es.train_loss},
-                             {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
-                             {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
-                             {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
-                             {"loader_wait_seconds", r.loader->stats().wait_seconds - t.loader_wait_before},
-                             {"skipped_images", skipped_train}}
-                            .dump());
+  write_metrics(r, json{{"event", "epoch"}, {"epoch", es.epoch}, {"train_loss", es.train_loss},
+                        {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
+                        {"test_acc", std::isnan(es.test_acc) ? json() : json(es.test_acc)},
+                        {"images_per_sec", es.images_per_sec}, {"seconds", es.seconds},
+                        {"loader_wait_seconds", r.loader->stats().wait_seconds - t.loader_wait_before},
+                        {"skipped_images", skipped_train}}
+                   .dump());
   if (!cfg.quiet) {
     std::fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%%", es.epoch, cfg.epochs, es.train_loss,
                  100 * es.train_acc);
@@ -743,12 +812,35 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
   summary.stopped_early = r.stopped && !r.interrupted && !(epoch_done && r.epoch_now + 1 == cfg.epochs);
   summary.seconds = seconds_since(t_start);
   summary.images_per_sec = static_cast<double>(r.train_images) / std::max(1e-9, r.train_seconds);
-  r.metrics->write_line(json{{"event", "summary"}, {"test_acc", std::isnan(summary.test_acc) ? json() : json(summary.test_acc)},
-                             {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
-                             {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", r.step},
-                             {"interrupted", r.interrupted}}
-                            .dump());
+  write_metrics(r, json{{"event", "summary"}, {"test_acc", std::isnan(summary.test_acc) ? json() : json(summary.test_acc)},
+                        {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
+                        {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", r.step},
+                        {"interrupted", r.interrupted}}
+                   .dump());
+  // The run directory's report (train/run_report.h). The run is saved whatever happens here: a
+  // report that cannot be written is a warning.
+  std::string report;
+  if (r.lead && !cfg.save_dir.empty()) {
+    try {
+      report = (fs::path(cfg.save_dir) / kReportFileName).string();
+      write_run_report({cfg.save_dir}, report);
+    } catch (const Error& e) {
+      report.clear();
+      std::fprintf(stderr, "ember train: warning: no report written: %s\n", e.what());
+    }
+  }
+  const auto print_saved = [&] {
+    if (cfg.quiet || !r.lead || cfg.save_dir.empty()) return;
+    std::fprintf(stderr, "ember train: saved in %s: the checkpoint (%s, step-*/), %s%s%s\n", cfg.save_dir.c_str(),
+                 kManifestName, kMetricsFileName,
+                 fs::exists(fs::path(cfg.save_dir) / kEvaluationFileName) ? ", evaluation.json" : "",
+                 report.empty() ? "" : ", report.html");
+    if (!report.empty())
+      std::fprintf(stderr, "ember train: report: %s (open it in a browser; rebuild it with: ember report %s)\n",
+                   report.c_str(), cfg.save_dir.c_str());
+  };
   if (r.interrupted) {
+    print_saved();
     if (r.lead) {
       if (r.checkpoint)
         std::fprintf(stderr, "ember train: interrupted at step %lld (epoch %d of %d); checkpoint saved in %s; "
@@ -772,6 +864,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
                 cfg.data.c_str(), span, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
                 format_duration(summary.seconds).c_str());
   }
+  print_saved();
   return summary;
 }
 

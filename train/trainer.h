@@ -167,11 +167,20 @@ LoadedModel load_model(const std::string& checkpoint);
 // the tensors (Note [Fine-tuning] in train/finetune.h).
 LoadedModel load_pytorch_model(const std::string& path, const std::string& model_name, int64_t image_size = 224);
 
+// One misclassified test image (EvalResult::mistakes).
+struct Mistake {
+  int64_t index = -1;  // in the test split; -1 when unreadable files were left out of its batch
+  int64_t truth = 0, predicted = 0;
+  double confidence = 0;  // the softmax probability of `predicted`
+  std::string png;        // a thumbnail of the image as the model saw it (train/run_report.h)
+};
+
 struct EvalResult {
   double accuracy = 0, loss = 0;
   int64_t count = 0;
   std::vector<double> per_class_accuracy;
   std::vector<std::vector<int64_t>> confusion;  // [true][predicted]
+  std::vector<Mistake> mistakes;                // the most confident first; only when asked for
 };
 // Evaluates a loaded model on the test split of `data` (fashion-mnist | mnist | IDX directory).
 EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::string& data_dir, int64_t batch_size = 256);

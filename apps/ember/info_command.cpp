@@ -7,7 +7,7 @@
 #include <ember/core/device.h>
 #include <ember/kernels/cpu/blas.h>
 #include <ember/kernels/cpu/parallel.h>
-#include <nlohmann/json.hpp>
+#include <ember/train/run_report.h>
 #include <thread>
 
 namespace ember::app {
@@ -26,28 +26,7 @@ void run_info(bool json) {
   const std::vector<std::string> gpus = cuda_device_descriptions();
   const char* env_threads = std::getenv("EMBER_NUM_THREADS");
   if (json) {
-    nlohmann::json j{{"version", b.version},
-                     {"build_type", b.build_type},
-                     {"compiler", b.compiler},
-                     {"flavours", b.flavours},
-                     {"libraries", b.libraries},
-                     {"cpu", {{"model", cpu.model_name},
-                              {"vendor", cpu.vendor},
-                              {"family", cpu.family},
-                              {"model_number", cpu.model},
-                              {"stepping", cpu.stepping},
-                              {"cores", std::thread::hardware_concurrency()},
-                              {"features", kc::feature_list(cpu)},
-                              {"widest_isa", kc::isa_name(isa)}}},
-                     {"gemm", {{"library", blas.library},
-                               {"kernels", blas.core},
-                               {"kernels_isa", kc::isa_name(blas.core_isa)},
-                               {"chosen_by", blas.chosen_by},
-                               {"warning", blas.warning}}},
-                     {"threads", get_num_threads()},
-                     {"cuda_built", cuda_built()},
-                     {"cuda_devices", gpus}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", train::environment_json(2).c_str());
     return;
   }
   std::printf("%s\n", version_line().c_str());

@@ -4,6 +4,7 @@
 //   ember eval CHECKPOINT [--data ...]         accuracy, per-class accuracy, confusion matrix
 //   ember predict CHECKPOINT IMAGE...          top-5 classes for image files (or IDX FILE:INDEX samples)
 //   ember export CHECKPOINT model.onnx         the network as ONNX, with its preprocessing and classes
+//   ember report RUN_DIR... [--out FILE]       a run's report.html (several runs: curves overlaid)
 //   ember inspect PATH [--json]                an ImageFolder tree: classes, counts, sizes, bad files
 //   ember bench loader --root PATH ...         data-loader throughput (one JSON line)
 //   ember info [--json]                        version, build, CPU features, GEMM kernels, devices
@@ -19,6 +20,7 @@
 #include <ember/ember.h>
 #include <ember/parallel/communicator.h>
 #include <ember/train/checkpoint.h>
+#include <ember/train/run_report.h>
 #include <ember/train/trainer.h>
 
 #include "augment_command.h"
@@ -198,6 +200,14 @@ int main(int argc, char** argv) {
   inspect_cmd->add_flag("--json", inspect.json, "print {\"classes\", \"class_to_idx\", \"samples\"} as JSON only");
   inspect_cmd->add_flag("--skip-hidden", inspect.skip_hidden, "leave out names beginning with '.'");
 
+  std::vector<std::string> report_runs;
+  std::string report_out;
+  CLI::App* report_cmd = app.add_subcommand("report", "write a run's report.html: curves, confusion matrix, mistakes "
+                                            "(several runs: their curves overlaid)");
+  report_cmd->add_option("runs", report_runs, "run directories (ember train --save DIR)")->required();
+  report_cmd->add_option("--out", report_out, "where to write the page (default: RUN/report.html for one run, "
+                         "./report.html for several)");
+
   bool info_json = false;
   CLI::App* info_cmd = app.add_subcommand("info", "what runs here: version, build, CPU features, GEMM kernels, devices");
   info_cmd->add_flag("--json", info_json, "one JSON object");
@@ -252,7 +262,7 @@ int main(int argc, char** argv) {
     }
     if (best != 0)
       return fail("unknown command '" + given + "'" + (best <= 2 ? " (did you mean '" + nearest + "'?)" : "") +
-                  "; the commands are train, eval, predict, export, inspect, bench and info (ember --help)");
+                  "; the commands are train, eval, predict, export, report, inspect, bench and info (ember --help)");
   }
   try {
     app.parse(argc, argv);
@@ -298,6 +308,13 @@ int main(int argc, char** argv) {
       export_options.image_size_given = export_cmd->get_option("--image-size")->count() > 0;
       app::run_export(export_options);
       std::printf("ember export: wrote %s\n", export_options.output.c_str());
+    } else if (*report_cmd) {
+      if (report_out.empty())
+        report_out = report_runs.size() == 1
+                         ? (std::filesystem::path(report_runs[0]) / train::kReportFileName).string()
+                         : std::string(train::kReportFileName);
+      train::write_run_report(report_runs, report_out);
+      std::printf("ember report: wrote %s\n", report_out.c_str());
     } else if (*info_cmd) {
       app::run_info(info_json);
     } else if (*inspect_cmd) {

@@ -124,7 +124,7 @@ expect_error "--cache applies to ImageFolder data only, and 'idx' holds IDX file
 expect_error "--init-weights cannot be used with --resume (the run continues from the weights in 'r')" \
   train --resume r --init-weights w.safetensors
 expect_error "The following argument was not expected: --bogus" train --bogus
-expect_error "unknown command 'trian' (did you mean 'train'?); the commands are train, eval, predict, export, inspect, bench and info (ember --help)" trian
+expect_error "unknown command 'trian' (did you mean 'train'?); the commands are train, eval, predict, export, report, inspect, bench and info (ember --help)" trian
 touch a-file
 expect_error "--save: 'a-file' is a file, not a directory" train "${common[@]}" --save a-file
 mkdir -p a-dir
@@ -192,8 +192,8 @@ expect_error "--resume: 'first' holds no checkpoint (no checkpoint.json; nothing
   train --resume first
 
 # ---- 5. a disk that fills up between two files, and in the metrics file --------------------------
-# Files: 1 model, 2 state, 3 manifest, 4 manifest (best) in epoch 1; 5 (model) fails.
-EMBER_FAULT=enospc-file:5 run full train "${common[@]}" --save full
+# Files: 1 model, 2 state, 3 manifest, 4 evaluation.json, 5 manifest (best) in epoch 1; 6 (model) fails.
+EMBER_FAULT=enospc-file:6 run full train "${common[@]}" --save full
 expect_rc full 1
 expect_line full full.err "ember: error: full/step-00000016/model.safetensors: cannot write temporary file: No space left on device"
 run full-resume train --resume full
