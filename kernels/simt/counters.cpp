@@ -4,10 +4,10 @@
 // Note [Seeing every load and store]
 // The emulator runs a kernel as ordinary compiled C++, so a load is a plain `mov` it never sees.
 // To see them without changing a line of the kernel, a lab's translation unit is compiled with
-// GCC's AddressSanitizer *instrumentation* but without its runtime (cmake/EmberLabs.cmake):
+// GCC's AddressSanitizer *instrumentation* but without its runtime (kernels/labs/CMakeLists.txt):
 // `-fsanitize=address --param asan-instrumentation-with-call-threshold=0` makes the compiler call
 // __asan_load4(addr) before every 4-byte load, __asan_store16(addr) before every 16-byte store,
-// and so on, and the emulator defines those functions itself (kernels/simt/access_hooks.cpp) to
+// and so on, and the emulator defines those functions itself (kernels/simt/lab_support/access_hooks.cpp) to
 // call counters_access() here with the address, the size and the caller's return address, which
 // identifies the instruction. `-U__SANITIZE_ADDRESS__` keeps simt.h from switching to its ASan
 // layout, and `asan-stack=0 asan-globals=0` leave out the runtime's stack and global bookkeeping.

@@ -4,7 +4,7 @@
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o copy kernels/labs/copy/copy.cu && ./copy
 //
-// and on the SIMT emulator here (`ember lab run copy`, or the lab_copy CMake target; docs/labs.md).
+// and on the SIMT emulator here (the lab_copy CMake target: ./build/labs/lab_copy; docs/labs.md).
 //
 // Per version, the columns are:
 //   ok              the output equals the CPU reference (within the lab's tolerance)

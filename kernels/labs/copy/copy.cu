@@ -1,7 +1,7 @@
 // Lab: copy — how fast can a GPU move memory, and what makes a copy slow?
 // Read kernels/labs/copy/README.md alongside. Build and run:
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o copy kernels/labs/copy/copy.cu && ./copy     (a GPU)
-//   ember lab run copy                                                               (the emulator)
+//   cmake --build build --target lab_copy && ./build/labs/lab_copy                  (the emulator)
 
 #include "../common/lab.cuh"
 

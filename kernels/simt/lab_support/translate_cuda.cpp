@@ -1,7 +1,7 @@
-// translate_cuda IN.cu OUT.cpp: turns a plain CUDA source file into C++ for the SIMT emulator,
+// translate_cuda IN_CU OUT_CPP: turns a plain CUDA source file into C++ for the SIMT emulator,
 // so that a kernel lab (kernels/labs) reads exactly as it would for nvcc. Two things in CUDA are
 // not C++, and are rewritten in place, keeping every line where it was (a `#line` directive makes
-// compiler errors and the emulator's diagnostics name IN.cu and its lines):
+// compiler errors and the emulator's diagnostics name the CUDA file and its lines):
 //
 //   kernel<<<grid, block[, smem[, stream]]>>>(args...)
 //       -> EMBER_SIMT_LAUNCH(Fiber, (kernel), grid, block, smem, stream, args...)
@@ -138,7 +138,7 @@ std::string rewrite_dynamic_shared(std::string t) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: translate_cuda IN.cu OUT.cpp\n";
+    std::cerr << "usage: translate_cuda IN_CU OUT_CPP\n";
     return 2;
   }
   std::ifstream in(argv[1], std::ios::binary);
