@@ -79,10 +79,23 @@ fi
 # NumPy 1.x. safetensors (with numpy):
 # io:python_safetensors and cli:finetune; onnx and onnxruntime: cli:onnx_export.
 python_packages=(safetensors "numpy<2" onnx==1.17.0 onnxruntime==1.32.0)
-if [ "$test" -eq 1 ] && ! python3 -c "import safetensors, numpy, onnx, onnxruntime" 2>/dev/null; then
-  # Debian's own python3 is "externally managed" and refuses plain pip installs; these packages
-  # do not conflict with anything Debian ships, so allow it there.
-  python3 -m pip install --quiet --disable-pip-version-check "${python_packages[@]}" 2>/dev/null ||
-    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${python_packages[@]}" ||
-    echo "install-deps: pip install ${python_packages[*]} failed; ctests io:python_safetensors, cli:finetune and cli:onnx_export will fail"
+# Into every interpreter the tests use: the first python3 on PATH (CMake's EMBER_PYTHON3) and
+# Debian's /usr/bin/python3, where Debian's torchvision lives (EMBER_SYSTEM_PYTHON3).
+if [ "$test" -eq 1 ]; then
+  interpreters=()
+  for py in "$(command -v python3 || true)" /usr/bin/python3; do
+    [ -x "$py" ] || continue
+    real=$(readlink -f "$("$py" -c 'import sys; print(sys.executable)' 2>/dev/null || echo "$py")")
+    case " ${interpreters[*]} " in *" $real "*) continue ;; esac
+    interpreters+=("$real")
+  done
+  for py in "${interpreters[@]}"; do
+    "$py" -c "import safetensors, numpy, onnx, onnxruntime" 2>/dev/null && continue
+    echo "install-deps: pip install ${python_packages[*]} for $py"
+    # Debian's own python3 is "externally managed" and refuses plain pip installs; these packages
+    # do not conflict with anything Debian ships, so allow it there.
+    "$py" -m pip install --quiet --disable-pip-version-check "${python_packages[@]}" 2>/dev/null ||
+      "$py" -m pip install --quiet --disable-pip-version-check --break-system-packages "${python_packages[@]}" ||
+      echo "install-deps: pip install failed for $py; ctests io:python_safetensors, cli:finetune and cli:onnx_export will fail"
+  done
 fi
