@@ -23,6 +23,7 @@
 #include <unordered_set>
 
 #include "../cpu/gemm.h"
+#include "shim_memory.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -43,20 +44,7 @@ bool live(cublasHandle_t h) {
   return h != nullptr && g_handles.count(h) != 0;
 }
 
-// Whether [p, p + bytes) lies in device memory of the emulator (cudaMalloc'ed). Both ends are
-// asked, so a matrix that starts inside an allocation but runs past it is caught in most cases.
-bool is_device_range(const void* p, size_t bytes) {
-  if (p == nullptr) return false;
-  auto device = [](const void* q) {
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, q) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-  };
-  return device(p) && (bytes == 0 || device(static_cast<const char*>(p) + bytes - 1));
-}
+using ember::simt::is_device_range;
 
 cublasStatus_t illegal(const char* fn, int param) {
   std::fprintf(stderr, " ** On entry to %s parameter number %d had an illegal value\n", fn, param);

@@ -64,6 +64,7 @@
 #include "../cpu/elementwise.h"
 #include "../cpu/pool.h"
 #include "../pool.h"
+#include "shim_memory.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
@@ -182,18 +183,7 @@ bool same_dims(const cudnnTensorStruct* a, const cudnnTensorStruct* b) {
   return a->n == b->n && a->c == b->c && a->h == b->h && a->w == b->w && a->type == b->type;
 }
 
-// Whether [p, p + bytes) lies in device memory of the emulator (cudaMalloc'ed); both ends are asked.
-bool is_device_range(const void* p, size_t bytes) {
-  auto device = [](const void* q) {
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, q) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-  };
-  return device(p) && (bytes == 0 || device(static_cast<const char*>(p) + bytes - 1));
-}
+using ember::simt::is_device_range;
 
 // Checks that each named operand is aligned to `align` bytes (its element size; 16 for a
 // workspace), BAD_PARAM_MISALIGNED_POINTER otherwise, and device memory of its extent,
