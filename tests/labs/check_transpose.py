@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""The transpose lab on the emulator (ctest labs:transpose): every version correct, the exercise
+caught, and the counters equal to the paper values.
+
+  check_transpose.py LAB_DIR     (LAB_DIR: the build's labs/ folder)
+
+Paper values, 96 x 160 floats, 32x32 tiles (15 blocks, 480 warp-rows):
+  naive: reads 4 sectors per request, column writes 32
+  tile: 480 shared stores by rows (1 wavefront each) + 480 loads by columns (32 each)
+  padded tile: 960 requests, 960 wavefronts; one barrier per block
+"""
+import sys
+
+from labcheck import expect, finish, run
+
+
+def main():
+    t = run(sys.argv[1], "transpose")
+    for v in (1, 2, 3, 4):
+        expect(f"transpose v{v} correct", t[v]["ok"], True)
+    expect("transpose v1 load sectors (rows: 4 per request)", (t[1]["global_load_requests"], t[1]["global_load_sectors"]), (480, 480 * 4))
+    expect("transpose v1 store sectors (columns: 32 per request)", (t[1]["global_store_requests"], t[1]["global_store_sectors"]), (480, 480 * 32))
+    for v in (2, 3, 4):
+        expect(f"transpose v{v} stores coalesced", t[v]["global_store_sectors"], 480 * 4)
+        expect(f"transpose v{v} one barrier per block", t[v]["barriers"], 15)
+        expect(f"transpose v{v} shared requests", t[v]["shared_requests"], 960)
+    expect("transpose v2 wavefronts (column reads of an unpadded tile: 32-way)", t[2]["shared_wavefronts"], 480 * 1 + 480 * 32)
+    expect("transpose v3 wavefronts (padded: conflict-free)", t[3]["shared_wavefronts"], 960)
+    expect("transpose v4 wavefronts (padded: conflict-free)", t[4]["shared_wavefronts"], 960)
+    expect("transpose exercise caught (wrong output)", t[9]["ok"], False)
+    expect("transpose exercise has no barrier", t[9]["barriers"], 0)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
