@@ -101,9 +101,15 @@ class Lab {
         json_ = true;
       } else if (a == "--broken") {
         with_broken_ = true;
+      } else if (a == "--list") {
+        list_ = true;
       } else {
         usage(("unknown argument " + a).c_str());
       }
+    }
+    if (list_) {  // naming the versions runs nothing: the small sizes keep the lab's setup quick
+      size_ = emulator_size;
+      return;
     }
     if (!json_) {
       cudaDeviceProp prop{};
@@ -138,7 +144,13 @@ class Lab {
   }
 
   // Prints the table; the exit status: 0 when every version that ran (except exercises) is correct.
+  // With --list: one line per version (number, name, idea; exercises marked) and nothing run.
   int finish() {
+    if (list_) {
+      for (const Row& r : rows_)
+        std::printf("%d\t%s\t%s%s\n", r.id, r.name.c_str(), r.idea.c_str(), r.broken ? " (exercise)" : "");
+      return 0;
+    }
     bool all_ok = true;
     if (!json_) {
       std::printf("%-3s %-22s %-4s %9s %9s %9s %9s %11s %9s %11s %9s\n", "v", "version", "ok", "ld s/req", "st s/req",
@@ -192,7 +204,7 @@ class Lab {
 
  private:
   [[noreturn]] void usage(const char* what) {
-    std::fprintf(stderr, "lab %s: %s\nusage: %s [--version N] [--size A,B,...] [--json] [--broken]\n", name_.c_str(),
+    std::fprintf(stderr, "lab %s: %s\nusage: %s [--version N] [--size A,B,...] [--json] [--broken] [--list]\n", name_.c_str(),
                  what, name_.c_str());
     std::exit(2);
   }
@@ -201,7 +213,7 @@ class Lab {
            const std::function<double()>& check, double tolerance, Peak peak, bool broken) {
     Row r;
     r.id = id, r.name = vname, r.idea = idea, r.flops = flops, r.peak = peak, r.broken = broken;
-    const bool selected = only_ == id || (only_ < 0 && (!broken || with_broken_));
+    const bool selected = !list_ && (only_ == id || (only_ < 0 && (!broken || with_broken_)));
     if (selected) {
       r.ran = true;
 #if defined(EMBER_SIMT)
@@ -277,7 +289,7 @@ class Lab {
 
   std::string name_;
   std::vector<long> size_;
-  bool emulated_ = false, json_ = false, with_broken_ = false;
+  bool emulated_ = false, json_ = false, with_broken_ = false, list_ = false;
   int only_ = -1;
   std::vector<Row> rows_;
 };
