@@ -49,6 +49,8 @@ v6 float4: the same 7348 sectors as v5 in 666 requests: A 2 * 9 * (8 + 1) = 162 
   (39168 ideal). The transposed stores As[4c + i][row] put the lanes with c = 0 and c = 1 four
   rows of 128 floats apart, in the same bank: 2 wavefronts instead of 1, 1152 extra (4 per warp
   and step): 40320.
+v7 double buffered: v6's loads and shared-memory accesses exactly, and one barrier per step plus
+  the one after the first tiles: 4 * (9 + 1) = 40.
 """
 import sys
 
@@ -60,13 +62,13 @@ M, N, K = 140, 136, 72
 def main():
     lab_dir = sys.argv[1]
     g = run(lab_dir, "sgemm")
-    for v in (1, 2, 3, 4, 5, 6):
+    for v in (1, 2, 3, 4, 5, 6, 7):
         expect(f"sgemm v{v} correct", g[v]["ok"], True)
         expect(f"sgemm v{v} flops 2MNK", g[v]["flops"], 2 * M * N * K)
         expect(f"sgemm v{v} counted memory", g[v]["memory_counted"], True)
     for size in ("37,45,29", "67,61,44"):  # every edge ragged; K and N odd or not a multiple of 8
         other = run(lab_dir, "sgemm", "--size", size)
-        for v in (1, 2, 3, 4, 5, 6, 9):
+        for v in (1, 2, 3, 4, 5, 6, 7, 9):
             expect(f"sgemm v{v} correct at {size}", other[v]["ok"], True)
 
     def loads(v):
@@ -88,6 +90,9 @@ def main():
     expect("sgemm v6 barriers", g[6]["barriers"], 72)
     expect("sgemm v6 shared requests, wavefronts, ideal", (g[6]["shared_requests"], g[6]["shared_wavefronts"],
                                                             g[6]["shared_ideal_wavefronts"]), (10656, 40320, 39168))
+    for key in ("global_load_requests", "global_load_sectors", "shared_requests", "shared_wavefronts"):
+        expect(f"sgemm v7 {key} as v6", g[7][key], g[6][key])
+    expect("sgemm v7 barriers (one per step, and one before the first)", g[7]["barriers"], 40)
     expect("sgemm exercise correct output (a slowdown, not a wrong result)", g[9]["ok"], True)
     expect("sgemm exercise caught: 32-way conflicts on the B tile", g[9]["shared_wavefronts"], 2613600)
     expect("sgemm exercise: the same requests as v3", g[9]["shared_requests"], 158400)

@@ -1,6 +1,7 @@
 // Lab: sgemm — C = alpha * A * B + beta * C for row-major float matrices, A: M x K, B: K x N,
-// C: M x N. Six versions, each fixing what the previous one wasted, from one thread per output
-// reading everything from DRAM to 128 x 128 tiles with 64 outputs per thread and 16-byte loads.
+// C: M x N. Seven versions, each fixing what the previous one wasted, from one thread per output
+// reading everything from DRAM to 128 x 128 tiles with 64 outputs per thread, 16-byte loads and
+// the next tiles loading while the current ones are multiplied.
 // Read kernels/labs/sgemm/README.md alongside.
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o sgemm kernels/labs/sgemm/sgemm.cu && ./sgemm
 //   cmake --build build --target lab_sgemm && ./build/labs/lab_sgemm   (the emulator)
@@ -30,7 +31,7 @@ __global__ void sgemm_naive(int M, int N, int K, float alpha, const float* A, co
 // v2: the same kernel with the roles of x and y swapped: the lanes of a warp now share one row m
 // and take 32 consecutive columns n. B[k][n..n+31] and C[m][n..n+31] are 128 consecutive bytes:
 // 4 sectors per request. A[m][k] is one address for the whole warp. Every thread still reads a
-// whole row of A and a whole column of B from DRAM: 2K loads per multiply-add pair.
+// whole row of A and a whole column of B from DRAM: two loads per multiply-add.
 __global__ void sgemm_coalesced(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
                                 float* C) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
@@ -44,9 +45,9 @@ __global__ void sgemm_coalesced(int M, int N, int K, float alpha, const float* A
 // v3: shared-memory tiles. The 32 x 32 threads of a block compute a 32 x 32 tile of C. They walk
 // K in steps of 32: each thread loads one element of a 32 x 32 tile of A and one of B into shared
 // memory (coalesced rows), the block waits at a barrier, each thread does 32 multiply-adds from
-// shared memory, and the block waits again before the tiles are overwritten. Each element of A
-// and B now comes from DRAM once per tile of C instead of once per element of C: 32 times less
-// traffic. Reads of As[ty][k] are the same word for a whole warp (a broadcast) and reads of
+// shared memory, and the block waits again before the tiles are overwritten. Each element of B
+// now comes from DRAM once per 32 rows of C instead of once per row: 32 times less traffic (and
+// A, which v2 read as one 4-byte broadcast per 32-byte sector, 8 times less). Reads of As[ty][k] are the same word for a whole warp (a broadcast) and reads of
 // Bs[k][tx] are 32 consecutive words (32 banks): no bank conflicts.
 constexpr int kTile = 32;
 
@@ -166,45 +167,53 @@ __device__ float4 load4(const float* p, int row, int col, int rows, int cols) {
 // tile is stored transposed, As[k][m], so that the 8 values of A a thread needs at step k are
 // contiguous too: the patch is two 4 x 4 quads, rows 4 tr.. and 64 + 4 tr.., columns 4 tc.. and
 // 64 + 4 tc.., and each step reads 2 float4 of As and 2 of Bs instead of 16 floats. The epilogue
-// reads and writes C as float4 as well.
-__global__ void sgemm_float4(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
-                             float* C) {
-  __shared__ __align__(16) float As[kBK][kBM];  // transposed: As[k][m]
-  __shared__ __align__(16) float Bs[kBK][kBN];
+// reads and writes C as float4 as well. The three parts are functions, which v7 reuses.
+constexpr int kHalfM = kBM / 2, kHalfN = kBN / 2;
+
+// Thread t's share of the tiles at k0: a float4 of A (row t / 2, k0 + 4 (t % 2)..) and one of B
+// (row k0 + t / 32, columns 4 (t % 32)..), in registers.
+struct TileLoads {
+  float4 a, b;
+};
+__device__ TileLoads load_tiles(const float* A, const float* B, int M, int N, int K, int m0, int n0, int k0) {
   const int t = threadIdx.x;
-  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
-  const int tr = t / kColThreads, tc = t % kColThreads;
-  const int a_row = t / (kBK / 4), a_col = t % (kBK / 4) * 4;  // 128 rows x 2 float4
-  const int b_row = t / (kBN / 4), b_col = t % (kBN / 4) * 4;  // 8 rows x 32 float4
-  constexpr int kHalfM = kBM / 2, kHalfN = kBN / 2;
-  float acc[kTM][kTN] = {};
+  return {load4(A, m0 + t / (kBK / 4), k0 + t % (kBK / 4) * 4, M, K),
+          load4(B, k0 + t / (kBN / 4), n0 + t % (kBN / 4) * 4, K, N)};
+}
+__device__ void store_tiles(const TileLoads& v, float (*As)[kBM], float (*Bs)[kBN]) {
+  const int t = threadIdx.x;
+  const int a_row = t / (kBK / 4), a_col = t % (kBK / 4) * 4;
+  As[a_col + 0][a_row] = v.a.x;  // transposed: As[k][m]
+  As[a_col + 1][a_row] = v.a.y;
+  As[a_col + 2][a_row] = v.a.z;
+  As[a_col + 3][a_row] = v.a.w;
+  *reinterpret_cast<float4*>(&Bs[t / (kBN / 4)][t % (kBN / 4) * 4]) = v.b;
+}
+
+// acc += the thread's patch of As * Bs: per k, two float4 of A and two of B, 64 multiply-adds.
+__device__ void multiply_tiles(const float (*As)[kBM], const float (*Bs)[kBN], int tr, int tc, float (&acc)[kTM][kTN]) {
   float a[kTM], b[kTN];
-  for (int k0 = 0; k0 < K; k0 += kBK) {
-    const float4 av = load4(A, m0 + a_row, k0 + a_col, M, K);
-    As[a_col + 0][a_row] = av.x;
-    As[a_col + 1][a_row] = av.y;
-    As[a_col + 2][a_row] = av.z;
-    As[a_col + 3][a_row] = av.w;
-    *reinterpret_cast<float4*>(&Bs[b_row][b_col]) = load4(B, k0 + b_row, n0 + b_col, K, N);
-    __syncthreads();
-    for (int k = 0; k < kBK; ++k) {
-      const float4 a0 = *reinterpret_cast<const float4*>(&As[k][4 * tr]);
-      const float4 a1 = *reinterpret_cast<const float4*>(&As[k][kHalfM + 4 * tr]);
-      const float4 b0 = *reinterpret_cast<const float4*>(&Bs[k][4 * tc]);
-      const float4 b1 = *reinterpret_cast<const float4*>(&Bs[k][kHalfN + 4 * tc]);
-      a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
-      b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w, b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
-      for (int i = 0; i < kTM; ++i)
-        for (int j = 0; j < kTN; ++j) acc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
+  for (int k = 0; k < kBK; ++k) {
+    const float4 a0 = *reinterpret_cast<const float4*>(&As[k][4 * tr]);
+    const float4 a1 = *reinterpret_cast<const float4*>(&As[k][kHalfM + 4 * tr]);
+    const float4 b0 = *reinterpret_cast<const float4*>(&Bs[k][4 * tc]);
+    const float4 b1 = *reinterpret_cast<const float4*>(&Bs[k][kHalfN + 4 * tc]);
+    a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+    b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w, b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
+    for (int i = 0; i < kTM; ++i)
+      for (int j = 0; j < kTN; ++j) acc[i][j] += a[i] * b[j];
   }
+}
+
+// C = alpha * acc + beta * C over the thread's patch, a float4 at a time where 4 columns fit.
+__device__ void write_patch(const float (&acc)[kTM][kTN], int m0, int n0, int tr, int tc, int M, int N, float alpha,
+                            float beta, float* C) {
   for (int i = 0; i < kTM; ++i) {
     const int m = m0 + (i < 4 ? 4 * tr + i : kHalfM + 4 * tr + i - 4);
+    if (m >= M) continue;
     for (int half = 0; half < 2; ++half) {
       const int n = n0 + half * kHalfN + 4 * tc;
       const float* r = &acc[i][4 * half];
-      if (m >= M) continue;
       if (N % 4 == 0 && n + 3 < N) {
         float4 c = *reinterpret_cast<const float4*>(&C[m * N + n]);
         c.x = alpha * r[0] + beta * c.x, c.y = alpha * r[1] + beta * c.y;
@@ -215,6 +224,48 @@ __global__ void sgemm_float4(int M, int N, int K, float alpha, const float* A, c
       }
     }
   }
+}
+
+__global__ void sgemm_float4(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
+                             float* C) {
+  __shared__ __align__(16) float As[kBK][kBM];  // transposed: As[k][m]
+  __shared__ __align__(16) float Bs[kBK][kBN];
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int tr = threadIdx.x / kColThreads, tc = threadIdx.x % kColThreads;
+  float acc[kTM][kTN] = {};
+  for (int k0 = 0; k0 < K; k0 += kBK) {
+    store_tiles(load_tiles(A, B, M, N, K, m0, n0, k0), As, Bs);
+    __syncthreads();
+    multiply_tiles(As, Bs, tr, tc, acc);
+    __syncthreads();
+  }
+  write_patch(acc, m0, n0, tr, tc, M, N, alpha, beta, C);
+}
+
+// v7: double buffering. In v6 a thread waits for its loads from DRAM (hundreds of cycles) with
+// nothing to do, and the whole block waits twice per step. Here there are two copies of each
+// tile: while the block multiplies the tiles of step k0, each thread's loads for step k0 + 8 are
+// already in flight into registers, and are stored into the other copy after the math. One
+// barrier per step suffices: the copy a step writes is the one every thread finished reading
+// before the previous barrier. The same loads, the same shared-memory accesses, half the barriers.
+__global__ void sgemm_double_buffered(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
+                                      float* C) {
+  __shared__ __align__(16) float As[2][kBK][kBM];
+  __shared__ __align__(16) float Bs[2][kBK][kBN];
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int tr = threadIdx.x / kColThreads, tc = threadIdx.x % kColThreads;
+  float acc[kTM][kTN] = {};
+  store_tiles(load_tiles(A, B, M, N, K, m0, n0, 0), As[0], Bs[0]);
+  __syncthreads();
+  for (int k0 = 0, buf = 0; k0 < K; k0 += kBK, buf ^= 1) {
+    const bool more = k0 + kBK < K;
+    TileLoads next{};
+    if (more) next = load_tiles(A, B, M, N, K, m0, n0, k0 + kBK);  // in flight during the math
+    multiply_tiles(As[buf], Bs[buf], tr, tc, acc);
+    if (more) store_tiles(next, As[buf ^ 1], Bs[buf ^ 1]);
+    __syncthreads();
+  }
+  write_patch(acc, m0, n0, tr, tc, M, N, alpha, beta, C);
 }
 
 // Exercise (v9): v3 with one change that a CPU programmer would find natural — the B tile stored
@@ -306,6 +357,8 @@ int main(int argc, char** argv) {
             gemm([&] { sgemm_2d_tile<<<grid128, kThreads>>>(M, N, K, alpha, A, B, beta, C); }), check, 0);
   L.version(6, "float4, A transposed", "16-byte loads", flops,
             gemm([&] { sgemm_float4<<<grid128, kThreads>>>(M, N, K, alpha, A, B, beta, C); }), check, 0);
+  L.version(7, "double buffered", "loads overlap the math", flops,
+            gemm([&] { sgemm_double_buffered<<<grid128, kThreads>>>(M, N, K, alpha, A, B, beta, C); }), check, 0);
   L.broken_version(9, "exercise: B tile", "find the slowdown", flops,
                    gemm([&] { sgemm_exercise<<<grid32, t32>>>(M, N, K, alpha, A, B, beta, C); }), check, 0);
   cudaFree(A);
