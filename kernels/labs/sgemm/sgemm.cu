@@ -248,7 +248,9 @@ __global__ void sgemm_float4(int M, int N, int K, float alpha, const float* A, c
 // already in flight into registers, and are stored into the other copy after the math. One
 // barrier per step suffices: the copy a step writes is the one every thread finished reading
 // before the previous barrier. The same loads, the same shared-memory accesses, half the barriers.
-__global__ void sgemm_double_buffered(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
+// The next tiles take 8 more registers per thread: __launch_bounds__ keeps the total at 128, so
+// that two blocks still fit on an SM (its 65536 registers / 256 threads / 2).
+__global__ void __launch_bounds__(kThreads, 2) sgemm_double_buffered(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
                                       float* C) {
   __shared__ __align__(16) float As[2][kBK][kBM];
   __shared__ __align__(16) float Bs[2][kBK][kBN];
