@@ -13,11 +13,15 @@
 // layout, and `asan-stack=0 asan-globals=0` leave out the runtime's stack and global bookkeeping.
 //
 // Fibers run a warp's lanes one after another, never in lock-step, so "the 32 accesses of one
-// warp instruction" are rebuilt afterwards: each access is recorded with its CUDA thread and
-// instruction address; when the block ends, the k-th execution of instruction P by each lane of
-// warp W forms one request (W, P, k). For converged code this is exactly the GPU's grouping; for
-// divergent code a lane that skipped an iteration pairs its later executions with its neighbours'
-// earlier ones, which still counts every request, with fewer lanes in some.
+// warp instruction" are rebuilt afterwards: each access is recorded with its CUDA thread, its
+// instruction address and the number of the block's barriers completed before it; when the block
+// ends, the k-th execution of instruction P by each lane of warp W after the same barrier b forms
+// one request (W, P, b, k). For converged code this is exactly the GPU's grouping. Counting from
+// each barrier keeps a loop whose body holds a barrier exact even when a lane skips an access in
+// one iteration (a tile loader at a padded edge): every lane is in the same iteration between two
+// barriers. Without a barrier in the loop, a lane that skipped an iteration pairs its later
+// executions with its neighbours' earlier ones, which still counts every request, with fewer
+// lanes in some.
 //
 // Per request:
 //   global: the distinct 32-byte sectors the lanes touch (4 for 32 consecutive floats, 32 for 32
@@ -53,6 +57,7 @@ namespace {
 struct Access {
   uint32_t thread;  // linear thread index in the block
   uint32_t size;
+  uint32_t epoch;   // the block's barriers completed before this access
   uintptr_t pc;
   uintptr_t addr;
   bool write;
@@ -66,6 +71,7 @@ struct CurrentLaunch {
   uintptr_t shared_begin = 0, shared_end = 0;    // static __shared__ section
   uintptr_t dynamic_begin = 0, dynamic_end = 0;  // this launch's dynamic shared memory
   std::vector<Access> trace;                     // the current block's accesses
+  uint32_t epoch = 0;                            // the current block's barriers completed so far
 };
 thread_local CurrentLaunch tls_launch;
 
@@ -74,13 +80,17 @@ std::vector<KernelCounters> g_results;
 
 struct RequestKey {
   uint32_t warp;
+  uint32_t epoch;
   uint32_t occurrence;
   uintptr_t pc;
-  bool operator==(const RequestKey& o) const { return warp == o.warp && occurrence == o.occurrence && pc == o.pc; }
+  bool operator==(const RequestKey& o) const {
+    return warp == o.warp && epoch == o.epoch && occurrence == o.occurrence && pc == o.pc;
+  }
 };
 struct RequestKeyHash {
   size_t operator()(const RequestKey& k) const {
-    return std::hash<uintptr_t>()(k.pc) ^ (static_cast<size_t>(k.warp) << 40) ^ (static_cast<size_t>(k.occurrence) * 0x9E3779B97F4A7C15ull);
+    return std::hash<uintptr_t>()(k.pc) ^ (static_cast<size_t>(k.warp) << 40) ^
+           (static_cast<size_t>(k.occurrence) * 0x9E3779B97F4A7C15ull) ^ (static_cast<size_t>(k.epoch) * 0xC2B2AE3D27D4EB4Full);
   }
 };
 
@@ -153,6 +163,7 @@ void counters_block_begin(const unsigned char* dynamic_smem, size_t bytes) {
   L.dynamic_begin = reinterpret_cast<uintptr_t>(dynamic_smem);
   L.dynamic_end = L.dynamic_begin + bytes;
   L.trace.clear();
+  L.epoch = 0;
 }
 
 void counters_block_end(unsigned threads) {
@@ -162,12 +173,12 @@ void counters_block_end(unsigned threads) {
   c.blocks += 1;
   c.threads += threads;
   // Number each thread's executions of each instruction, then group the lanes of a warp.
-  std::unordered_map<RequestKey, uint32_t, RequestKeyHash> seen;  // (thread, 0, pc) -> executions so far
+  std::unordered_map<RequestKey, uint32_t, RequestKeyHash> seen;  // (thread, epoch, 0, pc) -> executions so far
   std::unordered_map<RequestKey, std::vector<const Access*>, RequestKeyHash> requests;
   std::vector<RequestKey> order;  // requests in first-seen order (deterministic counting)
   for (const Access& a : L.trace) {
-    const uint32_t k = seen[RequestKey{a.thread, 0, a.pc}]++;
-    const RequestKey key{a.thread / 32, k, a.pc};
+    const uint32_t k = seen[RequestKey{a.thread, a.epoch, 0, a.pc}]++;
+    const RequestKey key{a.thread / 32, a.epoch, k, a.pc};
     auto [it, inserted] = requests.try_emplace(key);
     if (inserted) order.push_back(key);
     it->second.push_back(&a);
@@ -189,7 +200,9 @@ void counters_launch_end() {
 }
 
 void counters_on_barrier() {
-  if (tls_launch.active) tls_launch.counts.barriers += 1;
+  if (!tls_launch.active) return;
+  tls_launch.counts.barriers += 1;
+  tls_launch.epoch += 1;
 }
 
 void counters_on_warp_op(unsigned lanes) {
@@ -254,7 +267,7 @@ void counters_access(const void* p, size_t size, bool write, const void* pc) {
       return;  // the stack, host memory, the emulator's own data
     }
   }
-  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), reinterpret_cast<uintptr_t>(pc), addr, write, shared});
+  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), L.epoch, reinterpret_cast<uintptr_t>(pc), addr, write, shared});
 }
 
 }  // namespace detail
