@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <ember/kernels/simt/warp_matrix.h>
 
