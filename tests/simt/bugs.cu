@@ -115,6 +115,15 @@ __global__ void mma_partial_warp(float* out) {
   out[threadIdx.x] = d[0];
 }
 
+__global__ void ldmatrix_misaligned(float* out) {
+  __shared__ uint16_t tile[32][8];
+  for (int c = 0; c < 8; ++c) tile[threadIdx.x][c] = static_cast<uint16_t>(c);
+  __syncthreads();
+  uint32_t r[4];
+  ember::simt::ptx::ldmatrix_x4(r, &tile[threadIdx.x][1]);  // BUG(ldmatrix_misaligned): rows must be 16-byte aligned
+  out[threadIdx.x] = static_cast<float>(r[0]);
+}
+
 __global__ void nop(float* out) {
   if (out != nullptr && threadIdx.x == 12345) out[0] = 0;
 }
@@ -181,6 +190,7 @@ const std::map<std::string, std::function<void()>> cases = {
     {"divergent_warp_op", [] { EMBER_LAUNCH(divergent_warp_op, 1, 32, 0, 0, device_array(32, 0.0f)); }},
     {"deadlock", [] { EMBER_LAUNCH(deadlock, 1, 32, 0, 0, device_array(32, 0.0f)); }},
     {"mma_partial_warp", [] { EMBER_LAUNCH(mma_partial_warp, 1, 32, 0, 0, device_array(32, 0.0f)); }},
+    {"ldmatrix_misaligned", [] { EMBER_LAUNCH(ldmatrix_misaligned, 1, 32, 0, 0, device_array(32, 0.0f)); }},
     {"host_pointer",
      [] {
        std::vector<float> host(64);
