@@ -30,7 +30,10 @@ Paper values, M = 128, N = 64, K = 128 (bf16 A and B, float C, all row-major):
          Per tile step: 64 ldmatrix x 32 = 2048 wavefronts, + 32 x 4 for the copies.
      v5: rows 144 bytes (36 words) apart: row r starts in bank 4r, the 8 rows cover the 32 banks:
          4 wavefronts per ldmatrix, the ideal.
-     C stores (v4, v5): per warp 2 x 4 mma tiles x 2 float2 stores, 8 rows x 32 bytes: 8 sectors.
+     v6: rows 128 bytes apart, 16-byte chunk c of row r stored at chunk c ^ (r % 8): the 8 rows of
+         a pass are in 8 different chunks, which cover the 32 banks: 4 wavefronts per ldmatrix; the
+         copies still write whole rows (a permutation of one row's chunks): 4 per request.
+     C stores (v4-v6): per warp 2 x 4 mma tiles x 2 float2 stores, 8 rows x 32 bytes: 8 sectors.
   Exercise: the barrier after the copies is missing: wrong results (warps read tile rows that other
   warps have not written: the emulator fills shared memory with NaN first) and 4 barriers, not 8.
 """
@@ -42,7 +45,7 @@ from labcheck import expect, finish, run
 def main():
     g = run(sys.argv[1], "tensor_core_gemm")
     M, N, K = 128, 64, 128
-    for v in (1, 2, 3, 4, 5):
+    for v in (1, 2, 3, 4, 5, 6):
         expect(f"gemm v{v} correct", g[v]["ok"], True)
         expect(f"gemm v{v} counted memory", g[v]["memory_counted"], True)
 
@@ -71,7 +74,7 @@ def main():
 
     tile_steps = (M // 64) * (N // 64) * (K // 64)
     warps = (M // 64) * (N // 64) * 4
-    for v in (3, 4, 5):
+    for v in (3, 4, 5, 6):
         expect(f"gemm v{v} tile copies: 16 sectors per request", loads(v), (tile_steps * 32, tile_steps * 32 * 16))
         expect(f"gemm v{v} C stores", stores(v), (warps * 16, warps * 16 * 8))
     expect("gemm v3 shared (WMMA loads from an unpadded tile)", shared(3),
@@ -81,7 +84,9 @@ def main():
            (tile_steps * (32 + 64), tile_steps * (32 * 4 + 64 * 32)))
     expect("gemm v5 shared (ldmatrix, padded: 4 wavefronts each)", shared(5),
            (tile_steps * (32 + 64), tile_steps * (32 * 4 + 64 * 4)))
-    for v in (4, 5):
+    expect("gemm v6 shared (ldmatrix, swizzled: 4 wavefronts each)", shared(6),
+           (tile_steps * (32 + 64), tile_steps * (32 * 4 + 64 * 4)))
+    for v in (4, 5, 6):
         expect(f"gemm v{v} warp ops and barriers", warp(v),
                (warps * (K // 64) * 4 * 12, warps * (K // 64) * 4 * 12 * 32, 2 * tile_steps))
     expect("gemm exercise caught (wrong output)", g[9]["ok"], False)

@@ -10,6 +10,7 @@
 // v3 WMMA from shared memory: a block stages 64x64 tiles of A and B in shared memory
 // v4 mma.sync m16n8k16 fed by ldmatrix from the same tiles
 // v5 v4 with padded tile rows: ldmatrix without bank conflicts
+// v6 v4 with swizzled tiles: ldmatrix without bank conflicts and without padding
 // v9 exercise: v5 with a line missing
 
 #include "../common/lab.cuh"
@@ -145,6 +146,56 @@ __global__ void gemm_mma(const bf16* A, const bf16* B, float* C, int M, int N, i
     }
 }
 
+// ---- v6: mma.sync, swizzled tiles -------------------------------------------------------------
+// Padding costs shared memory (v5: 12% more). A swizzle removes the conflicts without it: a tile
+// row is 8 chunks of 16 bytes, and chunk c of row r is stored at chunk position c ^ (r % 8). The 8
+// rows one ldmatrix pass reads (r % 8 = 0..7, same c) land in 8 different chunks, which cover the
+// 32 banks; a row written by 8 lanes is still one whole 128-byte row.
+__device__ __forceinline__ int swizzle(int r, int c) { return ((c / 8) ^ (r % 8)) * 8 + c % 8; }
+
+__device__ void copy_tile_swizzled(bf16 (*tile)[kTile], const bf16* src, int ld) {
+  for (int c = threadIdx.x; c < kTile * kTile / 8; c += blockDim.x) {
+    const int r = c / (kTile / 8), col = c % (kTile / 8) * 8;
+    *reinterpret_cast<int4*>(&tile[r][swizzle(r, col)]) = *reinterpret_cast<const int4*>(&src[r * ld + col]);
+  }
+}
+
+__global__ void gemm_mma_swizzled(const bf16* A, const bf16* B, float* C, int M, int N, int K) {
+  __shared__ __align__(16) bf16 As[kTile][kTile];
+  __shared__ __align__(16) bf16 Bs[kTile][kTile];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 2 * 32, wn = warp % 2 * 32;
+  const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
+  float acc[2][4][4] = {};
+  for (int k0 = 0; k0 < K; k0 += kTile) {
+    copy_tile_swizzled(As, A + m0 * K + k0, K);
+    copy_tile_swizzled(Bs, B + k0 * N + n0, N);
+    __syncthreads();
+    for (int kk = 0; kk < kTile; kk += 16) {
+      uint32_t a[2][4], b[4][2];
+      for (int i = 0; i < 2; ++i) {
+        const int r = wm + i * 16 + lane % 16;
+        ldmatrix_x4(a[i], &As[r][swizzle(r, kk + lane / 16 * 8)]);
+      }
+      for (int j = 0; j < 2; ++j) {
+        const int r = kk + lane % 16;
+        uint32_t q[4];
+        ldmatrix_x4_trans(q, &Bs[r][swizzle(r, wn + j * 16 + lane / 16 * 8)]);
+        b[2 * j][0] = q[0], b[2 * j][1] = q[1], b[2 * j + 1][0] = q[2], b[2 * j + 1][1] = q[3];
+      }
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 4; ++j) mma_m16n8k16_bf16(acc[i][j], a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) {
+      const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
+      *reinterpret_cast<float2*>(&C[row * N + col]) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(&C[(row + 8) * N + col]) = make_float2(acc[i][j][2], acc[i][j][3]);
+    }
+}
+
 // Exercise (v9): v5 with one line missing. Find it from the lab's output.
 __global__ void gemm_mma_exercise(const bf16* A, const bf16* B, float* C, int M, int N, int K) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -255,6 +306,8 @@ int main(int argc, char** argv) {
             [&] { gemm_mma<0><<<tiles, 128, tiles_bytes(0)>>>(A, B, C, M, N, K); }, check, tolerance, lab::Peak::bf16_tensor);
   L.version(5, "mma.sync, padded", "no bank conflicts", flops,
             [&] { gemm_mma<kPad><<<tiles, 128, tiles_bytes(kPad)>>>(A, B, C, M, N, K); }, check, tolerance, lab::Peak::bf16_tensor);
+  L.version(6, "mma.sync, swizzled", "no conflicts, no padding", flops,
+            [&] { gemm_mma_swizzled<<<tiles, 128>>>(A, B, C, M, N, K); }, check, tolerance, lab::Peak::bf16_tensor);
   L.broken_version(9, "exercise: mma", "find the bug", flops,
                    [&] { gemm_mma_exercise<<<tiles, 128, tiles_bytes(kPad)>>>(A, B, C, M, N, K); }, check, tolerance);
   cudaFree(A);
