@@ -227,9 +227,6 @@ void Block::complete_barrier() {
   for (Warp& w : warps) w.exited_at_sync = w.exited;
 }
 
-// The name of what a thread waits in: a warp collective's own name, else its kind's.
-const char* warp_op_name(const CudaThread& t);
-
 const char* warp_kind_name(WarpKind k) {
   switch (k) {
     case WarpKind::Shfl: return "warp shuffle";
@@ -240,6 +237,7 @@ const char* warp_kind_name(WarpKind k) {
   return "warp op";
 }
 
+// The name of what a thread waits in: a warp collective's own name, else its kind's.
 const char* warp_op_name(const CudaThread& t) {
   return t.collective ? t.collective_name : warp_kind_name(t.warp_kind);
 }
