@@ -4,13 +4,17 @@
 // Note [Seeing every load and store]
 // The emulator runs a kernel as ordinary compiled C++, so a load is a plain `mov` it never sees.
 // To see them without changing a line of the kernel, a lab's translation unit is compiled with
-// GCC's AddressSanitizer *instrumentation* but without its runtime (kernels/labs/CMakeLists.txt):
-// `-fsanitize=address --param asan-instrumentation-with-call-threshold=0` makes the compiler call
-// __asan_load4(addr) before every 4-byte load, __asan_store16(addr) before every 16-byte store,
-// and so on, and the emulator defines those functions itself (kernels/simt/lab_support/access_hooks.cpp) to
-// call counters_access() here with the address, the size and the caller's return address, which
-// identifies the instruction. `-U__SANITIZE_ADDRESS__` keeps simt.h from switching to its ASan
-// layout, and `asan-stack=0 asan-globals=0` leave out the runtime's stack and global bookkeeping.
+// GCC's ThreadSanitizer *instrumentation* but without its runtime (kernels/labs/CMakeLists.txt):
+// `-fsanitize=thread` makes the compiler call __tsan_read4(addr) before every 4-byte load,
+// __tsan_write16(addr) before every 16-byte store, and so on, and the emulator defines those
+// functions itself (kernels/simt/lab_support/access_hooks.cpp) to call counters_access() here
+// with the address, the size and the caller's return address, which identifies the instruction.
+// `-U__SANITIZE_THREAD__` keeps simt.h from switching to its TSan mode, and
+// `tsan-instrument-func-entry-exit=0` leaves out the runtime's call-stack bookkeeping.
+// TSan's instrumentation rather than ASan's: ASan checks an address once per basic block, so the
+// store of a read-modify-write (`p[i] = f(p[i])`) would go unseen; TSan reports every access.
+// `-fno-tree-sra` keeps GCC from splitting a copied struct into its members, so that a float4
+// loaded into a variable is one 16-byte access, as the GPU's ld.global.v4 is.
 //
 // Fibers run a warp's lanes one after another, never in lock-step, so "the 32 accesses of one
 // warp instruction" are rebuilt afterwards: each access is recorded with its CUDA thread, its

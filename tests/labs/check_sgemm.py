@@ -10,8 +10,8 @@ Paper values for M x N x K = 140 x 136 x 72 (ragged: 140 = 4*32 + 12 = 2*64 + 12
 8 are 1. A column block of 32 columns of C is full four times and holds 8 columns once: a row of
 C or B costs 4+4+4+4+1 = 17 sectors when read in warps of 32 lanes.
 
-The emulator sees loads of C but not its stores: C[m][n] = alpha*acc + beta*C[m][n] stores to the
-address it has just loaded, and GCC's instrumentation checks an address once per basic block.
+The stores of C follow the loads of C (C[m][n] = alpha*acc + beta*C[m][n] reads and writes the
+same element): the same requests and sectors, counted below with each version's C loads.
 
 v1 naive (lanes along M): a warp is (32 rows, one column n); ceil(140/32) * 136 = 680 warps have
   work, each making K loads of A, K of B and one of C: 680 * 145 = 98600 requests.
@@ -93,6 +93,10 @@ def main():
     for key in ("global_load_requests", "global_load_sectors", "shared_requests", "shared_wavefronts"):
         expect(f"sgemm v7 {key} as v6", g[7][key], g[6][key])
     expect("sgemm v7 barriers (one per step, and one before the first)", g[7]["barriers"], 40)
+    stores = {1: (680, M * N), 2: (700, 2380), 3: (700, 2380), 4: (700, 2380), 5: (630, 2380), 6: (216, 2380),
+              7: (216, 2380)}
+    for v, want in stores.items():
+        expect(f"sgemm v{v} stores of C (as its loads of C)", (g[v]["global_store_requests"], g[v]["global_store_sectors"]), want)
     expect("sgemm exercise correct output (a slowdown, not a wrong result)", g[9]["ok"], True)
     expect("sgemm exercise caught: 32-way conflicts on the B tile", g[9]["shared_wavefronts"], 2613600)
     expect("sgemm exercise: the same requests as v3", g[9]["shared_requests"], 158400)

@@ -12,7 +12,8 @@
 //                   4-byte access (32 lanes x 4 B = 128 B), 32 means every lane its own sector
 //   smem wf/req     shared-memory wavefronts per request: 1 is conflict-free, 32 a 32-way conflict
 //   barriers        __syncthreads completed, summed over blocks
-//   warp ops        warp-collective operations (shuffles, votes) and their average active lanes
+//   warp ops        warp-collective operations (shuffles, votes, warp matrix operations) and their
+//                   average active lanes
 //   DRAM MB         bytes the sectors move (global traffic, caches ignored)
 //   est H200 us     a roofline estimate: max(bytes / 4.3 TB/s, FLOPs / peak) + 2 us of launch
 //   GPU us          measured with CUDA events (median of 20) when running on a real GPU
