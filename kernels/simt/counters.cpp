@@ -4,13 +4,18 @@
 // Note [Seeing every load and store]
 // The emulator runs a kernel as ordinary compiled C++, so a load is a plain `mov` it never sees.
 // To see them without changing a line of the kernel, a lab's translation unit is compiled with
-// GCC's AddressSanitizer *instrumentation* but without its runtime (kernels/labs/CMakeLists.txt):
-// `-fsanitize=address --param asan-instrumentation-with-call-threshold=0` makes the compiler call
-// __asan_load4(addr) before every 4-byte load, __asan_store16(addr) before every 16-byte store,
-// and so on, and the emulator defines those functions itself (kernels/simt/lab_support/access_hooks.cpp) to
-// call counters_access() here with the address, the size and the caller's return address, which
-// identifies the instruction. `-U__SANITIZE_ADDRESS__` keeps simt.h from switching to its ASan
-// layout, and `asan-stack=0 asan-globals=0` leave out the runtime's stack and global bookkeeping.
+// GCC's ThreadSanitizer *instrumentation* but without its runtime (kernels/labs/CMakeLists.txt):
+// `-fsanitize=thread` makes the compiler call __tsan_read4(addr) before every 4-byte load,
+// __tsan_write16(addr) before every 16-byte store, __tsan_atomic32_fetch_add(...) in place of an
+// atomic, and so on, and the emulator defines those functions itself
+// (kernels/simt/lab_support/access_hooks.cpp) to call counters_access() here with the address, the
+// size and the caller's return address, which identifies the instruction.
+// `-U__SANITIZE_THREAD__` keeps simt.h from switching to its TSan build.
+// Why TSan's instrumentation and not ASan's: a race detector must see every access, so TSan's
+// instruments each one. ASan's skips what cannot be a new memory error: the store of
+// `s[t] += s[t + k]` (its address was checked by the load just before) and `s[0]` of a static
+// array (a constant index inside the array), so a shared-memory tree reduction would lose a third
+// of its requests.
 //
 // Fibers run a warp's lanes one after another, never in lock-step, so "the 32 accesses of one
 // warp instruction" are rebuilt afterwards: each access is recorded with its CUDA thread and
@@ -26,6 +31,8 @@
 //           same word share it (broadcast); 8-byte accesses are served a half-warp per pass and
 //           16-byte ones a quarter-warp, as on NVIDIA GPUs since Volta. Wavefronts per pass =
 //           the most distinct words asked of one bank.
+// An atomic read-modify-write counts as one global store (a GPU's atomic is one request); atomic
+// loads are not counted (access_hooks.cpp says why).
 // Addresses outside device memory and shared memory (the stack, the emulator's own data) are not
 // counted.
 
