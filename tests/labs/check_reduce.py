@@ -35,6 +35,9 @@ Barriers per block: v1-v4 one after the load + one per step (8) = 9; v5 1 + 2 = 
 Warp operations: v5 five shuffles per block (offsets 16..1), all 32 lanes, and no barrier among
 them; v6 five per warp (8 warps) + five in warp 0 = 45 per block. v1-v4: none.
 
+These counts also test the emulator's access hooks (Note [Seeing every load and store]): the
+store of each `s[t] += s[t + k]`, the constant-index read of s[0] and the atomicAdd are in them.
+
 Every element is 0 or 1 and n < 2^24: every partial sum is an exact integer in float (Note [An
 exact sum] in reduce.cu), so every version must equal the reference exactly.
 """
