@@ -55,6 +55,8 @@ namespace detail {
 std::atomic<bool> g_counting{false};
 std::atomic<bool> g_memory_hooks_linked{false};
 
+std::string source_line(const void* pc);
+
 namespace {
 
 struct Access {
@@ -63,7 +65,12 @@ struct Access {
   uintptr_t pc;
   uintptr_t addr;
   bool write;
+  bool atomic;
   bool shared;
+  // Where the access stands between synchronizations (Note [Shared-memory races]): barriers the
+  // block had completed, and warp operations the thread's warp had completed, before it.
+  uint32_t barrier_epoch;
+  uint32_t warp_epoch;
 };
 
 // The launch this host thread is running (fiber blocks run on the launching OS thread).
@@ -73,6 +80,8 @@ struct CurrentLaunch {
   uintptr_t shared_begin = 0, shared_end = 0;    // static __shared__ section
   uintptr_t dynamic_begin = 0, dynamic_end = 0;  // this launch's dynamic shared memory
   std::vector<Access> trace;                     // the current block's accesses
+  uint32_t barrier_epoch = 0;                    // barriers completed in the current block
+  std::vector<uint32_t> warp_epoch;              // warp operations completed, per warp
 };
 thread_local CurrentLaunch tls_launch;
 
@@ -139,6 +148,63 @@ void count_global(const std::vector<const Access*>& lanes, KernelCounters& c) {
   c.global_request_lanes += lanes.size();
 }
 
+// Note [Shared-memory races]
+// Two threads of a block that touch the same shared-memory word, at least one of them writing,
+// must be ordered by a synchronization between the two accesses: a __syncthreads, or a warp
+// operation (__syncwarp, a shuffle, a vote) when both are lanes of one warp. Otherwise the result
+// depends on which runs first: on a GPU, on the timing; here, on the schedule. Each access is
+// recorded with the number of barriers the block had completed before it and the number of warp
+// operations its warp had completed; two accesses with the same barrier count, and (within one
+// warp) the same warp-operation count, had nothing between them. This is a data race, and it is
+// counted per block and word, the first one described with both threads and lines. Two atomics
+// never race; a warp operation over part of a warp counts for all its lanes, so a race between a
+// lane inside the mask and one outside it goes unseen.
+void find_shared_races(CurrentLaunch& L) {
+  std::unordered_map<uintptr_t, std::vector<uint32_t>> by_word;  // shared word -> its accesses in the trace
+  for (uint32_t i = 0; i < L.trace.size(); ++i) {
+    const Access& a = L.trace[i];
+    if (!a.shared) continue;
+    for (uintptr_t w = a.addr / 4; w <= (a.addr + a.size - 1) / 4; ++w) by_word[w].push_back(i);
+  }
+  auto unordered = [](const Access& a, const Access& b) {
+    return a.thread != b.thread && a.barrier_epoch == b.barrier_epoch && !(a.atomic && b.atomic) &&
+           (a.thread / 32 != b.thread / 32 || a.warp_epoch == b.warp_epoch);
+  };
+  uint32_t first_write = 0, first_other = 0;
+  bool found = false;
+  for (const auto& [word, ids] : by_word) {
+    bool raced = false;
+    for (const uint32_t w : ids) {
+      if (!L.trace[w].write) continue;
+      for (const uint32_t o : ids) {
+        if (!unordered(L.trace[w], L.trace[o]) || (L.trace[o].write && o < w)) continue;
+        raced = true;
+        // The race completed first in this schedule is the one described.
+        if (!found || std::max(w, o) < std::max(first_write, first_other)) first_write = w, first_other = o;
+        found = true;
+      }
+    }
+    L.counts.shared_races += raced;
+  }
+  if (!found || !L.counts.first_shared_race.empty()) return;
+  const dim3 bd = tls_exec.block_dim;
+  const uint3 bi = tls_exec.block_idx;
+  auto who = [&](const Access& a) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "thread (%u,%u,%u) %s %u bytes at ", a.thread % bd.x, a.thread / bd.x % bd.y,
+                  a.thread / (bd.x * bd.y), a.write ? "writes" : "reads", a.size);
+    return buf + source_line(reinterpret_cast<const void*>(a.pc));
+  };
+  const Access& w = L.trace[first_write];
+  const uintptr_t base = w.addr >= L.dynamic_begin && w.addr < L.dynamic_end ? L.dynamic_begin : L.shared_begin;
+  const bool dynamic = base == L.dynamic_begin;
+  char head[160];
+  std::snprintf(head, sizeof head, "block (%u,%u,%u), byte %llu of %s shared memory: ", bi.x, bi.y, bi.z,
+                static_cast<unsigned long long>(w.addr - base), dynamic ? "dynamic" : "static");
+  L.counts.first_shared_race = head + who(w) + " and " + who(L.trace[first_other]) +
+                               ", with no __syncthreads or warp operation between them";
+}
+
 }  // namespace
 
 void counters_launch_begin(const LaunchRequest& r) {
@@ -160,6 +226,8 @@ void counters_block_begin(const unsigned char* dynamic_smem, size_t bytes) {
   L.dynamic_begin = reinterpret_cast<uintptr_t>(dynamic_smem);
   L.dynamic_end = L.dynamic_begin + bytes;
   L.trace.clear();
+  L.barrier_epoch = 0;
+  L.warp_epoch.clear();
 }
 
 void counters_block_end(unsigned threads) {
@@ -184,6 +252,7 @@ void counters_block_end(unsigned threads) {
     if (lanes.front()->shared) count_shared(lanes, c);
     else count_global(lanes, c);
   }
+  find_shared_races(L);
   L.trace.clear();
 }
 
@@ -196,13 +265,18 @@ void counters_launch_end() {
 }
 
 void counters_on_barrier() {
-  if (tls_launch.active) tls_launch.counts.barriers += 1;
+  if (!tls_launch.active) return;
+  tls_launch.counts.barriers += 1;
+  tls_launch.barrier_epoch += 1;
 }
 
-void counters_on_warp_op(unsigned lanes) {
-  if (!tls_launch.active) return;
-  tls_launch.counts.warp_ops += 1;
-  tls_launch.counts.warp_op_lanes += static_cast<unsigned>(__builtin_popcount(lanes));
+void counters_on_warp_op(unsigned warp, unsigned lanes) {
+  CurrentLaunch& L = tls_launch;
+  if (!L.active) return;
+  L.counts.warp_ops += 1;
+  L.counts.warp_op_lanes += static_cast<unsigned>(__builtin_popcount(lanes));
+  if (L.warp_epoch.size() <= warp) L.warp_epoch.resize(warp + 1, 0);
+  L.warp_epoch[warp] += 1;
 }
 
 std::string source_line(const void* pc) {
@@ -242,12 +316,13 @@ void out_of_bounds(CurrentLaunch& L, unsigned thread, uintptr_t addr, size_t siz
   L.counts.first_out_of_bounds = buf + source_line(pc);
 }
 
-void counters_access(const void* p, size_t size, bool write, const void* pc) {
+void counters_access(const void* p, size_t size, AccessKind kind, const void* pc) {
   CurrentLaunch& L = tls_launch;
   if (!L.active || size == 0) return;
   unsigned thread = 0;
   if (!current_fiber_thread(&thread)) return;
   const auto addr = reinterpret_cast<uintptr_t>(p);
+  const bool write = kind != AccessKind::load;
   bool shared = (addr >= L.shared_begin && addr < L.shared_end) || (addr >= L.dynamic_begin && addr < L.dynamic_end);
   if (!shared) {
     Allocation a;
@@ -261,7 +336,9 @@ void counters_access(const void* p, size_t size, bool write, const void* pc) {
       return;  // the stack, host memory, the emulator's own data
     }
   }
-  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), reinterpret_cast<uintptr_t>(pc), addr, write, shared});
+  const uint32_t warp_epoch = thread / 32 < L.warp_epoch.size() ? L.warp_epoch[thread / 32] : 0;
+  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), reinterpret_cast<uintptr_t>(pc), addr, write,
+                           kind == AccessKind::atomic, shared, L.barrier_epoch, warp_epoch});
 }
 
 }  // namespace detail

@@ -35,15 +35,18 @@ Barriers per block: v1-v4 one after the load + one per step (8) = 9; v5 1 + 2 = 
 Warp operations: v5 five shuffles per block (offsets 16..1), all 32 lanes, and no barrier among
 them; v6 five per warp (8 warps) + five in warp 0 = 45 per block. v1-v4: none.
 
+The exercise's missing synchronization is also reported as shared-memory races, with the lines.
+
 These counts also test the emulator's access hooks (Note [Seeing every load and store]): the
 store of each `s[t] += s[t + k]`, the constant-index read of s[0] and the atomicAdd are in them.
 
 Every element is 0 or 1 and n < 2^24: every partial sum is an exact integer in float (Note [An
 exact sum] in reduce.cu), so every version must equal the reference exactly.
 """
+import re
 import sys
 
-from labcheck import expect, finish, run
+from labcheck import expect, finish, run, source_line, table
 
 
 def loads(*counts):
@@ -96,6 +99,16 @@ def main():
     expect("reduce exercise caught (wrong sum)", r[9]["ok"], False)
     expect("reduce exercise: barriers as v5, no warp ops", (r[9]["barriers"], r[9]["warp_ops"]), (392 * 3, 0))
     expect("reduce exercise shared requests (8 stores + the tree's 18 + 6 steps x 3 + s[0])", r[9]["shared_requests"], 392 * 45)
+    # The race detector (Note [Shared-memory races]): in the warp stage lane t writes w[t] and lane
+    # t - 1 reads it (w[t - 1] + w[t]) with nothing between them: words 1..31 of every block race
+    # (w[0] is only lane 0's; w[32..63] are only read).
+    expect("reduce exercise: shared-memory races (31 words per block)", r[9]["shared_races"], 392 * 31)
+    for v in (1, 2, 3, 4, 5, 6):
+        expect(f"reduce v{v} has no shared-memory race", r[v]["shared_races"], 0)
+    first, last = (source_line("reduce", f"w[tid] = w[tid] + w[tid + {k}];", after="reduce_exercise") for k in (32, 1))
+    race = re.search(r"shared-memory races; the first: .*reduce\.cu:(\d+).*reduce\.cu:(\d+)", table(sys.argv[1], "reduce", "--version", "9"))
+    expect("reduce exercise: the race names two lines of the unsynchronized warp stage",
+           bool(race) and all(first <= int(line) <= last for line in race.groups()), True)
     return finish()
 
 

@@ -56,6 +56,7 @@ def main():
            (per_row[0] * rows + 2 * rows, per_row[1] * rows + 2 * rows, 2 * rows, 2 * rows))
 
     expect("softmax v2 barriers (18 per row)", s[2]["barriers"], 18 * rows)
+    expect("softmax v2 has no shared-memory race (the barrier before s is reused)", s[2]["shared_races"], 0)
     expect("softmax v2 shared memory (requests, wavefronts)", (s[2]["shared_requests"], s[2]["shared_wavefronts"]),
            (64 * rows, 64 * rows))
     for v in (3, 4, 5):
