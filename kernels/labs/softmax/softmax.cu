@@ -219,7 +219,8 @@ int main(int argc, char** argv) {
     double m = -INFINITY, sum = 0;
     for (int c = 0; c < cols; ++c) m = std::max(m, static_cast<double>(row[c]));
     for (int c = 0; c < cols; ++c) sum += std::exp(row[c] - m);
-    for (int c = 0; c < cols; ++c) ref[static_cast<size_t>(r) * cols + c] = static_cast<float>(std::exp(row[c] - m) / sum);
+    for (int c = 0; c < cols; ++c)
+      ref[static_cast<size_t>(r) * cols + c] = static_cast<float>(std::exp(row[c] - m) / sum);
     ref_lse[r] = static_cast<float>(m + std::log(sum));
     ref_loss[r] = static_cast<float>(m + std::log(sum) - row[labels[r]]);
   }
@@ -255,7 +256,8 @@ int main(int argc, char** argv) {
     double worst = 0;
     for (int r = 0; r < rows; ++r) {
       for (auto [got, want] : {std::pair{got_loss[r], ref_loss[r]}, std::pair{got_lse[r], ref_lse[r]}}) {
-        const double e = std::fabs(static_cast<double>(got) - want) / std::max(1.0, std::fabs(static_cast<double>(want)));
+        const double e =
+            std::fabs(static_cast<double>(got) - want) / std::max(1.0, std::fabs(static_cast<double>(want)));
         if (std::isnan(e)) return static_cast<double>(INFINITY);
         worst = std::max(worst, e);
       }

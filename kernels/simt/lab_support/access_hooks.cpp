@@ -32,10 +32,10 @@ inline void count(const volatile void* p, size_t n, AccessKind kind, const void*
 }
 }  // namespace
 
-#define EMBER_SIMT_ACCESS_HOOK(n)                                                                                     \
-  extern "C" void __tsan_read##n(void* p) { count(p, n, AccessKind::load, __builtin_return_address(0)); }             \
-  extern "C" void __tsan_write##n(void* p) { count(p, n, AccessKind::store, __builtin_return_address(0)); }           \
-  extern "C" void __tsan_unaligned_read##n(void* p) { count(p, n, AccessKind::load, __builtin_return_address(0)); }   \
+#define EMBER_SIMT_ACCESS_HOOK(n)                                                                                   \
+  extern "C" void __tsan_read##n(void* p) { count(p, n, AccessKind::load, __builtin_return_address(0)); }           \
+  extern "C" void __tsan_write##n(void* p) { count(p, n, AccessKind::store, __builtin_return_address(0)); }         \
+  extern "C" void __tsan_unaligned_read##n(void* p) { count(p, n, AccessKind::load, __builtin_return_address(0)); } \
   extern "C" void __tsan_unaligned_write##n(void* p) { count(p, n, AccessKind::store, __builtin_return_address(0)); }
 EMBER_SIMT_ACCESS_HOOK(1)
 EMBER_SIMT_ACCESS_HOOK(2)
