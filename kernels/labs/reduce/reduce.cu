@@ -184,7 +184,8 @@ int main(int argc, char** argv) {
   // no addition rounds and every correct version must give the reference exactly (tolerance 0):
   // a difference is a bug, never reordering. (With general floats, the tree of v1-v5 and the
   // atomics of v6 add in different orders from the CPU loop and each other, and the results
-  // differ in the last bits; a check would then need a tolerance of about log2(n) roundings.)
+  // differ in the last bits; a check would then need a tolerance of one rounding per addition on
+  // the longest chain of additions that leads to the result.)
   if (n > (1 << 24)) {
     std::fprintf(stderr, "lab reduce: n = %d; at most 2^24 = 16777216 keeps the sum exact in float\n", n);
     return 2;
