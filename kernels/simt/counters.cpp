@@ -128,6 +128,7 @@ void count_shared(const std::vector<const Access*>& lanes, KernelCounters& c) {
     c.shared_ideal_wavefronts += 1;
   }
   c.shared_requests += 1;
+  c.shared_request_lanes += lanes.size();
 }
 
 void count_global(const std::vector<const Access*>& lanes, KernelCounters& c) {

@@ -37,6 +37,7 @@ struct KernelCounters {
   // ideal_wavefronts is what conflict-free accesses of the same widths would need, so
   // shared_wavefronts - shared_ideal_wavefronts is the bank conflicts (extra replays)
   uint64_t shared_requests = 0, shared_wavefronts = 0, shared_ideal_wavefronts = 0;
+  uint64_t shared_request_lanes = 0;  // lanes taking part, summed over requests (fewer than 32: divergence)
   uint64_t barriers = 0;       // completed __syncthreads, summed over blocks
   uint64_t warp_ops = 0;       // completed warp-collective operations (shuffles, votes, __syncwarp)
   uint64_t warp_op_lanes = 0;  // lanes taking part, summed over warp operations

@@ -26,6 +26,9 @@ Shared memory per block (a `s[t] += s[t + k]` step is 3 requests: two loads and 
      45 requests. Lanes 2 stride words apart: stride 1: 2-way, 2: 4-way, 4: 8-way; stride 8 (16
      lanes on banks 0 and 16): 8-way; 16 (8 lanes, bank 0): 8; 32: 4; 64: 2; 128: 1. Wavefronts
      3 (4*2 + 2*4 + 8 + 8 + 8 + 4 + 2 + 1) + 9 = 150: the same shared-memory time as v1.
+     Active lanes: the 256 lanes of the load's store, 3 per addition (255 of them) and the read of
+     s[0]: 1022 lane-accesses per block, in v1 as in v2 and v3 — 6.8 per request in v1, 22.7 in
+     v2 and v3: v1's warps issue shared-memory instructions for few lanes (divergence).
   v3 sequential (and v4, and v5's tree): t < stride: the same 12 warp-steps, consecutive words:
      45 requests, 45 wavefronts, conflict-free.
   v5: the tree stops at 64 sums (strides 128, 64: 6 warp-steps) and warp 0 reads s[t], s[t+32]:
@@ -72,6 +75,8 @@ def main():
 
     # Divergence: v1 does v3's additions in 3.3 times the shared-memory instructions.
     expect("reduce v1 shared requests (47 warp-steps)", (r[1]["shared_requests"], r[1]["shared_wavefronts"]), (787 * 150, 787 * 150))
+    for v in (1, 2, 3):
+        expect(f"reduce v{v} active lanes of its shared requests (1022 per block)", r[v]["shared_request_lanes"], 787 * 1022)
     # Bank conflicts: v2 has v3's requests but v1's wavefronts.
     expect("reduce v2 shared requests (12 warp-steps)", r[2]["shared_requests"], 787 * 45)
     expect("reduce v2 wavefronts (2- to 8-way conflicts)", r[2]["shared_wavefronts"], 787 * 150)
