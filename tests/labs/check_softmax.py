@@ -27,8 +27,12 @@ Shared memory in v2, per reduction: 4 stores (one per warp) + 8 warp-steps (stri
 Warp ops: v3 5 shuffles for the max + 5 for the sum per row = 770, all 32 lanes; v4 and v5 5
   steps of 2 shuffles (m and d) = the same 770; the warps of block 19 past row 76 make none.
 Exercise (no max subtracted): a sum (5 shuffles per row: 385) and two read passes; rows with
-  logits above 88 overflow expf: inf / inf = NaN, and the check fails.
+  logits above 88.7 overflow expf: inf / inf = NaN, and the check fails; the lab names the first
+  such output, in row 4 (logits 80 +- 10).
 """
+import os
+import re
+import subprocess
 import sys
 
 from labcheck import expect, finish, run
@@ -67,6 +71,12 @@ def main():
 
     expect("softmax exercise caught (NaN: max_error is reported as -1)", (s[9]["ok"], s[9]["max_error"]), (False, -1))
     expect("softmax exercise: one warp sum per row, no max", s[9]["warp_ops"], 5 * rows)
+    # Rows 0-3 have logits up to 70 at most (exp(70) * 1000 fits a float); row 4 has logits up to
+    # 90 and expf overflows above 88.7: the first output that is not a number is in row 4.
+    err = subprocess.run([os.path.join(sys.argv[1], "lab_softmax"), "--version", "9"], capture_output=True, text=True).stderr
+    bad = re.search(r"p\[(\d+)\]\[\d+\] = \S+; the row's largest logit is ([\d.]+)", err)
+    expect("softmax exercise: the first NaN is named, in row 4 (largest logit above 88.7)",
+           bool(bad) and (int(bad.group(1)), float(bad.group(2)) > 88.7), (4, True))
     return finish()
 
 

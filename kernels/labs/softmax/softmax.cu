@@ -243,9 +243,17 @@ int main(int argc, char** argv) {
   LAB_CHECK(cudaMemcpy(dlabels, labels.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
   LAB_CHECK(cudaMemset(p, 0xFF, n * sizeof(float)));  // NaNs: a version starts from garbage
 
+  // The probabilities; the first output that is not a number is named, with its row's largest logit.
   auto check_p = [&] {
     LAB_CHECK(cudaMemcpy(back.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
     LAB_CHECK(cudaMemset(p, 0xFF, n * sizeof(float)));
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isfinite(back[i])) continue;
+      const float* row = h.data() + i / cols * cols;
+      std::fprintf(stderr, "lab softmax: p[%zu][%zu] = %g; the row's largest logit is %g\n", i / cols, i % cols,
+                   back[i], *std::max_element(row, row + cols));
+      break;
+    }
     return lab::Lab::max_abs_diff(back.data(), ref.data(), n);
   };
   // The loss and logsumexp, relative to max(1, |reference|) (Note [Softmax tolerance]).
