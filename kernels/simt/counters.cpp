@@ -173,16 +173,24 @@ void find_shared_races(CurrentLaunch& L) {
   };
   uint32_t first_write = 0, first_other = 0;
   bool found = false;
+  // A block's trace is in execution order, and no thread passes a barrier before every thread has
+  // reached it, so each word's accesses come in runs of one barrier epoch: only a run's accesses
+  // can race with each other.
   for (const auto& [word, ids] : by_word) {
     bool raced = false;
-    for (const uint32_t w : ids) {
-      if (!L.trace[w].write) continue;
-      for (const uint32_t o : ids) {
-        if (!unordered(L.trace[w], L.trace[o]) || (L.trace[o].write && o < w)) continue;
-        raced = true;
-        // The race completed first in this schedule is the one described.
-        if (!found || std::max(w, o) < std::max(first_write, first_other)) first_write = w, first_other = o;
-        found = true;
+    for (size_t begin = 0, end = 0; begin < ids.size(); begin = end) {
+      while (end < ids.size() && L.trace[ids[end]].barrier_epoch == L.trace[ids[begin]].barrier_epoch) ++end;
+      for (size_t i = begin; i < end; ++i) {
+        const uint32_t w = ids[i];
+        if (!L.trace[w].write) continue;
+        for (size_t j = begin; j < end; ++j) {
+          const uint32_t o = ids[j];
+          if (!unordered(L.trace[w], L.trace[o]) || (L.trace[o].write && o < w)) continue;
+          raced = true;
+          // The race completed first in this schedule is the one described.
+          if (!found || std::max(w, o) < std::max(first_write, first_other)) first_write = w, first_other = o;
+          found = true;
+        }
       }
     }
     L.counts.shared_races += raced;
