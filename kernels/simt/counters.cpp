@@ -10,7 +10,10 @@
 // atomic, and so on, and the emulator defines those functions itself
 // (kernels/simt/lab_support/access_hooks.cpp) to call counters_access() here with the address, the
 // size and the caller's return address, which identifies the instruction.
-// `-U__SANITIZE_THREAD__` keeps simt.h from switching to its TSan build.
+// `-U__SANITIZE_THREAD__` keeps simt.h from switching to its TSan build, and
+// `tsan-instrument-func-entry-exit=0` leaves out the runtime's call-stack bookkeeping.
+// `-fno-tree-sra` keeps GCC from splitting a copied struct into its members, so that a float4
+// loaded into a variable is one 16-byte access, as the GPU's ld.global.v4 is.
 // Why TSan's instrumentation and not ASan's: a race detector must see every access, so TSan's
 // instruments each one. ASan's skips what cannot be a new memory error: the store of
 // `s[t] += s[t + k]` (its address was checked by the load just before) and `s[0]` of a static
@@ -62,15 +65,13 @@ namespace {
 struct Access {
   uint32_t thread;  // linear thread index in the block
   uint32_t size;
+  uint32_t epoch;   // the block's barriers completed before this access
+  uint32_t warp_epoch;  // the warp operations its warp had completed before it (Note [Shared-memory races])
   uintptr_t pc;
   uintptr_t addr;
   bool write;
-  bool atomic;
+  bool atomic;  // a read-modify-write
   bool shared;
-  // Where the access stands between synchronizations (Note [Shared-memory races]): barriers the
-  // block had completed, and warp operations the thread's warp had completed, before it.
-  uint32_t barrier_epoch;
-  uint32_t warp_epoch;
 };
 
 // The launch this host thread is running (fiber blocks run on the launching OS thread).
@@ -80,8 +81,8 @@ struct CurrentLaunch {
   uintptr_t shared_begin = 0, shared_end = 0;    // static __shared__ section
   uintptr_t dynamic_begin = 0, dynamic_end = 0;  // this launch's dynamic shared memory
   std::vector<Access> trace;                     // the current block's accesses
-  uint32_t barrier_epoch = 0;                    // barriers completed in the current block
-  std::vector<uint32_t> warp_epoch;              // warp operations completed, per warp
+  uint32_t epoch = 0;                            // the current block's barriers completed so far
+  std::vector<uint32_t> warp_epoch;              // warp operations completed so far, per warp
 };
 thread_local CurrentLaunch tls_launch;
 
@@ -168,7 +169,7 @@ void find_shared_races(CurrentLaunch& L) {
     for (uintptr_t w = a.addr / 4; w <= (a.addr + a.size - 1) / 4; ++w) by_word[w].push_back(i);
   }
   auto unordered = [](const Access& a, const Access& b) {
-    return a.thread != b.thread && a.barrier_epoch == b.barrier_epoch && !(a.atomic && b.atomic) &&
+    return a.thread != b.thread && a.epoch == b.epoch && !(a.atomic && b.atomic) &&
            (a.thread / 32 != b.thread / 32 || a.warp_epoch == b.warp_epoch);
   };
   uint32_t first_write = 0, first_other = 0;
@@ -179,7 +180,7 @@ void find_shared_races(CurrentLaunch& L) {
   for (const auto& [word, ids] : by_word) {
     bool raced = false;
     for (size_t begin = 0, end = 0; begin < ids.size(); begin = end) {
-      while (end < ids.size() && L.trace[ids[end]].barrier_epoch == L.trace[ids[begin]].barrier_epoch) ++end;
+      while (end < ids.size() && L.trace[ids[end]].epoch == L.trace[ids[begin]].epoch) ++end;
       for (size_t i = begin; i < end; ++i) {
         const uint32_t w = ids[i];
         if (!L.trace[w].write) continue;
@@ -235,7 +236,7 @@ void counters_block_begin(const unsigned char* dynamic_smem, size_t bytes) {
   L.dynamic_begin = reinterpret_cast<uintptr_t>(dynamic_smem);
   L.dynamic_end = L.dynamic_begin + bytes;
   L.trace.clear();
-  L.barrier_epoch = 0;
+  L.epoch = 0;
   L.warp_epoch.clear();
 }
 
@@ -276,7 +277,7 @@ void counters_launch_end() {
 void counters_on_barrier() {
   if (!tls_launch.active) return;
   tls_launch.counts.barriers += 1;
-  tls_launch.barrier_epoch += 1;
+  tls_launch.epoch += 1;
 }
 
 void counters_on_warp_op(unsigned warp, unsigned lanes) {
@@ -325,13 +326,13 @@ void out_of_bounds(CurrentLaunch& L, unsigned thread, uintptr_t addr, size_t siz
   L.counts.first_out_of_bounds = buf + source_line(pc);
 }
 
-void counters_access(const void* p, size_t size, AccessKind kind, const void* pc) {
+namespace {
+void record_access(const void* p, size_t size, bool write, bool atomic, const void* pc) {
   CurrentLaunch& L = tls_launch;
   if (!L.active || size == 0) return;
   unsigned thread = 0;
   if (!current_fiber_thread(&thread)) return;
   const auto addr = reinterpret_cast<uintptr_t>(p);
-  const bool write = kind != AccessKind::load;
   bool shared = (addr >= L.shared_begin && addr < L.shared_end) || (addr >= L.dynamic_begin && addr < L.dynamic_end);
   if (!shared) {
     Allocation a;
@@ -346,9 +347,16 @@ void counters_access(const void* p, size_t size, AccessKind kind, const void* pc
     }
   }
   const uint32_t warp_epoch = thread / 32 < L.warp_epoch.size() ? L.warp_epoch[thread / 32] : 0;
-  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), reinterpret_cast<uintptr_t>(pc), addr, write,
-                           kind == AccessKind::atomic, shared, L.barrier_epoch, warp_epoch});
+  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), L.epoch, warp_epoch, reinterpret_cast<uintptr_t>(pc),
+                           addr, write, atomic, shared});
 }
+}  // namespace
+
+void counters_access(const void* p, size_t size, bool write, const void* pc) {
+  record_access(p, size, write, false, pc);
+}
+
+void counters_atomic_access(const void* p, size_t size, const void* pc) { record_access(p, size, true, true, pc); }
 
 }  // namespace detail
 

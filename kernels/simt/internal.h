@@ -124,8 +124,9 @@ void counters_block_end(unsigned threads);
 void counters_launch_end();
 void counters_on_barrier();
 void counters_on_warp_op(unsigned warp, unsigned lanes);
-enum class AccessKind { load, store, atomic };  // an atomic is a read-modify-write
-void counters_access(const void* p, size_t size, AccessKind kind, const void* pc);
+void counters_access(const void* p, size_t size, bool write, const void* pc);
+// An atomic read-modify-write: counted as a store, and never a race with another atomic.
+void counters_atomic_access(const void* p, size_t size, const void* pc);
 // Set when the access hooks are linked into the program (kernels/simt/lab_support/access_hooks.cpp).
 extern std::atomic<bool> g_memory_hooks_linked;
 

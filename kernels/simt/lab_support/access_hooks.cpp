@@ -26,17 +26,19 @@ const bool g_linked = [] {
   return true;
 }();
 
-using ember::simt::detail::AccessKind;
-inline void count(const volatile void* p, size_t n, AccessKind kind, const void* pc) {
-  ember::simt::detail::counters_access(const_cast<const void*>(p), n, kind, pc);
+inline void count(const volatile void* p, size_t n, bool write, const void* pc) {
+  ember::simt::detail::counters_access(const_cast<const void*>(p), n, write, pc);
+}
+inline void count_atomic(const volatile void* p, size_t n, const void* pc) {
+  ember::simt::detail::counters_atomic_access(const_cast<const void*>(p), n, pc);
 }
 }  // namespace
 
-#define EMBER_SIMT_ACCESS_HOOK(n)                                                                                   \
-  extern "C" void __tsan_read##n(void* p) { count(p, n, AccessKind::load, __builtin_return_address(0)); }           \
-  extern "C" void __tsan_write##n(void* p) { count(p, n, AccessKind::store, __builtin_return_address(0)); }         \
-  extern "C" void __tsan_unaligned_read##n(void* p) { count(p, n, AccessKind::load, __builtin_return_address(0)); } \
-  extern "C" void __tsan_unaligned_write##n(void* p) { count(p, n, AccessKind::store, __builtin_return_address(0)); }
+#define EMBER_SIMT_ACCESS_HOOK(n)                                                                        \
+  extern "C" void __tsan_read##n(void* p) { count(p, n, false, __builtin_return_address(0)); }           \
+  extern "C" void __tsan_write##n(void* p) { count(p, n, true, __builtin_return_address(0)); }           \
+  extern "C" void __tsan_unaligned_read##n(void* p) { count(p, n, false, __builtin_return_address(0)); } \
+  extern "C" void __tsan_unaligned_write##n(void* p) { count(p, n, true, __builtin_return_address(0)); }
 EMBER_SIMT_ACCESS_HOOK(1)
 EMBER_SIMT_ACCESS_HOOK(2)
 EMBER_SIMT_ACCESS_HOOK(4)
@@ -45,8 +47,8 @@ EMBER_SIMT_ACCESS_HOOK(16)
 #undef EMBER_SIMT_ACCESS_HOOK
 
 extern "C" {
-void __tsan_read_range(void* p, size_t n) { count(p, n, AccessKind::load, __builtin_return_address(0)); }
-void __tsan_write_range(void* p, size_t n) { count(p, n, AccessKind::store, __builtin_return_address(0)); }
+void __tsan_read_range(void* p, size_t n) { count(p, n, false, __builtin_return_address(0)); }
+void __tsan_write_range(void* p, size_t n) { count(p, n, true, __builtin_return_address(0)); }
 // The rest of what instrumented code calls: the module constructor, function entry and exit, and
 // the virtual-table pointer checks. Nothing to do for any of them here.
 void __tsan_init() {}
@@ -61,7 +63,7 @@ void __tsan_vptr_read(void**) {}
 #define EMBER_SIMT_ATOMIC_HOOKS(bits, T)                                                                             \
   extern "C" T __tsan_atomic##bits##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
   extern "C" void __tsan_atomic##bits##_store(volatile T* a, T v, int) {                                             \
-    count(a, sizeof(T), AccessKind::atomic, __builtin_return_address(0));                                            \
+    count_atomic(a, sizeof(T), __builtin_return_address(0));                                                         \
     __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                                        \
   }                                                                                                                  \
   EMBER_SIMT_ATOMIC_RMW(bits, T, exchange, __atomic_exchange_n)                                                      \
@@ -72,22 +74,22 @@ void __tsan_vptr_read(void**) {}
   EMBER_SIMT_ATOMIC_RMW(bits, T, fetch_xor, __atomic_fetch_xor)                                                      \
   EMBER_SIMT_ATOMIC_RMW(bits, T, fetch_nand, __atomic_fetch_nand)                                                    \
   extern "C" int __tsan_atomic##bits##_compare_exchange_strong(volatile T* a, T* expected, T v, int, int) {          \
-    count(a, sizeof(T), AccessKind::atomic, __builtin_return_address(0));                                            \
+    count_atomic(a, sizeof(T), __builtin_return_address(0));                                                         \
     return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                   \
   }                                                                                                                  \
   extern "C" int __tsan_atomic##bits##_compare_exchange_weak(volatile T* a, T* expected, T v, int, int) {            \
-    count(a, sizeof(T), AccessKind::atomic, __builtin_return_address(0));                                            \
+    count_atomic(a, sizeof(T), __builtin_return_address(0));                                                         \
     return __atomic_compare_exchange_n(a, expected, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                    \
   }                                                                                                                  \
   extern "C" T __tsan_atomic##bits##_compare_exchange_val(volatile T* a, T expected, T v, int, int) {                \
-    count(a, sizeof(T), AccessKind::atomic, __builtin_return_address(0));                                            \
+    count_atomic(a, sizeof(T), __builtin_return_address(0));                                                         \
     __atomic_compare_exchange_n(a, &expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                         \
     return expected;                                                                                                 \
   }
-#define EMBER_SIMT_ATOMIC_RMW(bits, T, op, builtin)                       \
-  extern "C" T __tsan_atomic##bits##_##op(volatile T* a, T v, int) {      \
-    count(a, sizeof(T), AccessKind::atomic, __builtin_return_address(0)); \
-    return builtin(a, v, __ATOMIC_SEQ_CST);                               \
+#define EMBER_SIMT_ATOMIC_RMW(bits, T, op, builtin)                  \
+  extern "C" T __tsan_atomic##bits##_##op(volatile T* a, T v, int) { \
+    count_atomic(a, sizeof(T), __builtin_return_address(0));         \
+    return builtin(a, v, __ATOMIC_SEQ_CST);                          \
   }
 EMBER_SIMT_ATOMIC_HOOKS(8, uint8_t)
 EMBER_SIMT_ATOMIC_HOOKS(16, uint16_t)
