@@ -280,7 +280,7 @@ void Block::complete_warp_group(unsigned w, WarpGroup g) {
   warps[w].exited_at_sync = warps[w].exited;
   const unsigned first = static_cast<unsigned>(__builtin_ctz(g.arrived));
   const CudaThread& f = threads[base + first];
-  counters_on_warp_op(g.arrived);
+  counters_on_warp_op(w, g.arrived);
   uint32_t ballot = 0, sum = 0;
   for (unsigned l = first; l < 32; ++l) {
     if (!((g.arrived >> l) & 1)) continue;

@@ -6,15 +6,19 @@
 // To see them without changing a line of the kernel, a lab's translation unit is compiled with
 // GCC's ThreadSanitizer *instrumentation* but without its runtime (kernels/labs/CMakeLists.txt):
 // `-fsanitize=thread` makes the compiler call __tsan_read4(addr) before every 4-byte load,
-// __tsan_write16(addr) before every 16-byte store, and so on, and the emulator defines those
-// functions itself (kernels/simt/lab_support/access_hooks.cpp) to call counters_access() here
-// with the address, the size and the caller's return address, which identifies the instruction.
-// `-U__SANITIZE_THREAD__` keeps simt.h from switching to its TSan mode, and
+// __tsan_write16(addr) before every 16-byte store, __tsan_atomic32_fetch_add(...) in place of an
+// atomic, and so on, and the emulator defines those functions itself
+// (kernels/simt/lab_support/access_hooks.cpp) to call counters_access() here with the address, the
+// size and the caller's return address, which identifies the instruction.
+// `-U__SANITIZE_THREAD__` keeps simt.h from switching to its TSan build, and
 // `tsan-instrument-func-entry-exit=0` leaves out the runtime's call-stack bookkeeping.
-// TSan's instrumentation rather than ASan's: ASan checks an address once per basic block, so the
-// store of a read-modify-write (`p[i] = f(p[i])`) would go unseen; TSan reports every access.
 // `-fno-tree-sra` keeps GCC from splitting a copied struct into its members, so that a float4
 // loaded into a variable is one 16-byte access, as the GPU's ld.global.v4 is.
+// Why TSan's instrumentation and not ASan's: a race detector must see every access, so TSan's
+// instruments each one. ASan's skips what cannot be a new memory error: the store of
+// `s[t] += s[t + k]` (its address was checked by the load just before) and `s[0]` of a static
+// array (a constant index inside the array), so a shared-memory tree reduction would lose a third
+// of its requests.
 //
 // Fibers run a warp's lanes one after another, never in lock-step, so "the 32 accesses of one
 // warp instruction" are rebuilt afterwards: each access is recorded with its CUDA thread, its
@@ -34,6 +38,8 @@
 //           same word share it (broadcast); 8-byte accesses are served a half-warp per pass and
 //           16-byte ones a quarter-warp, as on NVIDIA GPUs since Volta. Wavefronts per pass =
 //           the most distinct words asked of one bank.
+// An atomic read-modify-write counts as one global store (a GPU's atomic is one request); atomic
+// loads are not counted (access_hooks.cpp says why).
 // Addresses outside device memory and shared memory (the stack, the emulator's own data) are not
 // counted.
 
@@ -56,15 +62,19 @@ namespace detail {
 std::atomic<bool> g_counting{false};
 std::atomic<bool> g_memory_hooks_linked{false};
 
+std::string source_line(const void* pc);
+
 namespace {
 
 struct Access {
   uint32_t thread;  // linear thread index in the block
   uint32_t size;
   uint32_t epoch;   // the block's barriers completed before this access
+  uint32_t warp_epoch;  // the warp operations its warp had completed before it (Note [Shared-memory races])
   uintptr_t pc;
   uintptr_t addr;
   bool write;
+  bool atomic;  // a read-modify-write
   bool shared;
 };
 
@@ -76,6 +86,7 @@ struct CurrentLaunch {
   uintptr_t dynamic_begin = 0, dynamic_end = 0;  // this launch's dynamic shared memory
   std::vector<Access> trace;                     // the current block's accesses
   uint32_t epoch = 0;                            // the current block's barriers completed so far
+  std::vector<uint32_t> warp_epoch;              // warp operations completed so far, per warp
 };
 thread_local CurrentLaunch tls_launch;
 
@@ -126,6 +137,7 @@ void count_shared(const std::vector<const Access*>& lanes, KernelCounters& c) {
     c.shared_ideal_wavefronts += 1;
   }
   c.shared_requests += 1;
+  c.shared_request_lanes += lanes.size();
 }
 
 void count_global(const std::vector<const Access*>& lanes, KernelCounters& c) {
@@ -144,6 +156,71 @@ void count_global(const std::vector<const Access*>& lanes, KernelCounters& c) {
     c.global_load_sectors += distinct;
   }
   c.global_request_lanes += lanes.size();
+}
+
+// Note [Shared-memory races]
+// Two threads of a block that touch the same shared-memory word, at least one of them writing,
+// must be ordered by a synchronization between the two accesses: a __syncthreads, or a warp
+// operation (__syncwarp, a shuffle, a vote) when both are lanes of one warp. Otherwise the result
+// depends on which runs first: on a GPU, on the timing; here, on the schedule. Each access is
+// recorded with the number of barriers the block had completed before it and the number of warp
+// operations its warp had completed; two accesses with the same barrier count, and (within one
+// warp) the same warp-operation count, had nothing between them. This is a data race, and it is
+// counted per block and word, the first one described with both threads and lines. Two atomics
+// never race; a warp operation over part of a warp counts for all its lanes, so a race between a
+// lane inside the mask and one outside it goes unseen.
+void find_shared_races(CurrentLaunch& L) {
+  std::unordered_map<uintptr_t, std::vector<uint32_t>> by_word;  // shared word -> its accesses in the trace
+  for (uint32_t i = 0; i < L.trace.size(); ++i) {
+    const Access& a = L.trace[i];
+    if (!a.shared) continue;
+    for (uintptr_t w = a.addr / 4; w <= (a.addr + a.size - 1) / 4; ++w) by_word[w].push_back(i);
+  }
+  auto unordered = [](const Access& a, const Access& b) {
+    return a.thread != b.thread && a.epoch == b.epoch && !(a.atomic && b.atomic) &&
+           (a.thread / 32 != b.thread / 32 || a.warp_epoch == b.warp_epoch);
+  };
+  uint32_t first_write = 0, first_other = 0;
+  bool found = false;
+  // A block's trace is in execution order, and no thread passes a barrier before every thread has
+  // reached it, so each word's accesses come in runs of one barrier epoch: only a run's accesses
+  // can race with each other.
+  for (const auto& [word, ids] : by_word) {
+    bool raced = false;
+    for (size_t begin = 0, end = 0; begin < ids.size(); begin = end) {
+      while (end < ids.size() && L.trace[ids[end]].epoch == L.trace[ids[begin]].epoch) ++end;
+      for (size_t i = begin; i < end; ++i) {
+        const uint32_t w = ids[i];
+        if (!L.trace[w].write) continue;
+        for (size_t j = begin; j < end; ++j) {
+          const uint32_t o = ids[j];
+          if (!unordered(L.trace[w], L.trace[o]) || (L.trace[o].write && o < w)) continue;
+          raced = true;
+          // The race completed first in this schedule is the one described.
+          if (!found || std::max(w, o) < std::max(first_write, first_other)) first_write = w, first_other = o;
+          found = true;
+        }
+      }
+    }
+    L.counts.shared_races += raced;
+  }
+  if (!found || !L.counts.first_shared_race.empty()) return;
+  const dim3 bd = tls_exec.block_dim;
+  const uint3 bi = tls_exec.block_idx;
+  auto who = [&](const Access& a) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "thread (%u,%u,%u) %s %u bytes at ", a.thread % bd.x, a.thread / bd.x % bd.y,
+                  a.thread / (bd.x * bd.y), a.write ? "writes" : "reads", a.size);
+    return buf + source_line(reinterpret_cast<const void*>(a.pc));
+  };
+  const Access& w = L.trace[first_write];
+  const uintptr_t base = w.addr >= L.dynamic_begin && w.addr < L.dynamic_end ? L.dynamic_begin : L.shared_begin;
+  const bool dynamic = base == L.dynamic_begin;
+  char head[160];
+  std::snprintf(head, sizeof head, "block (%u,%u,%u), byte %llu of %s shared memory: ", bi.x, bi.y, bi.z,
+                static_cast<unsigned long long>(w.addr - base), dynamic ? "dynamic" : "static");
+  L.counts.first_shared_race = head + who(w) + " and " + who(L.trace[first_other]) +
+                               ", with no __syncthreads or warp operation between them";
 }
 
 }  // namespace
@@ -168,6 +245,7 @@ void counters_block_begin(const unsigned char* dynamic_smem, size_t bytes) {
   L.dynamic_end = L.dynamic_begin + bytes;
   L.trace.clear();
   L.epoch = 0;
+  L.warp_epoch.clear();
 }
 
 void counters_block_end(unsigned threads) {
@@ -192,6 +270,7 @@ void counters_block_end(unsigned threads) {
     if (lanes.front()->shared) count_shared(lanes, c);
     else count_global(lanes, c);
   }
+  find_shared_races(L);
   L.trace.clear();
 }
 
@@ -209,10 +288,13 @@ void counters_on_barrier() {
   tls_launch.epoch += 1;
 }
 
-void counters_on_warp_op(unsigned lanes) {
-  if (!tls_launch.active) return;
-  tls_launch.counts.warp_ops += 1;
-  tls_launch.counts.warp_op_lanes += static_cast<unsigned>(__builtin_popcount(lanes));
+void counters_on_warp_op(unsigned warp, unsigned lanes) {
+  CurrentLaunch& L = tls_launch;
+  if (!L.active) return;
+  L.counts.warp_ops += 1;
+  L.counts.warp_op_lanes += static_cast<unsigned>(__builtin_popcount(lanes));
+  if (L.warp_epoch.size() <= warp) L.warp_epoch.resize(warp + 1, 0);
+  L.warp_epoch[warp] += 1;
 }
 
 std::string source_line(const void* pc) {
@@ -252,7 +334,8 @@ void out_of_bounds(CurrentLaunch& L, unsigned thread, uintptr_t addr, size_t siz
   L.counts.first_out_of_bounds = buf + source_line(pc);
 }
 
-void counters_access(const void* p, size_t size, bool write, const void* pc) {
+namespace {
+void record_access(const void* p, size_t size, bool write, bool atomic, const void* pc) {
   CurrentLaunch& L = tls_launch;
   if (!L.active || size == 0) return;
   unsigned thread = 0;
@@ -271,8 +354,17 @@ void counters_access(const void* p, size_t size, bool write, const void* pc) {
       return;  // the stack, host memory, the emulator's own data
     }
   }
-  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), L.epoch, reinterpret_cast<uintptr_t>(pc), addr, write, shared});
+  const uint32_t warp_epoch = thread / 32 < L.warp_epoch.size() ? L.warp_epoch[thread / 32] : 0;
+  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), L.epoch, warp_epoch, reinterpret_cast<uintptr_t>(pc),
+                           addr, write, atomic, shared});
 }
+}  // namespace
+
+void counters_access(const void* p, size_t size, bool write, const void* pc) {
+  record_access(p, size, write, false, pc);
+}
+
+void counters_atomic_access(const void* p, size_t size, const void* pc) { record_access(p, size, true, true, pc); }
 
 }  // namespace detail
 

@@ -7,7 +7,8 @@
 // and on the SIMT emulator here (the lab_copy CMake target: ./build/labs/lab_copy; docs/labs.md).
 //
 // Per version, the columns are:
-//   ok              the output equals the CPU reference (within the lab's tolerance)
+//   ok              the output equals the CPU reference (within the lab's tolerance), and the
+//                   emulator saw no out-of-bounds access and no shared-memory race
 //   ld/st sect/req  32-byte sectors per global load / store request: 4 is perfectly coalesced
 //                   4-byte access (32 lanes x 4 B = 128 B), 32 means every lane its own sector
 //   smem wf/req     shared-memory wavefronts per request: 1 is conflict-free, 32 a 32-way conflict
@@ -69,10 +70,10 @@ struct Row {
   // from the emulator's counters, summed over the version's launches
   bool counted = false, memory_counted = false;
   int launches = 0;
-  unsigned long long out_of_bounds = 0;
-  std::string first_out_of_bounds;
+  unsigned long long out_of_bounds = 0, shared_races = 0;
+  std::string first_out_of_bounds, first_shared_race;
   unsigned long long ld_req = 0, ld_sect = 0, st_req = 0, st_sect = 0, sm_req = 0, sm_wf = 0, sm_ideal = 0,
-                     barriers = 0, warp_ops = 0, warp_lanes = 0;
+                     sm_lanes = 0, barriers = 0, warp_ops = 0, warp_lanes = 0;
   double dram_bytes() const { return 32.0 * static_cast<double>(ld_sect + st_sect); }
 };
 
@@ -188,6 +189,8 @@ class Lab {
       if (r.out_of_bounds)
         std::printf("    emulator: %llu out-of-bounds accesses; the first: %s\n", r.out_of_bounds,
                     r.first_out_of_bounds.c_str());
+      if (r.shared_races)
+        std::printf("    emulator: %llu shared-memory races; the first: %s\n", r.shared_races, r.first_shared_race.c_str());
     }
     return all_ok ? 0 : 1;
   }
@@ -226,9 +229,12 @@ class Lab {
         r.ld_req += k.global_load_requests, r.ld_sect += k.global_load_sectors;
         r.st_req += k.global_store_requests, r.st_sect += k.global_store_sectors;
         r.sm_req += k.shared_requests, r.sm_wf += k.shared_wavefronts, r.sm_ideal += k.shared_ideal_wavefronts;
+        r.sm_lanes += k.shared_request_lanes;
         r.barriers += k.barriers, r.warp_ops += k.warp_ops, r.warp_lanes += k.warp_op_lanes;
         if (k.out_of_bounds && r.first_out_of_bounds.empty()) r.first_out_of_bounds = k.kernel + ": " + k.first_out_of_bounds;
         r.out_of_bounds += k.out_of_bounds;
+        if (k.shared_races && r.first_shared_race.empty()) r.first_shared_race = k.kernel + ": " + k.first_shared_race;
+        r.shared_races += k.shared_races;
       }
       r.counted = true;
       r.memory_counted = ember::simt::counters_see_memory();
@@ -239,7 +245,7 @@ class Lab {
       LAB_CHECK(cudaGetLastError());
       const double err = check();
       r.max_error = err;
-      r.ok = err >= 0 && err <= tolerance && r.out_of_bounds == 0;
+      r.ok = err >= 0 && err <= tolerance && r.out_of_bounds == 0 && r.shared_races == 0;
 #if !defined(EMBER_SIMT)
       r.gpu_us = time_us(run);
 #endif
@@ -278,12 +284,12 @@ class Lab {
         "{\"lab\":\"%s\",\"version\":%d,\"name\":\"%s\",\"ok\":%s,\"broken\":%s,\"max_error\":%g,\"emulated\":%s,"
         "\"launches\":%d,\"global_load_requests\":%llu,\"global_load_sectors\":%llu,\"global_store_requests\":%llu,"
         "\"global_store_sectors\":%llu,\"shared_requests\":%llu,\"shared_wavefronts\":%llu,"
-        "\"shared_ideal_wavefronts\":%llu,\"barriers\":%llu,\"warp_ops\":%llu,\"warp_op_lanes\":%llu,"
-        "\"out_of_bounds\":%llu,\"memory_counted\":%s,\"flops\":%.0f,\"est_h200_us\":%s,\"gpu_us\":%s}\n",
+        "\"shared_ideal_wavefronts\":%llu,\"shared_request_lanes\":%llu,\"barriers\":%llu,\"warp_ops\":%llu,\"warp_op_lanes\":%llu,"
+        "\"out_of_bounds\":%llu,\"shared_races\":%llu,\"memory_counted\":%s,\"flops\":%.0f,\"est_h200_us\":%s,\"gpu_us\":%s}\n",
         name_.c_str(), r.id, r.name.c_str(), r.ok ? "true" : "false", r.broken ? "true" : "false",
         std::isfinite(r.max_error) ? r.max_error : -1.0, emulated_ ? "true" : "false", r.launches, r.ld_req, r.ld_sect,
-        r.st_req, r.st_sect, r.sm_req, r.sm_wf, r.sm_ideal, r.barriers, r.warp_ops, r.warp_lanes,
-        r.out_of_bounds, r.memory_counted ? "true" : "false", r.flops,
+        r.st_req, r.st_sect, r.sm_req, r.sm_wf, r.sm_ideal, r.sm_lanes, r.barriers, r.warp_ops, r.warp_lanes,
+        r.out_of_bounds, r.shared_races, r.memory_counted ? "true" : "false", r.flops,
         r.memory_counted ? std::to_string(estimate_us(r)).c_str() : "null",
         std::isnan(r.gpu_us) ? "null" : std::to_string(r.gpu_us).c_str());
   }
