@@ -8,8 +8,9 @@
 #   4. run every test in tests/cuda (the parity tests CI runs on the SIMT emulator);
 #   5. run bench_cuda (ember) and bench/cuda/torch_gpu.py (PyTorch eager on the same GPU): the same
 #      measurements on both sides, one JSON line each;
-#   6. run every version of every kernel lab (kernels/labs), timed with CUDA events, in the time
-#      the plan leaves (the budgets are worst cases);
+#   6. run every version of every kernel lab (kernels/labs), timed with CUDA events, and where
+#      Nsight Compute is installed, its counters for the same kernels at the emulator's sizes, in
+#      the time the plan leaves (the budgets are worst cases);
 #   7. write the side-by-side table and the labs' table (summary.md, summary.json) and print them.
 # Every step has a time budget (the plan below, printed first); the budgets add up to at most 480 s
 # and each step is killed at its budget, so the run always ends with a table.
@@ -21,7 +22,9 @@
 #       runs it (ctest gpu-check:dry-run), so a typo cannot waste the GPU's minutes. It fails when
 #       a measurement is missing on either side or the plan exceeds 480 s.
 # Results: $OUT/gpu-check/ (OUT defaults to /tmp): gpu.txt, build.txt, ptxas.txt, cuda_tests.txt,
-# ember.jsonl, torch.jsonl, labs.jsonl (and labs/<lab>.err), summary.md, summary.json.
+# ember.jsonl, torch.jsonl, labs.jsonl (and labs/<lab>.err, labs/<lab>.ncu.csv), summary.md,
+# summary.json. Back here, scripts/labs_gpu_report.py puts the labs' measurements into their
+# READMEs.
 # docs/gpu-validation.md says how to read them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -178,9 +181,38 @@ for prog in "$build_dir"/labs/lab_*; do
   cat "$out/labs/$lab.jsonl" >> "$out/labs.jsonl"
   [ $rc -eq 0 ] || echo "{\"lab\":\"$lab\",\"exit_status\":$rc}" >> "$out/labs.jsonl"
 done
+# Nsight Compute's counters for the same kernels at the emulator's sizes (--small), one run per
+# version (--no-timing), so that scripts/labs_gpu_report.py can set them next to the emulator's.
+if [ $dry_run -eq 0 ] && command -v ncu >/dev/null; then
+  metrics=l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+  metrics=$metrics,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
+  metrics=$metrics,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum
+  metrics=$metrics,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
+  for prog in "$build_dir"/labs/lab_*; do
+    lab=${prog##*/lab_}
+    left=$((labs_deadline - SECONDS))
+    [ "$left" -gt 10 ] || { log "ncu: no time left for $lab"; break; }
+    log "ncu $lab (at most ${left}s)"
+    timeout "$left" ncu --csv --log-file "$out/labs/$lab.ncu.csv" --metrics "$metrics" "$prog" --small --no-timing \
+      --broken --json > "$out/labs/$lab.small.jsonl" 2> "$out/labs/$lab.ncu.err" || log "ncu $lab failed (see labs/$lab.ncu.err)"
+  done
+fi
 
 # ---- 7. the side-by-side table ------------------------------------------------------------------
 log "summary"
 "$python" bench/cuda/gpu_summary.py "$out" "$cuda_rc" "$((SECONDS - start))"
 summary_rc=$?
-[ $cuda_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ]
+# ---- the dry run's last step: the labs' README writer, which runs back here after a GPU run ----
+readme_rc=0
+if [ $dry_run -eq 1 ]; then
+  copy="$out/readme-copy"
+  mkdir -p "$copy/kernels" && cp -r kernels/labs "$copy/kernels/"
+  for pass in 1 2; do  # twice: the second run replaces the section the first one wrote
+    "$python" scripts/labs_gpu_report.py "$out" --labs-dir "$build_dir/labs" --readme-root "$copy" > "$out/readme.txt" 2>&1 || readme_rc=1
+  done
+  for readme in "$copy"/kernels/labs/*/README.md; do
+    [ "$(grep -c 'gpu-measured:begin' "$readme")" -eq 1 ] || { echo "gpu-check: $readme: not one measured section"; readme_rc=1; }
+  done
+  log "labs_gpu_report.py on a copy of the READMEs: $([ $readme_rc -eq 0 ] && echo ok || echo FAILED)"
+fi
+[ $cuda_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ] && [ $readme_rc -eq 0 ]

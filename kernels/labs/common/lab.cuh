@@ -6,6 +6,11 @@
 //
 // and on the SIMT emulator here (the lab_copy CMake target: ./build/labs/lab_copy; docs/labs.md).
 //
+// Options of every lab: --version N (one version, an exercise too), --broken (the exercise too),
+// --size A,B,... (the problem size), --small (the emulator's size, also on a GPU), --json (one
+// line per version), --list (the versions, nothing run), --no-timing (one run per version on a
+// GPU, for a profiler).
+//
 // Per version, the columns are:
 //   ok              the output equals the CPU reference (within the lab's tolerance), and the
 //                   emulator saw no out-of-bounds access and no shared-memory race
@@ -105,6 +110,10 @@ class Lab {
         with_broken_ = true;
       } else if (a == "--list") {
         list_ = true;
+      } else if (a == "--small") {  // the emulator's size on a GPU too (to compare counters)
+        size_ = emulator_size;
+      } else if (a == "--no-timing") {  // one run per version: what a profiler should see
+        timing_ = false;
       } else {
         usage(("unknown argument " + a).c_str());
       }
@@ -208,7 +217,7 @@ class Lab {
 
  private:
   [[noreturn]] void usage(const char* what) {
-    std::fprintf(stderr, "lab %s: %s\nusage: %s [--version N] [--size A,B,...] [--json] [--broken] [--list]\n", name_.c_str(),
+    std::fprintf(stderr, "lab %s: %s\nusage: %s [--version N] [--size A,B,...] [--small] [--json] [--broken] [--list] [--no-timing]\n", name_.c_str(),
                  what, name_.c_str());
     std::exit(2);
   }
@@ -247,7 +256,7 @@ class Lab {
       r.max_error = err;
       r.ok = err >= 0 && err <= tolerance && r.out_of_bounds == 0 && r.shared_races == 0;
 #if !defined(EMBER_SIMT)
-      r.gpu_us = time_us(run);
+      if (timing_) r.gpu_us = time_us(run);
 #endif
     }
     rows_.push_back(r);
@@ -296,7 +305,7 @@ class Lab {
 
   std::string name_;
   std::vector<long> size_;
-  bool emulated_ = false, json_ = false, with_broken_ = false, list_ = false;
+  bool emulated_ = false, json_ = false, with_broken_ = false, list_ = false, timing_ = true;
   int only_ = -1;
   std::vector<Row> rows_;
 };
