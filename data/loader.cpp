@@ -9,7 +9,9 @@
 
 #include "../core/profiler.h"
 #include "../kernels/cpu/parallel.h"
+#include "../layers/shape_ops.h"
 #if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/augment.h"
 #include "../kernels/cuda/runtime.h"
 #endif
 
@@ -114,6 +116,64 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
     // dataset alive, as the header says.
     : DataLoader(std::shared_ptr<const Dataset>(std::shared_ptr<const Dataset>(), &dataset), std::move(options)) {}
 
+namespace detail {
+
+// Note [Data on the device] (loader.h).
+struct Resident {
+  Device device;
+  Tensor images, labels, lut;  // on the device: u8 (N, C, H, W), int64 (N,), float32 (C * 256,)
+#if EMBER_CUDA_BACKEND
+  kernels::gpu::CropFlip geometry;
+#endif
+  std::mutex mu;
+  int64_t epoch = -1;
+  Tensor order;  // the epoch's order, on the device
+};
+
+std::shared_ptr<Resident> make_resident(const Dataset& dataset, const LoaderOptions& o) {
+  const std::string what = "DataLoader: data_on_device";
+  EMBER_CHECK(o.device.is_cuda(), what, " needs a CUDA device, got ", o.device);
+  const auto* tensors = dynamic_cast<const TensorDataset*>(&dataset);
+  EMBER_CHECK(tensors != nullptr && tensors->images().dtype() == DType::u8 && tensors->images().dim() == 4, what,
+              " needs a dataset of u8 images (N, C, H, W) in memory (Fashion-MNIST, MNIST, CIFAR-10)",
+              tensors ? ", got images " + describe(tensors->images()) : std::string());
+  const std::optional<FusedPlan> plan = fused_plan(o.transform);
+  EMBER_CHECK(plan.has_value(), what, ": the transform ", o.transform ? o.transform->name() : std::string("(none)"),
+              " is not of the form [RandomCrop] [RandomHorizontalFlip] ToTensor [Normalize]");
+  EMBER_CHECK(!o.mix.enabled(), what, ": Mixup and CutMix run on the host");
+  EMBER_CHECK(o.pin_memory == PinMemory::off, what, ": nothing is copied per batch, so pin_memory has no use");
+  const Tensor& images = tensors->images();
+  const int64_t c = images.size(1), h = images.size(2), w = images.size(3);
+  if (plan->normalize) {
+    const size_t m = plan->normalize->mean().size();
+    EMBER_CHECK(m == 1 || static_cast<int64_t>(m) == c, what, ": ", plan->normalize->name(), " has ", m,
+                " means for ", c, " channels");
+  }
+  if (plan->crop)
+    EMBER_CHECK(plan->crop->height() <= h + 2 * plan->crop->padding() && plan->crop->width() <= w + 2 * plan->crop->padding(),
+                what, ": ", plan->crop->name(), " is larger than the padded image (", h, ", ", w, ")");
+#if EMBER_CUDA_BACKEND
+  auto r = std::make_shared<Resident>();
+  r->device = o.device;
+  r->images = images.contiguous().to(o.device);
+  r->labels = tensors->labels().to(o.device);
+  r->lut = from_vector(to_tensor_lut(plan->normalize, c)).to(o.device);
+  kernels::gpu::CropFlip& g = r->geometry;
+  g.channels = c, g.height = h, g.width = w;
+  g.crop = plan->crop != nullptr;
+  g.out_height = g.crop ? plan->crop->height() : h;
+  g.out_width = g.crop ? plan->crop->width() : w;
+  g.padding = g.crop ? plan->crop->padding() : 0;
+  g.flip = plan->flip != nullptr;
+  g.flip_p = g.flip ? plan->flip->p() : 0.0;
+  return r;
+#else
+  EMBER_THROW(what, " needs a build with a CUDA backend");
+#endif
+}
+
+}  // namespace detail
+
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
     : dataset_(std::move(dataset)), options_(std::move(options)) {
   EMBER_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
@@ -144,6 +204,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   } else {
     sampler_ = std::make_shared<const SequentialSampler>(n);
   }
+  if (options_.data_on_device) resident_ = detail::make_resident(*dataset_, options_);
   const int64_t s = sampler_->size();
   EMBER_CHECK(s >= 1, "DataLoader: the sampler yields no indices from ", n, " samples");
   num_batches_ = options_.drop_last ? s / b : (s + b - 1) / b;
@@ -188,7 +249,41 @@ std::vector<int64_t> DataLoader::batch_indices(int64_t epoch, int64_t batch) con
   return indices;
 }
 
+Batch DataLoader::load_resident_batch(int64_t epoch, int64_t batch) const {
+#if EMBER_CUDA_BACKEND
+  detail::Resident& r = *resident_;
+  const cuda::DeviceGuard guard(r.device.index);
+  const int64_t lo = batch * options_.batch_size, hi = std::min(sampler_->size(), lo + options_.batch_size);
+  Tensor order;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.epoch != epoch) {  // once per epoch: the order, 8 bytes a sample
+      r.order = from_vector(*this->order(epoch)).to(r.device);
+      r.epoch = epoch;
+    }
+    order = r.order;
+  }
+  const Tensor indices = order.slice(0, lo, hi);
+  const kernels::gpu::CropFlip& g = r.geometry;
+  Batch b;
+  b.images = empty({hi - lo, g.channels, g.out_height, g.out_width}, {.dtype = DType::f32, .device = r.device});
+  const Tensor draws = empty({3 * (hi - lo)}, {.dtype = DType::i32, .device = r.device});
+  kernels::gpu::crop_flip_lut(r.images.data_ptr<uint8_t>(), indices.data_ptr<int64_t>(), hi - lo, g,
+                              r.lut.data_ptr<float>(), options_.seed, epoch, draws.data_ptr<int32_t>(),
+                              b.images.data_ptr<float>());
+  b.labels = index_select(r.labels, 0, indices);
+  return b;
+#else
+  (void)epoch, (void)batch;
+  EMBER_THROW("DataLoader: data_on_device needs a build with a CUDA backend");
+#endif
+}
+
 Batch DataLoader::load_batch(int64_t epoch, int64_t batch) const {
+  if (resident_) {
+    check_batch(epoch, batch, "load_batch");
+    return load_resident_batch(epoch, batch);
+  }
   const std::vector<int64_t> indices = batch_indices(epoch, batch);
   Batch b = dataset_->load_transformed(indices, options_.transform, options_.seed, epoch);
   if (options_.mix.enabled()) b = mix_batch(b, options_.mix, options_.seed, epoch, batch);
@@ -234,11 +329,11 @@ class DeviceCopier {
 
 DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader), epoch_(loader->position_.epoch) {
   const LoaderOptions& o = loader->options_;
-  if (o.num_workers > 0) {
+  if (o.num_workers > 0 && !loader->resident_) {
     prefetcher_ = std::make_unique<detail::Prefetcher>(*loader, epoch_, loader->position_.batch, loader->num_batches_,
                                                        o.num_workers, o.prefetch);
   }
-  if (o.device.is_cuda()) copier_ = std::make_unique<detail::DeviceCopier>(o.device);
+  if (o.device.is_cuda() && !loader->resident_) copier_ = std::make_unique<detail::DeviceCopier>(o.device);
   load();
 }
 

@@ -242,12 +242,7 @@ void flatten(const Transform& t, std::vector<const Transform*>& out) {
   out.push_back(&t);
 }
 
-// The fusable chain [RandomCrop] [RandomHorizontalFlip] ToTensor [Normalize].
-struct FusedPlan {
-  const RandomCrop* crop = nullptr;
-  const RandomHorizontalFlip* flip = nullptr;
-  const Normalize* normalize = nullptr;
-};
+using detail::FusedPlan;
 
 std::optional<FusedPlan> plan_fused(const std::vector<const Transform*>& chain) {
   FusedPlan plan;
@@ -349,6 +344,17 @@ Tensor apply_per_sample(const Transform& transform, const Tensor& batch, std::sp
 }
 
 }  // namespace
+
+std::optional<detail::FusedPlan> detail::fused_plan(const AnyTransform& transform) {
+  std::vector<const Transform*> chain;
+  static const ToTensor kToTensor;
+  if (transform) {
+    flatten(*transform, chain);
+  } else {
+    chain.push_back(&kToTensor);
+  }
+  return plan_fused(chain);
+}
 
 Tensor apply_batch(const AnyTransform& transform, const Tensor& batch, std::span<const int64_t> sample_indices,
                    uint64_t seed, int64_t epoch) {

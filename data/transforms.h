@@ -15,6 +15,7 @@
 #include <concepts>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -151,6 +152,16 @@ Tensor apply_batch(const AnyTransform& transform, const Tensor& batch, std::span
                    uint64_t seed, int64_t epoch);
 
 namespace detail {
+// A transform of the form [RandomCrop] [RandomHorizontalFlip] ToTensor [Normalize], the one
+// apply_batch runs fused on u8 batches (an empty transform is ToTensor alone). The pointers
+// point into `transform`.
+struct FusedPlan {
+  const RandomCrop* crop = nullptr;
+  const RandomHorizontalFlip* flip = nullptr;
+  const Normalize* normalize = nullptr;
+};
+std::optional<FusedPlan> fused_plan(const AnyTransform& transform);
+
 // ToTensor then Normalize (when not null) of each u8 value, per channel: lut[c * 256 + v], with
 // exactly the float operations of the two transforms (so table lookups are bit-identical to them).
 // A single mean/std applies to every channel; otherwise the caller checked mean().size() == channels.

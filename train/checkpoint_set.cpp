@@ -388,7 +388,7 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
     cfg.epochs = saved_epochs;
   }
   for (const char* option : {"metrics", "save", "save-weights", "max-steps", "eval-every", "eval-limit", "threads",
-                             "workers", "log-every", "device"})
+                             "workers", "log-every", "device", "data-on-device"})
     if (given(option)) {
       auto it = cfg.given_text.find(option);
       changed.push_back(std::string(option) + (it != cfg.given_text.end() ? " " + it->second : ""));

@@ -119,6 +119,14 @@ void check_options(const TrainConfig& c) {
       EMBER_CHECK(!was_set(c, name), "--no-augment turns augmentation off, and --", name, " asks for it; give one of "
                   "the two");
   EMBER_CHECK(c.workers >= 0, "--workers must be non-negative, got ", got(c, "workers", c.workers));
+  // Note [Data on the device] in data/loader.h: a fused crop/flip/normalize on in-memory images.
+  if (c.data_on_device) {
+    EMBER_CHECK(c.device.rfind("cuda", 0) == 0 || c.device == "auto", "--data-on-device keeps the training set in a "
+                "CUDA device's memory and needs --device cuda, got --device ", c.device);
+    EMBER_CHECK(c.augment_policy == "light" && c.random_erasing == 0 && c.mixup == 0 && c.cutmix == 0,
+                "--data-on-device makes batches with the light augmentation (crops and flips) on the device; --augment "
+                "trivial|randaug, --random-erasing, --mixup and --cutmix run on the host");
+  }
   EMBER_CHECK(c.log_every >= 1, "--log-every must be at least 1, got ", got(c, "log-every", c.log_every));
   // Options that only mean something for ImageFolder data: the named datasets are IDX files (a
   // directory is checked once it is opened: start_run).

@@ -508,10 +508,14 @@ Run start_run(TrainConfig cfg) {
     train_options.shuffle = false;
     train_options.seed = cfg.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank);
   }
+  EMBER_CHECK(!cfg.data_on_device || r.device.is_cuda(), "--data-on-device needs a CUDA device, and --device ",
+              cfg.device, " is ", r.device);
   if (r.device.is_cuda()) {
-    // Batches arrive on the device: pinned, copied on the loader's copy stream (loader.h).
+    // Batches arrive on the device: pinned, copied on the loader's copy stream (loader.h), or
+    // made there from the resident dataset (Note [Data on the device]).
     train_options.device = r.device;
-    train_options.pin_memory = data::PinMemory::on;
+    train_options.data_on_device = cfg.data_on_device;
+    train_options.pin_memory = cfg.data_on_device ? data::PinMemory::off : data::PinMemory::on;
   }
   r.loader = std::make_unique<data::DataLoader>(d.train, train_options);
   // Evaluation batches are as large as training batches (halved on out of memory: with_eval_backoff).

@@ -61,6 +61,7 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda[:n]
   int threads = 0;              // 0: all cores
   int workers = 0;              // data-loader worker threads (0: load in the training thread)
+  bool data_on_device = false;  // the training set in device memory, batches made there (--device cuda)
   // checkpoints and outputs
   std::string save_dir;    // --resume DIR without --save: DIR
   std::string resume_dir;

@@ -59,6 +59,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1)");
   app.add_option("--seed", c.seed, "seed for initialization, shuffling, augmentation and dropout")->capture_default_str();
   app.add_option("--device", c.device, "auto | cpu | cuda[:n]")->capture_default_str();
+  app.add_flag("--data-on-device", c.data_on_device, "with --device cuda: the training set in device memory once, "
+               "batches cropped, flipped and normalized there (Fashion-MNIST, MNIST, CIFAR-10)");
   app.add_option("--threads", c.threads, "CPU threads (0: all cores, shared among the processes of a node)")
       ->capture_default_str();
   app.add_option("--workers", c.workers, "data-loader worker threads (0: load in the training thread)")
@@ -102,7 +104,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
       {"Model and optimization", {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--momentum",
                                   "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
                                   "--clip-grad-norm", "--seed", "--max-steps"}},
-      {"Devices and threads", {"--device", "--threads"}},
+      {"Devices and threads", {"--device", "--data-on-device", "--threads"}},
       {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--finetune", "--freeze-backbone",
                                    "--backbone-lr-scale", "--save-weights"}},
       {"Evaluation and output", {"--eval-every", "--eval-limit", "--metrics", "--log-every", "--quiet", "--profile",
