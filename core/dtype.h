@@ -146,7 +146,9 @@ template <> struct dtype_of<bool> { static constexpr DType value = DType::boolea
 // means, variances and dot products run in double — on a CPU that costs little, and it makes the
 // reference the more accurate side of every CPU-vs-CUDA parity test, so a parity tolerance
 // measures the CUDA kernel's float accumulation alone. Elementwise functors compute in acc_t on
-// both backends (a Half is loaded, widened to float, computed on, and rounded on store).
+// both backends (a Half is loaded, widened to float, computed on, and rounded on store). The CPU's
+// pooling, batch-norm and loss kernels run f16/bf16 through their f32 versions instead, and so
+// accumulate like f32 (Note [Low-precision CPU kernels through f32] in kernels/cpu/widen.h).
 template <typename T> struct AccumulateType { using type = T; };
 template <> struct AccumulateType<Half> { using type = float; };
 template <> struct AccumulateType<BFloat16> { using type = float; };
