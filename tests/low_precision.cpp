@@ -35,7 +35,8 @@ Run run_case(const OpCase& c, const std::vector<Tensor>& inputs, const Tensor& w
   case_device() = saved;
   if (is_floating(r.out.dtype()) && r.out.requires_grad())
     sum(mul(r.out, w.to(device, r.out.dtype()))).backward();
-  for (const Tensor& l : leaves) r.grads.push_back(l.grad().defined() ? l.grad().to(Device::cpu(), DType::f64) : Tensor());
+  for (const Tensor& l : leaves)
+    r.grads.push_back(l.grad().defined() ? l.grad().to(Device::cpu(), DType::f64) : Tensor());
   r.out = r.out.detach().to(Device::cpu(), DType::f64);
   return r;
 }

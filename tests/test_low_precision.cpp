@@ -9,11 +9,21 @@
 using namespace ember;
 using namespace ember::testing;
 
-TEST_CASE("low precision cpu: elementwise", "[low_precision]") { check_low_precision_family(add_elementwise_cases, Device::cpu()); }
-TEST_CASE("low precision cpu: views", "[low_precision]") { check_low_precision_family(add_view_cases, Device::cpu()); }
-TEST_CASE("low precision cpu: reductions", "[low_precision]") { check_low_precision_family(add_reduce_cases, Device::cpu()); }
-TEST_CASE("low precision cpu: linalg", "[low_precision]") { check_low_precision_family(add_linalg_cases, Device::cpu()); }
-TEST_CASE("low precision cpu: conv", "[low_precision]") { check_low_precision_family(add_conv_cases, Device::cpu()); }
+TEST_CASE("low precision cpu: elementwise", "[low_precision]") {
+  check_low_precision_family(add_elementwise_cases, Device::cpu());
+}
+TEST_CASE("low precision cpu: views", "[low_precision]") {
+  check_low_precision_family(add_view_cases, Device::cpu());
+}
+TEST_CASE("low precision cpu: reductions", "[low_precision]") {
+  check_low_precision_family(add_reduce_cases, Device::cpu());
+}
+TEST_CASE("low precision cpu: linalg", "[low_precision]") {
+  check_low_precision_family(add_linalg_cases, Device::cpu());
+}
+TEST_CASE("low precision cpu: conv", "[low_precision]") {
+  check_low_precision_family(add_conv_cases, Device::cpu());
+}
 TEST_CASE("low precision cpu: pooling and normalization", "[low_precision]") {
   check_low_precision_family(add_pool_norm_cases, Device::cpu());
 }

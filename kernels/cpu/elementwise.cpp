@@ -72,11 +72,13 @@ void pow_backward(DType dtype, const IterShape& shape, Operand grad_a, Operand g
     using A = acc_t<T>;
     if (grad_a.data != nullptr)
       cpu_foreach<T, T, T, T, T>(shape, {grad_a, g, a, b, y}, [](T& o, T gv, T av, T bv, T yv) {
-        o = static_cast<T>(ops::Pow::da(static_cast<A>(gv), static_cast<A>(av), static_cast<A>(bv), static_cast<A>(yv)));
+        o = static_cast<T>(
+            ops::Pow::da(static_cast<A>(gv), static_cast<A>(av), static_cast<A>(bv), static_cast<A>(yv)));
       });
     if (grad_b.data != nullptr)
       cpu_foreach<T, T, T, T, T>(shape, {grad_b, g, a, b, y}, [](T& o, T gv, T av, T bv, T yv) {
-        o = static_cast<T>(ops::Pow::db(static_cast<A>(gv), static_cast<A>(av), static_cast<A>(bv), static_cast<A>(yv)));
+        o = static_cast<T>(
+            ops::Pow::db(static_cast<A>(gv), static_cast<A>(av), static_cast<A>(bv), static_cast<A>(yv)));
       });
   });
 }

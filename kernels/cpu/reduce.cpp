@@ -3,8 +3,9 @@
 // The reference strategy: iterate over output positions (in parallel), and for each one walk the
 // reduced sub-space of the input (ReduceIndexer maps positions to strided offsets). Accumulation
 // is in A = cpu_acc_t<T>: double for f32 and f64, so float32 sums of millions of elements stay
-// accurate; float for f16 and bf16 (Note [Accumulation types] in core/dtype.h). Each output position is
-// computed by one thread in a fixed order, so results do not depend on the thread count.
+// accurate; float for f16 and bf16 (Note [Accumulation types] in core/dtype.h). Each output
+// position is computed by one thread in a fixed order, so results do not depend on the thread
+// count.
 
 #include "reduce.h"
 

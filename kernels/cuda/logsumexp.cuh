@@ -9,8 +9,9 @@
 // f16/bf16/f32, double for f64: Note [Accumulation types] in core/dtype.h), and the online form
 // makes one pass: each thread keeps (m, s) with s = sum exp(x - m) over the elements it has
 // seen, rescaling s by exp(m_old - m_new) when a larger element arrives; two partial (m, s)
-// combine the same way, so the group reduces them with shuffles like any other value. Then lse = m + log(s). The cases where the CPU's result
-// is not the mathematical one are kept exactly:
+// combine the same way, so the group reduces them with shuffles like any other value. Then
+// lse = m + log(s). The cases where the CPU's result is not the mathematical one are kept
+// exactly:
 //   - a NaN element: skipped by the max, poisons the sum (NaN line), as the CPU;
 //   - m not finite (the line's max is +inf, or every element is -inf/NaN, or n == 0): the CPU
 //     computes exp(inf - inf) = NaN or exp(-inf - -inf) = NaN terms; rather than reproduce that

@@ -120,8 +120,10 @@ __global__ void var_kernel(Indexer ix, Operand in, Operand out, acc_t<T> divisor
       ss += d * d;
     }
     ss = group_sum<G>(ss);
-    if (lane == 0)
-      static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(ix.n_red == 0 ? static_cast<A>(NAN) : ss / divisor);
+    if (lane == 0) {
+      const A v = ix.n_red == 0 ? static_cast<A>(NAN) : ss / divisor;
+      static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(v);
+    }
   }
 }
 

@@ -42,11 +42,12 @@ std::vector<int64_t> targets(const ClassLayout& l, uint64_t seed) {
 // tolerance of (log2 C + 8) ulp of 32.
 template <typename T>
 Tol loss_tol(int64_t c) {
-  if constexpr (std::is_same_v<T, float>)
-    return {(8.0 + std::log2(static_cast<double>(std::max<int64_t>(c, 1)))) * 32 * std::numeric_limits<float>::epsilon(),
-            0};
-  else
+  if constexpr (std::is_same_v<T, float>) {
+    const double ulps = 8.0 + std::log2(static_cast<double>(std::max<int64_t>(c, 1)));
+    return {ulps * 32 * std::numeric_limits<float>::epsilon(), 0};
+  } else {
     return {1e-12, 1e-12};
+  }
 }
 
 }  // namespace

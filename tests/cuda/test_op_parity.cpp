@@ -1,11 +1,12 @@
 // CPU-vs-CUDA parity of every op case (tests/op_cases.h), forward and backward, in float64 and
 // float32; and every case in float16 and bfloat16 on cuda:0 against the CPU's float32 result
-// (Note [Low-precision tolerances] in tests/low_precision.h). Each case runs once on the CPU (the reference) and once on cuda:0 with the same input
-// values, non-differentiable arguments placed on the case's device (case_device()), and the same
-// upstream gradient; outputs and input gradients must agree. On the SIMT flavour this executes
-// every hand-written kernel the ops reach and, through the emulator's cuBLAS and cuDNN shims, the
-// cuBLAS and cuDNN call sites (ctest's cuda-no-cudnn:parity runs the [cudnn_layers] families
-// through the hand-written kernels instead).
+// (Note [Low-precision tolerances] in tests/low_precision.h). Each case runs once on the CPU
+// (the reference) and once on cuda:0 with the same input values, non-differentiable arguments
+// placed on the case's device (case_device()), and the same upstream gradient; outputs and input
+// gradients must agree. On the SIMT flavour this executes every hand-written kernel the ops reach
+// and, through the emulator's cuBLAS and cuDNN shims, the cuBLAS and cuDNN call sites (ctest's
+// cuda-no-cudnn:parity runs the [cudnn_layers] families through the hand-written kernels
+// instead).
 
 #include <catch2/catch.hpp>
 
@@ -108,11 +109,15 @@ TEST_CASE("cuda parity: losses and softmax", "[cuda][parity]") { check_family(ad
 TEST_CASE("cuda low precision: elementwise", "[cuda][low_precision][cudnn_layers]") {
   check_low_precision_family(add_elementwise_cases, Device::cuda(0));
 }
-TEST_CASE("cuda low precision: views", "[cuda][low_precision]") { check_low_precision_family(add_view_cases, Device::cuda(0)); }
+TEST_CASE("cuda low precision: views", "[cuda][low_precision]") {
+  check_low_precision_family(add_view_cases, Device::cuda(0));
+}
 TEST_CASE("cuda low precision: reductions", "[cuda][low_precision]") {
   check_low_precision_family(add_reduce_cases, Device::cuda(0));
 }
-TEST_CASE("cuda low precision: linalg", "[cuda][low_precision]") { check_low_precision_family(add_linalg_cases, Device::cuda(0)); }
+TEST_CASE("cuda low precision: linalg", "[cuda][low_precision]") {
+  check_low_precision_family(add_linalg_cases, Device::cuda(0));
+}
 TEST_CASE("cuda low precision: conv", "[cuda][low_precision][cudnn_layers]") {
   check_low_precision_family(add_conv_cases, Device::cuda(0));
 }

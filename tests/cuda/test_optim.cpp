@@ -200,9 +200,8 @@ TEMPLATE_TEST_CASE("cuda grad_norm_partial matches the CPU within double roundin
       // relative difference <= n * 2^-53, and pow may differ by an ulp per term. f32: a float
       // sum of non-negative terms through two block reductions (at most a few terms per thread,
       // log2(256) tree levels each) is within (4 + 2 log2 n) ulp relative, pow adding one.
-      const double rtol = std::is_same_v<T, float>
-                              ? (4.0 + 2.0 * std::log2(static_cast<double>(n) + 1.0)) * std::numeric_limits<float>::epsilon()
-                              : 1e-11;
+      const double f32_ulps = 4.0 + 2.0 * std::log2(static_cast<double>(n) + 1.0);
+      const double rtol = std::is_same_v<T, float> ? f32_ulps * std::numeric_limits<float>::epsilon() : 1e-11;
       if (std::isinf(p)) {
         REQUIRE(got == want);
       } else {

@@ -39,7 +39,8 @@ const Layout kLayouts[] = {
 template <typename T>
 Tol softmax_tol(int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    const double t = (8.0 + std::log2(static_cast<double>(std::max<int64_t>(n, 1)))) * std::numeric_limits<float>::epsilon();
+    const double ulps = 8.0 + std::log2(static_cast<double>(std::max<int64_t>(n, 1)));
+    const double t = ulps * std::numeric_limits<float>::epsilon();
     return {t, t};
   } else {
     return {1e-13, 1e-13};
