@@ -14,8 +14,9 @@ namespace ember::testing {
 namespace {
 
 struct Run {
-  Tensor out;                 // float64 CPU copy of the output
-  std::vector<Tensor> grads;  // float64 CPU copies of the inputs' gradients (undefined: none)
+  Tensor out;                      // float64 CPU copy of the output
+  std::vector<Tensor> grads;       // float64 CPU copies of the inputs' gradients (undefined: none)
+  std::vector<DType> grad_dtypes;  // the gradients' own dtypes
 };
 
 // Forward on `inputs` (float64 CPU values, placed on `device` in `dtype`, made leaves), then
@@ -35,8 +36,10 @@ Run run_case(const OpCase& c, const std::vector<Tensor>& inputs, const Tensor& w
   case_device() = saved;
   if (is_floating(r.out.dtype()) && r.out.requires_grad())
     sum(mul(r.out, w.to(device, r.out.dtype()))).backward();
-  for (const Tensor& l : leaves)
+  for (const Tensor& l : leaves) {
     r.grads.push_back(l.grad().defined() ? l.grad().to(Device::cpu(), DType::f64) : Tensor());
+    r.grad_dtypes.push_back(l.grad().defined() ? l.grad().dtype() : dtype);
+  }
   r.out = r.out.detach().to(Device::cpu(), DType::f64);
   return r;
 }
@@ -132,6 +135,10 @@ LowPrecisionResult check_low_precision(const OpCase& c, Device device, DType dty
       report << "gradient of input " << i << " defined in one run only; ";
       res.worst_ratio = INFINITY;
     } else if (ref.grads[i].defined()) {
+      if (lp.grad_dtypes[i] != dtype) {  // autograd keeps each gradient in its input's dtype
+        report << "gradient of input " << i << " is " << lp.grad_dtypes[i] << "; ";
+        res.worst_ratio = INFINITY;
+      }
       compare(lp.grads[i], ref.grads[i], "gradient of input " + std::to_string(i));
     }
   }

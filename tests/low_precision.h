@@ -47,7 +47,8 @@ struct LowPrecisionResult {
 };
 
 // Runs case c in `dtype` (f16 or bf16) on `device` and in float32 on the CPU; compares the
-// outputs and every input's gradient (Note [Low-precision tolerances]).
+// outputs and every input's gradient (Note [Low-precision tolerances]), which must also be of
+// `dtype`.
 LowPrecisionResult check_low_precision(const OpCase& c, Device device, DType dtype);
 
 // The cases that refuse f16/bf16 inputs (on every device), by name, each with its reason in
