@@ -1,11 +1,11 @@
 #pragma once
-// Element types. f16 and bf16 are storage types for now: exact conversion to and from f32
-// with round-to-nearest-even; arithmetic on them comes with mixed precision.
+// Element types, the 16-bit floating-point types, and the type each one accumulates in.
 
 #include <cstdint>
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define EMBER_HD __host__ __device__
@@ -38,6 +38,8 @@ constexpr bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
 constexpr bool is_integral(DType t) { return !is_floating(t); }  // bool counts as integral
+// The 16-bit floating types: stored in 16 bits, computed in float (Note [Accumulation types]).
+constexpr bool is_low_precision(DType t) { return t == DType::f16 || t == DType::bf16; }
 
 // PyTorch's names: "float32", "int64", "bool", ...
 const char* dtype_name(DType t);
@@ -49,7 +51,7 @@ std::ostream& operator<<(std::ostream& os, DType t);
 // floating beats integral, wider beats narrower; bool < u8 < i32 < i64 < f16/bf16 < f32 < f64).
 DType promote_types(DType a, DType b);
 
-// ---- 16-bit floating point storage types ----------------------------------------------------
+// ---- 16-bit floating point types ----------------------------------------------------------
 
 EMBER_HD inline uint32_t float_bits(float f) {
   uint32_t u;
@@ -129,10 +131,39 @@ template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
 
+// Note [Accumulation types]
+// A kernel reads elements of its dtype T, computes in acc_t<T> and rounds once, when it stores:
+//
+//   T          f16    bf16   f32    f64
+//   acc_t<T>   float  float  float  double
+//   cpu_acc_t  float  float  double double
+//
+// acc_t is what the CUDA kernels accumulate and compute in (PyTorch's acc_type<T, is_cuda=true>):
+// float is the type GPUs are fast at (double runs at 1/32 to 1/64 of float's rate on every GPU
+// but the datacenter ones), and a 16-bit value widened to float is exact, so f16/bf16 sums lose
+// nothing to the accumulator that f32 sums do not. cpu_acc_t is what the CPU reference kernels
+// accumulate in (PyTorch's acc_type<T, is_cuda=false>): the same, except that float32 sums,
+// means, variances and dot products run in double — on a CPU that costs little, and it makes the
+// reference the more accurate side of every CPU-vs-CUDA parity test, so a parity tolerance
+// measures the CUDA kernel's float accumulation alone. Elementwise functors compute in acc_t on
+// both backends (a Half is loaded, widened to float, computed on, and rounded on store). The CPU's
+// pooling, batch-norm and loss kernels run f16/bf16 through their f32 versions instead, and so
+// accumulate like f32 (Note [Low-precision CPU kernels through f32] in kernels/cpu/widen.h).
+template <typename T> struct AccumulateType { using type = T; };
+template <> struct AccumulateType<Half> { using type = float; };
+template <> struct AccumulateType<BFloat16> { using type = float; };
+template <typename T> using acc_t = typename AccumulateType<T>::type;
+template <typename T> using cpu_acc_t = std::conditional_t<std::is_same_v<T, float>, double, acc_t<T>>;
+
+// Whether T is one of the 16-bit floating-point types (computed in float, stored in 16 bits).
+template <typename T> inline constexpr bool is_low_precision_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
 }  // namespace ember
 
-// Runs BODY with `scalar_t` bound to the C++ type of DTYPE. The _FLOAT form covers f32 and f64
-// (the types with arithmetic kernels), _ALL every dtype. NAME is used in the error message.
+// Runs BODY with `scalar_t` bound to the C++ type of DTYPE. NAME is used in the error message.
+// _FLOATING covers the four floating types (f32, f64, f16, bf16: the kernels a network trains
+// with, computing f16/bf16 in acc_t), _FLOAT only f32 and f64 (kernels without 16-bit versions),
+// _ALL every dtype.
 #define EMBER_DTYPE_CASE(enum_value, type, ...) \
   case ::ember::DType::enum_value: {            \
     using scalar_t = type;                      \
@@ -146,6 +177,17 @@ template <> struct dtype_of<bool> { static constexpr DType value = DType::boolea
       EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                             \
       EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                            \
       default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32 or float64)"); \
+    }                                                                                       \
+  } while (0)
+
+#define EMBER_DISPATCH_FLOATING(DTYPE, NAME, ...)                                          \
+  do {                                                                                      \
+    switch (DTYPE) {                                                                        \
+      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                             \
+      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                            \
+      EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__)                                     \
+      EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)                                \
+      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected a floating-point dtype)"); \
     }                                                                                       \
   } while (0)
 
@@ -164,17 +206,20 @@ template <> struct dtype_of<bool> { static constexpr DType value = DType::boolea
     }                                                                       \
   } while (0)
 
-// The ordered arithmetic types (floats and integers; no f16/bf16, no bool): max/min/argmax.
+// The ordered arithmetic types (floats, f16/bf16 compared as float, and integers; no bool):
+// max/min/argmax.
 #define EMBER_DISPATCH_ORDERED(DTYPE, NAME, ...)                                                          \
   do {                                                                                                    \
     switch (DTYPE) {                                                                                      \
       EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                           \
       EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                          \
+      EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__)                                                   \
+      EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)                                              \
       EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                                         \
       EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                                         \
       EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                                                          \
-      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32, float64, int32, " \
-                           "int64 or uint8)");                                                            \
+      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected a floating-point dtype, " \
+                           "int32, int64 or uint8)");                                                            \
     }                                                                                                     \
   } while (0)
 

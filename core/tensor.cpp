@@ -42,8 +42,8 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 void check_floating(const char* op, const Tensor& t) {
-  EMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op,
-              ": expected a floating-point tensor (float32 or float64), got ", describe(t));
+  EMBER_CHECK(is_floating(t.dtype()), op,
+              ": expected a floating-point tensor (float32, float64, float16 or bfloat16), got ", describe(t));
 }
 
 [[noreturn]] void cuda_unavailable(const char* op) {

@@ -4,7 +4,8 @@
 //
 // Layout: x is contiguous (N, C, S) where S is the product of the dims after C (1 for (N, C)
 // input); per-channel vectors (mean, var, invstd, weight, bias, their grads) are contiguous (C).
-// dtype: f32 or f64; accumulation in double. Outputs are overwritten.
+// dtype: f32 or f64; sums accumulate in cpu_acc_t on the CPU, acc_t on CUDA (Note [Accumulation
+// types] in core/dtype.h). Outputs are overwritten.
 //   batch_norm_stats(dtype, sh, x, mean, var)
 //       mean[c] and the biased variance var[c] over the n * s elements of channel c (two passes:
 //       the mean first, then the centred squares)

@@ -27,7 +27,7 @@
 //                                          bias (c_out) or null; y (n, c_out, out_h, out_w)
 //   conv2d_backward_data(gy, w, gx)        gx (n, c_in, h, w) = d(sum y * gy)/dx
 //   conv2d_backward_weight(gy, x, gw)      gw (c_out, c_in / groups, kh, kw) = d(sum y * gy)/dw, over the batch
-//   conv2d_backward_bias(gy, gb)           gb (c_out) = sum of gy over n, out_h, out_w (in double)
+//   conv2d_backward_bias(gy, gb)           gb (c_out) = sum of gy over n, out_h, out_w (in cpu_acc_t / acc_t)
 // Pointers are host memory for kernels::cpu, device memory of the current device for
 // kernels::gpu (queued on cuda::current_stream(), asynchronous).
 

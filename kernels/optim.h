@@ -10,7 +10,7 @@
 //       SGD; momentum_buffer is used, and must be non-null, only when h.momentum != 0; with
 //       init_buffer it is written (buf = d_p, torch's first step) instead of read
 //   grad_norm_partial(dtype, n, grad, p)
-//       the pieces of a gradient norm, accumulated in double: sum |g|^p for finite p (p == 2
+//       the pieces of a gradient norm, accumulated in cpu_acc_t (CPU) or acc_t (CUDA): sum |g|^p for finite p (p == 2
 //       uses g * g), max |g| for p = inf (NaN if any element is NaN); a host value
 //   non_finite_check_and_unscale(dtype, tensors, count, found_inf, inv_scale)
 //       loss scaling (Note [Loss scaling] in optim/grad_scaler.h): every element of every listed

@@ -24,9 +24,10 @@
 //                                           columns; uses only planes, in_h/in_w, out_h/out_w of g
 //   adaptive_avg_pool2d_backward(g, grad_out, grad_in)
 // Pointers are host memory for kernels::cpu, device memory of the current device for
-// kernels::gpu (queued on cuda::current_stream()). Both backends are deterministic and give
-// bit-identical results (same per-window order of operations, accumulation in double where the
-// CPU accumulates in double).
+// kernels::gpu (queued on cuda::current_stream()). Both backends are deterministic and use the
+// same per-window order of operations; max pooling is bit-identical on both, average pooling
+// sums in cpu_acc_t on the CPU and acc_t on CUDA (Note [Accumulation types] in core/dtype.h), so
+// f32 averages may differ in the last bit.
 
 #include <cstdint>
 

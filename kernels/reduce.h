@@ -5,12 +5,13 @@
 // Convention shared by every kernel here: the input and the outputs are operands over the
 // input's iteration shape `in_shape` (kernels/strided.h); an output has stride 0 along the
 // reduced dims. `out_shape` is the kept shape (reduced dims set to 1). Outputs are written
-// (overwrite), never accumulated. Float32 inputs accumulate in double.
+// (overwrite), never accumulated. Sums accumulate in cpu_acc_t on the CPU (double for f32) and
+// acc_t on CUDA (float for f32): Note [Accumulation types] in core/dtype.h.
 //   sum(dtype, in_shape, in, out, out_shape)
 //       out[j] = sum of in over the positions that map to j (0 over an empty set)
 //   var(dtype, in_shape, in, out, out_shape, correction)
 //       out[j] = sum((x - mean)^2) / max(0, n - correction) over the n positions that map to j
-//       (two passes, in double). n == 0 gives NaN; a zero divisor gives inf (or NaN), as PyTorch.
+//       (two passes, in the accumulation type). n == 0 gives NaN; a zero divisor gives inf (or NaN), as PyTorch.
 //   extremum(kind, dtype, in_shape, in, out, out_shape)
 //       out[j] = max (or min) over the positions that map to j; NaN if any of them is NaN.
 //       Requires a non-empty reduction (the caller throws). f32, f64, i32, i64, u8.

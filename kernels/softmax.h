@@ -6,7 +6,7 @@
 // and the softmax runs along the middle dim: for every (o, i), the line x[o, 0..n, i]
 // (stride `inner`). Outputs are overwritten; y may not alias x.
 //   softmax_forward(kind, dtype, outer, n, inner, x, y)
-//       numerically stable: with m = max of the line and s = sum exp(x - m) (in double),
+//       numerically stable: with m = max of the line and s = sum exp(x - m) (in cpu_acc_t / acc_t),
 //         softmax:     y = exp(x - m) / s
 //         log_softmax: y = x - m - log(s)
 //       so large logits (1e4) never overflow. A NaN anywhere in a line makes the whole line NaN.

@@ -29,8 +29,8 @@ kernels::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, c
   EMBER_CHECK(x.dim() == 4, "conv2d: expected input (N, C_in, H, W), got ", describe(x));
   EMBER_CHECK(weight.dim() == 4, "conv2d: expected weight (C_out, C_in / groups, kH, kW), got ", describe(weight));
   detail::check_same_device("conv2d", x, weight);
-  EMBER_CHECK((x.dtype() == DType::f32 || x.dtype() == DType::f64) && weight.dtype() == x.dtype(),
-              "conv2d: expected float32 or float64 input and weight of one dtype, got ", describe(x), " and ",
+  EMBER_CHECK(is_floating(x.dtype()) && weight.dtype() == x.dtype(),
+              "conv2d: expected floating-point input and weight of one dtype, got ", describe(x), " and ",
               describe(weight));
   EMBER_CHECK(o.stride.first >= 1 && o.stride.second >= 1 && o.dilation.first >= 1 && o.dilation.second >= 1 &&
                   o.padding.first >= 0 && o.padding.second >= 0 && o.groups >= 1,
@@ -79,6 +79,10 @@ double conv2d_flops(const kernels::Conv2dGeometry& g) {
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt) {
   const kernels::Conv2dGeometry g = conv2d_geometry(x, weight, bias, opt);
+  if (is_low_precision(x.dtype())) {  // Note [Low-precision products] in layers/linalg.cpp
+    const Tensor b32 = bias.defined() ? bias.to(DType::f32) : Tensor();
+    return conv2d(x.to(DType::f32), weight.to(DType::f32), b32, opt).to(x.dtype());
+  }
   const profiler::Scope scope("conv2d", conv2d_flops(g));
   const DType dt = x.dtype();
   const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();

@@ -59,8 +59,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a0, const Tensor& b0, double al
   const char* name = binary_name(op);
   detail::check_same_device(name, a0, b0);
   const DType dt = promote_types(a0.dtype(), b0.dtype());
-  EMBER_CHECK(dt == DType::f32 || dt == DType::f64, name, ": expected floating-point tensors (float32 or float64), got ",
-              describe(a0), " and ", describe(b0));
+  EMBER_CHECK(is_floating(dt), name, ": expected floating-point tensors, got ", describe(a0), " and ", describe(b0));
   const Shape shape = broadcast_shapes(a0.shape(), b0.shape(), name);
   const Tensor a = a0.to(dt), b = b0.to(dt);
   Tensor out = empty(shape, {.dtype = dt, .device = a.device()});

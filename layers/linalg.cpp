@@ -57,8 +57,8 @@ int64_t leading_rows(const Tensor& t) {
 void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   EMBER_CHECK(a.defined() && b.defined(), op, ": got an undefined tensor");
   detail::check_same_device(op, a, b);
-  EMBER_CHECK((a.dtype() == DType::f32 || a.dtype() == DType::f64) && b.dtype() == a.dtype(), op,
-              ": expected two float32 or two float64 tensors, got ", describe(a), " and ", describe(b));
+  EMBER_CHECK(is_floating(a.dtype()) && b.dtype() == a.dtype(), op,
+              ": expected two floating-point tensors of one dtype, got ", describe(a), " and ", describe(b));
 }
 
 [[noreturn]] void throw_mismatch(const char* op, const Tensor& a, const Tensor& b, int64_t ka, int64_t kb) {
@@ -143,10 +143,21 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// Note [Low-precision products]
+// mm, bmm, matmul, linear (and conv2d, layers/conv.cpp) on f16/bf16 tensors widen their operands
+// to f32 with the differentiable to() (exact: every f16 and bf16 value is a float), run the f32
+// product — OpenBLAS on the CPU; cuBLAS SGEMM, the tiled kernel or cuDNN's f32 convolution on
+// CUDA — which accumulates in f32 (double on the CPU's reference paths), and round the result to
+// the 16-bit dtype once. Autograd sees two casts around an f32 op, so the gradients reaching the
+// 16-bit inputs are rounded to their dtype the same way. The price is an f32 copy of each
+// operand per call and f32 GEMM throughput (no f16/bf16 tensor-core GEMM).
+
 // The differentiable product behind mm, bmm and matmul.
 //   d(a @ b)/da: g @ b^T,  d(a @ b)/db: a^T @ g   (summed over broadcast batch dims)
 // b^T and a^T are transposed views: BLAS reads them with CblasTrans, no copy.
 Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& b) {
+  if (is_low_precision(a.dtype()))  // Note [Low-precision products]
+    return product(op, node, a.to(DType::f32), b.to(DType::f32)).to(a.dtype());
   Tensor out = product_forward(op, a, b);
   if (!any_requires_grad({&a, &b})) return out;
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -217,6 +228,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     check_operands("linear", x, bias);
     EMBER_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias must have shape (", out_features,
                 "), got ", describe(bias));
+  }
+  if (is_low_precision(x.dtype())) {  // Note [Low-precision products]
+    const Tensor b32 = has_bias ? bias.to(DType::f32) : Tensor();
+    return linear(x.to(DType::f32), weight.to(DType::f32), b32).to(x.dtype());
   }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_features;

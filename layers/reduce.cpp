@@ -114,8 +114,8 @@ using kernels::Extremum;
 // The dtypes with an ordering kernel.
 void check_ordered(const char* op, const Tensor& x) {
   const DType t = x.dtype();
-  EMBER_CHECK(t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::i64 || t == DType::u8, op,
-              ": expected a float32, float64, int32, int64 or uint8 tensor, got ", describe(x));
+  EMBER_CHECK(is_floating(t) || t == DType::i32 || t == DType::i64 || t == DType::u8, op,
+              ": expected a floating-point, int32, int64 or uint8 tensor, got ", describe(x));
 }
 
 // max/min have no identity: reducing over a zero-size dim is an error (as PyTorch).

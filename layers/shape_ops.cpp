@@ -54,6 +54,12 @@ kernels::Operand broadcast_index(const Tensor& index1d, int dim) {
   return op;
 }
 
+// Note [Low-precision scatter]
+// The scatter_add kernels add with atomics in the element's own type, which f16/bf16 would round
+// at every add; so a 16-bit scatter_add (the op, and the backward of index_select and gather)
+// adds into a float32 tensor and rounds the result to the 16-bit dtype once.
+DType accumulation_dtype(DType dt) { return is_low_precision(dt) ? DType::f32 : dt; }
+
 // out[p with p[dim] := index[p]] += src[p] over `shape`; out is modified in place.
 void scatter_add_into(const char* op, Tensor& out, int dim, const Shape& shape, const kernels::Operand& src,
                       const Tensor& index, const kernels::Operand& ind) {
@@ -209,11 +215,11 @@ Tensor index_select(const Tensor& x, int64_t dim0, const Tensor& index0) {
     const DType dt = x.dtype();
     record("IndexSelectBackward", {x}, {out}, [=](const std::vector<Tensor>& g) {
       if (!g[0].defined()) return std::vector<Tensor>{Tensor()};
-      const Tensor gv = g[0].to(dt);
+      const Tensor gv = g[0].to(accumulation_dtype(dt));
       const Tensor& idx = si.get();
-      Tensor gx = zeros(in_shape, {.dtype = dt, .device = gv.device()});
+      Tensor gx = zeros(in_shape, {.dtype = gv.dtype(), .device = gv.device()});
       scatter_add_into("index_select backward", gx, dim, shape, detail::operand(gv), idx, broadcast_index(idx, dim));
-      return std::vector<Tensor>{gx};
+      return std::vector<Tensor>{gx.to(dt)};
     });
   }
   return out;
@@ -247,11 +253,11 @@ Tensor gather(const Tensor& x, int64_t dim0, const Tensor& index) {
     const DType dt = x.dtype();
     record("GatherBackward", {x}, {out}, [=](const std::vector<Tensor>& g) {
       if (!g[0].defined()) return std::vector<Tensor>{Tensor()};
-      const Tensor gv = g[0].to(dt);
+      const Tensor gv = g[0].to(accumulation_dtype(dt));
       const Tensor& idx = si.get();
-      Tensor gx = zeros(in_shape, {.dtype = dt, .device = gv.device()});
+      Tensor gx = zeros(in_shape, {.dtype = gv.dtype(), .device = gv.device()});
       scatter_add_into("gather backward", gx, dim, idx.shape(), raw_operand(gv), idx, raw_operand(idx));
-      return std::vector<Tensor>{gx};
+      return std::vector<Tensor>{gx.to(dt)};
     });
   }
   return out;
@@ -264,6 +270,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim0, const Tensor& index, const Ten
   detail::check_same_device("scatter_add", x, src);
   EMBER_CHECK(x.dtype() == src.dtype(), "scatter_add: expected src to have the input's dtype, got input ",
               describe(x), " and src ", describe(src));
+  if (is_low_precision(x.dtype()))  // added in float32, rounded once (Note [Low-precision scatter])
+    return scatter_add(x.to(DType::f32), dim0, index, src.to(DType::f32)).to(x.dtype());
   const int dim = normalize_dim(dim0, x.dim(), "scatter_add");
   check_index_fits("scatter_add", "src", index, src, dim, false);
   check_index_fits("scatter_add", "input", index, x, dim, true);

@@ -9,6 +9,7 @@
 
 #include "../../core/error.h"
 #include "parallel.h"
+#include "widen.h"
 
 namespace ember::kernels::cpu {
 
@@ -119,6 +120,14 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
 }  // namespace
 
 void batch_norm_stats(DType dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened xf(dtype, x, sh.n * sh.c * sh.s);
+    Widened mf(dtype, nullptr, sh.c), vf(dtype, nullptr, sh.c);
+    batch_norm_stats(DType::f32, sh, xf.data(), mf.data(), vf.data());
+    mf.store(mean);
+    vf.store(var);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "batch_norm", [&] {
     stats_impl<scalar_t>(sh, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(mean),
                          static_cast<scalar_t*>(var));
@@ -127,6 +136,15 @@ void batch_norm_stats(DType dtype, const BatchNormShape& sh, const void* x, void
 
 void batch_norm_apply(DType dtype, const BatchNormShape& sh, const void* x, const void* mean, const void* invstd,
                       const void* weight, const void* bias, void* y) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened xf(dtype, x, sh.n * sh.c * sh.s), mf(dtype, mean, sh.c), isf(dtype, invstd, sh.c);
+    const Widened wf(dtype, weight, weight ? sh.c : 0), bf(dtype, bias, bias ? sh.c : 0);
+    Widened yf(dtype, nullptr, sh.n * sh.c * sh.s);
+    batch_norm_apply(DType::f32, sh, xf.data(), mf.data(), isf.data(), widened_or_null(wf, weight),
+                     widened_or_null(bf, bias), yf.data());
+    yf.store(y);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "batch_norm", [&] {
     apply_impl<scalar_t>(sh, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(mean),
                          static_cast<const scalar_t*>(invstd), static_cast<const scalar_t*>(weight),
@@ -137,6 +155,19 @@ void batch_norm_apply(DType dtype, const BatchNormShape& sh, const void* x, cons
 void batch_norm_backward(DType dtype, const BatchNormShape& sh, bool training, const void* x, const void* grad_y,
                          const void* mean, const void* invstd, const void* weight, void* grad_x, void* grad_weight,
                          void* grad_bias) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const int64_t total = sh.n * sh.c * sh.s;
+    const Widened xf(dtype, x, total), gyf(dtype, grad_y, total), mf(dtype, mean, sh.c), isf(dtype, invstd, sh.c);
+    const Widened wf(dtype, weight, weight ? sh.c : 0);
+    Widened gxf(dtype, nullptr, grad_x ? total : 0), gwf(dtype, nullptr, grad_weight ? sh.c : 0),
+        gbf(dtype, nullptr, grad_bias ? sh.c : 0);
+    batch_norm_backward(DType::f32, sh, training, xf.data(), gyf.data(), mf.data(), isf.data(),
+                        widened_or_null(wf, weight), gxf.data(), gwf.data(), gbf.data());
+    if (grad_x) gxf.store(grad_x);
+    if (grad_weight) gwf.store(grad_weight);
+    if (grad_bias) gbf.store(grad_bias);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "batch_norm backward", [&] {
     backward_impl<scalar_t>(sh, training, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(grad_y),
                             static_cast<const scalar_t*>(mean), static_cast<const scalar_t*>(invstd),

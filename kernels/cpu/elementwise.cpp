@@ -1,5 +1,7 @@
 // CPU elementwise kernels: the per-op functors from kernels/elementwise.h run through
-// cpu_foreach (kernels/cpu/loops.h).
+// cpu_foreach (kernels/cpu/loops.h). Each element is loaded, widened to A = acc_t<T> (float for
+// f16/bf16; T itself for f32/f64), computed on in A and rounded once when stored (Note
+// [Accumulation types] in core/dtype.h).
 
 #include "elementwise.h"
 
@@ -11,59 +13,73 @@
 namespace ember::kernels::cpu {
 
 void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand in, double alpha) {
-  EMBER_DISPATCH_FLOAT(dtype, "unary", [&] {
-    const scalar_t a = static_cast<scalar_t>(alpha);
+  EMBER_DISPATCH_FLOATING(dtype, "unary", [&] {
+    using T = scalar_t;
+    using A = acc_t<T>;
+    const A a = static_cast<A>(alpha);
     visit_unary(op, [&]<typename Op>() {
-      cpu_foreach<scalar_t, scalar_t>(shape, {out, in}, [a](scalar_t& y, scalar_t x) { y = Op::fwd(x, a); });
+      cpu_foreach<T, T>(shape, {out, in}, [a](T& y, T x) { y = static_cast<T>(Op::fwd(static_cast<A>(x), a)); });
     });
   });
 }
 
 void unary_backward(UnaryOp op, DType dtype, const IterShape& shape, Operand grad_in, Operand grad_out, Operand x,
                     Operand y, double alpha) {
-  EMBER_DISPATCH_FLOAT(dtype, "unary_backward", [&] {
-    const scalar_t a = static_cast<scalar_t>(alpha);
+  EMBER_DISPATCH_FLOATING(dtype, "unary_backward", [&] {
+    using T = scalar_t;
+    using A = acc_t<T>;
+    const A a = static_cast<A>(alpha);
     visit_unary(op, [&]<typename Op>() {
-      cpu_foreach<scalar_t, scalar_t, scalar_t, scalar_t>(
-          shape, {grad_in, grad_out, x, y},
-          [a](scalar_t& gi, scalar_t g, scalar_t xv, scalar_t yv) { gi = Op::bwd(g, xv, yv, a); });
+      cpu_foreach<T, T, T, T>(shape, {grad_in, grad_out, x, y}, [a](T& gi, T g, T xv, T yv) {
+        gi = static_cast<T>(Op::bwd(static_cast<A>(g), static_cast<A>(xv), static_cast<A>(yv), a));
+      });
     });
   });
 }
 
 void binary(BinaryOp op, DType dtype, const IterShape& shape, Operand out, Operand a, Operand b, double alpha) {
-  EMBER_DISPATCH_FLOAT(dtype, "binary", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "binary", [&] {
     using T = scalar_t;
-    const T al = static_cast<T>(alpha);
-    auto run = [&](auto f) { cpu_foreach<T, T, T>(shape, {out, a, b}, f); };
+    using A = acc_t<T>;
+    const A al = static_cast<A>(alpha);
+    // f(x, y) computes in A; the loop widens the loads and rounds the store.
+    auto run = [&](auto f) {
+      cpu_foreach<T, T, T>(shape, {out, a, b},
+                           [f](T& o, T x, T y) { o = static_cast<T>(f(static_cast<A>(x), static_cast<A>(y))); });
+    };
     switch (op) {
       case BinaryOp::Add:
-        if (alpha == 1.0) run([](T& o, T x, T y) { o = x + y; });
-        else run([al](T& o, T x, T y) { o = x + al * y; });
+        if (alpha == 1.0) run([](A x, A y) { return x + y; });
+        else run([al](A x, A y) { return x + al * y; });
         break;
       case BinaryOp::Sub:
-        if (alpha == 1.0) run([](T& o, T x, T y) { o = x - y; });
-        else run([al](T& o, T x, T y) { o = x - al * y; });
+        if (alpha == 1.0) run([](A x, A y) { return x - y; });
+        else run([al](A x, A y) { return x - al * y; });
         break;
-      case BinaryOp::Mul: run([](T& o, T x, T y) { o = x * y; }); break;
-      case BinaryOp::Div: run([](T& o, T x, T y) { o = x / y; }); break;
-      case BinaryOp::Pow: run([](T& o, T x, T y) { o = ops::Pow::fwd(x, y); }); break;
-      case BinaryOp::Maximum: run([](T& o, T x, T y) { o = ops::Maximum::fwd(x, y); }); break;
-      case BinaryOp::Minimum: run([](T& o, T x, T y) { o = ops::Minimum::fwd(x, y); }); break;
+      case BinaryOp::Mul: run([](A x, A y) { return x * y; }); break;
+      case BinaryOp::Div: run([](A x, A y) { return x / y; }); break;
+      case BinaryOp::Pow: run([](A x, A y) { return ops::Pow::fwd(x, y); }); break;
+      case BinaryOp::Maximum: run([](A x, A y) { return ops::Maximum::fwd(x, y); }); break;
+      case BinaryOp::Minimum: run([](A x, A y) { return ops::Minimum::fwd(x, y); }); break;
     }
   });
 }
 
 void pow_backward(DType dtype, const IterShape& shape, Operand grad_a, Operand grad_b, Operand g, Operand a, Operand b,
                   Operand y) {
-  EMBER_DISPATCH_FLOAT(dtype, "pow_backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "pow_backward", [&] {
     using T = scalar_t;
+    using A = acc_t<T>;
     if (grad_a.data != nullptr)
-      cpu_foreach<T, T, T, T, T>(shape, {grad_a, g, a, b, y},
-                                 [](T& o, T gv, T av, T bv, T yv) { o = ops::Pow::da(gv, av, bv, yv); });
+      cpu_foreach<T, T, T, T, T>(shape, {grad_a, g, a, b, y}, [](T& o, T gv, T av, T bv, T yv) {
+        o = static_cast<T>(
+            ops::Pow::da(static_cast<A>(gv), static_cast<A>(av), static_cast<A>(bv), static_cast<A>(yv)));
+      });
     if (grad_b.data != nullptr)
-      cpu_foreach<T, T, T, T, T>(shape, {grad_b, g, a, b, y},
-                                 [](T& o, T gv, T av, T bv, T yv) { o = ops::Pow::db(gv, av, bv, yv); });
+      cpu_foreach<T, T, T, T, T>(shape, {grad_b, g, a, b, y}, [](T& o, T gv, T av, T bv, T yv) {
+        o = static_cast<T>(
+            ops::Pow::db(static_cast<A>(gv), static_cast<A>(av), static_cast<A>(bv), static_cast<A>(yv)));
+      });
   });
 }
 
@@ -93,10 +109,16 @@ void where(DType dtype, const IterShape& shape, Operand out, Operand cond, Opera
 
 void clamp(DType dtype, const IterShape& shape, Operand out, Operand in, bool has_lo, double lo, bool has_hi,
            double hi) {
-  EMBER_DISPATCH_FLOAT(dtype, "clamp", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "clamp", [&] {
     using T = scalar_t;
-    const T l = has_lo ? static_cast<T>(lo) : -INFINITY, h = has_hi ? static_cast<T>(hi) : INFINITY;
-    cpu_foreach<T, T>(shape, {out, in}, [l, h](T& o, T x) { o = x != x ? x : (x < l ? l : (x > h ? h : x)); });
+    using A = acc_t<T>;
+    // The bounds rounded to T first, so a clamped element equals the bound in T.
+    const A l = has_lo ? static_cast<A>(static_cast<T>(lo)) : -INFINITY;
+    const A h = has_hi ? static_cast<A>(static_cast<T>(hi)) : INFINITY;
+    cpu_foreach<T, T>(shape, {out, in}, [l, h](T& o, T xt) {
+      const A x = static_cast<A>(xt);
+      o = x != x ? xt : static_cast<T>(x < l ? l : (x > h ? h : x));
+    });
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include "../../core/error.h"
 #include "parallel.h"
+#include "widen.h"
 
 namespace ember::kernels::cpu {
 
@@ -23,6 +24,13 @@ int64_t sample_grain(int64_t c) { return c > 0 ? (32768 + c - 1) / c : 32768; }
 template <typename T>
 double class_weight(const T* weight, int64_t c) {
   return weight ? static_cast<double>(weight[c]) : 1.0;
+}
+
+// Elements of grad_loss the backward reads: one per sample, grad_stride apart (stride 0: one
+// value broadcast to every sample).
+int64_t grad_loss_extent(const ClassLayout& layout, int64_t grad_stride) {
+  const int64_t samples = layout.samples();
+  return samples == 0 ? 0 : (samples - 1) * grad_stride + 1;
 }
 
 }  // namespace
@@ -38,6 +46,12 @@ int64_t find_invalid_target(const int64_t* target, int64_t count, int64_t num_cl
 void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* logits, const int64_t* target,
                            const void* weight, int64_t ignore_index, double label_smoothing, double* loss,
                            double* target_weight, double* lse) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened xf(dtype, logits, layout.samples() * layout.c), wf(dtype, weight, weight ? layout.c : 0);
+    cross_entropy_forward(DType::f32, layout, xf.data(), target, widened_or_null(wf, weight), ignore_index,
+                          label_smoothing, loss, target_weight, lse);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "cross_entropy", [&] {
     using T = scalar_t;
     const T* x = static_cast<const T*>(logits);
@@ -76,6 +90,16 @@ void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* l
 void cross_entropy_backward(DType dtype, const ClassLayout& layout, void* grad_logits, const void* logits,
                             const int64_t* target, const void* weight, int64_t ignore_index, double label_smoothing,
                             const double* lse, const void* grad_loss, int64_t grad_stride, double grad_factor) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const int64_t total = layout.samples() * layout.c;
+    const Widened xf(dtype, logits, total), wf(dtype, weight, weight ? layout.c : 0);
+    const Widened glf(dtype, grad_loss, grad_loss_extent(layout, grad_stride));
+    Widened gf(dtype, nullptr, total);
+    cross_entropy_backward(DType::f32, layout, gf.data(), xf.data(), target, widened_or_null(wf, weight), ignore_index,
+                           label_smoothing, lse, glf.data(), grad_stride, grad_factor);
+    gf.store(grad_logits);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "cross_entropy backward", [&] {
     using T = scalar_t;
     T* gx = static_cast<T*>(grad_logits);
@@ -109,6 +133,12 @@ void cross_entropy_backward(DType dtype, const ClassLayout& layout, void* grad_l
 
 void nll_loss_forward(DType dtype, const ClassLayout& layout, const void* log_probs, const int64_t* target,
                       const void* weight, int64_t ignore_index, double* loss, double* target_weight) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened xf(dtype, log_probs, layout.samples() * layout.c), wf(dtype, weight, weight ? layout.c : 0);
+    nll_loss_forward(DType::f32, layout, xf.data(), target, widened_or_null(wf, weight), ignore_index, loss,
+                     target_weight);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "nll_loss", [&] {
     using T = scalar_t;
     const T* x = static_cast<const T*>(log_probs);
@@ -134,6 +164,15 @@ void nll_loss_forward(DType dtype, const ClassLayout& layout, const void* log_pr
 void nll_loss_backward(DType dtype, const ClassLayout& layout, void* grad_input, const int64_t* target,
                        const void* weight, int64_t ignore_index, const void* grad_loss, int64_t grad_stride,
                        double grad_factor) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened wf(dtype, weight, weight ? layout.c : 0);
+    const Widened glf(dtype, grad_loss, grad_loss_extent(layout, grad_stride));
+    Widened gf(dtype, nullptr, layout.samples() * layout.c);
+    nll_loss_backward(DType::f32, layout, gf.data(), target, widened_or_null(wf, weight), ignore_index, glf.data(),
+                      grad_stride, grad_factor);
+    gf.store(grad_input);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "nll_loss backward", [&] {
     using T = scalar_t;
     T* gx = static_cast<T*>(grad_input);

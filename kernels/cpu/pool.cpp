@@ -14,6 +14,7 @@
 #include <emmintrin.h>
 #endif
 #include "parallel.h"
+#include "widen.h"
 
 namespace ember::kernels::cpu {
 
@@ -214,6 +215,13 @@ void max_backward_impl(const Pool2dGeometry& g, const T* grad_out, const int64_t
 }  // namespace
 
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out, int64_t* indices) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened xf(dtype, x, g.planes * g.in_h * g.in_w);
+    Widened of(dtype, nullptr, g.planes * g.out_h * g.out_w);
+    max_pool2d_forward(DType::f32, g, xf.data(), of.data(), indices);
+    of.store(out);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "max_pool2d", [&] {
     max_forward_impl<scalar_t>(g, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), indices);
   });
@@ -221,6 +229,13 @@ void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, voi
 
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
                          void* grad_in) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
+    Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);
+    max_pool2d_backward(DType::f32, g, gof.data(), indices, gif.data());
+    gif.store(grad_in);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "max_pool2d backward", [&] {
     max_backward_impl<scalar_t>(g, static_cast<const scalar_t*>(grad_out), indices, static_cast<scalar_t*>(grad_in));
   });
@@ -294,6 +309,13 @@ void avg_backward_impl(const Pool2dGeometry& g, bool count_include_pad, const T*
 }  // namespace
 
 void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened xf(dtype, x, g.planes * g.in_h * g.in_w);
+    Widened of(dtype, nullptr, g.planes * g.out_h * g.out_w);
+    avg_pool2d_forward(DType::f32, g, count_include_pad, xf.data(), of.data());
+    of.store(out);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "avg_pool2d", [&] {
     avg_forward_impl<scalar_t>(g, count_include_pad, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out));
   });
@@ -301,6 +323,13 @@ void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include
 
 void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* grad_out,
                          void* grad_in) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
+    Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);
+    avg_pool2d_backward(DType::f32, g, count_include_pad, gof.data(), gif.data());
+    gif.store(grad_in);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "avg_pool2d backward", [&] {
     avg_backward_impl<scalar_t>(g, count_include_pad, static_cast<const scalar_t*>(grad_out),
                                 static_cast<scalar_t*>(grad_in));
@@ -360,12 +389,26 @@ void adaptive_backward_impl(const Pool2dGeometry& g, const T* grad_out, T* grad_
 }  // namespace
 
 void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened xf(dtype, x, g.planes * g.in_h * g.in_w);
+    Widened of(dtype, nullptr, g.planes * g.out_h * g.out_w);
+    adaptive_avg_pool2d_forward(DType::f32, g, xf.data(), of.data());
+    of.store(out);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "adaptive_avg_pool2d", [&] {
     adaptive_forward_impl<scalar_t>(g, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out));
   });
 }
 
 void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, void* grad_in) {
+  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+    const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
+    Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);
+    adaptive_avg_pool2d_backward(DType::f32, g, gof.data(), gif.data());
+    gif.store(grad_in);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(dtype, "adaptive_avg_pool2d backward", [&] {
     adaptive_backward_impl<scalar_t>(g, static_cast<const scalar_t*>(grad_out), static_cast<scalar_t*>(grad_in));
   });

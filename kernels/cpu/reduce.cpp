@@ -2,8 +2,10 @@
 //
 // The reference strategy: iterate over output positions (in parallel), and for each one walk the
 // reduced sub-space of the input (ReduceIndexer maps positions to strided offsets). Accumulation
-// is in double, so float32 sums of millions of elements stay accurate. Each output position is
-// computed by one thread in a fixed order, so results do not depend on the thread count.
+// is in A = cpu_acc_t<T>: double for f32 and f64, so float32 sums of millions of elements stay
+// accurate; float for f16 and bf16 (Note [Accumulation types] in core/dtype.h). Each output
+// position is computed by one thread in a fixed order, so results do not depend on the thread
+// count.
 
 #include "reduce.h"
 
@@ -21,7 +23,7 @@ namespace {
 // NaN test that also compiles for integer types (where it is always false).
 template <typename T>
 bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  if constexpr (std::is_floating_point_v<T> || is_low_precision_v<T>) return std::isnan(static_cast<acc_t<T>>(v));
   else return false;
 }
 
@@ -37,16 +39,17 @@ bool better(Extremum kind, T v, T best) {
 }  // namespace
 
 void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape) {
-  EMBER_DISPATCH_FLOAT(dtype, "sum", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "sum", [&] {
     using T = scalar_t;
+    using A = cpu_acc_t<T>;
     const ReduceIndexer ix(in_shape, out_shape);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
     parallel_for(0, ix.n_out, ix.grain(), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
         const T* x = src + ix.base(o, in);
-        double acc = 0;
-        for (int64_t j = 0; j < ix.n_red; ++j) acc += static_cast<double>(x[ix.offset(j, in)]);
+        A acc = 0;
+        for (int64_t j = 0; j < ix.n_red; ++j) acc += static_cast<A>(x[ix.offset(j, in)]);
         dst[ix.base(o, out)] = static_cast<T>(acc);
       }
     });
@@ -55,26 +58,27 @@ void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
 
 void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape,
          int64_t correction) {
-  EMBER_DISPATCH_FLOAT(dtype, "var", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "var", [&] {
     using T = scalar_t;
+    using A = cpu_acc_t<T>;
     const ReduceIndexer ix(in_shape, out_shape);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
     // Two passes (mean, then squared deviations) rather than sum and sum of squares: the
     // one-pass formula cancels catastrophically when the mean is large against the spread.
-    const double divisor = static_cast<double>(std::max<int64_t>(0, ix.n_red - correction));
+    const A divisor = static_cast<A>(std::max<int64_t>(0, ix.n_red - correction));
     parallel_for(0, ix.n_out, ix.grain(), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
         const T* x = src + ix.base(o, in);
-        double total = 0;
-        for (int64_t j = 0; j < ix.n_red; ++j) total += static_cast<double>(x[ix.offset(j, in)]);
-        const double mean = total / static_cast<double>(ix.n_red);  // NaN when n_red == 0
-        double ss = 0;
+        A total = 0;
+        for (int64_t j = 0; j < ix.n_red; ++j) total += static_cast<A>(x[ix.offset(j, in)]);
+        const A mean = total / static_cast<A>(ix.n_red);  // NaN when n_red == 0
+        A ss = 0;
         for (int64_t j = 0; j < ix.n_red; ++j) {
-          const double d = static_cast<double>(x[ix.offset(j, in)]) - mean;
+          const A d = static_cast<A>(x[ix.offset(j, in)]) - mean;
           ss += d * d;
         }
-        dst[ix.base(o, out)] = static_cast<T>(ix.n_red == 0 ? NAN : ss / divisor);
+        dst[ix.base(o, out)] = static_cast<T>(ix.n_red == 0 ? static_cast<A>(NAN) : ss / divisor);
       }
     });
   });
@@ -104,8 +108,9 @@ void extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in,
 
 void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand x, Operand value,
                        Operand grad_out, const IterShape& out_shape) {
-  EMBER_DISPATCH_FLOAT(dtype, "amax backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "amax backward", [&] {
     using T = scalar_t;
+    using A = acc_t<T>;
     const ReduceIndexer ix(in_shape, out_shape);
     T* gi = static_cast<T*>(grad_in.data);
     const T* xs = static_cast<const T*>(x.data);
@@ -116,10 +121,11 @@ void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, 
         const T v = vs[ix.base(o, value)];
         const T* xo = xs + ix.base(o, x);
         T* gio = gi + ix.base(o, grad_in);
-        auto matches = [&](T e) { return e == v || (std::isnan(e) && std::isnan(v)); };
+        auto matches = [&](T e) { return e == v || (is_nan(e) && is_nan(v)); };
         int64_t count = 0;
         for (int64_t j = 0; j < ix.n_red; ++j) count += matches(xo[ix.offset(j, x)]) ? 1 : 0;
-        const T share = count > 0 ? go[ix.base(o, grad_out)] / static_cast<T>(count) : T(0);
+        const T share =
+            count > 0 ? static_cast<T>(static_cast<A>(go[ix.base(o, grad_out)]) / static_cast<A>(count)) : T(0);
         for (int64_t j = 0; j < ix.n_red; ++j)
           gio[ix.offset(j, grad_in)] = matches(xo[ix.offset(j, x)]) ? share : T(0);
       }
@@ -157,7 +163,7 @@ void arg_extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand
 
 void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand grad_out, Operand indices,
                     const IterShape& out_shape) {
-  EMBER_DISPATCH_FLOAT(dtype, "max backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "max backward", [&] {
     using T = scalar_t;
     const ReduceIndexer ix(in_shape, out_shape);
     T* gi = static_cast<T*>(grad_in.data);

@@ -1,4 +1,6 @@
-// CPU softmax and log-softmax: one line at a time, lines in parallel. Sums in double.
+// CPU softmax and log-softmax: one line at a time, lines in parallel. Max, sums and exponentials
+// in A = cpu_acc_t<T> (double for f32/f64, float for f16/bf16: Note [Accumulation types] in
+// core/dtype.h).
 
 #include "softmax.h"
 
@@ -18,8 +20,9 @@ int64_t line_grain(int64_t n) { return n > 0 ? (32768 + n - 1) / n : 32768; }
 
 void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, int64_t inner, const void* x,
                      void* y) {
-  EMBER_DISPATCH_FLOAT(dtype, kind == SoftmaxKind::Softmax ? "softmax" : "log_softmax", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, kind == SoftmaxKind::Softmax ? "softmax" : "log_softmax", [&] {
     using T = scalar_t;
+    using A = cpu_acc_t<T>;
     const T* src = static_cast<const T*>(x);
     T* dst = static_cast<T*>(y);
     parallel_for(0, outer * inner, line_grain(n), [&](int64_t lo, int64_t hi) {
@@ -29,16 +32,16 @@ void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, in
         T* yl = dst + o * n * inner + i;
         // The max only shifts the exponent (softmax is shift-invariant); NaNs are skipped here
         // and poison the sum below.
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t k = 0; k < n; ++k) m = std::max(m, static_cast<double>(xl[k * inner]));
-        double s = 0;
-        for (int64_t k = 0; k < n; ++k) s += std::exp(static_cast<double>(xl[k * inner]) - m);
+        A m = -std::numeric_limits<A>::infinity();
+        for (int64_t k = 0; k < n; ++k) m = std::max(m, static_cast<A>(xl[k * inner]));
+        A s = 0;
+        for (int64_t k = 0; k < n; ++k) s += std::exp(static_cast<A>(xl[k * inner]) - m);
         if (kind == SoftmaxKind::Softmax) {
           for (int64_t k = 0; k < n; ++k)
-            yl[k * inner] = static_cast<T>(std::exp(static_cast<double>(xl[k * inner]) - m) / s);
+            yl[k * inner] = static_cast<T>(std::exp(static_cast<A>(xl[k * inner]) - m) / s);
         } else {
-          const double shift = m + std::log(s);  // the logsumexp of the line
-          for (int64_t k = 0; k < n; ++k) yl[k * inner] = static_cast<T>(static_cast<double>(xl[k * inner]) - shift);
+          const A shift = m + std::log(s);  // the logsumexp of the line
+          for (int64_t k = 0; k < n; ++k) yl[k * inner] = static_cast<T>(static_cast<A>(xl[k * inner]) - shift);
         }
       }
     });
@@ -47,23 +50,24 @@ void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, in
 
 void softmax_backward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, int64_t inner, void* grad_x,
                       const void* grad_y, const void* y) {
-  EMBER_DISPATCH_FLOAT(dtype, kind == SoftmaxKind::Softmax ? "softmax backward" : "log_softmax backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, kind == SoftmaxKind::Softmax ? "softmax backward" : "log_softmax backward", [&] {
     using T = scalar_t;
+    using A = cpu_acc_t<T>;
     T* gx = static_cast<T*>(grad_x);
     const T* gy = static_cast<const T*>(grad_y);
     const T* ys = static_cast<const T*>(y);
     parallel_for(0, outer * inner, line_grain(n), [&](int64_t lo, int64_t hi) {
       for (int64_t line = lo; line < hi; ++line) {
         const int64_t base = (line / inner) * n * inner + line % inner;
-        double dot = 0;  // softmax: sum(gy * y); log_softmax: sum(gy)
+        A dot = 0;  // softmax: sum(gy * y); log_softmax: sum(gy)
         for (int64_t k = 0; k < n; ++k) {
           const int64_t e = base + k * inner;
-          dot += kind == SoftmaxKind::Softmax ? static_cast<double>(gy[e]) * static_cast<double>(ys[e])
-                                              : static_cast<double>(gy[e]);
+          dot += kind == SoftmaxKind::Softmax ? static_cast<A>(gy[e]) * static_cast<A>(ys[e])
+                                              : static_cast<A>(gy[e]);
         }
         for (int64_t k = 0; k < n; ++k) {
           const int64_t e = base + k * inner;
-          const double yv = static_cast<double>(ys[e]), g = static_cast<double>(gy[e]);
+          const A yv = static_cast<A>(ys[e]), g = static_cast<A>(gy[e]);
           gx[e] = static_cast<T>(kind == SoftmaxKind::Softmax ? yv * (g - dot) : g - std::exp(yv) * dot);
         }
       }

@@ -4,8 +4,9 @@
 // per channel (or per slice of a channel: Note [Split channel reductions]): channel c's n * s values lie in n rows of s contiguous elements, (i * C + c) * s
 // apart. The block's 256 threads walk them with a block stride over the flattened index
 // i * s + j, so for s >= 32 a warp reads 32 consecutive elements of one row (coalesced); each
-// thread accumulates in double, then block_reduce (warp shuffles + one shared slot per warp)
-// combines the 256 partial sums. Two-pass variance: the block first reduces the sum, every thread
+// thread accumulates in acc_t<T> (float for f16/bf16/f32, double for f64: Note [Accumulation
+// types] in core/dtype.h), then block_reduce (warp shuffles + one shared slot per warp) combines
+// the 256 partial sums. Two-pass variance: the block first reduces the sum, every thread
 // gets the mean, then the block reduces the squared deviations. The elementwise passes (apply,
 // grad_x) are one thread per element with a grid-stride loop.
 //
@@ -13,7 +14,7 @@
 // One block per channel leaves most of a GPU idle when there are few channels and many elements
 // per channel (C = 64 at 32 x 112 x 112: 64 blocks for 132 SMs, each block reading 1.6 MB on its
 // own). Then each channel is cut into `splits` contiguous slices, one block per (channel, slice)
-// (a 2-D grid: blockIdx.x = channel, blockIdx.y = slice), each writing one double partial sum; a
+// (a 2-D grid: blockIdx.x = channel, blockIdx.y = slice), each writing one acc_t<T> partial sum; a
 // small finalize kernel (one thread per channel) adds a channel's partials in slice order. The
 // two-pass variance becomes partial sums -> mean -> partial squared deviations -> variance. The
 // slices and their order are fixed by the shape and the device's SM count, so results are
@@ -42,19 +43,20 @@ __device__ inline int64_t channel_offset(const BatchNormShape& sh, int64_t c, in
 
 template <typename T>
 __global__ void stats_kernel(BatchNormShape sh, const T* x, T* mean, T* var) {
+  using A = acc_t<T>;
   const int64_t c = blockIdx.x, count = sh.n * sh.s;
-  double sum = 0;
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) sum += static_cast<double>(x[channel_offset(sh, c, k)]);
-  const double m = detail::block_sum(sum) / static_cast<double>(count);
-  double sq = 0;
+  A sum = 0;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) sum += static_cast<A>(x[channel_offset(sh, c, k)]);
+  const A m = detail::block_sum(sum) / static_cast<A>(count);
+  A sq = 0;
   for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const double d = static_cast<double>(x[channel_offset(sh, c, k)]) - m;
+    const A d = static_cast<A>(x[channel_offset(sh, c, k)]) - m;
     sq += d * d;
   }
   sq = detail::block_sum(sq);
   if (threadIdx.x == 0) {
     mean[c] = static_cast<T>(m);
-    var[c] = static_cast<T>(sq / static_cast<double>(count));
+    var[c] = static_cast<T>(sq / static_cast<A>(count));
   }
 }
 
@@ -62,29 +64,31 @@ __global__ void stats_kernel(BatchNormShape sh, const T* x, T* mean, T* var) {
 template <typename T>
 __global__ void apply_kernel(BatchNormShape sh, const T* x, const T* mean, const T* invstd, const T* weight,
                              const T* bias, T* y) {
+  using A = acc_t<T>;
   const int64_t total = sh.n * sh.c * sh.s;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = (idx / sh.s) % sh.c;
-    const T scale = invstd[c] * (weight ? weight[c] : T(1));
-    const T shift = bias ? bias[c] : T(0);
-    y[idx] = (x[idx] - mean[c]) * scale + shift;
+    const A scale = static_cast<A>(invstd[c]) * (weight ? static_cast<A>(weight[c]) : A(1));
+    const A shift = bias ? static_cast<A>(bias[c]) : A(0);
+    y[idx] = static_cast<T>((static_cast<A>(x[idx]) - static_cast<A>(mean[c])) * scale + shift);
   }
 }
 
-// Backward pass 1, one block per channel: sum(grad_y) and sum(grad_y * xhat) in double. Writes
-// grad_weight / grad_bias when wanted and both sums to `sums` (2 C doubles) for pass 2.
+// Backward pass 1, one block per channel: sum(grad_y) and sum(grad_y * xhat) in acc_t<T>. Writes
+// grad_weight / grad_bias when wanted and both sums to `sums` (2 C acc_t<T> values) for pass 2.
 template <typename T>
 __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mean, const T* invstd,
-                                       T* gw, T* gb, double* sums) {
+                                       T* gw, T* gb, acc_t<T>* sums) {
+  using A = acc_t<T>;
   const int64_t c = blockIdx.x, count = sh.n * sh.s;
-  const double m = mean[c], is = invstd[c];
-  double sg = 0, sgx = 0;
+  const A m = mean[c], is = invstd[c];
+  A sg = 0, sgx = 0;
   for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
     const int64_t off = channel_offset(sh, c, k);
-    const double g = gy[off];
+    const A g = gy[off];
     sg += g;
-    sgx += g * (static_cast<double>(x[off]) - m) * is;
+    sgx += g * (static_cast<A>(x[off]) - m) * is;
   }
   sg = detail::block_sum(sg);
   sgx = detail::block_sum(sgx);
@@ -98,22 +102,23 @@ __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* g
   }
 }
 
-// Backward pass 2, one thread per element: the CPU's formula in double. `sums` is null in eval
+// Backward pass 2, one thread per element: the CPU's formula in acc_t<T>. `sums` is null in eval
 // mode (the statistics are constants, so only grad_y * weight * invstd remains).
 template <typename T>
 __global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mean, const T* invstd,
-                                      const T* weight, const double* sums, T* gx) {
+                                      const T* weight, const acc_t<T>* sums, T* gx) {
+  using A = acc_t<T>;
   const int64_t total = sh.n * sh.c * sh.s;
-  const double count = static_cast<double>(sh.n * sh.s);
+  const A count = static_cast<A>(sh.n * sh.s);
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = (idx / sh.s) % sh.c;
-    const double m = mean[c], is = invstd[c];
-    const double w = weight ? static_cast<double>(weight[c]) : 1.0;
-    const double mean_g = sums ? sums[c] / count : 0.0;
-    const double mean_gx = sums ? sums[sh.c + c] / count : 0.0;
-    const double xhat = (static_cast<double>(x[idx]) - m) * is;
-    gx[idx] = static_cast<T>(w * is * (static_cast<double>(gy[idx]) - mean_g - xhat * mean_gx));
+    const A m = mean[c], is = invstd[c];
+    const A w = weight ? static_cast<A>(weight[c]) : A(1);
+    const A mean_g = sums ? sums[c] / count : A(0);
+    const A mean_gx = sums ? sums[sh.c + c] / count : A(0);
+    const A xhat = (static_cast<A>(x[idx]) - m) * is;
+    gx[idx] = static_cast<T>(w * is * (static_cast<A>(gy[idx]) - mean_g - xhat * mean_gx));
   }
 }
 
@@ -127,14 +132,15 @@ __device__ inline void channel_slice(int64_t count, int64_t part, int64_t parts,
 
 // Block (c, part): sum of x (mean == null) or of (x - mean[c])^2 over its slice -> partial[c * parts + part].
 template <typename T>
-__global__ void stats_partial_kernel(BatchNormShape sh, const T* x, const double* mean, double* partial) {
+__global__ void stats_partial_kernel(BatchNormShape sh, const T* x, const acc_t<T>* mean, acc_t<T>* partial) {
+  using A = acc_t<T>;
   const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   int64_t lo, hi;
   channel_slice(sh.n * sh.s, part, parts, &lo, &hi);
-  const double m = mean ? mean[c] : 0.0;
-  double acc = 0;
+  const A m = mean ? mean[c] : A(0);
+  A acc = 0;
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-    const double v = static_cast<double>(x[channel_offset(sh, c, k)]);
+    const A v = static_cast<A>(x[channel_offset(sh, c, k)]);
     acc += mean ? (v - m) * (v - m) : v;
   }
   acc = detail::block_sum(acc);
@@ -142,14 +148,15 @@ __global__ void stats_partial_kernel(BatchNormShape sh, const T* x, const double
 }
 
 // One thread per channel: out[c] = (sum of the channel's partials, in slice order) / count; the
-// double value also goes to mean_out when given (the mean for the second pass).
+// acc_t<T> value also goes to mean_out when given (the mean for the second pass).
 template <typename T>
-__global__ void stats_finalize_kernel(int64_t channels, int64_t parts, double count, const double* partial,
-                                      double* mean_out, T* out) {
+__global__ void stats_finalize_kernel(int64_t channels, int64_t parts, acc_t<T> count, const acc_t<T>* partial,
+                                      acc_t<T>* mean_out, T* out) {
+  using A = acc_t<T>;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
-    double sum = 0;
+    A sum = 0;
     for (int64_t p = 0; p < parts; ++p) sum += partial[c * parts + p];
-    const double v = sum / count;
+    const A v = sum / count;
     if (mean_out) mean_out[c] = v;
     out[c] = static_cast<T>(v);
   }
@@ -158,17 +165,18 @@ __global__ void stats_finalize_kernel(int64_t channels, int64_t parts, double co
 // Block (c, part): sum(grad_y) and sum(grad_y * xhat) over its slice -> partial[2 (c * parts + part) + {0, 1}].
 template <typename T>
 __global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mean, const T* invstd,
-                                        double* partial) {
+                                        acc_t<T>* partial) {
+  using A = acc_t<T>;
   const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   int64_t lo, hi;
   channel_slice(sh.n * sh.s, part, parts, &lo, &hi);
-  const double m = mean[c], is = invstd[c];
-  double sg = 0, sgx = 0;
+  const A m = mean[c], is = invstd[c];
+  A sg = 0, sgx = 0;
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
     const int64_t off = channel_offset(sh, c, k);
-    const double g = gy[off];
+    const A g = gy[off];
     sg += g;
-    sgx += g * (static_cast<double>(x[off]) - m) * is;
+    sgx += g * (static_cast<A>(x[off]) - m) * is;
   }
   sg = detail::block_sum(sg);
   sgx = detail::block_sum(sgx);
@@ -181,10 +189,11 @@ __global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* 
 // One thread per channel: the two sums in slice order -> grad_weight, grad_bias, sums (as the
 // one-block backward_reduce_kernel writes them).
 template <typename T>
-__global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const double* partial, T* gw, T* gb,
-                                         double* sums) {
+__global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const acc_t<T>* partial, T* gw, T* gb,
+                                         acc_t<T>* sums) {
+  using A = acc_t<T>;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
-    double sg = 0, sgx = 0;
+    A sg = 0, sgx = 0;
     for (int64_t p = 0; p < parts; ++p) {
       sg += partial[2 * (c * parts + p)];
       sgx += partial[2 * (c * parts + p) + 1];
@@ -217,6 +226,7 @@ void check_shape(const char* op, const BatchNormShape& sh) {
 
 template <typename T>
 void stats_impl(const BatchNormShape& sh, const T* x, T* mean, T* var) {
+  using A = acc_t<T>;
   check_shape("batch_norm", sh);
   if (sh.c == 0) return;
   const cuda::Stream stream = cuda::current_stream();
@@ -227,22 +237,22 @@ void stats_impl(const BatchNormShape& sh, const T* x, T* mean, T* var) {
     cuda::check_launch("batch_norm stats");
     return;
   }
-  cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(double));
-  cuda::Scratch mean_d(static_cast<size_t>(sh.c) * sizeof(double));
+  cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(A));
+  cuda::Scratch mean_d(static_cast<size_t>(sh.c) * sizeof(A));
   const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
   const unsigned fin_blocks = detail::grid_stride_blocks(sh.c, kThreads);
-  const double count = static_cast<double>(sh.n * sh.s);
-  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const double*>(nullptr),
-               partial.as<double>());
+  const A count = static_cast<A>(sh.n * sh.s);
+  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const A*>(nullptr),
+               partial.as<A>());
   cuda::check_launch("batch_norm stats");
   EMBER_LAUNCH_FLAT(stats_finalize_kernel<T>, fin_blocks, kThreads, stream, sh.c, splits, count,
-                    static_cast<const double*>(partial.as<double>()), mean_d.as<double>(), mean);
+                    static_cast<const A*>(partial.as<A>()), mean_d.as<A>(), mean);
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const double*>(mean_d.as<double>()),
-               partial.as<double>());
+  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const A*>(mean_d.as<A>()),
+               partial.as<A>());
   cuda::check_launch("batch_norm stats");
   EMBER_LAUNCH_FLAT(stats_finalize_kernel<T>, fin_blocks, kThreads, stream, sh.c, splits, count,
-                    static_cast<const double*>(partial.as<double>()), static_cast<double*>(nullptr), var);
+                    static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), var);
   cuda::check_launch("batch_norm stats");
 }
 
@@ -260,38 +270,39 @@ void apply_impl(const BatchNormShape& sh, const T* x, const T* mean, const T* in
 template <typename T>
 void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const T* mean, const T* invstd,
                    const T* weight, T* gx, T* gw, T* gb) {
+  using A = acc_t<T>;
   check_shape("batch_norm backward", sh);
   if (sh.c == 0) return;
   const bool need_sums = gx != nullptr && training;
-  cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(double) : 0);
+  cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(A) : 0);
   const int64_t splits = channel_splits(sh);
   if ((gw || gb || need_sums) && splits == 1) {
     EMBER_LAUNCH(backward_reduce_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, cuda::current_stream(),
-                 sh, x, gy, mean, invstd, gw, gb, sums.as<double>());
+                 sh, x, gy, mean, invstd, gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   } else if (gw || gb || need_sums) {
-    cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(double));
+    cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(A));
     const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
     EMBER_LAUNCH(backward_partial_kernel<T>, grid, kThreads, 0, cuda::current_stream(), sh, x, gy, mean,
-                 invstd, partial.as<double>());
+                 invstd, partial.as<A>());
     cuda::check_launch("batch_norm backward");
     EMBER_LAUNCH_FLAT(backward_finalize_kernel<T>, detail::grid_stride_blocks(sh.c, kThreads), kThreads,
-                      cuda::current_stream(), sh.c, splits, static_cast<const double*>(partial.as<double>()),
-                      gw, gb, sums.as<double>());
+                      cuda::current_stream(), sh.c, splits, static_cast<const A*>(partial.as<A>()),
+                      gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   }
   const int64_t total = sh.n * sh.c * sh.s;
   if (!gx || total == 0) return;
   EMBER_LAUNCH_FLAT(backward_input_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
                     cuda::current_stream(), sh, x, gy, mean, invstd, weight,
-                    static_cast<const double*>(sums.as<double>()), gx);
+                    static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 
 }  // namespace
 
 void batch_norm_stats(DType dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
-  EMBER_DISPATCH_FLOAT(dtype, "batch_norm", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "batch_norm", [&] {
     stats_impl<scalar_t>(sh, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(mean),
                          static_cast<scalar_t*>(var));
   });
@@ -299,7 +310,7 @@ void batch_norm_stats(DType dtype, const BatchNormShape& sh, const void* x, void
 
 void batch_norm_apply(DType dtype, const BatchNormShape& sh, const void* x, const void* mean, const void* invstd,
                       const void* weight, const void* bias, void* y) {
-  EMBER_DISPATCH_FLOAT(dtype, "batch_norm", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "batch_norm", [&] {
     apply_impl<scalar_t>(sh, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(mean),
                          static_cast<const scalar_t*>(invstd), static_cast<const scalar_t*>(weight),
                          static_cast<const scalar_t*>(bias), static_cast<scalar_t*>(y));
@@ -309,7 +320,7 @@ void batch_norm_apply(DType dtype, const BatchNormShape& sh, const void* x, cons
 void batch_norm_backward(DType dtype, const BatchNormShape& sh, bool training, const void* x, const void* grad_y,
                          const void* mean, const void* invstd, const void* weight, void* grad_x, void* grad_weight,
                          void* grad_bias) {
-  EMBER_DISPATCH_FLOAT(dtype, "batch_norm backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "batch_norm backward", [&] {
     backward_impl<scalar_t>(sh, training, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(grad_y),
                             static_cast<const scalar_t*>(mean), static_cast<const scalar_t*>(invstd),
                             static_cast<const scalar_t*>(weight), static_cast<scalar_t*>(grad_x),

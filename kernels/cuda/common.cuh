@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../../core/dtype.h"
 #include "../../core/error.h"
 #include "../strided.h"
 
@@ -84,10 +85,15 @@ struct StridedIndexer {
 // ---- warp and block reductions ----------------------------------------------------------------
 
 // Shuffles any value of at most 8 bytes; 1- and 2-byte types travel as 32-bit ints (the
-// hardware shuffles 32-bit registers), structs through their own overloads below.
+// hardware shuffles 32-bit registers; Half and BFloat16 as their bits), structs through their
+// own overloads below.
 template <typename T>
 __device__ inline T shfl_xor(T v, int mask) {
-  if constexpr (sizeof(T) < 4) {
+  if constexpr (is_low_precision_v<T>) {
+    T r;
+    r.bits = static_cast<uint16_t>(__shfl_xor_sync(0xffffffffu, static_cast<int>(v.bits), mask));
+    return r;
+  } else if constexpr (sizeof(T) < 4) {
     return static_cast<T>(__shfl_xor_sync(0xffffffffu, static_cast<int>(v), mask));
   } else if constexpr (std::is_same_v<T, int64_t>) {
     return static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(v), mask));

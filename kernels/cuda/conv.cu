@@ -118,14 +118,15 @@ __global__ void fill_bias_kernel(int64_t n, int64_t c_out, int64_t ohw, const T*
 
 // gb[oc] = sum of gy[:, oc, :, :]. One block per output channel: its 256 threads stride over the
 // n * out_h * out_w values of the channel (consecutive threads read consecutive pixels of one
-// image: coalesced), each summing in double, then block_reduce adds the 256 partial sums.
+// image: coalesced), each summing in acc_t<T> (Note [Accumulation types] in core/dtype.h), then
+// block_reduce adds the 256 partial sums.
 template <typename T>
 __global__ void bias_grad_kernel(int64_t n, int64_t c_out, int64_t ohw, const T* gy, T* gb) {
   const int64_t oc = blockIdx.x;
-  double acc = 0;
+  acc_t<T> acc = 0;
   for (int64_t idx = threadIdx.x; idx < n * ohw; idx += blockDim.x) {
     const int64_t img = idx / ohw, p = idx % ohw;
-    acc += static_cast<double>(gy[(img * c_out + oc) * ohw + p]);
+    acc += static_cast<acc_t<T>>(gy[(img * c_out + oc) * ohw + p]);
   }
   acc = detail::block_sum(acc);
   if (threadIdx.x == 0) gb[oc] = static_cast<T>(acc);

@@ -13,7 +13,9 @@
 // All three use a grid-stride loop (a capped grid walks any n) and no shared memory or barriers,
 // so they launch with EMBER_LAUNCH_FLAT. copy() adds a shared-memory tiled transpose for the
 // 2-D transposed case (Note [Tiled transpose]). The op -> functor dispatch happens once on the
-// host; each functor instantiates its own kernels.
+// host; each functor instantiates its own kernels. The arithmetic functors widen each loaded
+// element to A = acc_t<T> (float for f16/bf16, T itself for f32/f64), compute in A and round once
+// when they return (Note [Accumulation types] in core/dtype.h), as the CPU loop does.
 
 #include "launch.h"
 
@@ -153,37 +155,46 @@ void launch(const char* op, const IterShape& shape, Operand out, const std::arra
 
 // ---- the functors ------------------------------------------------------------------------------
 
+template <typename T>
+__device__ inline acc_t<T> widen(T v) {
+  return static_cast<acc_t<T>>(v);
+}
+
 template <typename T, typename Op>
 struct UnaryFwd {
-  T a;
-  __device__ T operator()(T x) const { return Op::fwd(x, a); }
+  acc_t<T> a;
+  __device__ T operator()(T x) const { return static_cast<T>(Op::fwd(widen(x), a)); }
 };
 template <typename T, typename Op>
 struct UnaryBwd {
-  T a;
-  __device__ T operator()(T g, T x, T y) const { return Op::bwd(g, x, y, a); }
+  acc_t<T> a;
+  __device__ T operator()(T g, T x, T y) const { return static_cast<T>(Op::bwd(widen(g), widen(x), widen(y), a)); }
 };
 template <typename T, typename Op>
 struct BinaryFn {
-  __device__ T operator()(T x, T y) const { return Op::fwd(x, y); }
+  __device__ T operator()(T x, T y) const { return static_cast<T>(Op::fwd(widen(x), widen(y))); }
 };
 template <typename T>
 struct AddAlpha {  // the CPU's a + alpha * b
-  T al;
-  __device__ T operator()(T x, T y) const { return x + al * y; }
+  acc_t<T> al;
+  __device__ T operator()(T x, T y) const { return static_cast<T>(widen(x) + al * widen(y)); }
 };
 template <typename T>
 struct SubAlpha {
-  T al;
-  __device__ T operator()(T x, T y) const { return x - al * y; }
+  acc_t<T> al;
+  __device__ T operator()(T x, T y) const { return static_cast<T>(widen(x) - al * widen(y)); }
 };
 template <typename T>
 struct PowDa {
-  __device__ T operator()(T g, T a, T b, T y) const { return ops::Pow::da(g, a, b, y); }
+  __device__ T operator()(T g, T a, T b, T y) const {
+    return static_cast<T>(ops::Pow::da(widen(g), widen(a), widen(b), widen(y)));
+  }
 };
 template <typename T>
 struct PowDb {
-  __device__ T operator()(T g, T a, T b, T y) const { return ops::Pow::db(g, a, b, y); }
+  __device__ T operator()(T g, T a, T b, T y) const {
+    return static_cast<T>(ops::Pow::db(widen(g), widen(a), widen(b), widen(y)));
+  }
 };
 // Comparisons in float for the 16-bit types (they have no operators of their own), as the CPU.
 template <typename T>
@@ -205,9 +216,12 @@ struct WhereFn {
   __device__ T operator()(bool c, T x, T y) const { return c ? x : y; }
 };
 template <typename T>
-struct ClampFn {  // NaN stays NaN
-  T lo, hi;
-  __device__ T operator()(T x) const { return x != x ? x : (x < lo ? lo : (x > hi ? hi : x)); }
+struct ClampFn {  // NaN stays NaN; the bounds are T's values, widened
+  acc_t<T> lo, hi;
+  __device__ T operator()(T xt) const {
+    const acc_t<T> x = widen(xt);
+    return x != x ? xt : static_cast<T>(x < lo ? lo : (x > hi ? hi : x));
+  }
 };
 template <typename To, typename From>
 struct ConvertFn {
@@ -300,27 +314,29 @@ bool try_transpose_copy(DType dtype, const IterShape& shape, Operand out, Operan
 // ---- entry points --------------------------------------------------------------------------------
 
 void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand in, double alpha) {
-  EMBER_DISPATCH_FLOAT(dtype, "unary", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "unary", [&] {
     using T = scalar_t;
-    visit_unary(op, [&]<typename Op>() { launch<T, T>("unary", shape, out, {in}, UnaryFwd<T, Op>{static_cast<T>(alpha)}); });
+    const auto a = static_cast<acc_t<T>>(alpha);
+    visit_unary(op, [&]<typename Op>() { launch<T, T>("unary", shape, out, {in}, UnaryFwd<T, Op>{a}); });
   });
 }
 
 void unary_backward(UnaryOp op, DType dtype, const IterShape& shape, Operand grad_in, Operand grad_out, Operand x,
                     Operand y, double alpha) {
-  EMBER_DISPATCH_FLOAT(dtype, "unary_backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "unary_backward", [&] {
     using T = scalar_t;
+    const auto a = static_cast<acc_t<T>>(alpha);
     visit_unary(op, [&]<typename Op>() {
-      launch<T, T, T, T>("unary_backward", shape, grad_in, {grad_out, x, y}, UnaryBwd<T, Op>{static_cast<T>(alpha)});
+      launch<T, T, T, T>("unary_backward", shape, grad_in, {grad_out, x, y}, UnaryBwd<T, Op>{a});
     });
   });
 }
 
 void binary(BinaryOp op, DType dtype, const IterShape& shape, Operand out, Operand a, Operand b, double alpha) {
-  EMBER_DISPATCH_FLOAT(dtype, "binary", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "binary", [&] {
     using T = scalar_t;
     auto run = [&](auto f) { launch<T, T, T>("binary", shape, out, {a, b}, f); };
-    const T al = static_cast<T>(alpha);
+    const auto al = static_cast<acc_t<T>>(alpha);
     switch (op) {
       case BinaryOp::Add:
         if (alpha == 1.0) run(BinaryFn<T, ops::Add>{});
@@ -341,7 +357,7 @@ void binary(BinaryOp op, DType dtype, const IterShape& shape, Operand out, Opera
 
 void pow_backward(DType dtype, const IterShape& shape, Operand grad_a, Operand grad_b, Operand g, Operand a, Operand b,
                   Operand y) {
-  EMBER_DISPATCH_FLOAT(dtype, "pow_backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "pow_backward", [&] {
     using T = scalar_t;
     if (grad_a.data != nullptr) launch<T, T, T, T, T>("pow_backward", shape, grad_a, {g, a, b, y}, PowDa<T>{});
     if (grad_b.data != nullptr) launch<T, T, T, T, T>("pow_backward", shape, grad_b, {g, a, b, y}, PowDb<T>{});
@@ -372,9 +388,11 @@ void where(DType dtype, const IterShape& shape, Operand out, Operand cond, Opera
 
 void clamp(DType dtype, const IterShape& shape, Operand out, Operand in, bool has_lo, double lo, bool has_hi,
            double hi) {
-  EMBER_DISPATCH_FLOAT(dtype, "clamp", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "clamp", [&] {
     using T = scalar_t;
-    const T l = has_lo ? static_cast<T>(lo) : -INFINITY, h = has_hi ? static_cast<T>(hi) : INFINITY;
+    using A = acc_t<T>;
+    const A l = has_lo ? static_cast<A>(static_cast<T>(lo)) : -INFINITY;
+    const A h = has_hi ? static_cast<A>(static_cast<T>(hi)) : INFINITY;
     launch<T, T>("clamp", shape, out, {in}, ClampFn<T>{l, h});
   });
 }

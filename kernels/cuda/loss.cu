@@ -13,7 +13,9 @@
 //   nll_loss_forward       one thread per sample (it reads one score).
 //   nll_loss_backward      one thread per score: -w[t] * scale at the target, 0 elsewhere.
 //   find_invalid_target    one thread per target; atomicMin keeps the first bad position.
-// Per-sample math is the CPU's, in double.
+// Per-sample math is the CPU's formulas in acc_t<T> (float for f16/bf16/f32, double for f64: Note
+// [Accumulation types] in core/dtype.h); the per-sample results (loss, target weight, lse) are
+// stored in the contract's double buffers, where the CPU keeps its double values.
 
 #include "launch.h"
 
@@ -36,8 +38,8 @@ using detail::group_sum;
 using detail::kThreads;
 
 template <typename T>
-__device__ double class_weight(const T* weight, int64_t c) {
-  return weight ? static_cast<double>(weight[c]) : 1.0;
+__device__ acc_t<T> class_weight(const T* weight, int64_t c) {
+  return weight ? static_cast<acc_t<T>>(weight[c]) : acc_t<T>(1);
 }
 
 __global__ void find_invalid_target_kernel(const int64_t* target, int64_t count, int64_t num_classes,
@@ -52,11 +54,12 @@ template <int G, typename T>
 __global__ void cross_entropy_forward_kernel(int64_t samples, int64_t C, int64_t S, const T* logits,
                                              const int64_t* target, const T* weight, int64_t ignore_index, double eps,
                                              double* loss, double* target_weight, double* lse) {
+  using A = acc_t<T>;
   EMBER_GROUP_LOOP(G, samples, i, lane) {
     const T* line = logits + (i / S) * C * S + i % S;  // logits[n, :, s], stride S
-    const auto load = [line, S](int64_t c) { return static_cast<double>(line[c * S]); };
-    const detail::MaxSum ms = detail::line_max_sum<G>(C, lane, load);
-    const double l_se = ms.m + std::log(ms.s);
+    const auto load = [line, S](int64_t c) { return static_cast<A>(line[c * S]); };
+    const detail::MaxSum<A> ms = detail::line_max_sum<G, A>(C, lane, load);
+    const A l_se = ms.m + std::log(ms.s);
     const int64_t t = target[i];
     if (t == ignore_index) {
       if (lane == 0) {
@@ -66,13 +69,13 @@ __global__ void cross_entropy_forward_kernel(int64_t samples, int64_t C, int64_t
       }
       continue;
     }
-    const double wt = class_weight(weight, t);
-    double l = -wt * (load(t) - l_se);
+    const A wt = class_weight(weight, t);
+    A l = -wt * (load(t) - l_se);
     if (eps > 0) {
-      double smooth = 0;  // -sum_c w[c] * logp[c]
+      A smooth = 0;  // -sum_c w[c] * logp[c]
       for (int64_t c = lane; c < C; c += G) smooth -= class_weight(weight, c) * (load(c) - l_se);
       smooth = group_sum<G>(smooth);
-      l = (1 - eps) * l + eps / static_cast<double>(C) * smooth;
+      l = (1 - static_cast<A>(eps)) * l + static_cast<A>(eps) / static_cast<A>(C) * smooth;
     }
     if (lane == 0) {
       lse[i] = l_se;
@@ -84,9 +87,9 @@ __global__ void cross_entropy_forward_kernel(int64_t samples, int64_t C, int64_t
 
 // W = sum_c w[c], by one block.
 template <typename T>
-__global__ void weight_total_kernel(int64_t C, const T* weight, double* total) {
-  double s = 0;
-  for (int64_t c = threadIdx.x; c < C; c += kThreads) s += static_cast<double>(weight[c]);
+__global__ void weight_total_kernel(int64_t C, const T* weight, acc_t<T>* total) {
+  acc_t<T> s = 0;
+  for (int64_t c = threadIdx.x; c < C; c += kThreads) s += static_cast<acc_t<T>>(weight[c]);
   s = group_sum<kThreads>(s);
   if (threadIdx.x == 0) *total = s;
 }
@@ -95,7 +98,9 @@ template <typename T>
 __global__ void cross_entropy_backward_kernel(int64_t total, int64_t C, int64_t S, T* grad_logits, const T* logits,
                                               const int64_t* target, const T* weight, int64_t ignore_index,
                                               double eps, const double* lse, const T* grad_loss, int64_t grad_stride,
-                                              double grad_factor, const double* w_total) {
+                                              double grad_factor, const acc_t<T>* w_total) {
+  using A = acc_t<T>;
+  const A e_s = static_cast<A>(eps);
   EMBER_THREAD_LOOP(e, total) {
     const int64_t c = (e / S) % C, i = (e / (C * S)) * S + e % S;
     const int64_t t = target[i];
@@ -103,13 +108,13 @@ __global__ void cross_entropy_backward_kernel(int64_t total, int64_t C, int64_t 
       grad_logits[e] = T(0);
       continue;
     }
-    const double scale = static_cast<double>(grad_loss[i * grad_stride]) * grad_factor;
-    const double wt = class_weight(weight, t);
-    const double p = std::exp(static_cast<double>(logits[e]) - lse[i]);
-    double g = (1 - eps) * wt * (p - (c == t ? 1.0 : 0.0));
+    const A scale = static_cast<A>(grad_loss[i * grad_stride]) * static_cast<A>(grad_factor);
+    const A wt = class_weight(weight, t);
+    const A p = std::exp(static_cast<A>(logits[e]) - static_cast<A>(lse[i]));
+    A g = (1 - e_s) * wt * (p - (c == t ? A(1) : A(0)));
     if (eps > 0) {
-      const double W = w_total ? *w_total : static_cast<double>(C);
-      g += eps / static_cast<double>(C) * (W * p - class_weight(weight, c));
+      const A W = w_total ? *w_total : static_cast<A>(C);
+      g += e_s / static_cast<A>(C) * (W * p - class_weight(weight, c));
     }
     grad_logits[e] = static_cast<T>(scale * g);
   }
@@ -126,8 +131,8 @@ __global__ void nll_loss_forward_kernel(int64_t samples, int64_t C, int64_t S, c
       target_weight[i] = 0;
       continue;
     }
-    const double wt = class_weight(weight, t);
-    loss[i] = -wt * static_cast<double>(log_probs[(i / S) * C * S + t * S + i % S]);
+    const acc_t<T> wt = class_weight(weight, t);
+    loss[i] = -wt * static_cast<acc_t<T>>(log_probs[(i / S) * C * S + t * S + i % S]);
     target_weight[i] = wt;
   }
 }
@@ -143,7 +148,7 @@ __global__ void nll_loss_backward_kernel(int64_t total, int64_t C, int64_t S, T*
       grad_input[e] = T(0);
       continue;
     }
-    const double scale = static_cast<double>(grad_loss[i * grad_stride]) * grad_factor;
+    const acc_t<T> scale = static_cast<acc_t<T>>(grad_loss[i * grad_stride]) * static_cast<acc_t<T>>(grad_factor);
     grad_input[e] = static_cast<T>(-class_weight(weight, t) * scale);
   }
 }
@@ -170,7 +175,7 @@ int64_t find_invalid_target(const int64_t* target, int64_t count, int64_t num_cl
 void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* logits, const int64_t* target,
                            const void* weight, int64_t ignore_index, double label_smoothing, double* loss,
                            double* target_weight, double* lse) {
-  EMBER_DISPATCH_FLOAT(dtype, "cross_entropy", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "cross_entropy", [&] {
     using T = scalar_t;
     const int64_t samples = layout.samples(), C = layout.c, S = layout.s;
     if (samples == 0) return;
@@ -187,29 +192,29 @@ void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* l
 void cross_entropy_backward(DType dtype, const ClassLayout& layout, void* grad_logits, const void* logits,
                             const int64_t* target, const void* weight, int64_t ignore_index, double label_smoothing,
                             const double* lse, const void* grad_loss, int64_t grad_stride, double grad_factor) {
-  EMBER_DISPATCH_FLOAT(dtype, "cross_entropy backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "cross_entropy backward", [&] {
     using T = scalar_t;
     const int64_t total = layout.samples() * layout.c;
     if (total == 0) return;
     const cudaStream_t stream = cuda::current_stream();
     const T* w = static_cast<const T*>(weight);
     // W = sum of the weights, needed only with label smoothing (without weights it is C).
-    cuda::Scratch w_total(w && label_smoothing > 0 ? sizeof(double) : 0);
+    cuda::Scratch w_total(w && label_smoothing > 0 ? sizeof(acc_t<T>) : 0);
     if (w && label_smoothing > 0) {
-      EMBER_LAUNCH((weight_total_kernel<T>), 1, kThreads, 0, stream, layout.c, w, w_total.as<double>());
+      EMBER_LAUNCH((weight_total_kernel<T>), 1, kThreads, 0, stream, layout.c, w, w_total.as<acc_t<T>>());
       cuda::check_launch("cross_entropy backward (weight total)");
     }
     EMBER_LAUNCH_FLAT((cross_entropy_backward_kernel<T>), grid_for(total, kThreads), kThreads, stream, total, layout.c,
                       layout.s, static_cast<T*>(grad_logits), static_cast<const T*>(logits), target, w, ignore_index,
                       label_smoothing, lse, static_cast<const T*>(grad_loss), grad_stride, grad_factor,
-                      w && label_smoothing > 0 ? w_total.as<const double>() : nullptr);
+                      w && label_smoothing > 0 ? w_total.as<const acc_t<T>>() : nullptr);
     cuda::check_launch("cross_entropy backward");
   });
 }
 
 void nll_loss_forward(DType dtype, const ClassLayout& layout, const void* log_probs, const int64_t* target,
                       const void* weight, int64_t ignore_index, double* loss, double* target_weight) {
-  EMBER_DISPATCH_FLOAT(dtype, "nll_loss", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "nll_loss", [&] {
     using T = scalar_t;
     const int64_t samples = layout.samples();
     if (samples == 0) return;
@@ -223,7 +228,7 @@ void nll_loss_forward(DType dtype, const ClassLayout& layout, const void* log_pr
 void nll_loss_backward(DType dtype, const ClassLayout& layout, void* grad_input, const int64_t* target,
                        const void* weight, int64_t ignore_index, const void* grad_loss, int64_t grad_stride,
                        double grad_factor) {
-  EMBER_DISPATCH_FLOAT(dtype, "nll_loss backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "nll_loss backward", [&] {
     using T = scalar_t;
     const int64_t total = layout.samples() * layout.c;
     if (total == 0) return;

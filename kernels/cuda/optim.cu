@@ -192,15 +192,17 @@ void adam_decay(WeightDecayMode decay, const F& f) {
 
 // ---- gradient norm ---------------------------------------------------------------------------
 
-// How one element enters the norm, and how two partial results combine.
+// How one element enters the norm, and how two partial results combine, in the accumulation
+// type A = acc_t of the gradients' dtype (Note [Accumulation types] in core/dtype.h).
+template <typename A>
 struct NormOp {
-  double p;
+  A p;
   bool is_inf;
-  __device__ double term(double x) const {  // x = |g|
+  __device__ A term(A x) const {  // x = |g|
     if (is_inf) return x;
     return p == 2 ? x * x : (p == 1 ? x : pow(x, p));
   }
-  __device__ double operator()(double a, double b) const {
+  __device__ A operator()(A a, A b) const {
     if (!is_inf) return a + b;
     return (a != a) ? a : ((b != b || b > a) ? b : a);  // max that keeps NaN
   }
@@ -208,17 +210,18 @@ struct NormOp {
 
 // Pass 1: block b reduces its grid-stride share of the elements into partial[b].
 template <typename T>
-__global__ void norm_partial_kernel(int64_t n, const T* g, NormOp op, double* partial) {
-  double acc = 0;
+__global__ void norm_partial_kernel(int64_t n, const T* g, NormOp<acc_t<T>> op, acc_t<T>* partial) {
+  acc_t<T> acc = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    acc = op(acc, op.term(fabs(static_cast<double>(g[i]))));
+    acc = op(acc, op.term(fabs(static_cast<acc_t<T>>(g[i]))));
   acc = detail::block_reduce(acc, op);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 // Pass 2: one block reduces the partials (at most kNormBlocks of them).
-__global__ void norm_final_kernel(int64_t count, const double* partial, NormOp op, double* result) {
-  double acc = 0;
+template <typename A>
+__global__ void norm_final_kernel(int64_t count, const A* partial, NormOp<A> op, A* result) {
+  A acc = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc = op(acc, partial[i]);
   acc = detail::block_reduce(acc, op);
   if (threadIdx.x == 0) *result = acc;
@@ -350,22 +353,25 @@ void sgd_step_multi(DType dtype, const SgdTensor* tensors, int64_t count, bool i
 double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
   EMBER_CHECK(n >= 0, "grad_norm: n = ", n);
   if (n == 0) return 0;
-  const NormOp op{p, std::isinf(p)};
   double result = 0;
   EMBER_DISPATCH_FLOAT(dtype, "grad_norm", [&] {
     using T = scalar_t;
+    using A = acc_t<T>;
+    const NormOp<A> op{static_cast<A>(p), std::isinf(p)};
     const int64_t blocks = std::min<int64_t>(kNormBlocks, (n + kThreads - 1) / kThreads);
-    cuda::Scratch partial(static_cast<size_t>(blocks + 1) * sizeof(double));
-    double* d = partial.as<double>();
+    cuda::Scratch partial(static_cast<size_t>(blocks + 1) * sizeof(A));
+    A* d = partial.as<A>();
     const cuda::Stream s = cuda::current_stream();
     EMBER_LAUNCH(norm_partial_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, s, n, static_cast<const T*>(grad),
                  op, d);
     cuda::check_launch("grad_norm");
-    EMBER_LAUNCH(norm_final_kernel, 1, kThreads, 0, s, blocks, static_cast<const double*>(d), op, d + blocks);
+    EMBER_LAUNCH(norm_final_kernel<A>, 1, kThreads, 0, s, blocks, static_cast<const A*>(d), op, d + blocks);
     cuda::check_launch("grad_norm");
     // The host needs the value: copy it back on the stream, then wait for the stream.
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(&result, d + blocks, sizeof(double), cudaMemcpyDeviceToHost, s));
+    A host = 0;
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(&host, d + blocks, sizeof(A), cudaMemcpyDeviceToHost, s));
     EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+    result = static_cast<double>(host);
   });
   return result;
 }

@@ -56,18 +56,18 @@ __global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, int64_t
     const int64_t w1 = min(w0 + (g.kernel_w - 1) * g.dilation_w + 1, g.in_w);
     while (w0 < 0) w0 += g.dilation_w;
     int64_t best = h0 * g.in_w + w0;
-    T best_v = -std::numeric_limits<T>::infinity();
+    acc_t<T> best_v = -std::numeric_limits<acc_t<T>>::infinity();  // f16/bf16 compared as float
     for (int64_t ih = h0; ih < h1; ih += g.dilation_h) {
       for (int64_t iw = w0; iw < w1; iw += g.dilation_w) {
         const int64_t i = ih * g.in_w + iw;
-        const T v = xp[i];
+        const acc_t<T> v = static_cast<acc_t<T>>(xp[i]);
         if (v > best_v || v != v) {
           best_v = v;
           best = i;
         }
       }
     }
-    out[idx] = best_v;
+    out[idx] = static_cast<T>(best_v);  // exact: best_v is one of x's values (or -inf)
     indices[idx] = best;
   }
 }
@@ -88,11 +88,11 @@ __global__ void max_backward_kernel(Pool2dGeometry g, const T* grad_out, const i
     const int64_t ow_hi = min((iw + g.pad_w) / g.stride_w, g.out_w - 1);
     const T* go = grad_out + p * out_plane;
     const int64_t* ip = indices + p * out_plane;
-    T acc = T(0);
+    acc_t<T> acc = 0;  // f16/bf16: summed in float, rounded once
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
       for (int64_t ow = ow_lo; ow <= ow_hi; ++ow)
-        if (ip[oh * g.out_w + ow] == me) acc += go[oh * g.out_w + ow];
-    grad_in[idx] = acc;
+        if (ip[oh * g.out_w + ow] == me) acc += static_cast<acc_t<T>>(go[oh * g.out_w + ow]);
+    grad_in[idx] = static_cast<T>(acc);
   }
 }
 
@@ -116,7 +116,8 @@ __device__ inline AvgWindow avg_window(const Pool2dGeometry& g, bool count_inclu
   return {h0, h1, w0, w1, count_include_pad ? padded_size : inside};
 }
 
-// One thread per output cell; the window is summed in double in row-major order, as on the CPU.
+// One thread per output cell; the window is summed in acc_t<T> in row-major order (the CPU sums
+// in cpu_acc_t: Note [Accumulation types] in core/dtype.h).
 template <typename T>
 __global__ void avg_forward_kernel(Pool2dGeometry g, bool count_include_pad, const T* x, T* out) {
   const int64_t out_plane = g.out_h * g.out_w;
@@ -124,10 +125,11 @@ __global__ void avg_forward_kernel(Pool2dGeometry g, bool count_include_pad, con
     const int64_t ow = idx % g.out_w, oh = (idx / g.out_w) % g.out_h, p = idx / out_plane;
     const T* xp = x + p * g.in_h * g.in_w;
     const AvgWindow w = avg_window(g, count_include_pad, oh, ow);
-    double acc = 0;
+    acc_t<T> acc = 0;
     for (int64_t ih = w.h0; ih < w.h1; ++ih)
-      for (int64_t iw = w.w0; iw < w.w1; ++iw) acc += static_cast<double>(xp[ih * g.in_w + iw]);
-    out[idx] = w.divisor > 0 && w.h0 < w.h1 && w.w0 < w.w1 ? static_cast<T>(acc / w.divisor) : T(0);
+      for (int64_t iw = w.w0; iw < w.w1; ++iw) acc += static_cast<acc_t<T>>(xp[ih * g.in_w + iw]);
+    out[idx] = w.divisor > 0 && w.h0 < w.h1 && w.w0 < w.w1 ? static_cast<T>(acc / static_cast<acc_t<T>>(w.divisor))
+                                                           : T(0);
   }
 }
 
@@ -144,15 +146,15 @@ __global__ void avg_backward_kernel(Pool2dGeometry g, bool count_include_pad, co
     const int64_t ow_lo = ceil_div_nonneg(iw + g.pad_w - g.kernel_w + 1, g.stride_w);
     const int64_t ow_hi = min((iw + g.pad_w) / g.stride_w, g.out_w - 1);
     const T* go = grad_out + p * out_plane;
-    T acc = T(0);
+    acc_t<T> acc = 0;  // f16/bf16: summed in float, rounded once
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh) {
       for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) {
         const AvgWindow w = avg_window(g, count_include_pad, oh, ow);
         if (w.divisor <= 0 || ih < w.h0 || ih >= w.h1 || iw < w.w0 || iw >= w.w1) continue;
-        acc += go[oh * g.out_w + ow] / static_cast<T>(w.divisor);
+        acc += static_cast<acc_t<T>>(go[oh * g.out_w + ow]) / static_cast<acc_t<T>>(w.divisor);
       }
     }
-    grad_in[idx] = acc;
+    grad_in[idx] = static_cast<T>(acc);
   }
 }
 
@@ -169,10 +171,10 @@ __global__ void adaptive_forward_kernel(Pool2dGeometry g, const T* x, T* out) {
     const T* xp = x + p * g.in_h * g.in_w;
     const int64_t h0 = adaptive_start(oh, g.out_h, g.in_h), h1 = adaptive_end(oh, g.out_h, g.in_h);
     const int64_t w0 = adaptive_start(ow, g.out_w, g.in_w), w1 = adaptive_end(ow, g.out_w, g.in_w);
-    double acc = 0;
+    acc_t<T> acc = 0;
     for (int64_t ih = h0; ih < h1; ++ih)
-      for (int64_t iw = w0; iw < w1; ++iw) acc += static_cast<double>(xp[ih * g.in_w + iw]);
-    out[idx] = static_cast<T>(acc / static_cast<double>((h1 - h0) * (w1 - w0)));
+      for (int64_t iw = w0; iw < w1; ++iw) acc += static_cast<acc_t<T>>(xp[ih * g.in_w + iw]);
+    out[idx] = static_cast<T>(acc / static_cast<acc_t<T>>((h1 - h0) * (w1 - w0)));
   }
 }
 
@@ -189,17 +191,17 @@ __global__ void adaptive_backward_kernel(Pool2dGeometry g, const T* grad_out, T*
     const int64_t ow_lo = (iw * g.out_w) / g.in_w;
     const int64_t ow_hi = min(((iw + 1) * g.out_w + g.in_w - 1) / g.in_w - 1, g.out_w - 1);
     const T* go = grad_out + p * out_plane;
-    T acc = T(0);
+    acc_t<T> acc = 0;  // f16/bf16: summed in float, rounded once
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh) {
       const int64_t h0 = adaptive_start(oh, g.out_h, g.in_h), h1 = adaptive_end(oh, g.out_h, g.in_h);
       if (ih < h0 || ih >= h1) continue;
       for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) {
         const int64_t w0 = adaptive_start(ow, g.out_w, g.in_w), w1 = adaptive_end(ow, g.out_w, g.in_w);
         if (iw < w0 || iw >= w1) continue;
-        acc += go[oh * g.out_w + ow] / static_cast<T>((h1 - h0) * (w1 - w0));
+        acc += static_cast<acc_t<T>>(go[oh * g.out_w + ow]) / static_cast<acc_t<T>>((h1 - h0) * (w1 - w0));
       }
     }
-    grad_in[idx] = acc;
+    grad_in[idx] = static_cast<T>(acc);
   }
 }
 
@@ -230,7 +232,7 @@ void check_pool(const char* op, const Pool2dGeometry& g) {
 
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out, int64_t* indices) {
   check_pool("max_pool2d", g);
-  EMBER_DISPATCH_FLOAT(dtype, "max_pool2d", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
     using T = scalar_t;
     launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T>, g, static_cast<const T*>(x), static_cast<T*>(out),
                  indices);
@@ -240,7 +242,7 @@ void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, voi
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
                          void* grad_in) {
   check_pool("max_pool2d backward", g);
-  EMBER_DISPATCH_FLOAT(dtype, "max_pool2d backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
     using T = scalar_t;
     launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T>, g, static_cast<const T*>(grad_out),
                  indices, static_cast<T*>(grad_in));
@@ -249,7 +251,7 @@ void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_
 
 void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out) {
   check_pool("avg_pool2d", g);
-  EMBER_DISPATCH_FLOAT(dtype, "avg_pool2d", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "avg_pool2d", [&] {
     using T = scalar_t;
     launch_cells("avg_pool2d", out_cells(g), avg_forward_kernel<T>, g, count_include_pad, static_cast<const T*>(x),
                  static_cast<T*>(out));
@@ -259,7 +261,7 @@ void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include
 void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* grad_out,
                          void* grad_in) {
   check_pool("avg_pool2d backward", g);
-  EMBER_DISPATCH_FLOAT(dtype, "avg_pool2d backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "avg_pool2d backward", [&] {
     using T = scalar_t;
     launch_cells("avg_pool2d backward", in_cells(g), avg_backward_kernel<T>, g, count_include_pad,
                  static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
@@ -268,7 +270,7 @@ void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_includ
 
 void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out) {
   check_pool("adaptive_avg_pool2d", g);
-  EMBER_DISPATCH_FLOAT(dtype, "adaptive_avg_pool2d", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d", [&] {
     using T = scalar_t;
     launch_cells("adaptive_avg_pool2d", out_cells(g), adaptive_forward_kernel<T>, g, static_cast<const T*>(x),
                  static_cast<T*>(out));
@@ -277,7 +279,7 @@ void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const voi
 
 void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, void* grad_in) {
   check_pool("adaptive_avg_pool2d backward", g);
-  EMBER_DISPATCH_FLOAT(dtype, "adaptive_avg_pool2d backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d backward", [&] {
     using T = scalar_t;
     launch_cells("adaptive_avg_pool2d backward", in_cells(g), adaptive_backward_kernel<T>, g,
                  static_cast<const T*>(grad_out), static_cast<T*>(grad_in));

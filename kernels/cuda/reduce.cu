@@ -9,8 +9,10 @@
 // warps of a block (detail::group_all_reduce). Groups take outputs with a grid stride. Short
 // reductions with many outputs use G = 1: neighbouring threads own neighbouring outputs.
 //
-// Parity with the CPU: sums accumulate in double as the CPU does (the order differs, so f32
-// results agree after rounding and f64 within a few ulp). max/min/argmax/argmin are exact:
+// Accumulation: sums and variances accumulate in acc_t<T> (Note [Accumulation types] in
+// core/dtype.h): float for f16, bf16 and f32, double for f64. The CPU reference sums f32 in
+// double, so f32 results differ from it by the float accumulation's rounding (a relative error
+// of about log2(n) ulp for the tree of partial sums here) and f64 within a few ulp. max/min/argmax/argmin are exact:
 // a (value, index) pair with "first NaN, else extreme value, ties to the lower index" is an
 // associative and commutative choice, so any reduction tree picks the CPU's element.
 
@@ -85,7 +87,7 @@ int group_size(const Indexer& ix, const Operand& in) {
 
 template <typename T>
 __device__ bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
+  if constexpr (std::is_floating_point_v<T> || is_low_precision_v<T>) return v != v;  // Half: as float
   else return false;
 }
 
@@ -94,9 +96,10 @@ __device__ bool is_nan(T v) {
 template <int G, typename T>
 __global__ void sum_kernel(Indexer ix, Operand in, Operand out) {
   EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
+    using A = acc_t<T>;
     const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
-    double acc = 0;
-    for (int64_t j = lane; j < ix.n_red; j += G) acc += static_cast<double>(x[ix.offset(j, in.strides)]);
+    A acc = 0;
+    for (int64_t j = lane; j < ix.n_red; j += G) acc += static_cast<A>(x[ix.offset(j, in.strides)]);
     acc = group_sum<G>(acc);
     if (lane == 0) static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(acc);
   }
@@ -104,19 +107,23 @@ __global__ void sum_kernel(Indexer ix, Operand in, Operand out) {
 
 // Two passes over the group's elements, as the CPU: the mean, then the squared deviations.
 template <int G, typename T>
-__global__ void var_kernel(Indexer ix, Operand in, Operand out, double divisor) {
+__global__ void var_kernel(Indexer ix, Operand in, Operand out, acc_t<T> divisor) {
   EMBER_GROUP_LOOP(G, ix.n_out, o, lane) {
+    using A = acc_t<T>;
     const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
-    double total = 0;
-    for (int64_t j = lane; j < ix.n_red; j += G) total += static_cast<double>(x[ix.offset(j, in.strides)]);
-    const double mean = group_sum<G>(total) / static_cast<double>(ix.n_red);
-    double ss = 0;
+    A total = 0;
+    for (int64_t j = lane; j < ix.n_red; j += G) total += static_cast<A>(x[ix.offset(j, in.strides)]);
+    const A mean = group_sum<G>(total) / static_cast<A>(ix.n_red);
+    A ss = 0;
     for (int64_t j = lane; j < ix.n_red; j += G) {
-      const double d = static_cast<double>(x[ix.offset(j, in.strides)]) - mean;
+      const A d = static_cast<A>(x[ix.offset(j, in.strides)]) - mean;
       ss += d * d;
     }
     ss = group_sum<G>(ss);
-    if (lane == 0) static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(ix.n_red == 0 ? NAN : ss / divisor);
+    if (lane == 0) {
+      const A v = ix.n_red == 0 ? static_cast<A>(NAN) : ss / divisor;
+      static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(v);
+    }
   }
 }
 
@@ -189,12 +196,12 @@ __global__ void extremum_backward_kernel(Indexer ix, Operand grad_in, Operand x,
     const T v = static_cast<const T*>(value.data)[ix.base(o, value.strides)];
     const T* xo = static_cast<const T*>(x.data) + ix.base(o, x.strides);
     T* gio = static_cast<T*>(grad_in.data) + ix.base(o, grad_in.strides);
-    auto matches = [v](T e) { return e == v || (e != e && v != v); };
+    auto matches = [v](T e) { return e == v || (is_nan(e) && is_nan(v)); };
     int64_t count = 0;
     for (int64_t j = lane; j < ix.n_red; j += G) count += matches(xo[ix.offset(j, x.strides)]) ? 1 : 0;
     count = group_sum<G>(count);
-    const T share = count > 0 ? static_cast<const T*>(grad_out.data)[ix.base(o, grad_out.strides)] / static_cast<T>(count)
-                              : T(0);
+    const acc_t<T> g = static_cast<acc_t<T>>(static_cast<const T*>(grad_out.data)[ix.base(o, grad_out.strides)]);
+    const T share = count > 0 ? static_cast<T>(g / static_cast<acc_t<T>>(count)) : T(0);
     for (int64_t j = lane; j < ix.n_red; j += G)
       gio[ix.offset(j, grad_in.strides)] = matches(xo[ix.offset(j, x.strides)]) ? share : T(0);
   }
@@ -216,7 +223,7 @@ __global__ void index_backward_kernel(Indexer ix, Operand grad_in, Operand grad_
 // ---- entry points --------------------------------------------------------------------------------
 
 void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape) {
-  EMBER_DISPATCH_FLOAT(dtype, "sum", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "sum", [&] {
     using T = scalar_t;
     const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
@@ -230,11 +237,11 @@ void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
 
 void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape,
          int64_t correction) {
-  EMBER_DISPATCH_FLOAT(dtype, "var", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "var", [&] {
     using T = scalar_t;
     const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
-    const double divisor = static_cast<double>(ix.n_red - correction > 0 ? ix.n_red - correction : 0);
+    const auto divisor = static_cast<acc_t<T>>(ix.n_red - correction > 0 ? ix.n_red - correction : 0);
     with_group(group_size(ix, in), [&]<int G>() {
       EMBER_LAUNCH((var_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(), ix,
                    in, out, divisor);
@@ -256,7 +263,7 @@ void extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in,
 
 void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand x, Operand value,
                        Operand grad_out, const IterShape& out_shape) {
-  EMBER_DISPATCH_FLOAT(dtype, "amax backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "amax backward", [&] {
     using T = scalar_t;
     const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
@@ -281,7 +288,7 @@ void arg_extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand
 
 void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand grad_out, Operand indices,
                     const IterShape& out_shape) {
-  EMBER_DISPATCH_FLOAT(dtype, "max backward", [&] {
+  EMBER_DISPATCH_FLOATING(dtype, "max backward", [&] {
     using T = scalar_t;
     const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;

@@ -10,7 +10,8 @@
 //   inner > 1 (softmax over a middle dim, e.g. channels of (N, C, H, W)): a line's elements are
 //     `inner` apart, but neighbouring lines are neighbours in memory, so one thread owns a line
 //     (G = 1) and a warp's 32 threads read 32 consecutive addresses at every step k.
-// Sums are in double as the CPU; the results agree with it to rounding.
+// Sums and exponentials are in acc_t<T> (float for f16/bf16/f32, double for f64; Note
+// [Accumulation types] in core/dtype.h); the CPU reference sums f32 in double.
 
 #include "launch.h"
 
@@ -43,12 +44,13 @@ __global__ void softmax_forward_kernel(int64_t lines, int64_t n, int64_t inner, 
     const int64_t base = (line / inner) * n * inner + line % inner;
     const T* xl = x + base;
     T* yl = y + base;
-    const auto load = [xl, inner](int64_t k) { return static_cast<double>(xl[k * inner]); };
-    const detail::MaxSum ms = detail::line_max_sum<G>(n, lane, load);
+    using A = acc_t<T>;
+    const auto load = [xl, inner](int64_t k) { return static_cast<A>(xl[k * inner]); };
+    const detail::MaxSum<A> ms = detail::line_max_sum<G, A>(n, lane, load);
     if constexpr (kKind == SoftmaxKind::Softmax) {
       for (int64_t k = lane; k < n; k += G) yl[k * inner] = static_cast<T>(std::exp(load(k) - ms.m) / ms.s);
     } else {
-      const double shift = ms.m + std::log(ms.s);  // the line's logsumexp
+      const A shift = ms.m + std::log(ms.s);  // the line's logsumexp
       for (int64_t k = lane; k < n; k += G) yl[k * inner] = static_cast<T>(load(k) - shift);
     }
   }
@@ -59,17 +61,18 @@ template <int G, typename T, SoftmaxKind kKind>
 __global__ void softmax_backward_kernel(int64_t lines, int64_t n, int64_t inner, T* grad_x, const T* grad_y,
                                         const T* y) {
   EMBER_GROUP_LOOP(G, lines, line, lane) {
+    using A = acc_t<T>;
     const int64_t base = (line / inner) * n * inner + line % inner;
-    double dot = 0;
+    A dot = 0;
     for (int64_t k = lane; k < n; k += G) {
       const int64_t e = base + k * inner;
-      if constexpr (kKind == SoftmaxKind::Softmax) dot += static_cast<double>(grad_y[e]) * static_cast<double>(y[e]);
-      else dot += static_cast<double>(grad_y[e]);
+      if constexpr (kKind == SoftmaxKind::Softmax) dot += static_cast<A>(grad_y[e]) * static_cast<A>(y[e]);
+      else dot += static_cast<A>(grad_y[e]);
     }
     dot = group_sum<G>(dot);
     for (int64_t k = lane; k < n; k += G) {
       const int64_t e = base + k * inner;
-      const double yv = static_cast<double>(y[e]), g = static_cast<double>(grad_y[e]);
+      const A yv = static_cast<A>(y[e]), g = static_cast<A>(grad_y[e]);
       if constexpr (kKind == SoftmaxKind::Softmax) grad_x[e] = static_cast<T>(yv * (g - dot));
       else grad_x[e] = static_cast<T>(g - std::exp(yv) * dot);
     }
@@ -80,7 +83,7 @@ __global__ void softmax_backward_kernel(int64_t lines, int64_t n, int64_t inner,
 
 void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, int64_t inner, const void* x, void* y) {
   const char* op = kind == SoftmaxKind::Softmax ? "softmax" : "log_softmax";
-  EMBER_DISPATCH_FLOAT(dtype, op, [&] {
+  EMBER_DISPATCH_FLOATING(dtype, op, [&] {
     using T = scalar_t;
     const int64_t lines = outer * inner;
     if (lines == 0 || n == 0) return;
@@ -103,7 +106,7 @@ void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, in
 void softmax_backward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, int64_t inner, void* grad_x,
                       const void* grad_y, const void* y) {
   const char* op = kind == SoftmaxKind::Softmax ? "softmax backward" : "log_softmax backward";
-  EMBER_DISPATCH_FLOAT(dtype, op, [&] {
+  EMBER_DISPATCH_FLOATING(dtype, op, [&] {
     using T = scalar_t;
     const int64_t lines = outer * inner;
     if (lines == 0 || n == 0) return;

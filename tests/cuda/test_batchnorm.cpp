@@ -1,12 +1,16 @@
 // kernels/cuda/batchnorm against kernels/cpu/batchnorm.
 //
-// Tolerances. Statistics and the backward sums accumulate in double on both sides and round to T
-// once; only the summation order differs (a block tree vs a loop), which moves a double sum of
-// M terms by at most ~M * 2^-53 relative — far below one rounding of a float, and below 1e-12
-// relative for M <= 10^4 in f64. So f32 results agree to one ulp (rtol = FLT_EPSILON), f64 to
-// 1e-12 (atol covers results near 0 from cancelling sums). apply: the same T operations in the
-// same order, except that nvcc may fuse (x - m) * scale + shift into an FMA (one rounding
-// instead of two): within 2 ulp of the result's magnitude terms.
+// Tolerances. The CPU accumulates the statistics and the backward sums in double (cpu_acc_t) and
+// rounds to T once; the CUDA kernels accumulate in acc_t<T> (Note [Accumulation types] in
+// core/dtype.h). f64: both in double, only the summation order differs (a block tree vs a loop),
+// which moves a double sum of M terms by at most ~M * 2^-53 relative — below 1e-12 relative for
+// M <= 10^4 (atol covers results near 0 from cancelling sums). f32: a float sum of M terms, each
+// thread adding about M / 256 of them before a reduction tree of 13 levels (and at most 3 split
+// partials), is within K eps sum|terms| of the exact sum, K = M / 256 + 16 (Higham's bound for
+// recursive summation, per level); the backward's grad_x combines those sums (see
+// require_backward_f32). apply: the same T operations in the same order, except that nvcc may
+// fuse (x - m) * scale + shift into an FMA (one rounding instead of two): within 2 ulp of the
+// result's magnitude terms.
 
 #include <cmath>
 #include <limits>
@@ -67,6 +71,43 @@ struct Inputs {
     bias = random_vector<T>(c, seed + 5);
   }
 };
+
+// The f32 backward against the CPU's (double) result, with the bounds of the note above: per
+// channel, Sb = sum |g| and Sw = sum |g| |xhat| bound the float sums' errors eb = K eps Sb and
+// ew = (K + 2) eps Sw (2 more roundings per term: the centring and the product); grad_x =
+// w is (g - sb / M - xhat sw / M) then errs by |w is| (eb + |xhat| ew) / M, plus 4 roundings of
+// its terms. Every result also gets eps |want| for the CPU's own final rounding.
+void require_backward_f32(const BatchNormShape& sh, const Inputs<float>& in, bool training, bool affine,
+                          const std::vector<float>& got_x, const std::vector<float>& want_x,
+                          const std::vector<float>& got_w, const std::vector<float>& want_w,
+                          const std::vector<float>& got_b, const std::vector<float>& want_b) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  const int64_t M = sh.n * sh.s;
+  const double K = static_cast<double>(M) / 256.0 + 16.0;
+  for (int64_t c = 0; c < sh.c; ++c) {
+    const double m = in.mean[c], is = in.invstd[c], w = affine ? in.weight[c] : 1.0;
+    double Sb = 0, Sw = 0, sb = 0, sw = 0;
+    for (int64_t i = 0; i < sh.n; ++i)
+      for (int64_t j = 0; j < sh.s; ++j) {
+        const size_t e = static_cast<size_t>((i * sh.c + c) * sh.s + j);
+        const double g = in.gy[e], xhat = (in.x[e] - m) * is;
+        Sb += std::fabs(g), Sw += std::fabs(g * xhat), sb += g, sw += g * xhat;
+      }
+    const double eb = K * eps * Sb, ew = (K + 2) * eps * Sw;
+    INFO("channel " << c);
+    REQUIRE(std::fabs(got_b[c] - want_b[c]) <= eb + eps * std::fabs(want_b[c]));
+    REQUIRE(std::fabs(got_w[c] - want_w[c]) <= ew + eps * std::fabs(want_w[c]));
+    for (int64_t i = 0; i < sh.n; ++i)
+      for (int64_t j = 0; j < sh.s; ++j) {
+        const size_t e = static_cast<size_t>((i * sh.c + c) * sh.s + j);
+        const double g = in.gy[e], xhat = (in.x[e] - m) * is, scale = std::fabs(w * is);
+        const double sums = training ? scale * (eb + std::fabs(xhat) * ew) / static_cast<double>(M) : 0.0;
+        const double terms = training ? std::fabs(g) + std::fabs(sb) / M + std::fabs(xhat * sw) / M : std::fabs(g);
+        INFO("grad_x element " << e << ": got " << got_x[e] << ", want " << want_x[e]);
+        REQUIRE(std::fabs(got_x[e] - want_x[e]) <= sums + 4 * eps * scale * terms + eps * std::fabs(want_x[e]));
+      }
+  }
+}
 
 }  // namespace
 
@@ -135,9 +176,14 @@ TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval,
                                                  gw.data(), gb.data());
         // grad_x is a double expression of the (double) sums, rounded once; the sums' order
         // differences are scaled by |xhat| * |weight * invstd| / M <= 10: same bound, x10.
-        if (want_x) ember::testing::require_close(checked(dgx), gx, 10 * sum_atol<T>(), 2 * sum_rtol<T>(), "grad_x");
-        if (want_w) ember::testing::require_close(checked(dgw), gw, sum_atol<T>(), sum_rtol<T>(), "grad_weight");
-        if (want_b) ember::testing::require_close(checked(dgb), gb, sum_atol<T>(), sum_rtol<T>(), "grad_bias");
+        if constexpr (std::is_same_v<T, float>) {
+          require_backward_f32(sh, in, training, affine, want_x ? checked(dgx) : gx, gx, want_w ? checked(dgw) : gw,
+                               gw, want_b ? checked(dgb) : gb, gb);
+        } else {
+          if (want_x) ember::testing::require_close(checked(dgx), gx, 10 * sum_atol<T>(), 2 * sum_rtol<T>(), "grad_x");
+          if (want_w) ember::testing::require_close(checked(dgw), gw, sum_atol<T>(), sum_rtol<T>(), "grad_weight");
+          if (want_b) ember::testing::require_close(checked(dgb), gb, sum_atol<T>(), sum_rtol<T>(), "grad_bias");
+        }
       }
     }
   }
