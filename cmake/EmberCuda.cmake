@@ -67,10 +67,13 @@ if(_ember_cuda STREQUAL "ON" OR _ember_gpu_present)
 endif()
 
 if(EMBER_WITH_CUDA)
-  enable_language(CUDA)
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+  # sm_90 (H100/H200) unless the user says otherwise (-DCMAKE_CUDA_ARCHITECTURES or $CUDAARCHS).
+  # Set before enable_language(CUDA), which would otherwise pick nvcc's own default (sm_75, too
+  # old for the bfloat16 tensor-core instructions of the kernel labs).
+  if((NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "") AND NOT DEFINED ENV{CUDAARCHS})
     set(CMAKE_CUDA_ARCHITECTURES 90)
   endif()
+  enable_language(CUDA)
   # CMake 3.25 does not know that nvcc 12+ speaks C++20: tell it the flag.
   set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")

@@ -12,6 +12,14 @@
 //   grad_norm_partial(dtype, n, grad, p)
 //       the pieces of a gradient norm, accumulated in cpu_acc_t (CPU) or acc_t (CUDA): sum |g|^p for finite p (p == 2
 //       uses g * g), max |g| for p = inf (NaN if any element is NaN); a host value
+//   non_finite_check_and_unscale(dtype, tensors, count, found_inf, inv_scale)
+//       loss scaling (Note [Loss scaling] in optim/grad_scaler.h): every element of every listed
+//       gradient is multiplied by *inv_scale in place, and *found_inf is set to 1 when any
+//       element was inf or NaN (it is never cleared here). One call covers the whole list; the
+//       records are host memory, found_inf and inv_scale are single floats in the kernel's memory
+//   update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)
+//       the scale's next value (amp_update_scale below), read and written where it lives: a host
+//       float and int32 for kernels::cpu, device memory for kernels::gpu (no host sync)
 // Every array holds n contiguous elements of `dtype` (float32 or float64), all of the same dtype;
 // param and the state arrays are read and overwritten in place, grad is only read; no array may
 // alias another. Pointers are host memory for kernels::cpu, device memory of the current device
@@ -198,6 +206,44 @@ EMBER_HD inline void sgd_update(T& p, T g, T* buf, const SgdCoeffs<T>& c) {
     }
   }
   p = p + c.neg_lr * d;
+}
+
+// ---- loss scaling (optim/grad_scaler.h) -----------------------------------------------------------
+
+// One gradient of a non_finite_check_and_unscale list: n contiguous elements of the call's dtype.
+struct UnscaleTensor {
+  void* grad = nullptr;
+  int64_t n = 0;
+};
+
+// One element of torch's _amp_foreach_non_finite_check_and_unscale_: the finiteness test on the
+// value as stored, then the product in the gradient's own precision (a float32 gradient times the
+// float32 inverse scale; a float64 one times it widened). An inverse scale of exactly 1 leaves
+// the value untouched, as ATen does.
+template <typename T>
+EMBER_HD inline T unscale_element(T g, float inv_scale, bool& non_finite) {
+  non_finite = !(g - g == T(0));  // false for inf and NaN alone: inf - inf and NaN - NaN are NaN
+  return inv_scale == 1.0f ? g : g * static_cast<T>(inv_scale);
+}
+
+// torch's _amp_update_scale_: after a step with an inf/NaN gradient the scale backs off and the
+// count of clean steps restarts; after growth_interval clean steps in a row it grows, unless the
+// grown scale would be inf. The products are taken in double and rounded to float, as in ATen.
+EMBER_HD inline void amp_update_scale(float& scale, int32_t& growth_tracker, float found_inf, double growth_factor,
+                                      double backoff_factor, int64_t growth_interval) {
+  if (found_inf != 0.0f) {
+    scale = static_cast<float>(static_cast<double>(scale) * backoff_factor);
+    growth_tracker = 0;
+    return;
+  }
+  const int64_t successful = int64_t{growth_tracker} + 1;
+  if (successful == growth_interval) {
+    const float grown = static_cast<float>(static_cast<double>(scale) * growth_factor);
+    if (grown - grown == 0.0f) scale = grown;  // finite
+    growth_tracker = 0;
+  } else {
+    growth_tracker = static_cast<int32_t>(successful);
+  }
 }
 
 }  // namespace ember::kernels

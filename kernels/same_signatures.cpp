@@ -126,6 +126,8 @@ EMBER_SAME_SIGNATURE(nll_loss_backward);
 EMBER_SAME_SIGNATURE(adam_step);
 EMBER_SAME_SIGNATURE(sgd_step);
 EMBER_SAME_SIGNATURE(grad_norm_partial);
+EMBER_SAME_SIGNATURE(non_finite_check_and_unscale);
+EMBER_SAME_SIGNATURE(update_scale);
 
 #undef EMBER_SAME_SIGNATURE
 #undef EMBER_SAME_OVERLOAD

@@ -8,7 +8,10 @@
 #   4. run every test in tests/cuda (the parity tests CI runs on the SIMT emulator);
 #   5. run bench_cuda (ember) and bench/cuda/torch_gpu.py (PyTorch eager on the same GPU): the same
 #      measurements on both sides, one JSON line each;
-#   6. write the side-by-side table (summary.md, summary.json) and print it.
+#   6. run every version of every kernel lab (kernels/labs), timed with CUDA events, and where
+#      Nsight Compute is installed, its counters for the same kernels at the emulator's sizes, in
+#      the time the plan leaves (the budgets are worst cases);
+#   7. write the side-by-side table and the labs' table (summary.md, summary.json) and print them.
 # Every step has a time budget (the plan below, printed first); the budgets add up to at most 480 s
 # and each step is killed at its budget, so the run always ends with a table.
 #
@@ -19,7 +22,10 @@
 #       runs it (ctest gpu-check:dry-run), so a typo cannot waste the GPU's minutes. It fails when
 #       a measurement is missing on either side or the plan exceeds 480 s.
 # Results: $OUT/gpu-check/ (OUT defaults to /tmp): gpu.txt, build.txt, ptxas.txt, cuda_tests.txt,
-# ember.jsonl, torch.jsonl, summary.md, summary.json. docs/gpu-validation.md says how to read them.
+# ember.jsonl, torch.jsonl, labs.jsonl (and labs/<lab>.err, labs/<lab>.ncu.csv), summary.md,
+# summary.json. Back here, scripts/labs_gpu_report.py puts the labs' measurements into their
+# READMEs.
+# docs/gpu-validation.md says how to read them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -55,6 +61,7 @@ for s in "${plan_order[@]}"; do plan_total=$((plan_total + budget[$s])); done
   echo "plan (seconds; each step is stopped at its budget):"
   for s in "${plan_order[@]}"; do printf "  %-12s %4d\n" "$s" "${budget[$s]}"; done
   printf "  %-12s %4d (limit 480)\n" total "$plan_total"
+  printf "  %-12s what the steps leave of 480 s (the kernel labs)\n" labs
 } | tee "$out/plan.txt"
 if [ "$plan_total" -gt 480 ]; then
   echo "gpu-check: the plan takes $plan_total s, more than the 480 s a GPU run may use" >&2
@@ -110,11 +117,11 @@ else
 
   # ---- 3. build --------------------------------------------------------------------------------
   generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
-  log "configure + build (ember_cuda_tests, bench_cuda, ember_cli)"
+  log "configure + build (ember_cuda_tests, bench_cuda, ember_cli, labs)"
   cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_SIMT=OFF \
     -DCMAKE_PREFIX_PATH="$prefix/usr" -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_CUDA_PTXAS_VERBOSE=ON \
     ${openblas_lib:+-DBLAS_LIBRARIES="$openblas_lib"} > "$out/configure.txt" 2>&1
-  if ! within build cmake --build "$build_dir" -j"$(nproc)" --target ember_cuda_tests bench_cuda ember_cli > "$out/build.txt" 2>&1; then
+  if ! within build cmake --build "$build_dir" -j"$(nproc)" --target ember_cuda_tests bench_cuda ember_cli labs > "$out/build.txt" 2>&1; then
     tail -40 "$out/configure.txt" "$out/build.txt"; echo "gpu-check: BUILD FAILED (or over its budget)" >&2; exit 1
   fi
   grep -E "ptxas info *: Used|spill" "$out/build.txt" > "$out/ptxas.txt" || true
@@ -124,6 +131,7 @@ fi
 for bin in tests/ember_cuda_tests bench/bench_cuda bin/ember; do
   [ -x "$build_dir/$bin" ] || { echo "gpu-check: $build_dir/$bin is missing (build the default flavour first)" >&2; exit 1; }
 done
+ls "$build_dir"/labs/lab_* >/dev/null 2>&1 || { echo "gpu-check: no kernel labs in $build_dir/labs (cmake --build $build_dir --target labs)" >&2; exit 1; }
 
 # ---- 4. tests/cuda ------------------------------------------------------------------------------
 # Cases tagged [multi-gpu] (two NCCL/DDP ranks on cuda:0 and cuda:1) need a second GPU. The dry run
@@ -151,8 +159,60 @@ torch_rc=$?
 [ $ember_rc -eq 0 ] || { echo "gpu-check: bench_cuda failed (rc $ember_rc):"; tail -5 "$out/ember.err"; }
 [ $torch_rc -eq 0 ] || { echo "gpu-check: torch_gpu.py failed (rc $torch_rc):"; tail -5 "$out/torch.err"; }
 
-# ---- 6. the side-by-side table ------------------------------------------------------------------
+# ---- 6. the kernel labs ---------------------------------------------------------------------------
+# Every version of every lab (exercises included) at the lab's GPU size, timed with CUDA events; in
+# a dry run, at the emulator's sizes with its counters. They get what the steps above left of the
+# 480 s (less the summary's budget); a lab that does not fit is recorded as not run.
+labs_deadline=$((start + (480 - budget[summary]) * stretch))
+: > "$out/labs.jsonl"
+mkdir -p "$out/labs"
+for prog in "$build_dir"/labs/lab_*; do
+  [ -x "$prog" ] || continue
+  lab=${prog##*/lab_}
+  left=$((labs_deadline - SECONDS))
+  if [ "$left" -le 5 ]; then
+    log "labs: no time left for $lab"
+    echo "{\"lab\":\"$lab\",\"not_run\":\"no time left\"}" >> "$out/labs.jsonl"
+    continue
+  fi
+  log "lab $lab (at most ${left}s)"
+  timeout "$left" "$prog" --json --broken > "$out/labs/$lab.jsonl" 2> "$out/labs/$lab.err"
+  rc=$?
+  cat "$out/labs/$lab.jsonl" >> "$out/labs.jsonl"
+  [ $rc -eq 0 ] || echo "{\"lab\":\"$lab\",\"exit_status\":$rc}" >> "$out/labs.jsonl"
+done
+# Nsight Compute's counters for the same kernels at the emulator's sizes (--small), one run per
+# version (--no-timing), so that scripts/labs_gpu_report.py can set them next to the emulator's.
+if [ $dry_run -eq 0 ] && command -v ncu >/dev/null; then
+  metrics=l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+  metrics=$metrics,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
+  metrics=$metrics,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum
+  metrics=$metrics,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
+  for prog in "$build_dir"/labs/lab_*; do
+    lab=${prog##*/lab_}
+    left=$((labs_deadline - SECONDS))
+    [ "$left" -gt 10 ] || { log "ncu: no time left for $lab"; break; }
+    log "ncu $lab (at most ${left}s)"
+    timeout "$left" ncu --csv --log-file "$out/labs/$lab.ncu.csv" --metrics "$metrics" "$prog" --small --no-timing \
+      --broken --json > "$out/labs/$lab.small.jsonl" 2> "$out/labs/$lab.ncu.err" || log "ncu $lab failed (see labs/$lab.ncu.err)"
+  done
+fi
+
+# ---- 7. the side-by-side table ------------------------------------------------------------------
 log "summary"
 "$python" bench/cuda/gpu_summary.py "$out" "$cuda_rc" "$((SECONDS - start))"
 summary_rc=$?
-[ $cuda_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ]
+# ---- the dry run's last step: the labs' README writer, which runs back here after a GPU run ----
+readme_rc=0
+if [ $dry_run -eq 1 ]; then
+  copy="$out/readme-copy"
+  mkdir -p "$copy/kernels" && cp -r kernels/labs "$copy/kernels/"
+  for pass in 1 2; do  # twice: the second run replaces the section the first one wrote
+    "$python" scripts/labs_gpu_report.py "$out" --labs-dir "$build_dir/labs" --readme-root "$copy" > "$out/readme.txt" 2>&1 || readme_rc=1
+  done
+  for readme in "$copy"/kernels/labs/*/README.md; do
+    [ "$(grep -c 'gpu-measured:begin' "$readme")" -eq 1 ] || { echo "gpu-check: $readme: not one measured section"; readme_rc=1; }
+  done
+  log "labs_gpu_report.py on a copy of the READMEs: $([ $readme_rc -eq 0 ] && echo ok || echo FAILED)"
+fi
+[ $cuda_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ] && [ $readme_rc -eq 0 ]

@@ -25,8 +25,9 @@
 
 #include "augment_command.h"
 #include "data_commands.h"
-#include "info_command.h"
 #include "export_command.h"
+#include "info_command.h"
+#include "lab_command.h"
 #include "predict_command.h"
 
 using namespace ember;
@@ -227,6 +228,18 @@ int main(int argc, char** argv) {
   bench_loader->add_option("--threads", bench.threads, "CPU threads (0: all cores)")->capture_default_str();
   bench_loader->add_flag("!--no-draft", bench.draft, "decode JPEGs at full size (no DCT-domain downscaling)");
 
+  app::LabOptions lab;
+  CLI::App* lab_cmd = app.add_subcommand("lab", "the kernel labs: versions of CUDA kernels with the emulator's "
+                                         "counters (docs/labs.md)");
+  lab_cmd->require_subcommand(1);
+  CLI::App* lab_list = lab_cmd->add_subcommand("list", "every lab and its versions");
+  CLI::App* lab_run = lab_cmd->add_subcommand("run", "run a lab's versions and print its table");
+  lab_run->add_option("lab", lab.lab, "the lab (ember lab list)")->required();
+  lab_run->add_option("--version", lab.version, "run this version only (an exercise too)");
+  lab_run->add_option("--size", lab.size, "the problem size, A,B,... (the lab's README says what each is)");
+  lab_run->add_flag("--broken", lab.broken, "run the exercise (the version with a planted bug) too");
+  lab_run->add_flag("--json", lab.json, "one JSON line per version");
+
   // Not in --help: a tool for the torchvision comparison test (apps/ember/augment_command.h).
   app::AugmentOpOptions aug;
   CLI::App* augment_cmd = app.add_subcommand("augment-op", "apply one augmentation op, print bins or draws");
@@ -262,7 +275,7 @@ int main(int argc, char** argv) {
     }
     if (best != 0)
       return fail("unknown command '" + given + "'" + (best <= 2 ? " (did you mean '" + nearest + "'?)" : "") +
-                  "; the commands are train, eval, predict, export, report, inspect, bench and info (ember --help)");
+                  "; the commands are train, eval, predict, export, report, inspect, lab, bench and info (ember --help)");
   }
   try {
     app.parse(argc, argv);
@@ -317,6 +330,12 @@ int main(int argc, char** argv) {
       std::printf("ember report: wrote %s\n", report_out.c_str());
     } else if (*info_cmd) {
       app::run_info(info_json);
+    } else if (*lab_list) {
+      app::run_lab_list();
+    } else if (*lab_run) {
+      EMBER_CHECK(lab.version >= 0 || lab_run->get_option("--version")->count() == 0,
+                  "--version must be a version number (ember lab list), got ", lab.version);
+      return app::run_lab(lab);
     } else if (*inspect_cmd) {
       app::run_inspect(inspect);
     } else if (*bench_loader) {

@@ -65,6 +65,26 @@ def fmt(v, unit):
     return f"{v:.4f}" if unit == "" else f"{v:,.1f}"
 
 
+def lab_rows(path, problems):
+    """The labs' JSON lines (step 6 of gpu-check.sh) as table rows; a wrong version (not an
+    exercise), a lab that failed or one that did not run is a problem."""
+    rows = []
+    try:
+        lines = [json.loads(l) for l in open(path) if l.startswith("{")]
+    except OSError:
+        return rows
+    for d in lines:
+        if "not_run" in d or "exit_status" in d:
+            problems.append(f"lab {d['lab']}: " + (d.get("not_run") or f"exit status {d['exit_status']}"))
+            continue
+        ok = "exercise: " + ("caught" if not d["ok"] else "NOT CAUGHT") if d["broken"] else ("yes" if d["ok"] else "NO")
+        if not d["broken"] and not d["ok"]:
+            problems.append(f"lab {d['lab']} v{d['version']} ({d['name']}) is wrong: max error {d['max_error']}")
+        rows.append({"lab": d["lab"], "version": d["version"], "name": d["name"], "ok": ok,
+                     "gpu_us": d.get("gpu_us"), "est_h200_us": d.get("est_h200_us")})
+    return rows
+
+
 def main():
     out, cuda_rc, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     problems = []
@@ -95,12 +115,20 @@ def main():
         relu, total = ember["bandwidth"].get("relu_gbs", 0), ember["bandwidth"].get("sum_gbs", 0)
         md += ["", f"ember's ReLU runs at {100 * relu / copy:.0f}% and its sum at {100 * total / copy:.0f}% of its own "
                    "device-to-device copy bandwidth."]
+    labs = lab_rows(f"{out}/labs.jsonl", problems)
+    if labs:
+        md += ["", "Kernel labs (kernels/labs; every version checked against its CPU reference):", "",
+               "| lab | v | version | correct | GPU us | est H200 us (emulator's counters) |", "| --- | ---: | --- | --- | ---: | ---: |"]
+        def us(v):
+            return "—" if v is None else f"{v:,.1f}"
+        md += [f"| {r['lab']} | {r['version']} | {r['name']} | {r['ok']} | {us(r['gpu_us'])} | {us(r['est_h200_us'])} |"
+               for r in labs]
     if problems:
         md += ["", "Problems:"] + [f"- {p}" for p in problems]
     text = "\n".join(md) + "\n"
     open(f"{out}/summary.md", "w").write(text)
     json.dump({"gpu": gpu, "torch": torch_version, "tiny": tiny, "cuda_tests_rc": cuda_rc, "seconds": seconds,
-               "rows": rows, "problems": problems}, open(f"{out}/summary.json", "w"), indent=1)
+               "rows": rows, "labs": labs, "problems": problems}, open(f"{out}/summary.json", "w"), indent=1)
     print(text, end="")
     return 1 if problems else 0
 

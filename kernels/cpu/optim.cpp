@@ -13,6 +13,7 @@
 #include "optim.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -151,6 +152,38 @@ double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
     for (double v : partial) result = is_inf ? ((v != v || v > result) ? v : result) : result + v;
   });
   return result;
+}
+
+void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int64_t count, float* found_inf,
+                                  const float* inv_scale) {
+  EMBER_CHECK(count >= 0 && (count == 0 || tensors != nullptr), "non_finite_check_and_unscale: bad tensor list");
+  EMBER_CHECK(found_inf != nullptr && inv_scale != nullptr, "non_finite_check_and_unscale: found_inf and inv_scale "
+              "are required");
+  const float s = *inv_scale;
+  std::atomic<bool> any_non_finite{false};
+  EMBER_DISPATCH_FLOAT(dtype, "non_finite_check_and_unscale", [&] {
+    using T = scalar_t;
+    for (int64_t t = 0; t < count; ++t) {
+      EMBER_CHECK(tensors[t].n >= 0, "non_finite_check_and_unscale: tensor ", t, " has n = ", tensors[t].n);
+      T* g = static_cast<T*>(tensors[t].grad);
+      parallel_for(0, tensors[t].n, kOptimGrain, [&](int64_t lo, int64_t hi) {
+        bool seen = false;
+        for (int64_t i = lo; i < hi; ++i) {
+          bool non_finite;
+          g[i] = unscale_element(g[i], s, non_finite);
+          seen |= non_finite;
+        }
+        if (seen) any_non_finite.store(true, std::memory_order_relaxed);
+      });
+    }
+  });
+  if (any_non_finite.load()) *found_inf = 1.0f;
+}
+
+void update_scale(float* scale, int32_t* growth_tracker, const float* found_inf, double growth_factor,
+                  double backoff_factor, int64_t growth_interval) {
+  EMBER_CHECK(scale != nullptr && growth_tracker != nullptr && found_inf != nullptr, "update_scale: null pointer");
+  amp_update_scale(*scale, *growth_tracker, *found_inf, growth_factor, backoff_factor, growth_interval);
 }
 
 }  // namespace ember::kernels::cpu

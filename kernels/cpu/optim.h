@@ -15,5 +15,9 @@ void adam_step(DType dtype, int64_t n, void* param, const void* grad, void* exp_
 void sgd_step(DType dtype, int64_t n, void* param, const void* grad, void* momentum_buffer, bool init_buffer,
               const SgdHyper& h);
 double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p);
+void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int64_t count, float* found_inf,
+                                  const float* inv_scale);
+void update_scale(float* scale, int32_t* growth_tracker, const float* found_inf, double growth_factor,
+                  double backoff_factor, int64_t growth_interval);
 
 }  // namespace ember::kernels::cpu

@@ -229,6 +229,39 @@ __global__ void norm_final_kernel(int64_t count, const A* partial, NormOp<A> op,
 
 constexpr int64_t kNormBlocks = 1024;
 
+// ---- loss scaling ----------------------------------------------------------------------------
+
+template <typename T>
+struct UnscaleRef {
+  T* g;
+  int64_t n;
+};
+
+// Block b unscales chunk b of the list (Note [Multi-tensor apply]); a thread that met an inf or
+// NaN raises the flag. Every writer writes the same 1, but through atomicExch, so that no two
+// plain stores race (the emulator runs blocks on several threads).
+template <typename T>
+__global__ void unscale_multi_kernel(const UnscaleRef<T>* refs, const Job* jobs, float* found_inf,
+                                     const float* inv_scale) {
+  const Job job = jobs[blockIdx.x];
+  const UnscaleRef<T> r = refs[job.tensor];
+  const float s = *inv_scale;
+  const int64_t end = min(job.start + kChunk, r.n);
+  bool seen = false;
+  for (int64_t i = job.start + threadIdx.x; i < end; i += blockDim.x) {
+    bool non_finite;
+    r.g[i] = unscale_element(r.g[i], s, non_finite);
+    seen |= non_finite;
+  }
+  if (seen) atomicExch(found_inf, 1.0f);
+}
+
+// One thread: the scale stays on the device, so a training step needs no copy back for it.
+__global__ void update_scale_kernel(float* scale, int32_t* growth_tracker, const float* found_inf,
+                                    double growth_factor, double backoff_factor, int64_t growth_interval) {
+  amp_update_scale(*scale, *growth_tracker, *found_inf, growth_factor, backoff_factor, growth_interval);
+}
+
 }  // namespace
 
 void adam_step(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
@@ -341,6 +374,38 @@ double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
     result = static_cast<double>(host);
   });
   return result;
+}
+
+void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int64_t count, float* found_inf,
+                                  const float* inv_scale) {
+  EMBER_CHECK(count >= 0 && (count == 0 || tensors != nullptr), "non_finite_check_and_unscale: bad tensor list");
+  EMBER_CHECK(found_inf != nullptr && inv_scale != nullptr, "non_finite_check_and_unscale: found_inf and inv_scale "
+              "are required");
+  EMBER_DISPATCH_FLOAT(dtype, "non_finite_check_and_unscale", [&] {
+    using T = scalar_t;
+    std::vector<UnscaleRef<T>> refs;
+    std::vector<Job> jobs;
+    for (int64_t i = 0; i < count; ++i) {
+      EMBER_CHECK(tensors[i].n >= 0, "non_finite_check_and_unscale: tensor ", i, " has n = ", tensors[i].n);
+      if (tensors[i].n == 0) continue;
+      add_jobs<UnscaleRef<T>>(jobs, static_cast<int64_t>(refs.size()), tensors[i].n);
+      refs.push_back({static_cast<T*>(tensors[i].grad), tensors[i].n});
+    }
+    if (jobs.empty()) return;
+    EMBER_CHECK(jobs.size() <= 2147483647u, "non_finite_check_and_unscale: too many chunks for one grid");
+    const MultiLaunch<UnscaleRef<T>> ml(refs, jobs);
+    EMBER_LAUNCH_FLAT((unscale_multi_kernel<T>), static_cast<unsigned>(ml.jobs), kThreads, cuda::current_stream(),
+                      ml.refs(), ml.job_table(refs.size()), found_inf, inv_scale);
+    cuda::check_launch("non_finite_check_and_unscale");
+  });
+}
+
+void update_scale(float* scale, int32_t* growth_tracker, const float* found_inf, double growth_factor,
+                  double backoff_factor, int64_t growth_interval) {
+  EMBER_CHECK(scale != nullptr && growth_tracker != nullptr && found_inf != nullptr, "update_scale: null pointer");
+  EMBER_LAUNCH_FLAT(update_scale_kernel, 1, 1, cuda::current_stream(), scale, growth_tracker, found_inf, growth_factor,
+                    backoff_factor, growth_interval);
+  cuda::check_launch("update_scale");
 }
 
 }  // namespace ember::kernels::gpu

@@ -32,6 +32,7 @@
 
 #include "fiber.h"
 #include "internal.h"
+#include "warp_matrix.h"
 
 #if EMBER_SIMT_WITH_TSAN
 #include <sanitizer/tsan_interface.h>
@@ -64,6 +65,10 @@ struct CudaThread {
   int operand = 0, width = 32;
   uint64_t value = 0, result = 0;
   bool valid = true;
+  // a pending warp collective (warp_matrix.h): its operation, name and this lane's data
+  WarpCollectiveFn collective = nullptr;
+  const char* collective_name = nullptr;
+  void* collective_data = nullptr;
 };
 
 struct WarpGroup {
@@ -232,6 +237,11 @@ const char* warp_kind_name(WarpKind k) {
   return "warp op";
 }
 
+// The name of what a thread waits in: a warp collective's own name, else its kind's.
+const char* warp_op_name(const CudaThread& t) {
+  return t.collective ? t.collective_name : warp_kind_name(t.warp_kind);
+}
+
 void Block::try_complete_warp(unsigned w) {
   Warp& warp = warps[w];
   for (size_t i = 0; i < warp.groups.size();) {
@@ -270,17 +280,27 @@ void Block::complete_warp_group(unsigned w, WarpGroup g) {
   warps[w].exited_at_sync = warps[w].exited;
   const unsigned first = static_cast<unsigned>(__builtin_ctz(g.arrived));
   const CudaThread& f = threads[base + first];
-  counters_on_warp_op(g.arrived);
+  counters_on_warp_op(w, g.arrived);
   uint32_t ballot = 0, sum = 0;
   for (unsigned l = first; l < 32; ++l) {
     if (!((g.arrived >> l) & 1)) continue;
     const CudaThread& r = threads[base + l];
-    if (r.warp_kind != f.warp_kind || !same_site(r.site, f.site))
+    if (r.warp_kind != f.warp_kind || r.collective != f.collective || !same_site(r.site, f.site))
       fatal("divergent warp intrinsic in warp %u (mask 0x%08x): lane %u at %s (%s), lane %u at %s (%s)", w, g.mask,
-            first, warp_kind_name(f.warp_kind), site_string(f.site).c_str(), l, warp_kind_name(r.warp_kind),
-            site_string(r.site).c_str());
+            first, warp_op_name(f), site_string(f.site).c_str(), l, warp_op_name(r), site_string(r.site).c_str());
     ballot |= static_cast<uint32_t>(r.value & 1) << l;
     sum += static_cast<uint32_t>(r.value);
+  }
+  if (f.collective) {
+    // Note [Warp collectives] in warp_matrix.h: every lane of the warp, then one call for all.
+    if (g.arrived != 0xffffffffu)
+      fatal("%s at %s: lanes 0x%08x of warp %u arrived, the others have exited or do not exist; a warp matrix "
+            "operation needs all 32 lanes of the warp",
+            f.collective_name, site_string(f.site).c_str(), g.arrived, w);
+    void* lanes[32];
+    for (unsigned l = 0; l < 32; ++l) lanes[l] = threads[base + l].collective_data;
+    f.collective(lanes);
+    for (unsigned l = 0; l < 32; ++l) threads[base + l].collective = nullptr;
   }
   for (unsigned l = first; l < 32; ++l) {
     if (!((g.arrived >> l) & 1)) continue;
@@ -313,7 +333,7 @@ void Block::deadlock() {
       case State::AtWarpOp: {
         char mask[32];
         std::snprintf(mask, sizeof mask, " mask=0x%08x", r.warp_mask);
-        return std::string("waits at ") + warp_kind_name(r.warp_kind) + " " + site_string(r.site) + mask;
+        return std::string("waits at ") + warp_op_name(r) + " " + site_string(r.site) + mask;
       }
     }
     return std::string("?");
@@ -406,6 +426,19 @@ WarpResult warp_op(WarpKind kind, unsigned mask, ShflMode mode, int operand, int
   b.wait_here();
   EMBER_SIMT_TSAN_ACQUIRE(&b.warp_tokens[w]);
   return WarpResult{me.result, me.valid};
+}
+
+void warp_collective(const char* name, WarpCollectiveFn fn, void* lane_data, Site site) {
+  require_fiber(name, site);
+  CudaThread& me = tls_block->threads[tls_block->current];
+  me.collective = fn;
+  me.collective_name = name;
+  me.collective_data = lane_data;
+  warp_op(WarpKind::Sync, 0xffffffffu, ShflMode::Idx, 0, 32, 0, site);
+}
+
+void fatal_warp_matrix(const char* name, Site site, const char* problem) {
+  fatal("%s at %s: %s", name, site_string(site).c_str(), problem);
 }
 
 // Threads run one after another, so "the lanes executing this together" does not exist here.

@@ -4,20 +4,32 @@
 // Note [Seeing every load and store]
 // The emulator runs a kernel as ordinary compiled C++, so a load is a plain `mov` it never sees.
 // To see them without changing a line of the kernel, a lab's translation unit is compiled with
-// GCC's AddressSanitizer *instrumentation* but without its runtime (kernels/labs/CMakeLists.txt):
-// `-fsanitize=address --param asan-instrumentation-with-call-threshold=0` makes the compiler call
-// __asan_load4(addr) before every 4-byte load, __asan_store16(addr) before every 16-byte store,
-// and so on, and the emulator defines those functions itself (kernels/simt/lab_support/access_hooks.cpp) to
-// call counters_access() here with the address, the size and the caller's return address, which
-// identifies the instruction. `-U__SANITIZE_ADDRESS__` keeps simt.h from switching to its ASan
-// layout, and `asan-stack=0 asan-globals=0` leave out the runtime's stack and global bookkeeping.
+// GCC's ThreadSanitizer *instrumentation* but without its runtime (kernels/labs/CMakeLists.txt):
+// `-fsanitize=thread` makes the compiler call __tsan_read4(addr) before every 4-byte load,
+// __tsan_write16(addr) before every 16-byte store, __tsan_atomic32_fetch_add(...) in place of an
+// atomic, and so on, and the emulator defines those functions itself
+// (kernels/simt/lab_support/access_hooks.cpp) to call counters_access() here with the address, the
+// size and the caller's return address, which identifies the instruction.
+// `-U__SANITIZE_THREAD__` keeps simt.h from switching to its TSan build, and
+// `tsan-instrument-func-entry-exit=0` leaves out the runtime's call-stack bookkeeping.
+// `-fno-tree-sra` keeps GCC from splitting a copied struct into its members, so that a float4
+// loaded into a variable is one 16-byte access, as the GPU's ld.global.v4 is.
+// Why TSan's instrumentation and not ASan's: a race detector must see every access, so TSan's
+// instruments each one. ASan's skips what cannot be a new memory error: the store of
+// `s[t] += s[t + k]` (its address was checked by the load just before) and `s[0]` of a static
+// array (a constant index inside the array), so a shared-memory tree reduction would lose a third
+// of its requests.
 //
 // Fibers run a warp's lanes one after another, never in lock-step, so "the 32 accesses of one
-// warp instruction" are rebuilt afterwards: each access is recorded with its CUDA thread and
-// instruction address; when the block ends, the k-th execution of instruction P by each lane of
-// warp W forms one request (W, P, k). For converged code this is exactly the GPU's grouping; for
-// divergent code a lane that skipped an iteration pairs its later executions with its neighbours'
-// earlier ones, which still counts every request, with fewer lanes in some.
+// warp instruction" are rebuilt afterwards: each access is recorded with its CUDA thread, its
+// instruction address and the number of the block's barriers completed before it; when the block
+// ends, the k-th execution of instruction P by each lane of warp W after the same barrier b forms
+// one request (W, P, b, k). For converged code this is exactly the GPU's grouping. Counting from
+// each barrier keeps a loop whose body holds a barrier exact even when a lane skips an access in
+// one iteration (a tile loader at a padded edge): every lane is in the same iteration between two
+// barriers. Without a barrier in the loop, a lane that skipped an iteration pairs its later
+// executions with its neighbours' earlier ones, which still counts every request, with fewer
+// lanes in some.
 //
 // Per request:
 //   global: the distinct 32-byte sectors the lanes touch (4 for 32 consecutive floats, 32 for 32
@@ -26,6 +38,8 @@
 //           same word share it (broadcast); 8-byte accesses are served a half-warp per pass and
 //           16-byte ones a quarter-warp, as on NVIDIA GPUs since Volta. Wavefronts per pass =
 //           the most distinct words asked of one bank.
+// An atomic read-modify-write counts as one global store (a GPU's atomic is one request); atomic
+// loads are not counted (access_hooks.cpp says why).
 // Addresses outside device memory and shared memory (the stack, the emulator's own data) are not
 // counted.
 
@@ -48,14 +62,19 @@ namespace detail {
 std::atomic<bool> g_counting{false};
 std::atomic<bool> g_memory_hooks_linked{false};
 
+std::string source_line(const void* pc);
+
 namespace {
 
 struct Access {
   uint32_t thread;  // linear thread index in the block
   uint32_t size;
+  uint32_t epoch;   // the block's barriers completed before this access
+  uint32_t warp_epoch;  // the warp operations its warp had completed before it (Note [Shared-memory races])
   uintptr_t pc;
   uintptr_t addr;
   bool write;
+  bool atomic;  // a read-modify-write
   bool shared;
 };
 
@@ -66,6 +85,8 @@ struct CurrentLaunch {
   uintptr_t shared_begin = 0, shared_end = 0;    // static __shared__ section
   uintptr_t dynamic_begin = 0, dynamic_end = 0;  // this launch's dynamic shared memory
   std::vector<Access> trace;                     // the current block's accesses
+  uint32_t epoch = 0;                            // the current block's barriers completed so far
+  std::vector<uint32_t> warp_epoch;              // warp operations completed so far, per warp
 };
 thread_local CurrentLaunch tls_launch;
 
@@ -74,13 +95,17 @@ std::vector<KernelCounters> g_results;
 
 struct RequestKey {
   uint32_t warp;
+  uint32_t epoch;
   uint32_t occurrence;
   uintptr_t pc;
-  bool operator==(const RequestKey& o) const { return warp == o.warp && occurrence == o.occurrence && pc == o.pc; }
+  bool operator==(const RequestKey& o) const {
+    return warp == o.warp && epoch == o.epoch && occurrence == o.occurrence && pc == o.pc;
+  }
 };
 struct RequestKeyHash {
   size_t operator()(const RequestKey& k) const {
-    return std::hash<uintptr_t>()(k.pc) ^ (static_cast<size_t>(k.warp) << 40) ^ (static_cast<size_t>(k.occurrence) * 0x9E3779B97F4A7C15ull);
+    return std::hash<uintptr_t>()(k.pc) ^ (static_cast<size_t>(k.warp) << 40) ^
+           (static_cast<size_t>(k.occurrence) * 0x9E3779B97F4A7C15ull) ^ (static_cast<size_t>(k.epoch) * 0xC2B2AE3D27D4EB4Full);
   }
 };
 
@@ -112,6 +137,7 @@ void count_shared(const std::vector<const Access*>& lanes, KernelCounters& c) {
     c.shared_ideal_wavefronts += 1;
   }
   c.shared_requests += 1;
+  c.shared_request_lanes += lanes.size();
 }
 
 void count_global(const std::vector<const Access*>& lanes, KernelCounters& c) {
@@ -130,6 +156,71 @@ void count_global(const std::vector<const Access*>& lanes, KernelCounters& c) {
     c.global_load_sectors += distinct;
   }
   c.global_request_lanes += lanes.size();
+}
+
+// Note [Shared-memory races]
+// Two threads of a block that touch the same shared-memory word, at least one of them writing,
+// must be ordered by a synchronization between the two accesses: a __syncthreads, or a warp
+// operation (__syncwarp, a shuffle, a vote) when both are lanes of one warp. Otherwise the result
+// depends on which runs first: on a GPU, on the timing; here, on the schedule. Each access is
+// recorded with the number of barriers the block had completed before it and the number of warp
+// operations its warp had completed; two accesses with the same barrier count, and (within one
+// warp) the same warp-operation count, had nothing between them. This is a data race, and it is
+// counted per block and word, the first one described with both threads and lines. Two atomics
+// never race; a warp operation over part of a warp counts for all its lanes, so a race between a
+// lane inside the mask and one outside it goes unseen.
+void find_shared_races(CurrentLaunch& L) {
+  std::unordered_map<uintptr_t, std::vector<uint32_t>> by_word;  // shared word -> its accesses in the trace
+  for (uint32_t i = 0; i < L.trace.size(); ++i) {
+    const Access& a = L.trace[i];
+    if (!a.shared) continue;
+    for (uintptr_t w = a.addr / 4; w <= (a.addr + a.size - 1) / 4; ++w) by_word[w].push_back(i);
+  }
+  auto unordered = [](const Access& a, const Access& b) {
+    return a.thread != b.thread && a.epoch == b.epoch && !(a.atomic && b.atomic) &&
+           (a.thread / 32 != b.thread / 32 || a.warp_epoch == b.warp_epoch);
+  };
+  uint32_t first_write = 0, first_other = 0;
+  bool found = false;
+  // A block's trace is in execution order, and no thread passes a barrier before every thread has
+  // reached it, so each word's accesses come in runs of one barrier epoch: only a run's accesses
+  // can race with each other.
+  for (const auto& [word, ids] : by_word) {
+    bool raced = false;
+    for (size_t begin = 0, end = 0; begin < ids.size(); begin = end) {
+      while (end < ids.size() && L.trace[ids[end]].epoch == L.trace[ids[begin]].epoch) ++end;
+      for (size_t i = begin; i < end; ++i) {
+        const uint32_t w = ids[i];
+        if (!L.trace[w].write) continue;
+        for (size_t j = begin; j < end; ++j) {
+          const uint32_t o = ids[j];
+          if (!unordered(L.trace[w], L.trace[o]) || (L.trace[o].write && o < w)) continue;
+          raced = true;
+          // The race completed first in this schedule is the one described.
+          if (!found || std::max(w, o) < std::max(first_write, first_other)) first_write = w, first_other = o;
+          found = true;
+        }
+      }
+    }
+    L.counts.shared_races += raced;
+  }
+  if (!found || !L.counts.first_shared_race.empty()) return;
+  const dim3 bd = tls_exec.block_dim;
+  const uint3 bi = tls_exec.block_idx;
+  auto who = [&](const Access& a) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "thread (%u,%u,%u) %s %u bytes at ", a.thread % bd.x, a.thread / bd.x % bd.y,
+                  a.thread / (bd.x * bd.y), a.write ? "writes" : "reads", a.size);
+    return buf + source_line(reinterpret_cast<const void*>(a.pc));
+  };
+  const Access& w = L.trace[first_write];
+  const uintptr_t base = w.addr >= L.dynamic_begin && w.addr < L.dynamic_end ? L.dynamic_begin : L.shared_begin;
+  const bool dynamic = base == L.dynamic_begin;
+  char head[160];
+  std::snprintf(head, sizeof head, "block (%u,%u,%u), byte %llu of %s shared memory: ", bi.x, bi.y, bi.z,
+                static_cast<unsigned long long>(w.addr - base), dynamic ? "dynamic" : "static");
+  L.counts.first_shared_race = head + who(w) + " and " + who(L.trace[first_other]) +
+                               ", with no __syncthreads or warp operation between them";
 }
 
 }  // namespace
@@ -153,6 +244,8 @@ void counters_block_begin(const unsigned char* dynamic_smem, size_t bytes) {
   L.dynamic_begin = reinterpret_cast<uintptr_t>(dynamic_smem);
   L.dynamic_end = L.dynamic_begin + bytes;
   L.trace.clear();
+  L.epoch = 0;
+  L.warp_epoch.clear();
 }
 
 void counters_block_end(unsigned threads) {
@@ -162,12 +255,12 @@ void counters_block_end(unsigned threads) {
   c.blocks += 1;
   c.threads += threads;
   // Number each thread's executions of each instruction, then group the lanes of a warp.
-  std::unordered_map<RequestKey, uint32_t, RequestKeyHash> seen;  // (thread, 0, pc) -> executions so far
+  std::unordered_map<RequestKey, uint32_t, RequestKeyHash> seen;  // (thread, epoch, 0, pc) -> executions so far
   std::unordered_map<RequestKey, std::vector<const Access*>, RequestKeyHash> requests;
   std::vector<RequestKey> order;  // requests in first-seen order (deterministic counting)
   for (const Access& a : L.trace) {
-    const uint32_t k = seen[RequestKey{a.thread, 0, a.pc}]++;
-    const RequestKey key{a.thread / 32, k, a.pc};
+    const uint32_t k = seen[RequestKey{a.thread, a.epoch, 0, a.pc}]++;
+    const RequestKey key{a.thread / 32, a.epoch, k, a.pc};
     auto [it, inserted] = requests.try_emplace(key);
     if (inserted) order.push_back(key);
     it->second.push_back(&a);
@@ -177,6 +270,7 @@ void counters_block_end(unsigned threads) {
     if (lanes.front()->shared) count_shared(lanes, c);
     else count_global(lanes, c);
   }
+  find_shared_races(L);
   L.trace.clear();
 }
 
@@ -189,13 +283,18 @@ void counters_launch_end() {
 }
 
 void counters_on_barrier() {
-  if (tls_launch.active) tls_launch.counts.barriers += 1;
+  if (!tls_launch.active) return;
+  tls_launch.counts.barriers += 1;
+  tls_launch.epoch += 1;
 }
 
-void counters_on_warp_op(unsigned lanes) {
-  if (!tls_launch.active) return;
-  tls_launch.counts.warp_ops += 1;
-  tls_launch.counts.warp_op_lanes += static_cast<unsigned>(__builtin_popcount(lanes));
+void counters_on_warp_op(unsigned warp, unsigned lanes) {
+  CurrentLaunch& L = tls_launch;
+  if (!L.active) return;
+  L.counts.warp_ops += 1;
+  L.counts.warp_op_lanes += static_cast<unsigned>(__builtin_popcount(lanes));
+  if (L.warp_epoch.size() <= warp) L.warp_epoch.resize(warp + 1, 0);
+  L.warp_epoch[warp] += 1;
 }
 
 std::string source_line(const void* pc) {
@@ -235,7 +334,8 @@ void out_of_bounds(CurrentLaunch& L, unsigned thread, uintptr_t addr, size_t siz
   L.counts.first_out_of_bounds = buf + source_line(pc);
 }
 
-void counters_access(const void* p, size_t size, bool write, const void* pc) {
+namespace {
+void record_access(const void* p, size_t size, bool write, bool atomic, const void* pc) {
   CurrentLaunch& L = tls_launch;
   if (!L.active || size == 0) return;
   unsigned thread = 0;
@@ -254,8 +354,17 @@ void counters_access(const void* p, size_t size, bool write, const void* pc) {
       return;  // the stack, host memory, the emulator's own data
     }
   }
-  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), reinterpret_cast<uintptr_t>(pc), addr, write, shared});
+  const uint32_t warp_epoch = thread / 32 < L.warp_epoch.size() ? L.warp_epoch[thread / 32] : 0;
+  L.trace.push_back(Access{thread, static_cast<uint32_t>(size), L.epoch, warp_epoch, reinterpret_cast<uintptr_t>(pc),
+                           addr, write, atomic, shared});
 }
+}  // namespace
+
+void counters_access(const void* p, size_t size, bool write, const void* pc) {
+  record_access(p, size, write, false, pc);
+}
+
+void counters_atomic_access(const void* p, size_t size, const void* pc) { record_access(p, size, true, true, pc); }
 
 }  // namespace detail
 

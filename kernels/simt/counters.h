@@ -2,7 +2,8 @@
 // What the hardware would do, counted by the emulator: for every fiber launch between
 // counters_start() and counters_stop(), the memory requests of each warp and how many 32-byte
 // sectors they touch (coalescing), the shared-memory wavefronts of each request (bank conflicts),
-// the barriers and the warp-collective operations with the lanes that took part. The kernel labs
+// the barriers and the warp-collective operations with the lanes that took part, and the
+// shared-memory races (two threads, one word, no synchronization between). The kernel labs
 // (kernels/labs, docs/labs.md) print them next to a roofline estimate of the time on an H200.
 //
 // Barriers and warp operations are counted in every SIMT build. Loads and stores are seen only in
@@ -36,6 +37,7 @@ struct KernelCounters {
   // ideal_wavefronts is what conflict-free accesses of the same widths would need, so
   // shared_wavefronts - shared_ideal_wavefronts is the bank conflicts (extra replays)
   uint64_t shared_requests = 0, shared_wavefronts = 0, shared_ideal_wavefronts = 0;
+  uint64_t shared_request_lanes = 0;  // lanes taking part, summed over requests (fewer than 32: divergence)
   uint64_t barriers = 0;       // completed __syncthreads, summed over blocks
   uint64_t warp_ops = 0;       // completed warp-collective operations (shuffles, votes, __syncwarp)
   uint64_t warp_op_lanes = 0;  // lanes taking part, summed over warp operations
@@ -44,6 +46,11 @@ struct KernelCounters {
   // thread, block and source line.
   uint64_t out_of_bounds = 0;
   std::string first_out_of_bounds;
+  // Shared-memory words that two threads of a block access with no barrier or warp operation
+  // between them, one of them writing (Note [Shared-memory races] in counters.cpp), counted per
+  // block and word; the first one described with both threads and source lines.
+  uint64_t shared_races = 0;
+  std::string first_shared_race;
 
   uint64_t bank_conflicts() const { return shared_wavefronts - shared_ideal_wavefronts; }
   uint64_t global_sectors() const { return global_load_sectors + global_store_sectors; }

@@ -123,8 +123,10 @@ void counters_block_begin(const unsigned char* dynamic_smem, size_t bytes);
 void counters_block_end(unsigned threads);
 void counters_launch_end();
 void counters_on_barrier();
-void counters_on_warp_op(unsigned lanes);
+void counters_on_warp_op(unsigned warp, unsigned lanes);
 void counters_access(const void* p, size_t size, bool write, const void* pc);
+// An atomic read-modify-write: counted as a store, and never a race with another atomic.
+void counters_atomic_access(const void* p, size_t size, const void* pc);
 // Set when the access hooks are linked into the program (kernels/simt/lab_support/access_hooks.cpp).
 extern std::atomic<bool> g_memory_hooks_linked;
 

@@ -124,7 +124,7 @@ expect_error "--cache applies to ImageFolder data only, and 'idx' holds IDX file
 expect_error "--init-weights cannot be used with --resume (the run continues from the weights in 'r')" \
   train --resume r --init-weights w.safetensors
 expect_error "The following argument was not expected: --bogus" train --bogus
-expect_error "unknown command 'trian' (did you mean 'train'?); the commands are train, eval, predict, export, report, inspect, bench and info (ember --help)" trian
+expect_error "unknown command 'trian' (did you mean 'train'?); the commands are train, eval, predict, export, report, inspect, lab, bench and info (ember --help)" trian
 touch a-file
 expect_error "--save: 'a-file' is a file, not a directory" train "${common[@]}" --save a-file
 mkdir -p a-dir

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../../core/error.h"
+#include "../../ember.h"
 #include "../../kernels/cpu/optim.h"
 #include "../../kernels/cuda/optim.h"
 #include "device_buffer.h"
@@ -238,4 +239,98 @@ TEST_CASE("cuda optimizer steps: n == 0 and missing state are handled like the C
                                                     AdamHyper{}),
                     ember::Error);
   p.check_guards();
+}
+
+// ---- loss scaling (optim/grad_scaler.h) -------------------------------------------------------
+
+TEMPLATE_TEST_CASE("cuda non_finite_check_and_unscale equals the CPU over a ragged list in one launch",
+                   "[cuda][optim][amp]", float, double) {
+  using T = TestType;
+  // Sizes around the 4096-element chunk, an empty tensor, and a planted inf / NaN only in some
+  // lists: the flag must be raised by any chunk of any tensor and never cleared.
+  const std::vector<size_t> sizes = {1, 4095, 0, 4097, 12289, 33};
+  for (const int plant : {-1, 0, 3, 5}) {  // -1: all finite; else the tensor that gets a bad value
+    INFO("planted in tensor " << plant);
+    std::vector<std::vector<T>> host;
+    std::vector<std::unique_ptr<DeviceBuffer<T>>> dev;
+    std::vector<ember::kernels::UnscaleTensor> cpu_list, gpu_list;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      host.push_back(random_vector<T>(sizes[i], 100 + i, -1e4, 1e4));
+      if (static_cast<int>(i) == plant) host.back()[sizes[i] - 1] = i % 2 ? std::numeric_limits<T>::quiet_NaN()
+                                                                               : -std::numeric_limits<T>::infinity();
+      dev.push_back(std::make_unique<DeviceBuffer<T>>(host.back()));
+      gpu_list.push_back({dev.back()->data(), static_cast<int64_t>(sizes[i])});
+    }
+    for (auto& h : host) cpu_list.push_back({h.data(), static_cast<int64_t>(h.size())});
+    const float inv_scale = 1.0f / 65536.0f;
+    float cpu_found = 0;
+    ember::kernels::cpu::non_finite_check_and_unscale(dtype_of<T>(), cpu_list.data(), int64_t(cpu_list.size()),
+                                                      &cpu_found, &inv_scale);
+    DeviceBuffer<float> found(std::vector<float>{0.0f}), inv(std::vector<float>{inv_scale});
+    ember::kernels::gpu::non_finite_check_and_unscale(dtype_of<T>(), gpu_list.data(), int64_t(gpu_list.size()),
+                                                      found.data(), inv.data());
+    REQUIRE(cpu_found == (plant >= 0 ? 1.0f : 0.0f));
+    REQUIRE(found.download()[0] == cpu_found);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      require_bits(dev[i]->download(), host[i], "tensor " + std::to_string(i));
+      dev[i]->check_guards();
+    }
+    // The flag is only ever raised: a clean list leaves a raised flag raised.
+    std::vector<T> clean = {1, 2};
+    DeviceBuffer<T> dclean(clean);
+    const ember::kernels::UnscaleTensor one{dclean.data(), 2};
+    DeviceBuffer<float> raised(std::vector<float>{1.0f});
+    ember::kernels::gpu::non_finite_check_and_unscale(dtype_of<T>(), &one, 1, raised.data(), inv.data());
+    REQUIRE(raised.download()[0] == 1.0f);
+  }
+}
+
+TEST_CASE("cuda update_scale follows the CPU through backoff, growth and the inf guard", "[cuda][optim][amp]") {
+  float cpu_scale = 3.0e38f;
+  int32_t cpu_tracker = 0;
+  DeviceBuffer<float> scale(std::vector<float>{cpu_scale}), flag(1);
+  DeviceBuffer<int32_t> tracker(std::vector<int32_t>{0});
+  for (const float found : {0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f}) {
+    flag.upload({found});
+    ember::kernels::cpu::update_scale(&cpu_scale, &cpu_tracker, &found, 2.0, 0.5, 2);
+    ember::kernels::gpu::update_scale(scale.data(), tracker.data(), flag.data(), 2.0, 0.5, 2);
+    REQUIRE(scale.download()[0] == cpu_scale);
+    REQUIRE(tracker.download()[0] == cpu_tracker);
+  }
+  // Growth every 2 clean steps: twice refused (3e38 * 2 is inf), once from 1.5e38 back to 3e38;
+  // two backoffs to 1.5e38.
+  REQUIRE(cpu_scale == 1.5e38f);
+}
+
+TEST_CASE("cuda GradScaler trains like the CPU, bit for bit, with a skipped step", "[cuda][optim][amp]") {
+  using namespace ember;
+  const auto train = [](Device device) {
+    manual_seed(11);
+    nn::Linear model(5, 4);
+    model.to(device);
+    optim::AdamW opt(model.parameters(), {.lr = 0.05});
+    optim::GradScaler scaler({.init_scale = 256.0, .growth_interval = 2});
+    const Tensor x = randn({6, 5}).to(device);
+    const Tensor y = from_vector<int64_t>({0, 1, 2, 3, 0, 1}).to(device);
+    std::vector<double> scales;
+    for (int i = 0; i < 6; ++i) {
+      opt.zero_grad();
+      scaler.scale(cross_entropy(model.forward(x), y)).backward();
+      if (i == 2) model.parameters()[0].grad().fill_(std::numeric_limits<double>::infinity());
+      scaler.step(opt);
+      scaler.update();
+      scales.push_back(scaler.get_scale());
+    }
+    std::vector<float> all;
+    for (const Tensor& p : model.parameters()) {
+      const Tensor c = p.to(Device::cpu()).contiguous();
+      all.insert(all.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+    }
+    return std::make_pair(all, scales);
+  };
+  const auto [cpu_params, cpu_scales] = train(Device::cpu());
+  const auto [gpu_params, gpu_scales] = train(Device::cuda(0));
+  REQUIRE(cpu_scales == std::vector<double>{256, 512, 256, 256, 512, 512});
+  REQUIRE(gpu_scales == cpu_scales);
+  require_bits(gpu_params, cpu_params, "parameters after 6 steps");
 }

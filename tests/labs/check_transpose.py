@@ -8,10 +8,12 @@ Paper values, 96 x 160 floats, 32x32 tiles (15 blocks, 480 warp-rows):
   naive: reads 4 sectors per request, column writes 32
   tile: 480 shared stores by rows (1 wavefront each) + 480 loads by columns (32 each)
   padded tile: 960 requests, 960 wavefronts; one barrier per block
+  exercise: no barrier; the 992 off-diagonal words of each of the 15 tiles race
 """
+import re
 import sys
 
-from labcheck import expect, finish, run
+from labcheck import expect, finish, run, source_line, table
 
 
 def main():
@@ -29,6 +31,15 @@ def main():
     expect("transpose v4 wavefronts (padded: conflict-free)", t[4]["shared_wavefronts"], 960)
     expect("transpose exercise caught (wrong output)", t[9]["ok"], False)
     expect("transpose exercise has no barrier", t[9]["barriers"], 0)
+    # Thread (x, y) writes tile[y][x] and thread (y, x) reads it with no barrier between: every
+    # written word but the diagonal's races (Note [Shared-memory races]), and the diagnostic names
+    # the store and the load.
+    expect("transpose exercise: shared-memory races (1024 - 32 words per tile)", t[9]["shared_races"], 15 * 992)
+    store = source_line("transpose", "tile[threadIdx.y][threadIdx.x] = in", after="transpose_exercise")
+    load = source_line("transpose", "= tile[threadIdx.x][threadIdx.y]", after="transpose_exercise")
+    out = table(sys.argv[1], "transpose", "--version", "9")
+    expect("transpose exercise diagnostic names the store and the load",
+           bool(re.search(rf"races; the first: .*transpose\.cu:{store}\b.*transpose\.cu:{load}\b", out)), True)
     return finish()
 
 

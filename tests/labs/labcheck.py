@@ -24,10 +24,12 @@ def table(lab_dir, lab, *args):
     return subprocess.run([os.path.join(lab_dir, f"lab_{lab}"), *args], capture_output=True, text=True).stdout
 
 
-def source_line(lab, needle):
-    """The 1-based line of kernels/labs/<lab>/<lab>.cu that contains `needle`."""
+def source_line(lab, needle, after=None):
+    """The 1-based line of kernels/labs/<lab>/<lab>.cu that contains `needle` (the first one below
+    the line containing `after`, when given)."""
     src = open(os.path.join(labs_src, lab, f"{lab}.cu")).read().splitlines()
-    return next(i + 1 for i, l in enumerate(src) if needle in l)
+    start = 0 if after is None else next(i for i, l in enumerate(src) if after in l)
+    return next(i + 1 for i, l in enumerate(src) if i >= start and needle in l)
 
 
 def expect(what, got, want):

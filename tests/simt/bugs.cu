@@ -3,6 +3,7 @@
 // diagnostic must point to). `simt_bugs <case>` runs the case in a child process so that the
 // expected abort() does not look like a crash to ctest; the child's output is the test's output.
 #include <ember/kernels/cuda/launch.h>
+#include <ember/kernels/simt/warp_matrix.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,6 +106,24 @@ __global__ void deadlock(float* out) {
   out[threadIdx.x] = v;
 }
 
+__global__ void mma_partial_warp(float* out) {
+  if (threadIdx.x >= 24) return;  // lanes 24-31 leave before the warp-wide instruction
+  const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+  const float c[4] = {0, 0, 0, 0};
+  float d[4];
+  ember::simt::ptx::mma_m16n8k16_bf16(d, a, b, c);  // BUG(mma_partial_warp): needs all 32 lanes
+  out[threadIdx.x] = d[0];
+}
+
+__global__ void ldmatrix_misaligned(float* out) {
+  __shared__ uint16_t tile[32][8];
+  for (int c = 0; c < 8; ++c) tile[threadIdx.x][c] = static_cast<uint16_t>(c);
+  __syncthreads();
+  uint32_t r[4];
+  ember::simt::ptx::ldmatrix_x4(r, &tile[threadIdx.x][1]);  // BUG(ldmatrix_misaligned): rows must be 16-byte aligned
+  out[threadIdx.x] = static_cast<float>(r[0]);
+}
+
 __global__ void nop(float* out) {
   if (out != nullptr && threadIdx.x == 12345) out[0] = 0;
 }
@@ -170,6 +189,8 @@ const std::map<std::string, std::function<void()>> cases = {
     {"bad_width", [] { EMBER_LAUNCH(bad_width, 1, 32, 0, 0, device_array(32, 0.0f)); }},
     {"divergent_warp_op", [] { EMBER_LAUNCH(divergent_warp_op, 1, 32, 0, 0, device_array(32, 0.0f)); }},
     {"deadlock", [] { EMBER_LAUNCH(deadlock, 1, 32, 0, 0, device_array(32, 0.0f)); }},
+    {"mma_partial_warp", [] { EMBER_LAUNCH(mma_partial_warp, 1, 32, 0, 0, device_array(32, 0.0f)); }},
+    {"ldmatrix_misaligned", [] { EMBER_LAUNCH(ldmatrix_misaligned, 1, 32, 0, 0, device_array(32, 0.0f)); }},
     {"host_pointer",
      [] {
        std::vector<float> host(64);

@@ -6,13 +6,20 @@
 //
 // and on the SIMT emulator here (the lab_copy CMake target: ./build/labs/lab_copy; docs/labs.md).
 //
+// Options of every lab: --version N (one version, an exercise too), --broken (the exercise too),
+// --size A,B,... (the problem size), --small (the emulator's size, also on a GPU), --json (one
+// line per version), --list (the versions, nothing run), --no-timing (one run per version on a
+// GPU, for a profiler).
+//
 // Per version, the columns are:
-//   ok              the output equals the CPU reference (within the lab's tolerance)
+//   ok              the output equals the CPU reference (within the lab's tolerance), and the
+//                   emulator saw no out-of-bounds access and no shared-memory race
 //   ld/st sect/req  32-byte sectors per global load / store request: 4 is perfectly coalesced
 //                   4-byte access (32 lanes x 4 B = 128 B), 32 means every lane its own sector
 //   smem wf/req     shared-memory wavefronts per request: 1 is conflict-free, 32 a 32-way conflict
 //   barriers        __syncthreads completed, summed over blocks
-//   warp ops        warp-collective operations (shuffles, votes) and their average active lanes
+//   warp ops        warp-collective operations (shuffles, votes, warp matrix operations) and their
+//                   average active lanes
 //   DRAM MB         bytes the sectors move (global traffic, caches ignored)
 //   est H200 us     a roofline estimate: max(bytes / 4.3 TB/s, FLOPs / peak) + 2 us of launch
 //   GPU us          measured with CUDA events (median of 20) when running on a real GPU
@@ -68,10 +75,10 @@ struct Row {
   // from the emulator's counters, summed over the version's launches
   bool counted = false, memory_counted = false;
   int launches = 0;
-  unsigned long long out_of_bounds = 0;
-  std::string first_out_of_bounds;
+  unsigned long long out_of_bounds = 0, shared_races = 0;
+  std::string first_out_of_bounds, first_shared_race;
   unsigned long long ld_req = 0, ld_sect = 0, st_req = 0, st_sect = 0, sm_req = 0, sm_wf = 0, sm_ideal = 0,
-                     barriers = 0, warp_ops = 0, warp_lanes = 0;
+                     sm_lanes = 0, barriers = 0, warp_ops = 0, warp_lanes = 0;
   double dram_bytes() const { return 32.0 * static_cast<double>(ld_sect + st_sect); }
 };
 
@@ -101,9 +108,19 @@ class Lab {
         json_ = true;
       } else if (a == "--broken") {
         with_broken_ = true;
+      } else if (a == "--list") {
+        list_ = true;
+      } else if (a == "--small") {  // the emulator's size on a GPU too (to compare counters)
+        size_ = emulator_size;
+      } else if (a == "--no-timing") {  // one run per version: what a profiler should see
+        timing_ = false;
       } else {
         usage(("unknown argument " + a).c_str());
       }
+    }
+    if (list_) {  // naming the versions runs nothing: the small sizes keep the lab's setup quick
+      size_ = emulator_size;
+      return;
     }
     if (!json_) {
       cudaDeviceProp prop{};
@@ -138,7 +155,13 @@ class Lab {
   }
 
   // Prints the table; the exit status: 0 when every version that ran (except exercises) is correct.
+  // With --list: one line per version (number, name, idea; exercises marked) and nothing run.
   int finish() {
+    if (list_) {
+      for (const Row& r : rows_)
+        std::printf("%d\t%s\t%s%s\n", r.id, r.name.c_str(), r.idea.c_str(), r.broken ? " (exercise)" : "");
+      return 0;
+    }
     bool all_ok = true;
     if (!json_) {
       std::printf("%-3s %-22s %-4s %9s %9s %9s %9s %11s %9s %11s %9s\n", "v", "version", "ok", "ld s/req", "st s/req",
@@ -175,6 +198,8 @@ class Lab {
       if (r.out_of_bounds)
         std::printf("    emulator: %llu out-of-bounds accesses; the first: %s\n", r.out_of_bounds,
                     r.first_out_of_bounds.c_str());
+      if (r.shared_races)
+        std::printf("    emulator: %llu shared-memory races; the first: %s\n", r.shared_races, r.first_shared_race.c_str());
     }
     return all_ok ? 0 : 1;
   }
@@ -192,7 +217,7 @@ class Lab {
 
  private:
   [[noreturn]] void usage(const char* what) {
-    std::fprintf(stderr, "lab %s: %s\nusage: %s [--version N] [--size A,B,...] [--json] [--broken]\n", name_.c_str(),
+    std::fprintf(stderr, "lab %s: %s\nusage: %s [--version N] [--size A,B,...] [--small] [--json] [--broken] [--list] [--no-timing]\n", name_.c_str(),
                  what, name_.c_str());
     std::exit(2);
   }
@@ -201,7 +226,7 @@ class Lab {
            const std::function<double()>& check, double tolerance, Peak peak, bool broken) {
     Row r;
     r.id = id, r.name = vname, r.idea = idea, r.flops = flops, r.peak = peak, r.broken = broken;
-    const bool selected = only_ == id || (only_ < 0 && (!broken || with_broken_));
+    const bool selected = !list_ && (only_ == id || (only_ < 0 && (!broken || with_broken_)));
     if (selected) {
       r.ran = true;
 #if defined(EMBER_SIMT)
@@ -213,9 +238,12 @@ class Lab {
         r.ld_req += k.global_load_requests, r.ld_sect += k.global_load_sectors;
         r.st_req += k.global_store_requests, r.st_sect += k.global_store_sectors;
         r.sm_req += k.shared_requests, r.sm_wf += k.shared_wavefronts, r.sm_ideal += k.shared_ideal_wavefronts;
+        r.sm_lanes += k.shared_request_lanes;
         r.barriers += k.barriers, r.warp_ops += k.warp_ops, r.warp_lanes += k.warp_op_lanes;
         if (k.out_of_bounds && r.first_out_of_bounds.empty()) r.first_out_of_bounds = k.kernel + ": " + k.first_out_of_bounds;
         r.out_of_bounds += k.out_of_bounds;
+        if (k.shared_races && r.first_shared_race.empty()) r.first_shared_race = k.kernel + ": " + k.first_shared_race;
+        r.shared_races += k.shared_races;
       }
       r.counted = true;
       r.memory_counted = ember::simt::counters_see_memory();
@@ -226,9 +254,9 @@ class Lab {
       LAB_CHECK(cudaGetLastError());
       const double err = check();
       r.max_error = err;
-      r.ok = err >= 0 && err <= tolerance && r.out_of_bounds == 0;
+      r.ok = err >= 0 && err <= tolerance && r.out_of_bounds == 0 && r.shared_races == 0;
 #if !defined(EMBER_SIMT)
-      r.gpu_us = time_us(run);
+      if (timing_) r.gpu_us = time_us(run);
 #endif
     }
     rows_.push_back(r);
@@ -265,19 +293,19 @@ class Lab {
         "{\"lab\":\"%s\",\"version\":%d,\"name\":\"%s\",\"ok\":%s,\"broken\":%s,\"max_error\":%g,\"emulated\":%s,"
         "\"launches\":%d,\"global_load_requests\":%llu,\"global_load_sectors\":%llu,\"global_store_requests\":%llu,"
         "\"global_store_sectors\":%llu,\"shared_requests\":%llu,\"shared_wavefronts\":%llu,"
-        "\"shared_ideal_wavefronts\":%llu,\"barriers\":%llu,\"warp_ops\":%llu,\"warp_op_lanes\":%llu,"
-        "\"out_of_bounds\":%llu,\"memory_counted\":%s,\"flops\":%.0f,\"est_h200_us\":%s,\"gpu_us\":%s}\n",
+        "\"shared_ideal_wavefronts\":%llu,\"shared_request_lanes\":%llu,\"barriers\":%llu,\"warp_ops\":%llu,\"warp_op_lanes\":%llu,"
+        "\"out_of_bounds\":%llu,\"shared_races\":%llu,\"memory_counted\":%s,\"flops\":%.0f,\"est_h200_us\":%s,\"gpu_us\":%s}\n",
         name_.c_str(), r.id, r.name.c_str(), r.ok ? "true" : "false", r.broken ? "true" : "false",
         std::isfinite(r.max_error) ? r.max_error : -1.0, emulated_ ? "true" : "false", r.launches, r.ld_req, r.ld_sect,
-        r.st_req, r.st_sect, r.sm_req, r.sm_wf, r.sm_ideal, r.barriers, r.warp_ops, r.warp_lanes,
-        r.out_of_bounds, r.memory_counted ? "true" : "false", r.flops,
+        r.st_req, r.st_sect, r.sm_req, r.sm_wf, r.sm_ideal, r.sm_lanes, r.barriers, r.warp_ops, r.warp_lanes,
+        r.out_of_bounds, r.shared_races, r.memory_counted ? "true" : "false", r.flops,
         r.memory_counted ? std::to_string(estimate_us(r)).c_str() : "null",
         std::isnan(r.gpu_us) ? "null" : std::to_string(r.gpu_us).c_str());
   }
 
   std::string name_;
   std::vector<long> size_;
-  bool emulated_ = false, json_ = false, with_broken_ = false;
+  bool emulated_ = false, json_ = false, with_broken_ = false, list_ = false, timing_ = true;
   int only_ = -1;
   std::vector<Row> rows_;
 };
