@@ -353,8 +353,31 @@ TEST_CASE("train: a checkpoint whose files do not belong together is refused", "
 
 // ---- --amp (Note [Mixed-precision training] in train/trainer.cpp) ---------------------------------
 
+namespace {
+
+// The loss of each step of a run's metrics file.
+std::vector<double> step_losses(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json e = nlohmann::json::parse(line);
+    if (e["event"] == "step") losses.push_back(e["loss"].get<double>());
+  }
+  return losses;
+}
+
+}  // namespace
+
 TEST_CASE("train: --amp bf16 and fp16 learn the synthetic dataset and say so in the metrics", "[train][amp]") {
   const fs::path data = make_dataset("amp");
+  // The float32 run: its first loss is what a 16-bit forward pass rounds.
+  train::TrainConfig f32 = base_config(data);
+  f32.max_steps = 1;
+  const fs::path f32_out = temp_dir("amp_f32");
+  fs::create_directories(f32_out);
+  f32.metrics_path = (f32_out / "metrics.jsonl").string();
+  train::run_training(f32);
+  const double f32_loss = step_losses(f32.metrics_path).at(0);
   for (const char* amp : {"bf16", "fp16"}) {
     INFO("--amp " << amp);
     train::TrainConfig c = base_config(data);
@@ -372,6 +395,10 @@ TEST_CASE("train: --amp bf16 and fp16 learn the synthetic dataset and say so in 
     for (std::string line; std::getline(in, line);) events.push_back(nlohmann::json::parse(line));
     REQUIRE(events.size() > 2);
     CHECK(events.front()["amp"] == amp);
+    // The same weights and batch: the first loss differs from float32's by 16-bit rounding only.
+    const double loss = step_losses(c.metrics_path).at(0);
+    CHECK(loss != f32_loss);
+    CHECK(loss == Approx(f32_loss).epsilon(1e-3));
     REQUIRE(events[1]["event"] == "step");
     // fp16 steps report the loss scale S (2^16 to start with); bf16 has no scaler.
     if (std::string(amp) == "fp16") {
@@ -435,6 +462,7 @@ TEST_CASE("train: --amp takes bf16, fp16 or off, and a resumed run keeps its own
   CHECK_NOTHROW(train::check_options(c));
   c.epochs = 1;
   c.max_steps = 2;
+  c.clip_grad_norm = 1.0;  // unscale_, clip, step, update (GradScaler refuses unscale_ after step, or twice)
   c.save_dir = temp_dir("amp_options").string();
   train::run_training(c);
   train::TrainConfig r;
