@@ -105,7 +105,7 @@ TEST_CASE("autocast: a guard is per device type and per thread", "[autocast]") {
   CHECK(linear(x, w).dtype() == DType::bf16);
 }
 
-TEST_CASE("autocast: only float16 and bfloat16 regions; float64 tensors are left alone", "[autocast]") {
+TEST_CASE("autocast: only float16 and bfloat16 regions, and float64 tensors are left alone", "[autocast]") {
   CHECK(error_of([] { AutocastGuard g(DeviceType::CPU, DType::f32); }) ==
         "AutocastGuard: autocast computes in float16 or bfloat16, got float32 for cpu");
   CHECK_FALSE(autocast_enabled(DeviceType::CPU));  // the failed guard changed nothing
