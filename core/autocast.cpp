@@ -132,7 +132,8 @@ std::optional<DType> op_dtype(CastPolicy policy, const std::vector<Tensor>& args
 }
 
 Tensor cast(const Tensor& t, DType dtype) {
-  if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == DType::f64 || t.dtype() == dtype) return t;
+  if (!t.defined() || t.dtype() == dtype || !eligible(t, t.device().type) || !t_autocast.of(t.device().type).enabled)
+    return t;
   if (!cacheable(t, dtype)) return t.to(dtype);
   const auto key = std::make_pair(static_cast<const TensorImpl*>(t.impl_ptr().get()), dtype);
   auto it = t_autocast.cache.find(key);

@@ -105,9 +105,9 @@ enum class CastPolicy {
 std::optional<DType> op_dtype(CastPolicy policy, std::initializer_list<const Tensor*> args);
 std::optional<DType> op_dtype(CastPolicy policy, const std::vector<Tensor>& args);
 
-// `t` cast to `dtype` when it is eligible (floating, not f64) and has another dtype; otherwise t
-// itself (an undefined t too). Differentiable. Lower-precision casts of parameters come from the
-// region's cache (Note [Autocast]).
+// `t` cast to `dtype` when it is eligible (floating, not f64, on a device type autocast is on
+// for) and has another dtype; otherwise t itself (an undefined t too). Differentiable.
+// Lower-precision casts of parameters come from the region's cache (Note [Autocast]).
 Tensor cast(const Tensor& t, DType dtype);
 
 // The number of casts the cache holds on this thread (for tests: one per weight per region).
