@@ -2,6 +2,7 @@
 // ember: a from-scratch deep-learning framework for training image classifiers.
 // The umbrella header: #include <ember/ember.h>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/device.h"
 #include "core/dtype.h"

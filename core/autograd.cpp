@@ -9,6 +9,7 @@
 
 #include "../layers/elementwise.h"
 #include "../layers/reduce.h"
+#include "autocast.h"
 #include "profiler.h"
 
 namespace ember {
@@ -145,6 +146,7 @@ void accumulate_into_leaf(Node& acc, Tensor g) {
 static void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads, bool retain_graph,
                     const std::vector<Edge>* capture, std::vector<Tensor>* captured) {
   NoGradGuard no_grad;  // backward closures compute with plain ops: no graph of the graph
+  autocast::SuspendGuard no_autocast;  // ... in the dtypes their forward chose (Note [Autocast])
   // Depth of nested passes (grad() inside a hook); the outermost runs the queued callbacks, or
   // drops them when the pass throws.
   struct DepthGuard {

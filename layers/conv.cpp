@@ -3,6 +3,7 @@
 
 #include "../kernels/cpu/conv.h"
 
+#include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "nn_functional.h"
 
@@ -78,8 +79,12 @@ double conv2d_flops(const kernels::Conv2dGeometry& g) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt) {
+  // Under autocast: in the region's 16-bit dtype (Note [Autocast] in core/autocast.h).
+  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::lower_precision, {&x, &weight, &bias}))
+    return conv2d(autocast::cast(x, *dt), autocast::cast(weight, *dt), autocast::cast(bias, *dt), opt);
   const kernels::Conv2dGeometry g = conv2d_geometry(x, weight, bias, opt);
   if (is_low_precision(x.dtype())) {  // Note [Low-precision products] in layers/linalg.cpp
+    const autocast::SuspendGuard f32_inside;  // autocast would cast the f32 operands back
     const Tensor b32 = bias.defined() ? bias.to(DType::f32) : Tensor();
     return conv2d(x.to(DType::f32), weight.to(DType::f32), b32, opt).to(x.dtype());
   }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/elementwise.h"
 #include "reduce.h"
@@ -254,7 +255,15 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op(Bi
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op(BinaryOp::Sub, a, b, alpha); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Pow, a, b); }
+// exp, log, pow and rsqrt are on autocast's f32 list: 16-bit inputs are computed in f32 under
+// autocast (Note [Autocast] in core/autocast.h).
+using autocast::CastPolicy;
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&a, &b}))
+    return pow(autocast::cast(a, *dt), autocast::cast(b, *dt));
+  return binary_op(BinaryOp::Pow, a, b);
+}
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Minimum, a, b); }
 
@@ -264,15 +273,27 @@ Tensor sub(const Tensor& a, double b) { return unary_op(UnaryOp::AddScalar, "sub
 Tensor mul(const Tensor& a, double b) { return unary_op(UnaryOp::MulScalar, "mul", "MulBackward", a, b); }
 Tensor div(const Tensor& a, double b) { return unary_op(UnaryOp::MulScalar, "div", "DivBackward", a, 1.0 / b); }
 Tensor rsub(const Tensor& a, double b) { return unary_op(UnaryOp::RsubScalar, "rsub", "RsubBackward", a, b); }
-Tensor pow(const Tensor& a, double e) { return unary_op(UnaryOp::PowScalar, "pow", "PowBackward", a, e); }
+Tensor pow(const Tensor& a, double e) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&a})) return pow(autocast::cast(a, *dt), e);
+  return unary_op(UnaryOp::PowScalar, "pow", "PowBackward", a, e);
+}
 
 // ---- unary ----------------------------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, "neg", "NegBackward", x); }
-Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, "exp", "ExpBackward", x); }
-Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, "log", "LogBackward", x); }
+Tensor exp(const Tensor& x) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&x})) return exp(autocast::cast(x, *dt));
+  return unary_op(UnaryOp::Exp, "exp", "ExpBackward", x);
+}
+Tensor log(const Tensor& x) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&x})) return log(autocast::cast(x, *dt));
+  return unary_op(UnaryOp::Log, "log", "LogBackward", x);
+}
 Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, "sqrt", "SqrtBackward", x); }
-Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, "rsqrt", "RsqrtBackward", x); }
+Tensor rsqrt(const Tensor& x) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&x})) return rsqrt(autocast::cast(x, *dt));
+  return unary_op(UnaryOp::Rsqrt, "rsqrt", "RsqrtBackward", x);
+}
 Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, "abs", "AbsBackward", x); }
 Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, "relu", "ReluBackward", x); }
 Tensor leaky_relu(const Tensor& x, double slope) {

@@ -12,6 +12,7 @@
 
 #include <vector>
 
+#include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/gemm.h"
 #include "elementwise.h"
@@ -174,9 +175,16 @@ Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& 
   return out;
 }
 
+using autocast::CastPolicy;
+
 }  // namespace
 
+// Under autocast each product computes in the region's 16-bit dtype (Note [Autocast] in
+// core/autocast.h).
+
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::lower_precision, {&a, &b}))
+    return mm(autocast::cast(a, *dt), autocast::cast(b, *dt));
   check_operands("mm", a, b);
   EMBER_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got ", describe(a), " and ", describe(b));
   if (a.size(1) != b.size(0)) throw_mismatch("mm", a, b, a.size(1), b.size(0));
@@ -184,6 +192,8 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::lower_precision, {&a, &b}))
+    return bmm(autocast::cast(a, *dt), autocast::cast(b, *dt));
   check_operands("bmm", a, b);
   EMBER_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got ", describe(a), " and ", describe(b));
   EMBER_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ in ", a.shape(), " and ", b.shape(), " (", a.size(0),
@@ -193,6 +203,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::lower_precision, {&a, &b}))
+    return matmul(autocast::cast(a, *dt), autocast::cast(b, *dt));
   check_operands("matmul", a, b);
   EMBER_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got ", describe(a),
               " and ", describe(b));
@@ -216,6 +228,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::lower_precision, {&x, &weight, &bias}))
+    return linear(autocast::cast(x, *dt), autocast::cast(weight, *dt), autocast::cast(bias, *dt));
   EMBER_CHECK(x.defined() && weight.defined(), "linear: got an undefined input or weight");
   check_operands("linear", x, weight);
   EMBER_CHECK(x.dim() >= 1 && weight.dim() == 2, "linear: expected input (*, in_features) and weight (out_features, ",
@@ -230,6 +244,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                 "), got ", describe(bias));
   }
   if (is_low_precision(x.dtype())) {  // Note [Low-precision products]
+    const autocast::SuspendGuard f32_inside;  // autocast would cast the f32 operands back
     const Tensor b32 = has_bias ? bias.to(DType::f32) : Tensor();
     return linear(x.to(DType::f32), weight.to(DType::f32), b32).to(x.dtype());
   }

@@ -10,6 +10,7 @@
 // backward, so a later update cannot invalidate a pending backward. In eval the running
 // statistics are copied at call time and normalization is an affine map of x.
 
+#include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/batchnorm.h"
 #include "elementwise.h"
@@ -56,6 +57,12 @@ void detail::check_batch_norm_args(const char* op, const Tensor& x, const Tensor
 Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
   detail::check_batch_norm_args("batch_norm", x0, running_mean, running_var, weight, bias, eps);
+  // Under autocast: statistics and normalization in f32, the output in x's dtype (Note [Autocast]
+  // in core/autocast.h). The running statistics are buffers updated in place: never cast.
+  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x0, &weight, &bias}))
+    return batch_norm(autocast::cast(x0, *dt), running_mean, running_var, autocast::cast(weight, *dt),
+                      autocast::cast(bias, *dt), training, momentum, eps)
+        .to(x0.dtype());
   const DType dt = x0.dtype();
   const int64_t channels = x0.size(1);
   EMBER_CHECK(training || running_mean.defined(),

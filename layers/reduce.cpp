@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/reduce.h"
 #include "elementwise.h"
@@ -60,6 +61,9 @@ Tensor sum_kernel(const Tensor& x, const Dims& dims) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const Dims& dims0, bool keepdim) {
+  // On autocast's f32 list (Note [Autocast] in core/autocast.h), and mean with it.
+  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x}))
+    return sum(autocast::cast(x, *dt), dims0, keepdim);
   detail::check_floating("sum", x);
   const Dims dims = reduction_dims(x, dims0, "sum");
   Tensor out = sum_kernel(x, dims).reshape(reduced_shape(x.shape(), dims, keepdim));

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/index.h"
 
@@ -264,6 +265,9 @@ Tensor gather(const Tensor& x, int64_t dim0, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim0, const Tensor& index, const Tensor& src) {
+  // Under autocast x and src are promoted to the wider dtype (Note [Autocast] in core/autocast.h).
+  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::promote, {&x, &src}))
+    return scatter_add(autocast::cast(x, *dt), dim0, index, autocast::cast(src, *dt));
   EMBER_CHECK(x.dim() > 0, "scatter_add: expected an input with at least one dimension, got ", describe(x));
   check_index_dtype("scatter_add", index);
   detail::check_same_device("scatter_add", x, index);

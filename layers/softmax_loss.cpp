@@ -19,6 +19,7 @@
 
 #include <cmath>
 
+#include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/loss.h"
 #include "../kernels/cpu/softmax.h"
@@ -35,6 +36,7 @@ namespace ember {
 
 namespace {
 
+using autocast::CastPolicy;
 using kernels::ClassLayout;
 using kernels::SoftmaxKind;
 
@@ -139,10 +141,15 @@ std::pair<Tensor, double> reduce_loss(const Tensor& per_sample, const Tensor& ta
 
 }  // namespace
 
+// softmax, log_softmax and the losses are on autocast's f32 list: under autocast, 16-bit inputs
+// are computed in f32 and the result is f32 (Note [Autocast] in core/autocast.h).
+
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&x})) return softmax(autocast::cast(x, *dt), dim);
   return softmax_op(SoftmaxKind::Softmax, "softmax", "SoftmaxBackward", x, dim);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&x})) return log_softmax(autocast::cast(x, *dt), dim);
   return softmax_op(SoftmaxKind::LogSoftmax, "log_softmax", "LogSoftmaxBackward", x, dim);
 }
 
@@ -184,6 +191,9 @@ Tensor soft_cross_entropy(const Tensor& logits, const Tensor& target0, const Cro
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEntropyOptions& opt) {
+  // The target and the class weights follow the logits' dtype (converted below).
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&logits0}))
+    return cross_entropy(autocast::cast(logits0, *dt), target0, opt);
   EMBER_CHECK(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0,
               "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", opt.label_smoothing);
   if (target0.defined() && is_floating(target0.dtype())) return soft_cross_entropy(logits0, target0, opt);
@@ -220,6 +230,8 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
 }
 
 Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOptions& opt) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&input0}))
+    return nll_loss(autocast::cast(input0, *dt), target0, opt);
   const ClassLayout l = check_class_loss("nll_loss", input0, target0, opt.weight, opt.ignore_index);
   const Tensor input = input0.detach().contiguous(), target = target0.contiguous();
   const Tensor weight = opt.weight.defined() ? opt.weight.detach().to(input.dtype()).contiguous() : Tensor();
@@ -253,6 +265,8 @@ Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOption
 // Unlike PyTorch, which broadcasts mismatched shapes with a warning, a shape mismatch is an
 // error here: an (N, 1) prediction against an (N) target silently becomes an (N, N) loss.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&input, &target}))
+    return mse_loss(autocast::cast(input, *dt), autocast::cast(target, *dt), reduction);
   detail::check_floating("mse_loss", input);
   detail::check_floating("mse_loss", target);
   detail::check_same_device("mse_loss", input, target);

@@ -57,6 +57,7 @@
 #include "../core/error.h"
 #include "../layers/elementwise.h"
 #include "../layers/nn_functional.h"
+#include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../layers/reduce.h"
 #include "../layers/shape_ops.h"
@@ -91,6 +92,11 @@ Tensor sync_batch_norm(const Tensor& x0, const Tensor& running_mean, const Tenso
   // Checked before the collective, so a bad argument fails on its own rank with this message
   // rather than as a mismatched collective.
   detail::check_batch_norm_args("sync_batch_norm", x0, running_mean, running_var, weight, bias, eps);
+  // Under autocast: in f32, the output in x's dtype, as batch_norm (Note [Autocast] in core/autocast.h).
+  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x0, &weight, &bias}))
+    return sync_batch_norm(autocast::cast(x0, *dt), running_mean, running_var, autocast::cast(weight, *dt),
+                           autocast::cast(bias, *dt), training, momentum, eps, comm)
+        .to(x0.dtype());
   EMBER_CHECK(x0.size(1) > 0, "sync_batch_norm: expected at least one channel, got ", describe(x0));
   const DType dt = x0.dtype();
   const int64_t channels = x0.size(1);

@@ -350,3 +350,126 @@ TEST_CASE("train: a checkpoint whose files do not belong together is refused", "
                         Catch::Contains("the files of this checkpoint do not belong together"));
   CHECK_THROWS_WITH(train::load_model(a.save_dir), Catch::Contains("do not belong together"));
 }
+
+// ---- --amp (Note [Mixed-precision training] in train/trainer.cpp) ---------------------------------
+
+namespace {
+
+// The loss of each step of a run's metrics file.
+std::vector<double> step_losses(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json e = nlohmann::json::parse(line);
+    if (e["event"] == "step") losses.push_back(e["loss"].get<double>());
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("train: --amp bf16 and fp16 learn the synthetic dataset and say so in the metrics", "[train][amp]") {
+  const fs::path data = make_dataset("amp");
+  // The float32 run: its first loss is what a 16-bit forward pass rounds.
+  train::TrainConfig f32 = base_config(data);
+  f32.max_steps = 1;
+  const fs::path f32_out = temp_dir("amp_f32");
+  fs::create_directories(f32_out);
+  f32.metrics_path = (f32_out / "metrics.jsonl").string();
+  train::run_training(f32);
+  const double f32_loss = step_losses(f32.metrics_path).at(0);
+  for (const char* amp : {"bf16", "fp16"}) {
+    INFO("--amp " << amp);
+    train::TrainConfig c = base_config(data);
+    c.epochs = 3;
+    c.amp = amp;
+    const fs::path out = temp_dir(std::string("amp_") + amp);
+    fs::create_directories(out);
+    c.metrics_path = (out / "metrics.jsonl").string();
+    const train::TrainSummary s = train::run_training(c);
+    CHECK(s.test_acc >= 0.9);
+    REQUIRE(s.epochs.size() == 3);
+    CHECK(s.epochs[2].train_loss < 0.5 * s.epochs[0].train_loss);
+    std::ifstream in(c.metrics_path);
+    std::vector<nlohmann::json> events;
+    for (std::string line; std::getline(in, line);) events.push_back(nlohmann::json::parse(line));
+    REQUIRE(events.size() > 2);
+    CHECK(events.front()["amp"] == amp);
+    // The same weights and batch: the first loss differs from float32's by 16-bit rounding only.
+    const double loss = step_losses(c.metrics_path).at(0);
+    CHECK(loss != f32_loss);
+    CHECK(loss == Approx(f32_loss).epsilon(1e-3));
+    REQUIRE(events[1]["event"] == "step");
+    // fp16 steps report the loss scale S (2^16 to start with); bf16 has no scaler.
+    if (std::string(amp) == "fp16") {
+      REQUIRE(events[1].contains("loss_scale"));
+      CHECK(events[1]["loss_scale"].get<double>() == 65536.0);
+    } else {
+      CHECK_FALSE(events[1].contains("loss_scale"));
+    }
+  }
+}
+
+TEST_CASE("train: an --amp fp16 run stopped and resumed ends with bit-identical weights and loss scaler",
+          "[train][amp]") {
+  const fs::path data = make_dataset("amp_resume");
+  train::TrainConfig a = base_config(data);
+  a.amp = "fp16";
+  a.save_dir = temp_dir("amp_resume_a").string();
+  train::run_training(a);
+  train::TrainConfig b = base_config(data);
+  b.amp = "fp16";
+  b.save_dir = temp_dir("amp_resume_b").string();
+  b.max_steps = 13;  // mid-epoch
+  train::run_training(b);
+  train::TrainConfig b2;
+  b2.resume_dir = b.save_dir;
+  b2.quiet = true;
+  CHECK(train::run_training(b2).steps == 20);
+  const auto wa = weights_of(last_weights(a.save_dir));
+  const auto wb = weights_of(last_weights(b.save_dir));
+  REQUIRE(wa.size() == wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) {
+    INFO(wa[i].first);
+    CHECK(wa[i].second == wb[i].second);  // bit for bit
+  }
+  // The manifest names the run's --amp, and the training state carries the scaler: the count of
+  // clean steps went on from 13 (a scaler made afresh on resume would have counted 7).
+  const train::Manifest ma = train::open_checkpoint(a.save_dir), mb = train::open_checkpoint(b.save_dir);
+  CHECK(ma.amp == "fp16");
+  CHECK(mb.amp == "fp16");
+  const io::TrainingState sa = io::load_training_state((fs::path(a.save_dir) / ma.state.path).string());
+  const io::TrainingState sb = io::load_training_state((fs::path(b.save_dir) / mb.state.path).string());
+  CHECK(sa.model_config.at("amp") == "fp16");
+  for (const char* key : {"grad_scaler.scale", "grad_scaler._growth_tracker", "grad_scaler.growth_interval"}) {
+    INFO(key);
+    REQUIRE(sa.extra.count(key) == 1);
+    REQUIRE(sb.extra.count(key) == 1);
+    CHECK(io::state_get<double>(sa.extra, key) == io::state_get<double>(sb.extra, key));
+  }
+  // No scaled gradient of this run overflows float16 at S = 2^16: 20 clean steps, S unchanged
+  // (growth needs 2000).
+  CHECK(io::state_get<double>(sa.extra, "grad_scaler.scale") == 65536.0);
+  CHECK(io::state_get<double>(sa.extra, "grad_scaler._growth_tracker") == 20.0);
+}
+
+TEST_CASE("train: --amp takes bf16, fp16 or off, and a resumed run keeps its own", "[train][amp]") {
+  const fs::path data = make_dataset("amp_options", 64, 16);
+  train::TrainConfig c = base_config(data);
+  c.amp = "f16";
+  CHECK_THROWS_WITH(train::check_options(c), "--amp must be bf16 or fp16 (or off, the default), got 'f16'");
+  c.amp = "fp16";
+  CHECK_NOTHROW(train::check_options(c));
+  c.epochs = 1;
+  c.max_steps = 2;
+  c.clip_grad_norm = 1.0;  // unscale_, clip, step, update (GradScaler refuses unscale_ after step, or twice)
+  c.save_dir = temp_dir("amp_options").string();
+  train::run_training(c);
+  train::TrainConfig r;
+  r.resume_dir = c.save_dir;
+  r.quiet = true;
+  r.amp = "bf16";
+  r.explicitly_set = {"amp"};
+  CHECK_THROWS_WITH(train::run_training(r), "--resume: --amp bf16 conflicts with the saved run's fp16; a resumed run "
+                                            "keeps its configuration (start a new run with --save to change it)");
+}

@@ -12,6 +12,7 @@
 #include "../io/safetensors.h"
 #include "../io/training_state.h"
 #include "../layers/module.h"
+#include "../optim/grad_scaler.h"
 #include "../optim/optimizer.h"
 #include "../optim/scheduler.h"
 #include "trainer.h"
@@ -104,6 +105,7 @@ struct Manifest {
   double best_acc = -1;
   FileRef best;
   std::string model, data, data_dir, val;  // what `ember eval DIR` evaluates on by default
+  std::string amp = "off";                 // the run's --amp (off in manifests written before it)
 };
 
 inline constexpr const char* kManifestName = "checkpoint.json";
@@ -155,17 +157,20 @@ void load_weights_into(nn::Module& model, const std::string& path);
 // Throws when a file's ember.checksum (if any) does not match its tensors.
 void verify_weights_checksum(const io::SafetensorsFile& f);
 
-// The training state of a checkpoint: optimizer, scheduler, RNG, loader position, configuration.
+// The training state of a checkpoint: optimizer, scheduler, the loss scaler (--amp fp16: its
+// state_dict as extras "grad_scaler.<key>"), RNG, loader position, configuration.
 io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d, const optim::Optimizer& opt,
-                                      const optim::LRScheduler* sched, const data::DataLoader& loader, int64_t step,
-                                      int64_t epochs_completed, const std::string& run);
+                                      const optim::LRScheduler* sched, const optim::GradScaler& scaler,
+                                      const data::DataLoader& loader, int64_t step, int64_t epochs_completed,
+                                      const std::string& run);
 // The saved run's configuration replaces cfg's. Options that may change on resume (--epochs
 // upwards, --save, --metrics, --quiet, --threads, --workers, --max-steps, --eval-every,
 // --eval-limit, --log-every, --save-weights, --device) are kept and listed in `changed`; any other
 // option given with a value different from the saved one is an error.
 void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vector<std::string>& changed);
+// A scaler that is enabled gets its state back (a checkpoint without it is an error).
 void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
-                            data::DataLoader& loader, int64_t& step, int& start_epoch);
+                            optim::GradScaler& scaler, data::DataLoader& loader, int64_t& step, int& start_epoch);
 
 // Which misclassified images an evaluation keeps (EvalResult::mistakes): the `keep` most
 // confident, with thumbnails un-normalized with `mean` and `std`.

@@ -30,6 +30,9 @@ using json = nlohmann::json;
 // ---- training checkpoints ---------------------------------------------------------------------
 
 namespace {
+// The GradScaler's state_dict keys ("scale", "_growth_tracker", ...) in TrainingState::extra.
+constexpr const char* kScalerPrefix = "grad_scaler.";
+
 std::string fmt(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);  // round-trips exactly
@@ -108,6 +111,7 @@ Manifest open_checkpoint(const std::string& dir) {
     m.data = j.value("data", "");
     m.data_dir = j.value("data_dir", "");
     m.val = j.value("val", "");
+    m.amp = j.value("amp", "off");
     if (j.contains("best") && !j.at("best").is_null()) {
       m.has_best = true;
       m.best = file_from_json(j.at("best").at("weights"));
@@ -204,7 +208,8 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::write_manifest() {
   json j{{"format", "ember.checkpoint.v1"}, {"run", m_.run},          {"step", m_.step},
          {"epoch", m_.epoch},               {"model", m_.model},      {"data", m_.data},
-         {"data_dir", m_.data_dir},         {"val", m_.val},          {"weights", file_json(m_.weights)},
+         {"data_dir", m_.data_dir},         {"val", m_.val},          {"amp", m_.amp},
+         {"weights", file_json(m_.weights)},
          {"state", file_json(m_.state)},    {"best", nullptr}};
   if (m_.has_best)
     j["best"] = json{{"step", m_.best_step}, {"test_acc", m_.best_acc}, {"weights", file_json(m_.best)}};
@@ -248,6 +253,7 @@ void CheckpointWriter::save(const TrainConfig& cfg, const DataInfo& d, const nn:
   m_.data = cfg.data;
   m_.data_dir = cfg.data_dir;
   m_.val = cfg.val;
+  m_.amp = cfg.amp;
   if (!saved_) m_.has_best = false;  // a new run (--overwrite): the old best is not this run's
   write_manifest();
   saved_ = true;
@@ -263,8 +269,9 @@ void CheckpointWriter::mark_best(double acc) {
 }
 
 io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d, const optim::Optimizer& opt,
-                                      const optim::LRScheduler* sched, const data::DataLoader& loader, int64_t step,
-                                      int64_t epochs_completed, const std::string& run) {
+                                      const optim::LRScheduler* sched, const optim::GradScaler& scaler,
+                                      const data::DataLoader& loader, int64_t step, int64_t epochs_completed,
+                                      const std::string& run) {
   io::TrainingState st;
   st.model_name = cfg.model;
   st.model_config = {{"model", cfg.model},
@@ -280,6 +287,7 @@ io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d,
                      {"warmup_epochs", fmt(cfg.warmup_epochs)},
                      {"label_smoothing", fmt(cfg.label_smoothing)},
                      {"clip_grad_norm", fmt(cfg.clip_grad_norm)},
+                     {"amp", cfg.amp},
                      {"augment", cfg.augment ? "1" : "0"},
                      {"augment_policy", cfg.augment_policy},
                      {"random_erasing", fmt(cfg.random_erasing)},
@@ -312,6 +320,8 @@ io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d,
     st.scheduler.name = "scheduler";
     st.scheduler.values = io::state_dict_from(sched->state_dict());
   }
+  if (scaler.is_enabled())
+    for (const auto& [key, value] : scaler.state_dict()) st.extra[std::string(kScalerPrefix) + key] = value;
   st.extra["run"] = run;
   return st;
 }
@@ -362,6 +372,7 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
   keep("warmup-epochs", cfg.warmup_epochs, std::stod(get("warmup_epochs")), as_text);
   keep("label-smoothing", cfg.label_smoothing, std::stod(get("label_smoothing")), as_text);
   keep("clip-grad-norm", cfg.clip_grad_norm, std::stod(get_or("clip_grad_norm", "0")), as_text);
+  keep("amp", cfg.amp, get_or("amp", "off"), as_text);
   keep_flag("no-augment", cfg.augment, get("augment") == "1", "augmentation");
   keep("augment", cfg.augment_policy, get_or("augment_policy", "light"), as_text);
   keep("random-erasing", cfg.random_erasing, std::stod(get_or("random_erasing", "0")), as_text);
@@ -401,12 +412,21 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
 }
 
 void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
-                            data::DataLoader& loader, int64_t& step, int& start_epoch) {
+                            optim::GradScaler& scaler, data::DataLoader& loader, int64_t& step, int& start_epoch) {
   optim::OptimizerState os;
   os.tensors = st.optimizer.tensors;
   os.scalars = io::state_doubles(st.optimizer.scalars);
   opt.load_state_dict(os);
   if (sched != nullptr && !st.scheduler.name.empty()) sched->load_state_dict(io::state_doubles(st.scheduler.values));
+  if (scaler.is_enabled()) {
+    std::map<std::string, double> saved;
+    for (const auto& [key, value] : st.extra)
+      if (key.rfind(kScalerPrefix, 0) == 0)
+        saved[key.substr(std::strlen(kScalerPrefix))] = io::state_get<double>(st.extra, key);
+    EMBER_CHECK(!saved.empty(), "--resume: the training state has no loss scaler (", kScalerPrefix,
+                "* extras), which an --amp fp16 run saves");
+    scaler.load_state_dict(saved);
+  }
   default_generator().set_state(st.rng.seed, st.rng.offset);
   loader.set_position({st.loader.epoch, st.loader.batch_index});
   step = st.step;

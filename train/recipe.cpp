@@ -107,6 +107,8 @@ void check_options(const TrainConfig& c) {
   if (auto it = c.given_text.find("seed"); it != c.given_text.end())
     EMBER_CHECK(it->second.empty() || it->second[0] != '-', "--seed must be a non-negative integer, got ", it->second);
   EMBER_CHECK(c.threads >= 0, "--threads must be 0 (all cores) or a positive count, got ", got(c, "threads", c.threads));
+  EMBER_CHECK(c.amp == "off" || c.amp == "bf16" || c.amp == "fp16", "--amp must be bf16 or fp16 (or off, the ",
+              "default), got '", c.amp, "'");
   EMBER_CHECK(c.augment_policy == "light" || c.augment_policy == "trivial" || c.augment_policy == "randaug",
               "--augment must be light, trivial or randaug, got '", c.augment_policy, "'");
   for (const auto& [name, alpha] : {std::pair<const char*, double>{"mixup", c.mixup}, {"cutmix", c.cutmix}})

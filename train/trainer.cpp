@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "../core/autocast.h"
 #include "../core/autograd.h"
 #include "../core/generator.h"
 #include "../core/profiler.h"
@@ -116,6 +117,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"warmup_epochs", c.warmup_epochs},
               {"label_smoothing", c.label_smoothing},
               {"clip_grad_norm", c.clip_grad_norm},
+              {"amp", c.amp},
               {"augment", c.augment},
               {"augment_policy", c.augment ? c.augment_policy : "none"},
               {"random_erasing", c.random_erasing},
@@ -280,6 +282,10 @@ struct Run {
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> scheduler;
+  // --amp (Note [Mixed-precision training]): the autocast dtype, and the loss scaler (enabled
+  // with fp16 only; disabled, each of its calls passes its argument through).
+  std::optional<DType> amp_dtype;
+  std::unique_ptr<optim::GradScaler> scaler;
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   std::unique_ptr<MetricsWriter> metrics;      // --metrics FILE (writes nothing without it)
   std::unique_ptr<MetricsWriter> run_metrics;  // rank 0 with --save DIR: DIR/metrics.jsonl
@@ -543,6 +549,8 @@ Run start_run(TrainConfig cfg) {
   if (cfg.freeze_backbone) freeze_backbone(*r.model, cfg.model);
   r.optimizer = make_optimizer(cfg, param_groups(cfg, *r.model));
   r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
+  if (cfg.amp != "off") r.amp_dtype = cfg.amp == "fp16" ? DType::f16 : DType::bf16;
+  r.scaler = std::make_unique<optim::GradScaler>(optim::GradScalerOptions{.enabled = cfg.amp == "fp16"});
 
   // Before the first step: one evaluation batch (so that an evaluation that does not fit fails or
   // shrinks now, not after an epoch of work) and the output paths.
@@ -568,7 +576,8 @@ Run start_run(TrainConfig cfg) {
 
   if (resume_state) {
     load_weights_into(*r.model, (fs::path(cfg.resume_dir) / resumed->weights.path).string());
-    restore_training_state(*resume_state, *r.optimizer, r.scheduler.get(), *r.loader, r.step, r.start_epoch);
+    restore_training_state(*resume_state, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader, r.step,
+                           r.start_epoch);
     r.best_acc = resumed->has_best ? resumed->best_acc : -1;
   }
   // Batch statistics over every rank's images (a model without BatchNorm is left as it is).
@@ -601,6 +610,20 @@ Run start_run(TrainConfig cfg) {
   if (r.cfg.profile || !r.cfg.profile_trace.empty()) r.profiler = std::make_unique<profiler::Profiler>();
   return r;
 }
+
+// Note [Mixed-precision training]
+// With --amp bf16 or fp16, a step runs the forward pass and the loss under an AutocastGuard on the
+// training device (Note [Autocast] in core/autocast.h): convolutions and linear layers compute in
+// the 16-bit dtype from 16-bit casts of the float32 weights, batch norm, softmax and the loss in
+// float32, and the loss comes out float32. Backward runs after the region: the gradients reach
+// the float32 parameters as float32, and the optimizer updates float32 weights. With fp16, the
+// loss is scaled before backward and the gradients unscaled before --clip-grad-norm and the step
+// (optim::GradScaler, Note [Loss scaling]); a step whose scaled gradients overflowed is skipped
+// (the weights and the optimizer's moments stay as they were), counts as a step all the same, and
+// the schedule moves on, as in PyTorch's AMP loop. bf16 has float32's range and needs no scaling:
+// its scaler is disabled, as it is without --amp. The scaler's state (S and its count of clean
+// steps) is saved in every checkpoint, so a resumed fp16 run continues bit for bit. Evaluation
+// runs in float32: the test accuracy is that of the weights, not of their 16-bit casts.
 
 // The steps of one epoch (or of its remainder, after a resume), until the loader's epoch ends or
 // --max-steps is reached. Returns this process's sums.
@@ -643,12 +666,14 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     {
       const profiler::Scope scope("forward", profiler::Phase::forward);
       opt.zero_grad();
+      std::optional<AutocastGuard> amp;  // Note [Mixed-precision training]
+      if (r.amp_dtype) amp.emplace(r.device.type, *r.amp_dtype);
       logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
       loss = (*r.criterion)(logits, labels);
     }
     {
       const profiler::Scope scope("backward", profiler::Phase::backward);
-      loss.backward();  // with DDP: returns with the gradients averaged over the ranks
+      r.scaler->scale(loss).backward();  // with DDP: returns with the gradients averaged over the ranks
     }
     const double lr_used = opt.get_lr(0);
     const double l = loss.item();
@@ -683,8 +708,12 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     if (diverged) throw_diverged(r, r.step + 1, std::string("the loss is ") + (std::isnan(l) ? "NaN" : "infinite"));
     {
       const profiler::Scope scope("optimizer", profiler::Phase::optimizer);
-      if (cfg.clip_grad_norm > 0) optim::clip_grad_norm_(r.model->parameters(), cfg.clip_grad_norm);
-      opt.step();
+      if (cfg.clip_grad_norm > 0) {
+        r.scaler->unscale_(opt);  // clip the true gradients, not the scaled ones
+        optim::clip_grad_norm_(r.model->parameters(), cfg.clip_grad_norm);
+      }
+      r.scaler->step(opt);  // skipped when a scaled gradient overflowed (fp16)
+      r.scaler->update();
       if (r.scheduler) r.scheduler->step();
     }
     ++r.step;
@@ -704,8 +733,10 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
                       static_cast<double>(t.correct) / static_cast<double>(t.seen), ips);
     }
     if (step_event) {
-      write_metrics(r, json{{"event", "step"}, {"epoch", epoch + 1}, {"step", r.step}, {"loss", l},
-                            {"acc", batch_acc}, {"lr", lr_used}, {"images_per_sec", ips}}.dump());
+      json event{{"event", "step"}, {"epoch", epoch + 1}, {"step", r.step},         {"loss", l},
+                 {"acc", batch_acc}, {"lr", lr_used},      {"images_per_sec", ips}};
+      if (r.scaler->is_enabled()) event["loss_scale"] = r.scaler->get_scale();  // S for the next step
+      write_metrics(r, event.dump());
     }
     if (cfg.max_steps > 0 && r.step >= cfg.max_steps) {
       r.stopped = true;
@@ -752,8 +783,8 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
   if (!parameters_finite(*r.model)) throw_diverged(r, r.step, "the weights hold a NaN or an infinity after the update");
   if (r.checkpoint) {
     r.checkpoint->save(cfg, r.d, *r.model,
-                       make_training_state(cfg, r.d, *r.optimizer, r.scheduler.get(), *r.loader, r.step,
-                                           epoch_done ? epoch + 1 : epoch, r.run_id));
+                       make_training_state(cfg, r.d, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader,
+                                           r.step, epoch_done ? epoch + 1 : epoch, r.run_id));
   }
   if (((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) && !r.interrupted) {
     const profiler::Scope scope("evaluate", profiler::Phase::eval);

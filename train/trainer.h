@@ -49,6 +49,9 @@ struct TrainConfig {
   double warmup_epochs = -1;
   double label_smoothing = -1;
   double clip_grad_norm = 0;  // > 0: gradients scaled to this total norm at most (optim/clip.h); 0: off
+  // --amp: mixed precision (Note [Mixed-precision training] in train/trainer.cpp; docs/amp.md).
+  // off | bf16 (forward and loss under autocast in bfloat16) | fp16 (in float16, with loss scaling)
+  std::string amp = "off";
   bool augment = true;   // RandomCrop(pad 2) + flip ... unless --no-augment
   // --augment: light (the crop and flip above) | trivial (then TrivialAugmentWide) | randaug (then
   // RandAugment(2, 9)); docs/training.md, "Augmentation".

@@ -69,6 +69,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--resume", c.resume_dir, "continue the run saved in this checkpoint directory (and keep saving there)");
   app.add_flag("--overwrite", c.overwrite, "--save into a directory that holds another run's checkpoint, replacing it");
   app.add_option("--clip-grad-norm", c.clip_grad_norm, "scale the gradients to this total norm at most before each step");
+  app.add_option("--amp", c.amp, "mixed precision: bf16 | fp16 (with loss scaling) | off (docs/amp.md)")
+      ->capture_default_str();
   app.add_option("--eval-every", c.eval_every, "evaluate on the test set every N epochs")->capture_default_str();
   app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test images only (0: all)")
       ->capture_default_str();
@@ -104,7 +106,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
       {"Model and optimization", {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--momentum",
                                   "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
                                   "--clip-grad-norm", "--seed", "--max-steps"}},
-      {"Devices and threads", {"--device", "--data-on-device", "--threads"}},
+      {"Devices and threads", {"--device", "--data-on-device", "--threads", "--amp"}},
       {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--finetune", "--freeze-backbone",
                                    "--backbone-lr-scale", "--save-weights"}},
       {"Evaluation and output", {"--eval-every", "--eval-limit", "--metrics", "--log-every", "--quiet", "--profile",
