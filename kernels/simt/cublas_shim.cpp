@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <unordered_set>
 
@@ -109,6 +110,12 @@ cublasStatus_t sync(cublasHandle_t h) {
   return cudaStreamSynchronize(h->stream) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
+// The computation in stream order on the handle's stream (now, or a node of a capture).
+cublasStatus_t in_stream_order(cublasHandle_t h, std::function<void()> work) {
+  return ember::simt::run_in_stream_order(h->stream, std::move(work)) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                                     : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
 template <typename T>
 cublasStatus_t gemm_one(const char* fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                         int k, const T* alpha, const T* a, int lda, const T* b, int ldb, const T* beta, T* c,
@@ -118,9 +125,9 @@ cublasStatus_t gemm_one(const char* fn, cublasHandle_t h, cublasOperation_t ta, 
   st = check_operands(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, sizeof(T));
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  if ((st = sync(h)) != CUBLAS_STATUS_SUCCESS) return st;
-  compute(ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc);
-  return CUBLAS_STATUS_SUCCESS;
+  // alpha and beta are host values (CUBLAS_POINTER_MODE_HOST): read at the call, as cuBLAS does.
+  const T al = *alpha, be = *beta;
+  return in_stream_order(h, [=] { compute(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); });
 }
 
 template <typename T>
