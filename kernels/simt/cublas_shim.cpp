@@ -143,12 +143,22 @@ cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t 
   if (!is_device_range(a, list_bytes)) return illegal(fn, 8);
   if (!is_device_range(b, list_bytes)) return illegal(fn, 10);
   if (!is_device_range(c, list_bytes)) return illegal(fn, 13);
+  const T al = *alpha, be = *beta;
+  auto run = [=] {
+    for (int i = 0; i < batch; ++i) compute(ta, tb, m, n, k, al, a[i], lda, b[i], ldb, be, c[i], ldc);
+  };
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(h->stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusActive) {
+    // Captured: the arrays are read when the node runs (as the GPU reads them), so their
+    // operands cannot be checked now.
+    return in_stream_order(h, run);
+  }
   if ((st = sync(h)) != CUBLAS_STATUS_SUCCESS) return st;  // the arrays may have been written by a copy on the stream
   for (int i = 0; i < batch; ++i) {
     st = check_operands(fn, ta, tb, m, n, k, a[i], lda, b[i], ldb, c[i], ldc, sizeof(T));
     if (st != CUBLAS_STATUS_SUCCESS) return st;
   }
-  for (int i = 0; i < batch; ++i) compute(ta, tb, m, n, k, *alpha, a[i], lda, b[i], ldb, *beta, c[i], ldc);
+  run();
   return CUBLAS_STATUS_SUCCESS;
 }
 
