@@ -29,8 +29,11 @@
 // there for the work already queued on the previous current stream, begins a global-mode capture
 // and calls the function. Memory the function allocates comes from a private pool of the caching
 // allocator (Note [Caching allocator], "Private pools"), reserved for the graph until the Graph
-// is destroyed, so replays can write it while eager code never gets it. replay() launches the
-// graph on the current stream, ordered after everything queued there before.
+// is destroyed, so replays can write it while eager code never gets it. Memory the function only
+// uses — tensors made before the capture: the static inputs, the parameters, the optimizer's state
+// — is not the graph's: it must stay alive, and must not be freed and reallocated, while the graph
+// may be replayed. replay() launches the graph on the current stream, ordered after everything
+// queued there before.
 //
 // What cannot be captured. Anything that needs the host to wait for the device: reading a value
 // (Tensor::item, a copy to the CPU), a result whose shape depends on device data, the host-side
