@@ -49,6 +49,7 @@ struct CachingAllocator::Block {
   char* ptr = nullptr;
   size_t size = 0;
   StreamId stream = 0;  // the stream it was allocated on; a free block serves only this stream
+  PoolId pool_id = 0;   // the private pool of its segment, 0 for the ordinary cache
   PoolKind pool = PoolKind::small;
   BlockState state = BlockState::free;
   Block* prev = nullptr;
@@ -56,9 +57,10 @@ struct CachingAllocator::Block {
   std::vector<StreamId> stream_uses;  // other streams that use it (record_stream)
 };
 
-// Free pools are ordered by (stream, size, address): lower_bound({stream, size, 0}) is the best
-// fit, ties going to the lower address.
+// Free pools are ordered by (private pool, stream, size, address): lower_bound({pool, stream,
+// size, 0}) is the best fit, ties going to the lower address.
 bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
+  if (a->pool_id != b->pool_id) return a->pool_id < b->pool_id;
   if (a->stream != b->stream) return a->stream < b->stream;
   if (a->size != b->size) return a->size < b->size;
   return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
@@ -116,8 +118,10 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
 
   const size_t size = round_size(bytes);
   const PoolKind kind = size <= kSmallSize ? PoolKind::small : PoolKind::large;
+  const auto capturing = capturing_.find(stream);
+  const PoolId pool_id = capturing == capturing_.end() ? 0 : capturing->second;
   process_events();
-  Block* block = find_free_block(kind, stream, size);
+  Block* block = find_free_block(kind, pool_id, stream, size);
   if (block == nullptr) {
     const size_t seg = segment_size(size);
     void* base = backend_.malloc(seg);
@@ -126,7 +130,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
       // to the device and try once more.
       ++stats_.num_alloc_retries;
       synchronize_and_drain_events();
-      block = find_free_block(kind, stream, size);
+      block = find_free_block(kind, pool_id, stream, size);
       if (block == nullptr) {
         release_cached_segments();
         base = backend_.malloc(seg);
@@ -134,7 +138,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
       }
     }
     if (block == nullptr) {
-      block = add_segment(base, seg, kind, stream);
+      block = add_segment(base, seg, kind, pool_id, stream);
       ++stats_.cache_misses;
     } else {
       ++stats_.cache_hits;
@@ -201,6 +205,55 @@ void CachingAllocator::empty_cache() {
   release_cached_segments();
 }
 
+PoolId CachingAllocator::create_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_pool_++;
+}
+
+void CachingAllocator::begin_allocate_to_pool(PoolId pool_id, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  EMBER_CHECK(options_.caching, "CUDA caching allocator (device ", device_, "): a CUDA graph needs the caching "
+              "allocator's private pool, but EMBER_CUDA_ALLOC=direct is set");
+  EMBER_CHECK(pool_id != 0 && pool_id < next_pool_, "CUDA caching allocator (device ", device_,
+              "): begin_allocate_to_pool(", pool_id, ") of a pool create_pool() did not make");
+  EMBER_CHECK(capturing_.count(stream) == 0, "CUDA caching allocator (device ", device_, "): stream ", stream,
+              " already allocates to private pool ", capturing_[stream]);
+  capturing_[stream] = pool_id;
+}
+
+void CachingAllocator::end_allocate_to_pool(StreamId stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  capturing_.erase(stream);
+}
+
+void CachingAllocator::release_pool(PoolId pool_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool_id == 0) return;
+  for (auto& [base, head] : segments_) {
+    if (head->pool_id != pool_id) continue;
+    for (Block* b = head; b != nullptr; b = b->next) {
+      if (b->state != BlockState::free) {
+        b->pool_id = 0;  // joins the ordinary cache when it is freed
+        continue;
+      }
+      FreePool& free_pool = pool(b->pool);
+      free_pool.erase(b);  // re-keyed: the pool id is part of the order
+      b->pool_id = 0;
+      free_pool.insert(b);
+    }
+  }
+}
+
+int64_t CachingAllocator::private_pool_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t bytes = 0;
+  for (const auto& [base, head] : segments_) {
+    if (head->pool_id == 0) continue;
+    for (const Block* b = head; b != nullptr; b = b->next) bytes += static_cast<int64_t>(b->size);
+  }
+  return bytes;
+}
+
 CachingAllocator::Stats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -246,13 +299,15 @@ void CachingAllocator::deallocate_direct(void* p) {
 
 // ---- blocks and segments ----
 
-CachingAllocator::Block* CachingAllocator::find_free_block(PoolKind kind, StreamId stream, size_t size) {
+CachingAllocator::Block* CachingAllocator::find_free_block(PoolKind kind, PoolId pool_id, StreamId stream,
+                                                           size_t size) {
   FreePool& free_pool = pool(kind);
   Block key;
+  key.pool_id = pool_id;
   key.stream = stream;
-  key.size = size;  // key.ptr == nullptr sorts before every block of this (stream, size)
+  key.size = size;  // key.ptr == nullptr sorts before every block of this (pool, stream, size)
   auto it = free_pool.lower_bound(&key);
-  if (it == free_pool.end() || (*it)->stream != stream) return nullptr;
+  if (it == free_pool.end() || (*it)->pool_id != pool_id || (*it)->stream != stream) return nullptr;
   Block* block = *it;
   // Oversize blocks (see the Note). Every other candidate is bigger still, so none fits either.
   if (block->size > kLargeSegment && (size <= kLargeSegment || block->size - size >= kLargeSegment))
@@ -261,11 +316,12 @@ CachingAllocator::Block* CachingAllocator::find_free_block(PoolKind kind, Stream
   return block;
 }
 
-CachingAllocator::Block* CachingAllocator::add_segment(void* base, size_t bytes, PoolKind kind,
+CachingAllocator::Block* CachingAllocator::add_segment(void* base, size_t bytes, PoolKind kind, PoolId pool_id,
                                                        StreamId stream) {
   auto block = std::make_unique<Block>();
   block->ptr = static_cast<char*>(base);
   block->size = bytes;
+  block->pool_id = pool_id;
   block->stream = stream;
   block->pool = kind;
   try {
@@ -291,6 +347,7 @@ CachingAllocator::Block* CachingAllocator::split(Block* block, size_t size) {
   rest->ptr = block->ptr + size;
   rest->size = remaining;
   rest->stream = block->stream;
+  rest->pool_id = block->pool_id;
   rest->pool = block->pool;
   rest->prev = block;
   rest->next = block->next;
@@ -356,12 +413,12 @@ void CachingAllocator::synchronize_and_drain_events() {
   pending_.clear();
 }
 
-// Gives every free segment that is one whole block back to the backend.
+// Gives every free segment of the ordinary cache that is one whole block back to the backend.
 void CachingAllocator::release_cached_segments() {
   for (FreePool* free_pool : {&small_pool_, &large_pool_}) {
     for (auto it = free_pool->begin(); it != free_pool->end();) {
       Block* block = *it;
-      if (block->prev != nullptr || block->next != nullptr) {
+      if (block->prev != nullptr || block->next != nullptr || block->pool_id != 0) {
         ++it;
         continue;
       }
@@ -410,7 +467,9 @@ std::string CachingAllocator::describe() const {
     size_t total = 0;
     for (const Block* b = head; b != nullptr; b = b->next) total += b->size;
     os << "  segment " << format_pointer(head->ptr) << "  " << format_bytes(total) << "  "
-       << (head->pool == PoolKind::small ? "small" : "large") << " pool  stream " << head->stream << "\n";
+       << (head->pool == PoolKind::small ? "small" : "large") << " pool  stream " << head->stream;
+    if (head->pool_id != 0) os << "  private pool " << head->pool_id;
+    os << "\n";
     for (const Block* b = head; b != nullptr; b = b->next) {
       const char* state = b->state == BlockState::allocated ? "allocated"
                           : b->state == BlockState::pending ? "pending (waiting on stream events)"

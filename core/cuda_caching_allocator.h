@@ -80,6 +80,19 @@
 // counts requests that ended in an out-of-memory error; num_alloc_retries counts the times the
 // cache was flushed to retry a failed malloc.
 //
+// Private pools (PyTorch's graph pools). A captured CUDA graph (kernels/cuda/graph.h) replays
+// kernels with the addresses they had at capture time: every tensor the captured work allocated
+// must keep its memory for as long as the graph may be replayed, and nothing outside the graph may
+// be handed that memory, even after the tensor itself was freed. So while a stream captures,
+// its allocations come from a private pool (begin_allocate_to_pool): blocks carved from segments
+// that belong to that pool only. A block freed during the capture goes back to the pool and may
+// serve a later allocation of the same capture — the replay runs the same work in the same
+// order, so that reuse is as safe as it was at capture time — but no ordinary allocation ever
+// gets it, and empty_cache() keeps the pool's segments. When the graph is destroyed its owner
+// calls release_pool(): the pool's segments become ordinary cache (blocks still held by tensors
+// from the capture join it when they are freed). A free pool is ordered by (pool, stream, size,
+// address), so pools never mix; pool 0 is the ordinary cache.
+//
 // Thread safety: every public member function takes one mutex; the backend is only called with
 // that mutex held.
 
@@ -98,6 +111,8 @@ namespace ember::cuda {
 using StreamId = uintptr_t;
 // An event as an opaque integer (a cudaEvent_t cast to uintptr_t).
 using EventId = uintptr_t;
+// A private pool (see the Note); 0 is the ordinary cache.
+using PoolId = uint64_t;
 
 // What the allocator needs from one device. The CUDA adapter implements it with cudaMalloc /
 // cudaFree / cudaEventRecord / cudaEventQuery; the tests with host memory and controllable events.
@@ -172,8 +187,21 @@ class CachingAllocator {
   // reused before the work queued on `stream` at free time is done. A no-op for the block's own
   // stream and in direct mode. Throws ember::Error for a pointer this allocator does not hold.
   void record_stream(void* p, StreamId stream);
-  // Synchronizes the device, then returns every unsplit free segment to the backend.
+  // Synchronizes the device, then returns every unsplit free segment of the ordinary cache to the
+  // backend (private pools keep theirs).
   void empty_cache();
+
+  // Private pools (see the Note). create_pool() returns a new pool id. Between
+  // begin_allocate_to_pool(pool, stream) and end_allocate_to_pool(stream), every allocation on
+  // `stream` comes from `pool`. release_pool() hands the pool's memory back to the ordinary cache.
+  // begin throws ember::Error in direct mode (freed memory would go back to the device) and when
+  // `stream` already allocates to a pool.
+  PoolId create_pool();
+  void begin_allocate_to_pool(PoolId pool, StreamId stream);
+  void end_allocate_to_pool(StreamId stream);
+  void release_pool(PoolId pool);
+  // Bytes of segments that belong to private pools now.
+  int64_t private_pool_bytes() const;
   Stats stats() const;
   // Sets the peaks to the current values.
   void reset_peak();
@@ -201,8 +229,8 @@ class CachingAllocator {
   FreePool& pool(PoolKind kind);
   void* allocate_direct(size_t bytes);
   void deallocate_direct(void* p);
-  Block* find_free_block(PoolKind kind, StreamId stream, size_t size);
-  Block* add_segment(void* base, size_t bytes, PoolKind kind, StreamId stream);
+  Block* find_free_block(PoolKind kind, PoolId pool_id, StreamId stream, size_t size);
+  Block* add_segment(void* base, size_t bytes, PoolKind kind, PoolId pool_id, StreamId stream);
   Block* split(Block* block, size_t size);
   void free_block(Block* block);
   void process_events();
@@ -221,6 +249,8 @@ class CachingAllocator {
   std::map<uintptr_t, Block*> segments_;               // segment base address -> its first block
   std::vector<PendingFree> pending_;                   // freed blocks waiting for stream events
   std::unordered_map<void*, size_t> direct_;           // direct mode: pointer -> exact size
+  std::map<StreamId, PoolId> capturing_;                // streams allocating to a private pool
+  PoolId next_pool_ = 1;
   Stats stats_;
 };
 

@@ -45,6 +45,10 @@ std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
 bool cuda_emulated() { return false; }
+namespace detail {
+bool capturing_graph(Device) { return false; }
+void check_not_capturing(Device, const char*, const char*) {}
+}  // namespace detail
 #endif
 
 Device Device::best() { return cuda_device_count() > 0 && !cuda_emulated() ? Device::cuda(0) : Device::cpu(); }

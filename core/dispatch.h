@@ -29,6 +29,13 @@
 
 namespace ember::detail {
 [[noreturn]] void cuda_unavailable(const char* op);
+// Whether `device` is a CUDA device whose current stream is capturing a CUDA graph (never in a
+// CPU-only build).
+bool capturing_graph(Device device);
+// Throws ember::Error naming `op` and what it does that a graph cannot record (`why`: "waits for
+// the device ...") when capturing_graph(device), abandoning the capture (Note [CUDA graphs in
+// ember] in kernels/cuda/graph.h).
+void check_not_capturing(Device device, const char* op, const char* why);
 }  // namespace ember::detail
 
 #if EMBER_CUDA_BACKEND

@@ -230,6 +230,11 @@ namespace {
 // the bus. The transfer itself is synchronous from the host's point of view.
 void copy_across_devices(Tensor& dst, const Tensor& src) {
 #if EMBER_CUDA_BACKEND
+  if (dst.device().is_cpu() || src.device().is_cpu()) {
+    const Device gpu = dst.device().is_cuda() ? dst.device() : src.device();
+    detail::check_not_capturing(gpu, "copy_ / to() between the CPU and a CUDA device",
+                                "copies through host memory and waits for the device");
+  }
   NoGradGuard g;
   Tensor staged = src;
   if (src.dtype() != dst.dtype() || src.shape() != dst.shape() || !src.is_contiguous()) {
@@ -370,6 +375,7 @@ Tensor Tensor::pin_memory() const {
 double Tensor::item() const {
   EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
               shape(), ")");
+  detail::check_not_capturing(device(), "Tensor::item", "reads a device value on the host (it waits for the device)");
   Tensor c = to(Device::cpu(), DType::f64);
   return *static_cast<const double*>(c.data());
 }
@@ -377,6 +383,7 @@ double Tensor::item() const {
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   NoGradGuard g;
+  detail::check_not_capturing(device(), "Tensor::to_vector", "reads device values on the host (it waits for the device)");
   Tensor c = to(Device::cpu(), dtype_of<T>::value).contiguous();
   const T* p = static_cast<const T*>(c.data());
   return std::vector<T>(p, p + c.numel());

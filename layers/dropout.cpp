@@ -19,6 +19,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   // The mask with the 1 / (1 - p) scale folded in: 0 or 1 / (1 - p). p == 1 drops everything
   // (and must not compute 1 / 0), without drawing from the generator, as PyTorch.
   Tensor scaled_mask, y;
+  if (p != 1.0)
+    detail::check_not_capturing(x.device(), "dropout",
+                                "draws its mask from the host's random generator: a CUDA graph would freeze the "
+                                "generator's position and replay one mask forever");
   {
     NoGradGuard no_grad;
     const TensorOptions opt{.dtype = x.dtype(), .device = x.device()};

@@ -123,8 +123,10 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     return normalize(Tensor(), Tensor(), /*training=*/true);
   }
   if (is_training()) {
-    // An integer buffer: counted on the host (one scalar per step).
-    num_batches_tracked.fill_(num_batches_tracked.item() + 1);
+    // An integer buffer, counted where it lives, through float64 (exact below 2^53) since the
+    // arithmetic kernels are floating-point: no read back, so a CUDA graph can record it.
+    NoGradGuard no_grad;
+    num_batches_tracked.copy_(add(num_batches_tracked.to(DType::f64), 1.0));
   }
   return normalize(running_mean, running_var, is_training());
 }

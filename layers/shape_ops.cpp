@@ -33,6 +33,7 @@ void check_index_range(const char* op, const Tensor& index, const Shape& shape, 
                        int dim, int64_t size) {
   int64_t bad = 0;
   bool ok = true;
+  detail::check_not_capturing(index.device(), op, "checks on the host that every index is in range");
   EMBER_KERNEL_CALL_INTO(ok, index.device(), op, indices_in_range, index.dtype(), detail::iter_shape(shape), ind, size,
                          &bad);
   EMBER_CHECK(ok, op, ": index ", bad, " is out of bounds for dimension ", dim, " with size ", size);
@@ -331,6 +332,7 @@ Tensor one_hot(const Tensor& labels0, int64_t num_classes, DType dtype) {
   EMBER_CHECK(num_classes > 0, "one_hot: num_classes must be positive (or -1 to infer it), got ", num_classes);
   int64_t bad = 0;
   bool ok = true;
+  detail::check_not_capturing(labels.device(), "one_hot", "checks on the host that every label is in range");
   EMBER_KERNEL_CALL_INTO(ok, labels.device(), "one_hot", indices_in_range, labels.dtype(),
                          detail::iter_shape(labels.shape()), detail::operand(labels), num_classes, &bad);
   EMBER_CHECK(ok, "one_hot: label ", bad, " is out of range for num_classes ", num_classes);

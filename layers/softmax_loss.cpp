@@ -111,9 +111,14 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
                 l.c, "), got ", describe(weight));
   }
   // Validate the class indices before any kernel runs (kernels cannot throw from their threads).
+  // The check reads its answer on the host; a CUDA graph cannot record that, so while one is being
+  // captured the check is left to whoever fills the graph's static targets (ember train checks
+  // every batch's labels before it stages them: Note [CUDA graphs in ember] in kernels/cuda/graph.h).
   const Tensor t = target.contiguous();
   int64_t bad = -1;
-  EMBER_KERNEL_CALL_INTO(bad, t.device(), op, find_invalid_target, t.data_ptr<int64_t>(), t.numel(), l.c, ignore_index);
+  if (!detail::capturing_graph(t.device()))
+    EMBER_KERNEL_CALL_INTO(bad, t.device(), op, find_invalid_target, t.data_ptr<int64_t>(), t.numel(), l.c,
+                           ignore_index);
   if (bad >= 0) {
     const int64_t value = t.reshape({-1}).slice(0, bad, bad + 1).item<int64_t>();
     EMBER_THROW(op, ": target ", value, " (at flat position ", bad, ") is out of bounds for ", l.c,
@@ -124,15 +129,24 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
 
 // The per-sample losses reduced: None -> target's shape, Sum -> sum, Mean -> sum / sum of weights.
 // Returns the loss in `dtype` and, for the backward, the factor that scales the incoming gradient.
+// `weighted`: class weights were given.
 std::pair<Tensor, double> reduce_loss(const Tensor& per_sample, const Tensor& target_weight, Reduction reduction,
-                                      const Shape& target_shape, DType dtype) {
+                                      const Shape& target_shape, DType dtype, bool weighted) {
   NoGradGuard ng;
   switch (reduction) {
     case Reduction::None: return {per_sample.reshape(target_shape).to(dtype), 1.0};
     case Reduction::Sum: return {sum(per_sample).to(dtype), 1.0};
     case Reduction::Mean: {
-      // 0 / 0 = NaN when every target is ignored, as PyTorch.
-      const double total_weight = sum(target_weight).item();
+      // 0 / 0 = NaN when every target is ignored, as PyTorch. The total weight is read on the
+      // host; a CUDA graph cannot do that, so while one is being captured every target is taken
+      // to be a class index (the check above is left out too: the caller checks the staged
+      // targets), and without class weights the total is the number of targets, exactly the sum
+      // an eager step reads (Note [CUDA graphs in ember] in kernels/cuda/graph.h).
+      double total_weight = static_cast<double>(per_sample.numel());
+      if (weighted)
+        detail::check_not_capturing(per_sample.device(), "cross_entropy / nll_loss with class weights and reduction "
+                                    "'mean'", "divides by the targets' total weight, read on the host");
+      if (!detail::capturing_graph(per_sample.device())) total_weight = sum(target_weight).item();
       return {div(sum(per_sample), total_weight).to(dtype), 1.0 / total_weight};
     }
   }
@@ -208,7 +222,8 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
                     target.data_ptr<int64_t>(), weight.defined() ? weight.data() : nullptr, opt.ignore_index,
                     opt.label_smoothing, per_sample.data_ptr<double>(), target_weight.data_ptr<double>(),
                     lse.data_ptr<double>());
-  auto [out, grad_factor] = reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), logits.dtype());
+  auto [out, grad_factor] =
+      reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), logits.dtype(), weight.defined());
   const double factor = grad_factor;  // a plain local: the backward closure captures it
   if (any_requires_grad({&logits0})) {
     const char* node = "CrossEntropyBackward";
@@ -240,7 +255,8 @@ Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOption
   EMBER_KERNEL_CALL(input.device(), "nll_loss", nll_loss_forward, input.dtype(), l, input.data(),
                     target.data_ptr<int64_t>(), weight.defined() ? weight.data() : nullptr, opt.ignore_index,
                     per_sample.data_ptr<double>(), target_weight.data_ptr<double>());
-  auto [out, grad_factor] = reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), input.dtype());
+  auto [out, grad_factor] =
+      reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), input.dtype(), weight.defined());
   const double factor = grad_factor;
   if (any_requires_grad({&input0})) {
     const char* node = "NllLossBackward";

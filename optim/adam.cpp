@@ -7,6 +7,7 @@
 #include "../core/error.h"
 #include "../kernels/cpu/optim.h"
 #if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/graph.h"
 #include "../kernels/cuda/optim.h"
 #endif
 
@@ -60,14 +61,72 @@ std::vector<std::string> Adam::state_tensor_names() const {
   return {"exp_avg", "exp_avg_sq"};
 }
 
+kernels::AdamHyper Adam::hyper(const Group& group, double step) const {
+  kernels::AdamHyper h;
+  h.lr = group.lr;
+  h.beta1 = options_.betas.first;
+  h.beta2 = options_.betas.second;
+  h.eps = options_.eps;
+  h.weight_decay = group.weight_decay;
+  h.step = static_cast<int64_t>(step);
+  h.amsgrad = options_.amsgrad;
+  h.maximize = options_.maximize;
+  // Adam adds the L2 term only when weight_decay != 0 (torch skips the add: 0 * inf = NaN);
+  // AdamW always multiplies by 1 - lr * weight_decay.
+  h.decay = decoupled_ ? kernels::WeightDecayMode::Decoupled
+                       : (group.weight_decay != 0 ? kernels::WeightDecayMode::L2 : kernels::WeightDecayMode::None);
+  return h;
+}
+
+void Adam::step_captured(size_t group, size_t index, Tensor& p, const Tensor& grad) {
+#if EMBER_CUDA_BACKEND
+  ParamState& s = state_[index];
+  EMBER_CHECK(!s.empty(), name(), ".step: parameter ", index, " has no state yet, and a CUDA graph cannot create "
+              "it (it must exist before the first replay): run one step eagerly before capturing");
+  const DType dtype = p.dtype();
+  const Tensor coeffs = cuda::replay_input(p.device().index, [&] {
+    return empty({static_cast<int64_t>(kernels::gpu::adam_coeffs_bytes(dtype))}, {.dtype = DType::u8, .device = p.device()});
+  });
+  cuda::before_each_replay([this, group, index, dtype, coeffs] {
+    double& step = state_[index].scalars.at("step");
+    step += 1;
+    const kernels::AdamHyper h = hyper(groups_[group], step);
+    EMBER_CUDA_CALL(coeffs.device(), "Adam.step",
+                    kernels::gpu::upload_adam_coeffs(dtype, h, coeffs.data()));
+  });
+  const kernels::AdamHyper h = hyper(groups_[group], 1);  // picks the kernel; the values come from coeffs
+  Tensor& m = s.tensors.at("exp_avg");
+  Tensor& v = s.tensors.at("exp_avg_sq");
+  Tensor* vmax = options_.amsgrad ? &s.tensors.at("max_exp_avg_sq") : nullptr;
+  update_in_place(p, [&](Tensor& q) {
+    void* vm = vmax ? vmax->data() : nullptr;
+    EMBER_CUDA_CALL(q.device(), "Adam.step",
+                    kernels::gpu::adam_step_device_coeffs(q.dtype(), q.numel(), q.data(), grad.data(), m.data(),
+                                                          v.data(), vm, h, coeffs.data()));
+  });
+  m.bump_version();
+  v.bump_version();
+  if (vmax) vmax->bump_version();
+#else
+  (void)group, (void)index, (void)p, (void)grad;
+  EMBER_THROW(name(), ".step: no CUDA graphs in a build without a CUDA backend");
+#endif
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
   size_t index = 0;
-  for (Group& group : groups_) {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    Group& group = groups_[g];
     for (Tensor& p : group.params) {
-      ParamState& s = state_[index++];
+      const size_t i = index++;
+      ParamState& s = state_[i];
       const Tensor grad = prepared_grad(p);
       if (!grad.defined()) continue;  // no gradient: skipped, as in PyTorch
+      if (detail::capturing_graph(p.device())) {
+        step_captured(g, i, p, grad);
+        continue;
+      }
       if (s.empty()) {
         s.scalars["step"] = 0;
         s.tensors["exp_avg"] = zeros_like_param(p);
@@ -76,20 +135,7 @@ void Adam::step() {
       }
       double& step = s.scalars.at("step");
       step += 1;
-
-      kernels::AdamHyper h;
-      h.lr = group.lr;
-      h.beta1 = options_.betas.first;
-      h.beta2 = options_.betas.second;
-      h.eps = options_.eps;
-      h.weight_decay = group.weight_decay;
-      h.step = static_cast<int64_t>(step);
-      h.amsgrad = options_.amsgrad;
-      h.maximize = options_.maximize;
-      // Adam adds the L2 term only when weight_decay != 0 (torch skips the add: 0 * inf = NaN);
-      // AdamW always multiplies by 1 - lr * weight_decay.
-      h.decay = decoupled_ ? kernels::WeightDecayMode::Decoupled
-                           : (group.weight_decay != 0 ? kernels::WeightDecayMode::L2 : kernels::WeightDecayMode::None);
+      const kernels::AdamHyper h = hyper(group, step);
 
       Tensor& m = s.tensors.at("exp_avg");
       Tensor& v = s.tensors.at("exp_avg_sq");

@@ -27,6 +27,7 @@ double round_to(DType dtype, double x) {
 double grad_norm(const Tensor& g, double p) {
   const Tensor c = g.contiguous();
   double partial = 0;
+  detail::check_not_capturing(g.device(), "clip_grad_norm_", "reads the gradient norm on the host");
   EMBER_KERNEL_CALL_INTO(partial, g.device(), "clip_grad_norm_", grad_norm_partial, c.dtype(), c.numel(), c.data(), p);
   if (std::isinf(p)) return round_to(g.dtype(), partial);
   return round_to(g.dtype(), p == 2 ? std::sqrt(partial) : std::pow(partial, 1.0 / p));

@@ -7,6 +7,7 @@
 #include "../core/error.h"
 #include "../kernels/cpu/optim.h"
 #if EMBER_CUDA_BACKEND
+#include "../kernels/cuda/graph.h"
 #include "../kernels/cuda/optim.h"
 #endif
 
@@ -37,27 +38,70 @@ std::vector<std::string> SGD::state_tensor_names() const {
   return {};
 }
 
+kernels::SgdHyper SGD::hyper(const Group& group) const {
+  kernels::SgdHyper h;
+  h.lr = group.lr;
+  h.momentum = options_.momentum;
+  h.dampening = options_.dampening;
+  h.weight_decay = group.weight_decay;
+  h.nesterov = options_.nesterov;
+  h.maximize = options_.maximize;
+  return h;
+}
+
+void SGD::step_captured(size_t group, size_t index, Tensor& p, const Tensor& grad) {
+#if EMBER_CUDA_BACKEND
+  ParamState& s = state_[index];
+  Tensor* buf = nullptr;
+  if (options_.momentum != 0) {
+    EMBER_CHECK(s.tensors.count("momentum_buffer"), "SGD.step: parameter ", index, " has no momentum buffer yet, "
+                "and a CUDA graph cannot create it (it must exist before the first replay): run one step eagerly "
+                "before capturing");
+    buf = &s.tensors.at("momentum_buffer");
+  }
+  const DType dtype = p.dtype();
+  const Tensor coeffs = cuda::replay_input(p.device().index, [&] {
+    return empty({static_cast<int64_t>(kernels::gpu::sgd_coeffs_bytes(dtype))}, {.dtype = DType::u8, .device = p.device()});
+  });
+  cuda::before_each_replay([this, group, dtype, coeffs] {
+    EMBER_CUDA_CALL(coeffs.device(), "SGD.step",
+                    kernels::gpu::upload_sgd_coeffs(dtype, hyper(groups_[group]), coeffs.data()));
+  });
+  const kernels::SgdHyper h = hyper(groups_[group]);  // picks the kernel; the values come from coeffs
+  update_in_place(p, [&](Tensor& q) {
+    void* b = buf ? buf->data() : nullptr;
+    EMBER_CUDA_CALL(q.device(), "SGD.step",
+                    kernels::gpu::sgd_step_device_coeffs(q.dtype(), q.numel(), q.data(), grad.data(), b, h,
+                                                         coeffs.data()));
+  });
+  if (buf) buf->bump_version();
+#else
+  (void)group, (void)index, (void)p, (void)grad;
+  EMBER_THROW("SGD.step: no CUDA graphs in a build without a CUDA backend");
+#endif
+}
+
 void SGD::step() {
   NoGradGuard no_grad;
   const bool use_momentum = options_.momentum != 0;
   size_t index = 0;
-  for (Group& group : groups_) {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    Group& group = groups_[g];
     for (Tensor& p : group.params) {
-      ParamState& s = state_[index++];
+      const size_t i = index++;
+      ParamState& s = state_[i];
       const Tensor grad = prepared_grad(p);
       if (!grad.defined()) continue;
+      if (detail::capturing_graph(p.device())) {
+        step_captured(g, i, p, grad);
+        continue;
+      }
       // torch clones d_p into a new buffer on the first step; the kernel writes it in place.
       const bool first = use_momentum && !s.tensors.count("momentum_buffer");
       if (first) s.tensors["momentum_buffer"] = zeros_like_param(p);
       Tensor* buf = use_momentum ? &s.tensors.at("momentum_buffer") : nullptr;
 
-      kernels::SgdHyper h;
-      h.lr = group.lr;
-      h.momentum = options_.momentum;
-      h.dampening = options_.dampening;
-      h.weight_decay = group.weight_decay;
-      h.nesterov = options_.nesterov;
-      h.maximize = options_.maximize;
+      const kernels::SgdHyper h = hyper(group);
       update_in_place(p, [&](Tensor& q) {
         void* b = buf ? buf->data() : nullptr;
         EMBER_KERNEL_CALL(q.device(), "SGD.step", sgd_step, q.dtype(), q.numel(), q.data(), grad.data(), b, first, h);

@@ -16,6 +16,7 @@
 
 #include <vector>
 
+#include "../kernels/optim.h"
 #include "optimizer.h"
 
 namespace ember::optim {
@@ -42,6 +43,11 @@ class SGD : public Optimizer {
   std::vector<std::string> state_scalar_names() const override { return {}; }
 
  private:
+  kernels::SgdHyper hyper(const Group& group) const;
+  // step() of parameter `index` (group `group`) while a CUDA graph captures: as
+  // Adam::step_captured, the scalars come from a device buffer that a before-replay hook fills.
+  void step_captured(size_t group, size_t index, Tensor& p, const Tensor& grad);
+
   SGDOptions options_;
 };
 

@@ -499,3 +499,66 @@ TEST_CASE("caching allocator: thread safety smoke test", "[cuda_allocator]") {
   CHECK(alloc.stats().reserved_bytes == 0);
   CHECK(backend.used() == 0);
 }
+
+TEST_CASE("caching allocator: a private pool keeps captured memory apart from the cache", "[cuda_allocator]") {
+  FakeBackend backend(64 * MiB);
+  CachingAllocator alloc(backend, 0);
+  const StreamId capture = 9;
+  // A free block of the ordinary cache on the capture stream: the pool must not take it.
+  void* cached = alloc.allocate(4 * KiB, capture);
+  alloc.deallocate(cached);
+  CHECK(backend.mallocs.size() == 1);
+
+  const ember::cuda::PoolId pool = alloc.create_pool();
+  CHECK(pool != 0);
+  CHECK(alloc.create_pool() != pool);
+  alloc.begin_allocate_to_pool(pool, capture);
+  CHECK_THROWS_WITH(alloc.begin_allocate_to_pool(pool, capture), Catch::Contains("already allocates"));
+  void* a = alloc.allocate(4 * KiB, capture);
+  CHECK(backend.mallocs.size() == 2);  // its own segment
+  CHECK(a == at(backend, 2 * MiB));
+  void* other = alloc.allocate(4 * KiB, 3);  // another stream is not captured
+  CHECK(other != a);
+  CHECK(alloc.private_pool_bytes() == static_cast<int64_t>(2 * MiB));
+  // Freed during the capture: the same capture may reuse it (the replay reuses it the same way).
+  alloc.deallocate(a);
+  CHECK(alloc.allocate(4 * KiB, capture) == a);
+  void* b = alloc.allocate(8 * KiB, capture);
+  CHECK(b == at(backend, 2 * MiB + 4 * KiB));
+  alloc.end_allocate_to_pool(capture);
+
+  // After the capture the pool's blocks serve nobody else, and empty_cache keeps the pool.
+  alloc.deallocate(a);
+  void* after = alloc.allocate(4 * KiB, capture);
+  CHECK(after == cached);  // the ordinary cache's block, not the pool's
+  alloc.empty_cache();
+  CHECK(alloc.private_pool_bytes() == static_cast<int64_t>(2 * MiB));
+  CHECK(alloc.describe().find("private pool " + std::to_string(pool)) != std::string::npos);
+
+  // A second capture into the same pool gets the pool's free memory back.
+  alloc.begin_allocate_to_pool(pool, capture);
+  CHECK(alloc.allocate(4 * KiB, capture) == a);
+  alloc.end_allocate_to_pool(capture);
+  alloc.deallocate(a);
+
+  // Released: the free blocks become ordinary cache, b joins it when freed, and the segment goes
+  // back to the device once whole.
+  alloc.release_pool(pool);
+  CHECK(alloc.private_pool_bytes() == 0);
+  void* reuse = alloc.allocate(4 * KiB, capture);
+  CHECK(reuse == a);
+  alloc.deallocate(reuse);
+  alloc.deallocate(b);
+  alloc.deallocate(after);
+  alloc.deallocate(other);
+  const int frees_before = backend.free_calls;
+  alloc.empty_cache();
+  CHECK(backend.free_calls == frees_before + 3);  // the two ordinary segments and the former pool's
+  CHECK(backend.used() == 0);
+}
+
+TEST_CASE("caching allocator: private pools need caching mode", "[cuda_allocator]") {
+  FakeBackend backend(4 * MiB);
+  CachingAllocator alloc(backend, 0, {.caching = false});
+  CHECK_THROWS_WITH(alloc.begin_allocate_to_pool(alloc.create_pool(), 1), Catch::Contains("EMBER_CUDA_ALLOC=direct"));
+}

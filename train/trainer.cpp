@@ -38,6 +38,7 @@
 #include "../parallel/sync_batchnorm.h"
 #include "checkpoint.h"
 #include "finetune.h"
+#include "graph_step.h"
 #include "interrupt.h"
 #include "report.h"
 #include "run_report.h"
@@ -129,6 +130,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"threads", get_num_threads()},
               {"world_size", c.world_size},
               {"sync_bn", c.sync_bn},
+              {"cuda_graphs", c.cuda_graphs},
               {"workers", c.workers},
               {"save", c.save_dir},
               {"resume", c.resume_dir},
@@ -295,6 +297,7 @@ struct Run {
   int64_t eval_batch = 0;  // the evaluation batch: --batch-size, halved on out-of-memory
   Progress progress{true};
   std::unique_ptr<profiler::Profiler> profiler;  // --profile, --profile-trace: from the first step
+  std::unique_ptr<GraphedStep> graphed;          // --cuda-graphs
   // Position and totals.
   int64_t step = 0;
   int start_epoch = 0;
@@ -608,6 +611,30 @@ Run start_run(TrainConfig cfg) {
   r.criterion = std::make_unique<nn::CrossEntropyLoss>(CrossEntropyOptions{.label_smoothing = cfg.label_smoothing});
   r.cfg = std::move(cfg);
   if (r.cfg.profile || !r.cfg.profile_trace.empty()) r.profiler = std::make_unique<profiler::Profiler>();
+  if (r.cfg.cuda_graphs) {
+    EMBER_CHECK(!r.distributed, "--cuda-graphs cannot be used with several processes: the gradient all-reduce "
+                "synchronizes with the host, which a CUDA graph cannot record");
+    // The captured step: train_one_epoch's eager step without its host reads. The objects it uses
+    // are owned through pointers, so they stay where they are when the Run is moved.
+    nn::Module* model = r.model.get();
+    optim::Optimizer* opt = r.optimizer.get();
+    nn::CrossEntropyLoss* criterion = r.criterion.get();
+    r.graphed = std::make_unique<GraphedStep>(
+        r.device, static_cast<int64_t>(r.d.classes.size()), [model, opt, criterion](const Tensor& x, const Tensor& y) {
+          opt->zero_grad();
+          const Tensor logits = model->forward(x);
+          GraphedStep::Outputs out;
+          out.loss = (*criterion)(logits, y);
+          out.loss.backward();
+          {
+            NoGradGuard g;
+            const Tensor truth = y.dim() == 2 ? argmax(y, 1) : y;
+            out.correct = sum(eq(argmax(logits, 1), truth).to(DType::f64));
+          }
+          opt->step();
+          return out;
+        });
+  }
   return r;
 }
 
@@ -646,6 +673,8 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
   // This epoch's correct predictions, summed on the training device and read only when a progress
   // line shows them and at the end of the epoch: on a GPU each read waits for the device.
   Tensor correct_sum;
+  // --cuda-graphs: the replayed steps' loss times batch size, summed on the device (f64).
+  Tensor replayed_loss_sum;
   for (auto& [host_images, host_labels] : loader) {
     if (host_labels.numel() == 0) {  // every file of the batch was unreadable and skipped
       // Every rank must take part in each step's gradient all-reduce: no step can be left out.
@@ -656,80 +685,117 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     const profiler::Scope step_scope("step", profiler::Phase::step);
     // EMBER_FAULT=slow-step-ms:N (a testing hook): the whole N ms, even across a signal.
     if (const int64_t ms = io::fault_value("slow-step-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    Tensor images, labels;
-    {
-      const profiler::Scope scope("to device", profiler::Phase::data);
-      images = host_images.to(r.device);
-      labels = host_labels.to(r.device);
-    }
-    Tensor logits, loss;
-    {
-      const profiler::Scope scope("forward", profiler::Phase::forward);
-      opt.zero_grad();
-      std::optional<AutocastGuard> amp;  // Note [Mixed-precision training]
-      if (r.amp_dtype) amp.emplace(r.device.type, *r.amp_dtype);
-      logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
-      loss = (*r.criterion)(logits, labels);
-    }
-    {
-      const profiler::Scope scope("backward", profiler::Phase::backward);
-      r.scaler->scale(loss).backward();  // with DDP: returns with the gradients averaged over the ranks
-    }
+    const int64_t n = host_labels.size(0);
     const double lr_used = opt.get_lr(0);
-    const double l = loss.item();
-    // The batch's correct predictions, summed on the training device. A step event shows them:
-    // read then, before the optimizer's kernels are queued, so the read waits for these few only.
-    // Mixed batches (Mixup/CutMix) carry class probabilities: a prediction counts as correct when it
-    // is the class with the largest share of the image.
-    const int64_t n = labels.size(0);
-    Tensor correct;
-    {
-      NoGradGuard g;
-      const Tensor truth = labels.dim() == 2 ? argmax(labels, 1) : labels;
-      correct = sum(eq(argmax(logits, 1), truth).to(DType::f64));
-    }
     const bool step_event = (r.step + 1) % cfg.log_every == 0;
-    const double batch_acc = step_event ? correct.item() / static_cast<double>(n) : NAN;
-    // Note [Divergence guard]
-    // A non-finite loss stops the run before the optimizer step, so the weights stay those of the
-    // last finite step; nothing non-finite is written (save_weights refuses NaN/inf parameters)
-    // and "best" is chosen among finite evaluations only. With several processes the flags are
-    // all-reduced, so every rank stops at the same step. The error names the step, the last
-    // finite loss and what to change.
-    bool diverged = !std::isfinite(l), interrupt = interrupt_requested();
-    if (r.distributed) {
-      Tensor flags = from_vector<double>({diverged ? 1.0 : 0.0, interrupt ? 1.0 : 0.0});
-      r.comm->all_reduce(flags);
-      const std::vector<double> v = flags.to_vector<double>();
-      diverged = v[0] > 0;
-      interrupt = v[1] > 0;
-    }
-    r.epoch_now = epoch;
-    if (diverged) throw_diverged(r, r.step + 1, std::string("the loss is ") + (std::isnan(l) ? "NaN" : "infinite"));
-    {
-      const profiler::Scope scope("optimizer", profiler::Phase::optimizer);
-      if (cfg.clip_grad_norm > 0) {
-        r.scaler->unscale_(opt);  // clip the true gradients, not the scaled ones
-        optim::clip_grad_norm_(r.model->parameters(), cfg.clip_grad_norm);
-      }
-      r.scaler->step(opt);  // skipped when a scaled gradient overflowed (fp16)
-      r.scaler->update();
+    double l = NAN;  // this step's loss on the host (a replayed step reads it only for a step event)
+    double batch_acc = NAN;
+    bool interrupt = interrupt_requested();
+    Tensor correct;  // the batch's correct predictions, on the training device
+    if (r.graphed && r.graphed->replays(host_images, host_labels)) {
+      // --cuda-graphs (Note [Training with CUDA graphs] in train/graph_step.h): the whole step is
+      // one replay; the loss stays on the device and is read when it is shown.
+      const bool capture = r.graphed->node_count() == 0;
+      const GraphedStep::Outputs out = r.graphed->run(host_images, host_labels);
+      if (capture && r.lead && !cfg.quiet)
+        std::fprintf(stderr, "ember train: --cuda-graphs: step %lld captured as a CUDA graph of %zu nodes; every full "
+                     "batch replays it\n", static_cast<long long>(r.step + 1), r.graphed->node_count());
       if (r.scheduler) r.scheduler->step();
+      correct = out.correct;
+      {
+        NoGradGuard g;
+        const Tensor weighted = out.loss.to(DType::f64) * static_cast<double>(n);
+        if (replayed_loss_sum.defined())
+          replayed_loss_sum.add_(weighted);
+        else
+          replayed_loss_sum = weighted;
+      }
+      r.epoch_now = epoch;
+      if (step_event) {
+        l = out.loss.item();
+        batch_acc = correct.item() / static_cast<double>(n);
+        if (!std::isfinite(l))
+          throw_diverged(r, r.step + 1, std::string("the loss is ") + (std::isnan(l) ? "NaN" : "infinite") +
+                                            " (--cuda-graphs reads it after the step's update, every --log-every steps)");
+      }
+    } else {
+      Tensor images, labels;
+      {
+        const profiler::Scope scope("to device", profiler::Phase::data);
+        images = host_images.to(r.device);
+        labels = host_labels.to(r.device);
+      }
+      Tensor logits, loss;
+      {
+        const profiler::Scope scope("forward", profiler::Phase::forward);
+        opt.zero_grad();
+        std::optional<AutocastGuard> amp;  // Note [Mixed-precision training]
+        if (r.amp_dtype) amp.emplace(r.device.type, *r.amp_dtype);
+        logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
+        loss = (*r.criterion)(logits, labels);
+      }
+      {
+        const profiler::Scope scope("backward", profiler::Phase::backward);
+        r.scaler->scale(loss).backward();  // with DDP: returns with the gradients averaged over the ranks
+      }
+      l = loss.item();
+      // The batch's correct predictions, summed on the training device. A step event shows them:
+      // read then, before the optimizer's kernels are queued, so the read waits for these few only.
+      // Mixed batches (Mixup/CutMix) carry class probabilities: a prediction counts as correct when
+      // it is the class with the largest share of the image.
+      {
+        NoGradGuard g;
+        const Tensor truth = labels.dim() == 2 ? argmax(labels, 1) : labels;
+        correct = sum(eq(argmax(logits, 1), truth).to(DType::f64));
+      }
+      batch_acc = step_event ? correct.item() / static_cast<double>(n) : NAN;
+      // Note [Divergence guard]
+      // A non-finite loss stops the run before the optimizer step, so the weights stay those of
+      // the last finite step; nothing non-finite is written (save_weights refuses NaN/inf
+      // parameters) and "best" is chosen among finite evaluations only. With several processes the
+      // flags are all-reduced, so every rank stops at the same step. The error names the step, the
+      // last finite loss and what to change. (--cuda-graphs checks the loss of replayed steps when
+      // it reads it: Note [Training with CUDA graphs] in train/graph_step.h.)
+      bool diverged = !std::isfinite(l);
+      if (r.distributed) {
+        Tensor flags = from_vector<double>({diverged ? 1.0 : 0.0, interrupt ? 1.0 : 0.0});
+        r.comm->all_reduce(flags);
+        const std::vector<double> v = flags.to_vector<double>();
+        diverged = v[0] > 0;
+        interrupt = v[1] > 0;
+      }
+      r.epoch_now = epoch;
+      if (diverged) throw_diverged(r, r.step + 1, std::string("the loss is ") + (std::isnan(l) ? "NaN" : "infinite"));
+      {
+        const profiler::Scope scope("optimizer", profiler::Phase::optimizer);
+        if (cfg.clip_grad_norm > 0) {
+          r.scaler->unscale_(opt);  // clip the true gradients, not the scaled ones
+          optim::clip_grad_norm_(r.model->parameters(), cfg.clip_grad_norm);
+        }
+        r.scaler->step(opt);  // skipped when a scaled gradient overflowed (fp16)
+        r.scaler->update();
+        if (r.scheduler) r.scheduler->step();
+      }
+      t.loss_sum += l * static_cast<double>(n);
+      // The first full batch is the warm-up of --cuda-graphs: the next one of its shapes is captured.
+      if (r.graphed && n == cfg.batch_size) r.graphed->eager_step_done(host_images, host_labels);
     }
     ++r.step;
-    r.last_finite_loss = l;
-    r.last_finite_step = r.step;
+    if (!std::isnan(l)) {
+      r.last_finite_loss = l;
+      r.last_finite_step = r.step;
+    }
     if (correct_sum.defined())
       correct_sum.add_(correct);
     else
-      correct_sum = correct;
-    t.loss_sum += l * static_cast<double>(n);
+      correct_sum = correct.clone();  // a copy: a replayed step's `correct` is the graph's output
     t.seen += n;
     const double ips = static_cast<double>(t.seen) / std::max(1e-9, seconds_since(t.started));
     const int64_t shown = loader.position().batch == 0 ? r.steps_per_epoch : loader.position().batch;
     if (r.progress.due(shown)) {
       t.correct = static_cast<int64_t>(correct_sum.item());
-      r.progress.step(shown, t.loss_sum / static_cast<double>(t.seen),
+      const double loss_sum = t.loss_sum + (replayed_loss_sum.defined() ? replayed_loss_sum.item() : 0.0);
+      r.progress.step(shown, loss_sum / static_cast<double>(t.seen),
                       static_cast<double>(t.correct) / static_cast<double>(t.seen), ips);
     }
     if (step_event) {
@@ -748,6 +814,12 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     }
   }
   if (correct_sum.defined()) t.correct = static_cast<int64_t>(correct_sum.item());
+  if (replayed_loss_sum.defined()) {
+    t.loss_sum += replayed_loss_sum.item();
+    if (!std::isfinite(t.loss_sum))
+      throw_diverged(r, r.step, "the loss of a replayed step was not finite (--cuda-graphs reads it after the "
+                                "step's update)");
+  }
   r.progress.end_epoch();
   return t;
 }

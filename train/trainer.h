@@ -62,6 +62,9 @@ struct TrainConfig {
   bool shuffle = true;
   uint64_t seed = 1;
   std::string device = "auto";  // auto | cpu | cuda[:n]
+  // --cuda-graphs: each full batch's step replays one captured CUDA graph (Note [Training with CUDA
+  // graphs] in train/graph_step.h); the same weights as without, bit for bit.
+  bool cuda_graphs = false;
   int threads = 0;              // 0: all cores
   int workers = 0;              // data-loader worker threads (0: load in the training thread)
   bool data_on_device = false;  // the training set in device memory, batches made there (--device cuda)

@@ -61,6 +61,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--device", c.device, "auto | cpu | cuda[:n]")->capture_default_str();
   app.add_flag("--data-on-device", c.data_on_device, "with --device cuda: the training set in device memory once, "
                "batches cropped, flipped and normalized there (Fashion-MNIST, MNIST, CIFAR-10)");
+  app.add_flag("--cuda-graphs", c.cuda_graphs, "capture each full batch's training step once as a CUDA graph and "
+               "replay it (a CUDA device; the same weights as without)");
   app.add_option("--threads", c.threads, "CPU threads (0: all cores, shared among the processes of a node)")
       ->capture_default_str();
   app.add_option("--workers", c.workers, "data-loader worker threads (0: load in the training thread)")
@@ -106,7 +108,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
       {"Model and optimization", {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--momentum",
                                   "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
                                   "--clip-grad-norm", "--seed", "--max-steps"}},
-      {"Devices and threads", {"--device", "--data-on-device", "--threads", "--amp"}},
+      {"Devices and threads", {"--device", "--data-on-device", "--cuda-graphs", "--threads", "--amp"}},
       {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--finetune", "--freeze-backbone",
                                    "--backbone-lr-scale", "--save-weights"}},
       {"Evaluation and output", {"--eval-every", "--eval-limit", "--metrics", "--log-every", "--quiet", "--profile",

@@ -16,6 +16,7 @@
 #include "../../core/allocator.h"
 #include "../../core/cuda_caching_allocator.h"
 #include "../../core/error.h"
+#include "graph.h"
 #include "runtime.h"
 
 namespace ember {
@@ -40,7 +41,14 @@ class CudaBackend final : public cuda::DeviceMemoryBackend {
   void* malloc(size_t bytes) override {
     const cuda::DeviceGuard guard(device_);
     void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    // A new segment during a graph capture is the allocator's business, not the graph's: it is
+    // not part of the captured work and stays reserved for the graph's private pool. CUDA forbids
+    // cudaMalloc in a global-mode capture unless this thread relaxes its mode, as PyTorch does.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    EMBER_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    EMBER_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    if (err != cudaSuccess) {
       (void)cudaGetLastError();  // out of memory is answered with nullptr, not a sticky error
       return nullptr;
     }
@@ -152,6 +160,15 @@ std::string memory_summary(int device) { return device_allocator(device).caching
 void record_stream(void* ptr, int device, Stream s) {
   device_allocator(device).caching().record_stream(ptr, reinterpret_cast<StreamId>(s));
 }
+
+uint64_t create_memory_pool(int device) { return device_allocator(device).caching().create_pool(); }
+void begin_allocate_to_pool(int device, uint64_t pool, Stream s) {
+  device_allocator(device).caching().begin_allocate_to_pool(pool, reinterpret_cast<StreamId>(s));
+}
+void end_allocate_to_pool(int device, Stream s) {
+  device_allocator(device).caching().end_allocate_to_pool(reinterpret_cast<StreamId>(s));
+}
+void release_memory_pool(int device, uint64_t pool) { device_allocator(device).caching().release_pool(pool); }
 
 }  // namespace cuda
 

@@ -40,6 +40,21 @@ __global__ void adam_kernel(int64_t n, T* p, const T* g, T* m, T* v, T* vmax, Ad
     adam_update<Decay, Amsgrad>(p[i], g[i], m[i], v[i], Amsgrad ? vmax + i : static_cast<T*>(nullptr), c);
 }
 
+// The same with the coefficients read from device memory when the kernel runs (a graph replay).
+template <WeightDecayMode Decay, bool Amsgrad, typename T>
+__global__ void adam_device_coeffs_kernel(int64_t n, T* p, const T* g, T* m, T* v, T* vmax, const AdamCoeffs<T>* coeffs) {
+  const AdamCoeffs<T> c = *coeffs;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    adam_update<Decay, Amsgrad>(p[i], g[i], m[i], v[i], Amsgrad ? vmax + i : static_cast<T*>(nullptr), c);
+}
+
+template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
+__global__ void sgd_device_coeffs_kernel(int64_t n, T* p, const T* g, T* buf, const SgdCoeffs<T>* coeffs) {
+  const SgdCoeffs<T> c = *coeffs;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    sgd_update<L2, Momentum, Nesterov, First>(p[i], g[i], Momentum ? buf + i : static_cast<T*>(nullptr), c);
+}
+
 template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
 __global__ void sgd_kernel(int64_t n, T* p, const T* g, T* buf, SgdCoeffs<T> c) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -347,6 +362,78 @@ void sgd_step_multi(DType dtype, const SgdTensor* tensors, int64_t count, bool i
                         cuda::current_stream(), ml.refs(), ml.job_table(refs.size()), c);
     });
     cuda::check_launch("sgd_step_multi");
+  });
+}
+
+size_t adam_coeffs_bytes(DType dtype) {
+  size_t bytes = 0;
+  EMBER_DISPATCH_FLOAT(dtype, "adam_coeffs_bytes", [&] { bytes = sizeof(AdamCoeffs<scalar_t>); });
+  return bytes;
+}
+
+void upload_adam_coeffs(DType dtype, const AdamHyper& h, void* coeffs) {
+  EMBER_DISPATCH_FLOAT(dtype, "upload_adam_coeffs", [&] {
+    const AdamCoeffs<scalar_t> c = make_adam_coeffs<scalar_t>(h);
+    detail::upload_async(coeffs, &c, sizeof c);
+  });
+}
+
+void adam_step_device_coeffs(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+                             void* max_exp_avg_sq, const AdamHyper& h, const void* coeffs) {
+  EMBER_CHECK(!h.amsgrad || max_exp_avg_sq != nullptr, "adam_step: amsgrad needs max_exp_avg_sq");
+  EMBER_CHECK(n >= 0, "adam_step: n = ", n);
+  if (n == 0) return;
+  EMBER_DISPATCH_FLOAT(dtype, "adam_step", [&] {
+    using T = scalar_t;
+    const auto* c = static_cast<const AdamCoeffs<T>*>(coeffs);
+    const unsigned grid = detail::grid_stride_blocks(n, kThreads);
+    T* p = static_cast<T*>(param);
+    const T* g = static_cast<const T*>(grad);
+    T *m = static_cast<T*>(exp_avg), *v = static_cast<T*>(exp_avg_sq), *vmax = static_cast<T*>(max_exp_avg_sq);
+    adam_decay(h.decay, [&](auto d) {
+      constexpr WeightDecayMode Decay = decltype(d)::value;
+      if (h.amsgrad) {
+        EMBER_LAUNCH_FLAT((adam_device_coeffs_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(), n, p,
+                          g, m, v, vmax, c);
+      } else {
+        EMBER_LAUNCH_FLAT((adam_device_coeffs_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(), n,
+                          p, g, m, v, static_cast<T*>(nullptr), c);
+      }
+    });
+    cuda::check_launch("adam_step");
+  });
+}
+
+size_t sgd_coeffs_bytes(DType dtype) {
+  size_t bytes = 0;
+  EMBER_DISPATCH_FLOAT(dtype, "sgd_coeffs_bytes", [&] { bytes = sizeof(SgdCoeffs<scalar_t>); });
+  return bytes;
+}
+
+void upload_sgd_coeffs(DType dtype, const SgdHyper& h, void* coeffs) {
+  EMBER_DISPATCH_FLOAT(dtype, "upload_sgd_coeffs", [&] {
+    const SgdCoeffs<scalar_t> c = make_sgd_coeffs<scalar_t>(h);
+    detail::upload_async(coeffs, &c, sizeof c);
+  });
+}
+
+void sgd_step_device_coeffs(DType dtype, int64_t n, void* param, const void* grad, void* momentum_buffer,
+                            const SgdHyper& h, const void* coeffs) {
+  EMBER_CHECK(h.momentum == 0 || momentum_buffer != nullptr, "sgd_step: momentum needs a momentum buffer");
+  EMBER_CHECK(n >= 0, "sgd_step: n = ", n);
+  if (n == 0) return;
+  EMBER_DISPATCH_FLOAT(dtype, "sgd_step", [&] {
+    using T = scalar_t;
+    T* p = static_cast<T*>(param);
+    const T* g = static_cast<const T*>(grad);
+    T* buf = static_cast<T*>(momentum_buffer);
+    const auto* c = static_cast<const SgdCoeffs<T>*>(coeffs);
+    const unsigned grid = detail::grid_stride_blocks(n, kThreads);
+    sgd_flags(h, /*first=*/false, [&]<bool L2, bool Momentum, bool Nesterov, bool First>() {
+      EMBER_LAUNCH_FLAT((sgd_device_coeffs_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads,
+                        cuda::current_stream(), n, p, g, Momentum ? buf : static_cast<T*>(nullptr), c);
+    });
+    cuda::check_launch("sgd_step");
   });
 }
 

@@ -23,6 +23,25 @@ void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int
 void update_scale(float* scale, int32_t* growth_tracker, const float* found_inf, double growth_factor,
                   double backoff_factor, int64_t growth_interval);
 
+// ---- steps whose per-step scalars live in device memory (CUDA graphs) ----------------------------
+// A captured launch keeps its arguments (Note [CUDA graphs in ember] in graph.h), so a graph that
+// replays an optimizer step reads the step's scalars from device memory instead: `coeffs` holds
+// make_adam_coeffs<T>(h) / make_sgd_coeffs<T>(h) for T = dtype, written there by
+// upload_*_coeffs on current_stream() before the step runs. The update is the same functor with
+// the same values, so the result is bit-identical to adam_step / sgd_step. Of `h`, only the
+// fields that pick the kernel are read (Adam: decay, amsgrad; SGD: weight_decay != 0, momentum
+// != 0, nesterov). coeffs: adam_coeffs_bytes(dtype) / sgd_coeffs_bytes(dtype) bytes of device
+// memory of the current device.
+size_t adam_coeffs_bytes(DType dtype);
+void upload_adam_coeffs(DType dtype, const AdamHyper& h, void* coeffs);
+void adam_step_device_coeffs(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+                             void* max_exp_avg_sq, const AdamHyper& h, const void* coeffs);
+size_t sgd_coeffs_bytes(DType dtype);
+void upload_sgd_coeffs(DType dtype, const SgdHyper& h, void* coeffs);
+// Never the first step with momentum (that one initializes the buffer: run it eagerly).
+void sgd_step_device_coeffs(DType dtype, int64_t n, void* param, const void* grad, void* momentum_buffer,
+                            const SgdHyper& h, const void* coeffs);
+
 // ---- multi-tensor variants -------------------------------------------------------------------
 // One launch updates every tensor of the list with the same hyperparameters: the list is copied to
 // the device as an array of these records plus a table of (tensor, chunk) jobs, one block per

@@ -17,8 +17,12 @@ namespace ember::cuda {
 
 [[noreturn]] void throw_cuda_error(int code, const char* expr, const char* file, int line) {
   const auto err = static_cast<cudaError_t>(code);
+  const bool capture = err >= cudaErrorStreamCaptureUnsupported && err <= cudaErrorStreamCaptureWrongThread;
   EMBER_THROW("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") from ", expr, " at ", file,
-              ":", line);
+              ":", line,
+              capture ? ": a call that cannot be recorded in a CUDA graph ran while one was being captured "
+                        "(Note [CUDA graphs in ember] in kernels/cuda/graph.h)"
+                      : "");
 }
 
 int device_count() {
@@ -94,8 +98,16 @@ void check_launch(const char* op) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     EMBER_THROW(op, ": CUDA kernel launch failed on cuda:", current_device(), ": ", cudaGetErrorName(err), " (",
-                cudaGetErrorString(err), ")");
+                cudaGetErrorString(err), ")",
+                err == cudaErrorStreamCaptureInvalidated
+                    ? ": an earlier call invalidated the CUDA graph being captured (Note [CUDA graphs in ember] in "
+                      "kernels/cuda/graph.h)"
+                    : "");
   if (!sync_every_op()) return;
+  // A capturing stream only records: there is nothing to wait for (the replay synchronizes).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(current_stream(), &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone)
+    return;
   err = cudaStreamSynchronize(current_stream());
   if (err != cudaSuccess)
     EMBER_THROW(op, ": CUDA error while running on cuda:", current_device(), " (caught by EMBER_SYNC_EVERY_OP=1): ",

@@ -80,6 +80,6 @@ void make_order(unsigned* order, unsigned n, Order how, Rng& rng) {
     for (unsigned i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
 }
 
-bool defer_enabled() { return config().defer; }
+bool defer_enabled() { return config().defer || capture_active(); }
 
 }  // namespace ember::simt::detail

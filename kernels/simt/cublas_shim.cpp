@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <unordered_set>
 
@@ -109,6 +110,12 @@ cublasStatus_t sync(cublasHandle_t h) {
   return cudaStreamSynchronize(h->stream) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
+// The computation in stream order on the handle's stream (now, or a node of a capture).
+cublasStatus_t in_stream_order(cublasHandle_t h, std::function<void()> work) {
+  return ember::simt::run_in_stream_order(h->stream, std::move(work)) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                                     : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
 template <typename T>
 cublasStatus_t gemm_one(const char* fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                         int k, const T* alpha, const T* a, int lda, const T* b, int ldb, const T* beta, T* c,
@@ -118,9 +125,9 @@ cublasStatus_t gemm_one(const char* fn, cublasHandle_t h, cublasOperation_t ta, 
   st = check_operands(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, sizeof(T));
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  if ((st = sync(h)) != CUBLAS_STATUS_SUCCESS) return st;
-  compute(ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc);
-  return CUBLAS_STATUS_SUCCESS;
+  // alpha and beta are host values (CUBLAS_POINTER_MODE_HOST): read at the call, as cuBLAS does.
+  const T al = *alpha, be = *beta;
+  return in_stream_order(h, [=] { compute(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); });
 }
 
 template <typename T>
@@ -136,12 +143,22 @@ cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t 
   if (!is_device_range(a, list_bytes)) return illegal(fn, 8);
   if (!is_device_range(b, list_bytes)) return illegal(fn, 10);
   if (!is_device_range(c, list_bytes)) return illegal(fn, 13);
+  const T al = *alpha, be = *beta;
+  auto run = [=] {
+    for (int i = 0; i < batch; ++i) compute(ta, tb, m, n, k, al, a[i], lda, b[i], ldb, be, c[i], ldc);
+  };
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(h->stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusActive) {
+    // Captured: the arrays are read when the node runs (as the GPU reads them), so their
+    // operands cannot be checked now.
+    return in_stream_order(h, run);
+  }
   if ((st = sync(h)) != CUBLAS_STATUS_SUCCESS) return st;  // the arrays may have been written by a copy on the stream
   for (int i = 0; i < batch; ++i) {
     st = check_operands(fn, ta, tb, m, n, k, a[i], lda, b[i], ldb, c[i], ldc, sizeof(T));
     if (st != CUBLAS_STATUS_SUCCESS) return st;
   }
-  for (int i = 0; i < batch; ++i) compute(ta, tb, m, n, k, *alpha, a[i], lda, b[i], ldb, *beta, c[i], ldc);
+  run();
   return CUBLAS_STATUS_SUCCESS;
 }
 

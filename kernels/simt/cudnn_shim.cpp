@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <unordered_set>
 #include <vector>
@@ -211,6 +212,13 @@ cudnnStatus_t sync(cudnnHandle_t h) {
   return cudaStreamSynchronize(h->stream) == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
 }
 
+// The computation in stream order on the handle's stream: now, or a node of a capture (Find,
+// which measures on the host, stays outside: it synchronizes, and a capture refuses that).
+cudnnStatus_t in_stream_order(cudnnHandle_t h, std::function<void()> work) {
+  return ember::simt::run_in_stream_order(h->stream, std::move(work)) == cudaSuccess ? CUDNN_STATUS_SUCCESS
+                                                                                     : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
 // out[i] = alpha * r[i] + beta * out[i] over n elements, out not read when beta == 0 (cuDNN's
 // rule); alpha = 1, beta = 0 copies r bit for bit.
 template <typename T>
@@ -226,14 +234,23 @@ void blend(T* out, const T* r, size_t n, T alpha, T beta) {
   }
 }
 
+// alpha and beta, read from the host when the call is made (they are float for float data and
+// double for double, as cuDNN takes them; a float is exact as a double).
+struct Scaling {
+  double alpha, beta;
+};
+Scaling read_scaling(DType dt, const void* alpha, const void* beta) {
+  if (dt == DType::f64) return {*static_cast<const double*>(alpha), *static_cast<const double*>(beta)};
+  return {*static_cast<const float*>(alpha), *static_cast<const float*>(beta)};
+}
+
 // Runs `compute(dst)` so that `out` (n elements of dt) ends up alpha * result + beta * out: into
 // out directly for the plain alpha = 1, beta = 0, through a scratch buffer otherwise.
-// `scaling` is float for float data and double for double, as cuDNN takes them.
 template <typename Compute>
-void with_scaling(DType dt, const void* alpha, const void* beta, void* out, size_t n, Compute compute) {
+void with_scaling(DType dt, Scaling scaling, void* out, size_t n, Compute compute) {
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    const T a = *static_cast<const T*>(alpha), b = *static_cast<const T*>(beta);
+    const T a = static_cast<T>(scaling.alpha), b = static_cast<T>(scaling.beta);
     if (a == T(1) && b == T(0)) {
       compute(out);
       return;
@@ -530,16 +547,19 @@ cudnnStatus_t convolve(const char* fn, Pass pass, cudnnHandle_t h, const void* a
     if (const cudnnStatus_t st = check_device(fn, 16, {{"workSpace", ws, ws_bytes}}); st != CUDNN_STATUS_SUCCESS)
       return st;
   }
-  if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([&](Calls& c) {
     const int i = static_cast<int>(pass);
     ++c.convolution[i];
     c.last_algorithm[i] = algo;
     c.last_workspace_bytes[i] = ws_bytes;
   });
-  with_scaling(dt, alpha, beta, p.out, out_bytes(pass, g, dt) / elem_size(dt),
-               [&](void* dst) { compute_pass(pass, dt, g, p.a, p.b, dst); });
-  return CUDNN_STATUS_SUCCESS;
+  const Scaling sc = read_scaling(dt, alpha, beta);
+  const void *a = p.a, *b = p.b;
+  void* out = p.out;
+  return in_stream_order(h, [=] {
+    with_scaling(dt, sc, out, out_bytes(pass, g, dt) / elem_size(dt),
+                 [&](void* dst) { compute_pass(pass, dt, g, a, b, dst); });
+  });
 }
 
 // ---- pooling ------------------------------------------------------------------------------------
@@ -833,13 +853,14 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardBias(cudnnHandle_t h, const vo
                        {{"dy", dy, static_cast<size_t>(numel(dyd)) * e}, {"db", db, static_cast<size_t>(dbd->c) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([](Calls& c) { ++c.backward_bias; });
   Conv2dGeometry g;
   g.n = dyd->n, g.c_out = dyd->c, g.out_h = dyd->h, g.out_w = dyd->w;
-  with_scaling(dt, alpha, beta, db, static_cast<size_t>(dbd->c),
-               [&](void* dst) { ember::kernels::cpu::conv2d_backward_bias(dt, g, dy, dst); });
-  return CUDNN_STATUS_SUCCESS;
+  const Scaling sc = read_scaling(dt, alpha, beta);
+  const size_t channels = static_cast<size_t>(dbd->c);
+  return in_stream_order(h, [=] {
+    with_scaling(dt, sc, db, channels, [&](void* dst) { ember::kernels::cpu::conv2d_backward_bias(dt, g, dy, dst); });
+  });
 }
 
 // C = alpha * A + beta * C, A broadcast over every dim where it has size 1.
@@ -859,30 +880,32 @@ cudnnStatus_t CUDNNWINAPI cudnnAddTensor(cudnnHandle_t h, const void* alpha, con
                        {{"A", a, static_cast<size_t>(numel(ad)) * e}, {"C", c, static_cast<size_t>(numel(cd)) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([](Calls& calls) { ++calls.add_tensor; });
-  auto run = [&](auto zero) {
+  const Scaling sc = read_scaling(dt, alpha, beta);
+  const cudnnTensorStruct A = *ad, C = *cd;  // the descriptors as they are at the call
+  auto run = [=](auto zero) {
     using T = decltype(zero);
-    const T al = *static_cast<const T*>(alpha), be = *static_cast<const T*>(beta);
+    const T al = static_cast<T>(sc.alpha), be = static_cast<T>(sc.beta);
     const T* src = static_cast<const T*>(a);
     T* dst = static_cast<T*>(c);
     size_t i = 0;
-    for (int n = 0; n < cd->n; ++n)
-      for (int ch = 0; ch < cd->c; ++ch)
-        for (int y = 0; y < cd->h; ++y)
-          for (int x = 0; x < cd->w; ++x, ++i) {
-            const size_t j = ((static_cast<size_t>(ad->n == 1 ? 0 : n) * ad->c + (ad->c == 1 ? 0 : ch)) * ad->h +
-                              (ad->h == 1 ? 0 : y)) *
-                                 ad->w +
-                             (ad->w == 1 ? 0 : x);
+    for (int n = 0; n < C.n; ++n)
+      for (int ch = 0; ch < C.c; ++ch)
+        for (int y = 0; y < C.h; ++y)
+          for (int x = 0; x < C.w; ++x, ++i) {
+            const size_t j = ((static_cast<size_t>(A.n == 1 ? 0 : n) * A.c + (A.c == 1 ? 0 : ch)) * A.h +
+                              (A.h == 1 ? 0 : y)) *
+                                 A.w +
+                             (A.w == 1 ? 0 : x);
             dst[i] = be == T(0) ? al * src[j] : al * src[j] + be * dst[i];
           }
   };
-  if (dt == DType::f64)
-    run(0.0);
-  else
-    run(0.0f);
-  return CUDNN_STATUS_SUCCESS;
+  return in_stream_order(h, [=] {
+    if (dt == DType::f64)
+      run(0.0);
+    else
+      run(0.0f);
+  });
 }
 
 // ---- pooling --------------------------------------------------------------------------------------
@@ -918,18 +941,20 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolin
                        {{"x", x, static_cast<size_t>(numel(xd)) * e}, {"y", y, static_cast<size_t>(numel(yd)) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([](Calls& c) { ++c.pooling_forward; });
   const size_t out_n = static_cast<size_t>(numel(yd));
-  with_scaling(dt, alpha, beta, y, out_n, [&](void* dst) {
-    if (is_max(pd)) {
-      std::vector<int64_t> indices(out_n);
-      ember::kernels::cpu::max_pool2d_forward(dt, g, x, dst, indices.data());
-    } else {
-      ember::kernels::cpu::avg_pool2d_forward(dt, g, pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, x, dst);
-    }
+  const Scaling sc = read_scaling(dt, alpha, beta);
+  const bool max = is_max(pd), include_padding = pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  return in_stream_order(h, [=] {
+    with_scaling(dt, sc, y, out_n, [&](void* dst) {
+      if (max) {
+        std::vector<int64_t> indices(out_n);
+        ember::kernels::cpu::max_pool2d_forward(dt, g, x, dst, indices.data());
+      } else {
+        ember::kernels::cpu::avg_pool2d_forward(dt, g, include_padding, x, dst);
+      }
+    });
   });
-  return CUDNN_STATUS_SUCCESS;
 }
 
 // dx = alpha * (the gradient of pooling x into y, given dy) + beta * dx. Max pooling sends each
@@ -953,19 +978,21 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
                        {{"y", y, out_n * e}, {"dy", dy, out_n * e}, {"x", x, in_n * e}, {"dx", dx, in_n * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([](Calls& c) { ++c.pooling_backward; });
-  with_scaling(dt, alpha, beta, dx, in_n, [&](void* dst) {
-    if (is_max(pd)) {
-      std::vector<int64_t> indices(out_n);
-      std::vector<double> out(out_n);  // room for out_n elements of either type
-      ember::kernels::cpu::max_pool2d_forward(dt, g, x, out.data(), indices.data());
-      ember::kernels::cpu::max_pool2d_backward(dt, g, dy, indices.data(), dst);
-    } else {
-      ember::kernels::cpu::avg_pool2d_backward(dt, g, pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, dy, dst);
-    }
+  const Scaling sc = read_scaling(dt, alpha, beta);
+  const bool max = is_max(pd), include_padding = pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  return in_stream_order(h, [=] {
+    with_scaling(dt, sc, dx, in_n, [&](void* dst) {
+      if (max) {
+        std::vector<int64_t> indices(out_n);
+        std::vector<double> out(out_n);  // room for out_n elements of either type
+        ember::kernels::cpu::max_pool2d_forward(dt, g, x, out.data(), indices.data());
+        ember::kernels::cpu::max_pool2d_backward(dt, g, dy, indices.data(), dst);
+      } else {
+        ember::kernels::cpu::avg_pool2d_backward(dt, g, include_padding, dy, dst);
+      }
+    });
   });
-  return CUDNN_STATUS_SUCCESS;
 }
 
 // ---- activations ----------------------------------------------------------------------------------
@@ -999,11 +1026,12 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationForward(cudnnHandle_t h, cudnnActivatio
           check_device("cudnnActivationForward", elem_size(dt), {{"x", x, bytes}, {"y", y, bytes}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([](Calls& c) { ++c.activation_forward; });
-  with_scaling(dt, alpha, beta, y, static_cast<size_t>(n),
-               [&](void* dst) { ember::kernels::cpu::unary(op, dt, flat(n), contiguous(dst), contiguous(x), 0.0); });
-  return CUDNN_STATUS_SUCCESS;
+  const Scaling sc = read_scaling(dt, alpha, beta);
+  return in_stream_order(h, [=] {
+    with_scaling(dt, sc, y, static_cast<size_t>(n),
+                 [&](void* dst) { ember::kernels::cpu::unary(op, dt, flat(n), contiguous(dst), contiguous(x), 0.0); });
+  });
 }
 
 // dx = alpha * act'(x) dy + beta * dx, the derivative taken from y as ember's kernels take it
@@ -1029,13 +1057,14 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationBackward(cudnnHandle_t h, cudnnActivati
                                             {{"y", y, bytes}, {"dy", dy, bytes}, {"x", x, bytes}, {"dx", dx, bytes}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  if (const cudnnStatus_t st = sync(h); st != CUDNN_STATUS_SUCCESS) return st;
   count([](Calls& c) { ++c.activation_backward; });
-  with_scaling(dt, alpha, beta, dx, static_cast<size_t>(n), [&](void* dst) {
-    ember::kernels::cpu::unary_backward(op, dt, flat(n), contiguous(dst), contiguous(dy), contiguous(x), contiguous(y),
-                                        0.0);
+  const Scaling sc = read_scaling(dt, alpha, beta);
+  return in_stream_order(h, [=] {
+    with_scaling(dt, sc, dx, static_cast<size_t>(n), [&](void* dst) {
+      ember::kernels::cpu::unary_backward(op, dt, flat(n), contiguous(dst), contiguous(dy), contiguous(x),
+                                          contiguous(y), 0.0);
+    });
   });
-  return CUDNN_STATUS_SUCCESS;
 }
 
 }  // extern "C"

@@ -211,7 +211,7 @@ void submit_launch(const LaunchRequest& r, std::shared_ptr<void> keep_alive) {
     run_grid(r);
     return;
   }
-  enqueue(s, [r, keep_alive] { run_grid(r); });
+  if (const cudaError_t e = enqueue(s, cudaGraphNodeTypeKernel, [r, keep_alive] { run_grid(r); })) fail(e);
 }
 
 void check_pointer_argument(const void* p, int index, const LaunchSite& site) {

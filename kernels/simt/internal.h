@@ -9,6 +9,7 @@
 //   grid.cpp         launch validation, fiber grids, flat grids on a thread pool
 //   memory.cpp       devices, device/pinned memory registries, copies, memsets, errors
 //   streams.cpp      streams, events, deferred execution (EMBER_SIMT_DEFER=1)
+//   graphs.cpp       stream capture, graphs, graph launches
 //   counters.cpp     hardware counters for the kernel labs (counters.h); access_hooks.cpp: the
 //                    instrumentation entry points that feed them loads and stores
 //   nccl_shim.cpp    NCCL for ranks that are threads of this process (nccl_reduce.cpp: its
@@ -18,7 +19,9 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "simt.h"
@@ -29,8 +32,21 @@
 #define EMBER_SIMT_WITH_TSAN 0
 #endif
 
+namespace ember::simt::detail {
+struct Capture;  // graphs.cpp
+}
+
 // The emulator's own stream and event objects; cudaStream_t / cudaEvent_t point to them.
-struct CUstream_st;
+struct CUstream_st {
+  int device = 0;
+  unsigned flags = cudaStreamDefault;
+  int priority = 0;
+  bool legacy = false;      // the device's legacy default stream (handle 0 / cudaStreamLegacy)
+  bool per_thread = false;  // a host thread's cudaStreamPerThread
+  std::deque<std::function<void()>> queue;  // EMBER_SIMT_DEFER=1 only
+  // The capture this stream is recording into (Note [Stream capture in the emulator]), or null.
+  std::shared_ptr<ember::simt::detail::Capture> capture;
+};
 struct CUevent_st;
 
 namespace ember::simt::detail {
@@ -101,10 +117,29 @@ bool find_allocation_ending_before(const void* p, size_t slack, Allocation* out)
 // or null (and *err set) for a handle that is not a live stream.
 CUstream_st* resolve_stream(cudaStream_t s, cudaError_t* err);
 int stream_device(const CUstream_st* s);
-// Runs `work` now, or queues it on `s` when EMBER_SIMT_DEFER=1.
-void enqueue(CUstream_st* s, std::function<void()> work);
+// Runs `work` now, or queues it on `s` when EMBER_SIMT_DEFER=1, or, when `s` is capturing,
+// records it as a node of type `type` of the capture's graph. Returns cudaSuccess or the capture
+// error CUDA returns for the call (then `work` neither ran nor was recorded).
+cudaError_t enqueue(CUstream_st* s, cudaGraphNodeType type, std::function<void()> work);
 // Runs every queued operation of `device` (all devices when device < 0).
 void drain_device(int device);
+
+// ---- stream capture (graphs.cpp; Note [Stream capture in the emulator]) ------------------------
+// Whether some stream is capturing: kernel launches then keep their arguments alive (a node runs
+// at every replay, long after the launch returned).
+bool capture_active();
+// Appends `work` to the graph that `s` (a capturing stream) records into.
+cudaError_t capture_node(CUstream_st* s, cudaGraphNodeType type, std::function<void()> work);
+// Ends s's capture as failed (cudaStreamEndCapture then returns cudaErrorStreamCaptureInvalidated).
+void invalidate_capture(CUstream_st* s);
+// For a call CUDA calls "potentially unsafe" during capture (cudaMalloc, cudaFree, synchronous
+// copies and memsets, device synchronization): cudaErrorStreamCaptureUnsupported when the calling
+// thread's capture mode forbids it (its captures are invalidated), else cudaSuccess.
+cudaError_t check_unsafe_call();
+// Work on the legacy default stream of `device` waits for every blocking stream: while one of them
+// is capturing that is an implicit dependency capture cannot express. Invalidates those captures
+// and returns cudaErrorStreamCaptureImplicit; cudaSuccess when none is capturing.
+cudaError_t check_legacy_use(int device);
 
 // ---- grid execution (grid.cpp, block.cpp) -------------------------------------------------------
 // Runs a validated launch: every block, in EMBER_SIMT_BLOCK_ORDER.

@@ -59,9 +59,10 @@ struct LaunchRequest {
   void (*run_block)(void* call, const unsigned* order);  // flat: every thread of the block
 };
 
+// Whether launches may outlive their call: EMBER_SIMT_DEFER=1, or a stream capture is active.
 bool defer_enabled();
-// Validates and runs (or queues) the grid; errors go to cudaGetLastError like CUDA's.
-// `keep_alive` owns `call` when the launch is queued.
+// Validates and runs (or queues, or records in a capture) the grid; errors go to cudaGetLastError
+// like CUDA's. `keep_alive` owns `call` when the launch is queued or recorded.
 void submit_launch(const LaunchRequest& request, std::shared_ptr<void> keep_alive);
 // Aborts with a diagnostic when `p` is neither device memory (one past the end allowed) nor
 // pinned host memory.

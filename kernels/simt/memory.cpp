@@ -175,6 +175,13 @@ cudaError_t cudaPeekAtLastError(void) { return tls_last_error; }
   X(cudaErrorIllegalAddress, "an illegal memory access was encountered")           \
   X(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled")           \
   X(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped") \
+  X(cudaErrorIllegalState, "the operation cannot be performed in the present state")               \
+  X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing")         \
+  X(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture")  \
+  X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began")       \
+  X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another stream")    \
+  X(cudaErrorStreamCaptureImplicit, "operation would make the legacy stream depend on a capturing blocking stream") \
+  X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread") \
   X(cudaErrorUnknown, "unknown error")
 
 const char* cudaGetErrorString(cudaError_t e) {
@@ -301,6 +308,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   if (bytes == 0) return cudaSuccess;
   const int d = current_device();
   Registry& r = registry();
@@ -327,6 +335,7 @@ cudaError_t cudaFree(void* ptr) {
   Allocation a;
   if (!find_allocation(ptr, false, &a) || a.base != reinterpret_cast<uintptr_t>(ptr) || a.kind != MemoryKind::Device)
     return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   drain_device(a.device);  // cudaFree synchronizes the device
   Registry& r = registry();
   {
@@ -353,6 +362,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
   if (ptr == nullptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   if (bytes == 0) return cudaSuccess;
   void* p = allocate(bytes);
   if (p == nullptr) return fail(cudaErrorMemoryAllocation);
@@ -370,6 +380,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   Allocation a;
   if (!find_allocation(ptr, false, &a) || a.base != reinterpret_cast<uintptr_t>(ptr) || a.kind != MemoryKind::Pinned)
     return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   drain_device(-1);  // pinned memory may be in flight in any queued copy
   {
     std::unique_lock<std::shared_mutex> lock(registry().mu);
@@ -411,6 +422,8 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* pt
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   if (const cudaError_t e = check_copy(dst, src, n, kind)) return fail(e);
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
+  if (const cudaError_t e = check_legacy_use(device_of(dst, src))) return fail(e);
   drain_device(device_of(dst, src));  // synchronous: waits for the device's queued work first
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
@@ -428,12 +441,19 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   Allocation a;
   const bool src_pageable = !find_allocation(src, false, &a);
   const bool dst_pageable = !find_allocation(dst, false, &a);
+  if (s->capture && (src_pageable || dst_pageable)) {
+    // A copy node reads and writes its host side at every replay: only pinned memory is
+    // addressable then, and a copy to pageable memory would make the host wait.
+    invalidate_capture(s);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   if (config().defer && src_pageable) {
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
-    enqueue(s, [=] { std::memcpy(dst, staged->data(), n); });
+    e = enqueue(s, cudaGraphNodeTypeMemcpy, [=] { std::memcpy(dst, staged->data(), n); });
   } else {
-    enqueue(s, [=] { std::memmove(dst, src, n); });
+    e = enqueue(s, cudaGraphNodeTypeMemcpy, [=] { std::memmove(dst, src, n); });
   }
+  if (e) return fail(e);
   if (dst_pageable) cudaStreamSynchronize(stream);
   return cudaSuccess;
 }
@@ -447,15 +467,21 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   cudaError_t e = cudaSuccess;
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
-  enqueue(s, [=] {
+  Allocation a;
+  if (s->capture && (!find_allocation(src, false, &a) || !find_allocation(dst, false, &a))) {
+    invalidate_capture(s);  // as in cudaMemcpyAsync: pageable memory cannot be a node's operand
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  e = enqueue(s, cudaGraphNodeTypeMemcpy, [=] {
     for (size_t row = 0; row < height; ++row)
       std::memmove(static_cast<char*>(dst) + row * dpitch, static_cast<const char*>(src) + row * spitch, width);
   });
-  return cudaSuccess;
+  return e ? fail(e) : cudaSuccess;
 }
 
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                          cudaMemcpyKind kind) {
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   drain_device(device_of(dst, src));
   const cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, nullptr);
   drain_device(device_of(dst, src));
@@ -472,6 +498,8 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int, const void* src, int, size_t n, 
 
 cudaError_t cudaMemset(void* p, int value, size_t n) {
   if (const cudaError_t e = check_memset(p, n)) return fail(e);
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
+  if (const cudaError_t e = check_legacy_use(device_of(p, nullptr))) return fail(e);
   drain_device(device_of(p, nullptr));
   if (n) std::memset(p, value, n);
   return cudaSuccess;
@@ -482,8 +510,9 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
   if (e) return fail(e);
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
-  if (n) enqueue(s, [=] { std::memset(p, value, n); });
-  return cudaSuccess;
+  if (n == 0) return cudaSuccess;
+  e = enqueue(s, cudaGraphNodeTypeMemset, [=] { std::memset(p, value, n); });
+  return e ? fail(e) : cudaSuccess;
 }
 
 // ---- peer access (everything is one address space: recorded, always possible) ------------------
@@ -502,6 +531,8 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int) {
 // ---- whole-device operations --------------------------------------------------------------------
 
 cudaError_t cudaDeviceSynchronize(void) {
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
+  if (const cudaError_t e = check_legacy_use(current_device())) return fail(e);
   drain_device(current_device());
   return cudaSuccess;
 }

@@ -1,10 +1,12 @@
 #pragma once
-// What the library shims (cublas_shim.cpp, cudnn_shim.cpp) check of a pointer argument, asked
-// through the public CUDA API as a real library would.
+// What the library shims (cublas_shim.cpp, cudnn_shim.cpp) use of the emulator: the check of a
+// pointer argument, asked through the public CUDA API as a real library would, and the one place
+// where a shim's host computation enters stream order.
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 
 namespace ember::simt {
 
@@ -22,5 +24,12 @@ inline bool is_device_range(const void* p, size_t bytes) {
   };
   return device(p) && (bytes == 0 || device(static_cast<const char*>(p) + bytes - 1));
 }
+
+// Runs a shim's computation in stream order on `stream`: after the work queued there, now; or,
+// when the stream is capturing, recorded as a kernel node of the graph (graphs.cpp), as the
+// library's kernels would be on a GPU. `work` must own every host value it reads (scaling factors,
+// descriptor contents): it runs again at each replay. Returns the error of the synchronization or
+// of the capture (cudaErrorStreamCaptureInvalidated).
+cudaError_t run_in_stream_order(cudaStream_t stream, std::function<void()> work);
 
 }  // namespace ember::simt

@@ -16,22 +16,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <vector>
 
 #include "internal.h"
-
-struct CUstream_st {
-  int device = 0;
-  unsigned flags = cudaStreamDefault;
-  int priority = 0;
-  bool legacy = false;      // the device's legacy default stream (handle 0 / cudaStreamLegacy)
-  bool per_thread = false;  // a host thread's cudaStreamPerThread
-  std::deque<std::function<void()>> queue;  // EMBER_SIMT_DEFER=1 only
-};
 
 namespace ember::simt::detail {
 
@@ -153,10 +143,14 @@ CUstream_st* resolve_stream(cudaStream_t s, cudaError_t* err) {
 
 int stream_device(const CUstream_st* s) { return s->device; }
 
-void enqueue(CUstream_st* s, std::function<void()> work) {
+cudaError_t enqueue(CUstream_st* s, cudaGraphNodeType type, std::function<void()> work) {
+  if (s->capture) return capture_node(s, type, std::move(work));
+  if (s->legacy) {
+    if (const cudaError_t e = check_legacy_use(s->device)) return e;
+  }
   if (!config().defer) {
     work();
-    return;
+    return cudaSuccess;
   }
   std::lock_guard<std::recursive_mutex> lock(defer_mutex);
   if (s->legacy) {
@@ -166,6 +160,7 @@ void enqueue(CUstream_st* s, std::function<void()> work) {
     drain_stream(streams().legacy[static_cast<size_t>(s->device)].get());
   }
   s->queue.push_back(std::move(work));
+  return cudaSuccess;
 }
 
 void drain_device(int device) {
@@ -216,6 +211,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   cudaError_t e = cudaSuccess;
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
+  if (s->capture) invalidate_capture(s);  // the capture can no longer be ended
   if (config().defer) {
     std::lock_guard<std::recursive_mutex> lock(defer_mutex);
     drain_stream(s);  // CUDA finishes the stream's work after the destroy call returns
@@ -232,6 +228,13 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   cudaError_t e = cudaSuccess;
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
+  if (s->capture) {  // the host cannot wait for work that is only being recorded
+    invalidate_capture(s);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  if (s->legacy) {
+    if (const cudaError_t err = check_legacy_use(s->device)) return fail(err);
+  }
   if (config().defer) {
     std::lock_guard<std::recursive_mutex> lock(defer_mutex);
     drain_stream(s);
@@ -243,6 +246,10 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   cudaError_t e = cudaSuccess;
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
+  if (s->capture) {
+    invalidate_capture(s);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   std::lock_guard<std::recursive_mutex> lock(defer_mutex);
   return s->queue.empty() ? cudaSuccess : cudaErrorNotReady;
 }
@@ -274,7 +281,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
   if (fn == nullptr) return fail(cudaErrorInvalidValue);
-  enqueue(s, [fn, user_data] { fn(user_data); });
+  if (const cudaError_t err = enqueue(s, cudaGraphNodeTypeHost, [fn, user_data] { fn(user_data); })) return fail(err);
   return cudaSuccess;
 }
 
@@ -285,8 +292,15 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   std::shared_ptr<EventState> st = event->state;
   if (!st->recorded || st->completed) return cudaSuccess;  // nothing to wait for
+  // A capture cannot depend on work outside it (cudaEventWaitExternal is not emulated).
+  if (s->capture) {
+    invalidate_capture(s);
+    return fail(cudaErrorStreamCaptureIsolation);
+  }
   // Deferred: when `s` reaches this point, run the event's stream up to the event.
-  enqueue(s, [st] { drain_stream(st->stream, [&] { return st->completed.load(); }); });
+  if (const cudaError_t err =
+          enqueue(s, cudaGraphNodeTypeWaitEvent, [st] { drain_stream(st->stream, [&] { return st->completed.load(); }); }))
+    return fail(err);
   return cudaSuccess;
 }
 
@@ -322,18 +336,25 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
   if (!live_event(event) || event->device != s->device) return fail(cudaErrorInvalidResourceHandle);
+  if (s->capture) {
+    // CUDA turns a record in a capture into a fork/join point between captured streams; the
+    // emulator captures one stream at a time and says so.
+    warn("cudaEventRecord on a capturing stream: cross-stream capture is not emulated");
+    invalidate_capture(s);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   std::shared_ptr<EventState> st = event->state;
   std::lock_guard<std::recursive_mutex> lock(defer_mutex);
   const uint64_t generation = ++st->generation;
   st->recorded = true;
   st->completed = false;
   st->stream = s;
-  enqueue(s, [st, generation] {
+  const cudaError_t err = enqueue(s, cudaGraphNodeTypeEventRecord, [st, generation] {
     if (st->generation != generation) return;  // recorded again since: that record counts
     st->ms = now_ms();
     st->completed = true;
   });
-  return cudaSuccess;
+  return err ? fail(err) : cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {

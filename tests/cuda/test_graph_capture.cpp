@@ -1,0 +1,233 @@
+// Stream capture and CUDA graphs through the CUDA runtime API: what is recorded instead of run,
+// what a replay does, and the errors CUDA returns for calls a capture cannot contain. Runs
+// unchanged on a real GPU and on the SIMT emulator (Note [Stream capture in the emulator]).
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <thread>
+#include <vector>
+
+#include <ember/kernels/cuda/runtime.h>
+#include <ember/kernels/cuda/selftest.h>
+
+#include "device_buffer.h"
+
+using ember::testing::DeviceBuffer;
+
+namespace {
+
+// A created stream (blocking or not) that is destroyed at the end of the test.
+struct TestStream {
+  cudaStream_t s = nullptr;
+  explicit TestStream(unsigned flags = cudaStreamNonBlocking) { EMBER_TEST_CUDA(cudaStreamCreateWithFlags(&s, flags)); }
+  ~TestStream() { (void)cudaStreamDestroy(s); }
+};
+
+// Ends a capture that a test expects to have been invalidated, and checks that it was.
+void end_invalidated(cudaStream_t s) {
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+  CHECK(g == nullptr);
+  (void)cudaGetLastError();
+}
+
+}  // namespace
+
+TEST_CASE("cuda graphs: captured work is recorded, not run, and every launch replays it", "[cuda][graphs]") {
+  const int64_t n = 1000;
+  std::vector<float> x_host(n), y0(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x_host[i] = 0.25f * static_cast<float>(i);
+    y0[i] = static_cast<float>(i % 7);
+  }
+  DeviceBuffer<float> x(x_host), y(y0), copy(n);
+  TestStream stream;
+
+  EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  EMBER_TEST_CUDA(cudaStreamIsCapturing(stream.s, &status));
+  CHECK(status == cudaStreamCaptureStatusActive);
+  {
+    ember::cuda::StreamGuard guard(stream.s);
+    ember::cuda::selftest_axpy(n, 2.0f, x.data(), y.data());  // y = 2 x + y
+    ember::cuda::check_launch("selftest_axpy");
+  }
+  EMBER_TEST_CUDA(cudaMemcpyAsync(copy.data(), y.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream.s));
+  EMBER_TEST_CUDA(cudaMemsetAsync(x.data(), 0, sizeof(float), stream.s));  // x[0] = 0
+  cudaGraph_t graph = nullptr;
+  EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &graph));
+  REQUIRE(graph != nullptr);
+  EMBER_TEST_CUDA(cudaStreamIsCapturing(stream.s, &status));
+  CHECK(status == cudaStreamCaptureStatusNone);
+
+  // Nothing ran during the capture.
+  CHECK(y.download() == y0);
+  CHECK(x.download() == x_host);
+  size_t nodes = 0;
+  EMBER_TEST_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes));
+  CHECK(nodes == 3);
+  std::vector<cudaGraphNode_t> list(nodes);
+  EMBER_TEST_CUDA(cudaGraphGetNodes(graph, list.data(), &nodes));
+  std::vector<cudaGraphNodeType> types;
+  for (cudaGraphNode_t node : list) {
+    cudaGraphNodeType t{};
+    EMBER_TEST_CUDA(cudaGraphNodeGetType(node, &t));
+    types.push_back(t);
+  }
+  std::sort(types.begin(), types.end());
+  CHECK(types == std::vector<cudaGraphNodeType>{cudaGraphNodeTypeKernel, cudaGraphNodeTypeMemcpy,
+                                                cudaGraphNodeTypeMemset});
+
+  cudaGraphExec_t exec = nullptr;
+  EMBER_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  EMBER_TEST_CUDA(cudaGraphDestroy(graph));  // the executable graph does not need it
+
+  // Each launch runs the three nodes in order with the captured arguments.
+  std::vector<float> want_y = y0, want_x = x_host;
+  for (int launch = 0; launch < 3; ++launch) {
+    EMBER_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+    for (int64_t i = 0; i < n; ++i) want_y[i] = 2.0f * want_x[i] + want_y[i];
+    want_x[0] = 0;
+  }
+  EMBER_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  CHECK(y.download() == want_y);
+  CHECK(copy.download() == want_y);
+  CHECK(x.download() == want_x);
+  // The same graph on another stream (here the legacy default stream) runs the same way.
+  EMBER_TEST_CUDA(cudaGraphLaunch(exec, nullptr));
+  EMBER_TEST_CUDA(cudaDeviceSynchronize());
+  for (int64_t i = 0; i < n; ++i) want_y[i] = 2.0f * want_x[i] + want_y[i];
+  CHECK(y.download() == want_y);
+  EMBER_TEST_CUDA(cudaGraphExecDestroy(exec));
+  x.check_guards();
+  y.check_guards();
+  copy.check_guards();
+}
+
+TEST_CASE("cuda graphs: capture refuses the legacy stream, a second begin, and an end without begin",
+          "[cuda][graphs]") {
+  CHECK(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal) == cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  TestStream stream, other;
+  DeviceBuffer<float> a(16);
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(stream.s, &g) == cudaErrorIllegalState);
+  (void)cudaGetLastError();
+  EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+  CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal) == cudaErrorIllegalState);
+  (void)cudaGetLastError();
+  // Work on another, non-blocking stream is not part of the capture and runs.
+  EMBER_TEST_CUDA(cudaMemsetAsync(a.data(), 0, 16 * sizeof(float), other.s));
+  EMBER_TEST_CUDA(cudaStreamSynchronize(other.s));
+  EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+  CHECK(a.download() == std::vector<float>(16, 0.0f));
+  size_t nodes = 99;
+  EMBER_TEST_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
+  CHECK(nodes == 0);
+  EMBER_TEST_CUDA(cudaGraphDestroy(g));
+}
+
+TEST_CASE("cuda graphs: synchronizing with a capturing stream invalidates the capture", "[cuda][graphs]") {
+  TestStream stream;
+  DeviceBuffer<float> d(64);
+  std::vector<float> host(64, 1.0f);
+
+  SECTION("cudaStreamSynchronize") {
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaStreamSynchronize(stream.s) == cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    cudaStreamCaptureStatus status{};
+    EMBER_TEST_CUDA(cudaStreamIsCapturing(stream.s, &status));
+    CHECK(status == cudaStreamCaptureStatusInvalidated);
+    // Later work on the stream fails too, and nothing runs.
+    CHECK(cudaMemsetAsync(d.data(), 0, 64 * sizeof(float), stream.s) == cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+    end_invalidated(stream.s);
+  }
+  SECTION("a copy to pageable host memory (what Tensor.item() does)") {
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemcpyAsync(host.data(), d.data(), 64 * sizeof(float), cudaMemcpyDeviceToHost, stream.s) ==
+          cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    end_invalidated(stream.s);
+  }
+  SECTION("synchronous cudaMemcpy and cudaDeviceSynchronize in global mode") {
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemcpy(host.data(), d.data(), 64 * sizeof(float), cudaMemcpyDeviceToHost) ==
+          cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    end_invalidated(stream.s);
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaDeviceSynchronize() == cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    end_invalidated(stream.s);
+  }
+  // The stream works normally after an invalidated capture.
+  EMBER_TEST_CUDA(cudaMemcpyAsync(d.data(), host.data(), 64 * sizeof(float), cudaMemcpyHostToDevice, stream.s));
+  EMBER_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  CHECK(d.download() == host);
+}
+
+TEST_CASE("cuda graphs: cudaMalloc during capture depends on the thread's capture mode", "[cuda][graphs]") {
+  TestStream stream;
+  void* p = nullptr;
+
+  SECTION("global: refused, and the capture is invalidated") {
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMalloc(&p, 1024) == cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    end_invalidated(stream.s);
+  }
+  SECTION("relaxed for this thread: allowed (what a caching allocator does)") {
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    EMBER_TEST_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(mode == cudaStreamCaptureModeGlobal);  // the previous mode comes back
+    EMBER_TEST_CUDA(cudaMalloc(&p, 1024));
+    EMBER_TEST_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaGraph_t g = nullptr;
+    EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+    EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    EMBER_TEST_CUDA(cudaFree(p));
+  }
+  SECTION("a capture begun in relaxed mode allows it") {
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeRelaxed));
+    EMBER_TEST_CUDA(cudaMalloc(&p, 1024));
+    cudaGraph_t g = nullptr;
+    EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+    EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    EMBER_TEST_CUDA(cudaFree(p));
+  }
+  SECTION("another thread: refused while a global capture runs, allowed under thread-local") {
+    for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, mode));
+      cudaError_t from_other = cudaSuccess;
+      std::thread([&] {
+        void* q = nullptr;
+        from_other = cudaMalloc(&q, 1024);
+        if (from_other == cudaSuccess) (void)cudaFree(q);  // cudaFree is unsafe too, and allowed likewise
+        (void)cudaGetLastError();
+      }).join();
+      cudaGraph_t g = nullptr;
+      if (mode == cudaStreamCaptureModeGlobal) {
+        CHECK(from_other == cudaErrorStreamCaptureUnsupported);
+        end_invalidated(stream.s);
+      } else {
+        CHECK(from_other == cudaSuccess);
+        EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+        EMBER_TEST_CUDA(cudaGraphDestroy(g));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda graphs: the legacy stream cannot run while a blocking stream captures", "[cuda][graphs]") {
+  TestStream blocking(cudaStreamDefault);
+  DeviceBuffer<float> d(16);
+  EMBER_TEST_CUDA(cudaStreamBeginCapture(blocking.s, cudaStreamCaptureModeRelaxed));
+  CHECK(cudaMemsetAsync(d.data(), 0, 16 * sizeof(float), nullptr) == cudaErrorStreamCaptureImplicit);
+  (void)cudaGetLastError();
+  end_invalidated(blocking.s);
+}
