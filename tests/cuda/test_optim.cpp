@@ -301,7 +301,11 @@ TEST_CASE("cuda update_scale follows the CPU through backoff, growth and the inf
   REQUIRE(cpu_scale == 1.5e38f);
 }
 
-TEST_CASE("cuda GradScaler trains like the CPU, bit for bit, with a skipped step", "[cuda][optim][amp]") {
+// The scales must match exactly (the skipped step and every growth/backoff); the parameters to a few
+// f32 ulps, because the device sums the loss and the gradients in float (Note [Accumulation types] in
+// core/dtype.h) and the CPU in double. A step taken where the CPU skipped it would move a parameter
+// by about lr = 0.05.
+TEST_CASE("cuda GradScaler trains like the CPU, with the same skipped step and scales", "[cuda][optim][amp]") {
   using namespace ember;
   const auto train = [](Device device) {
     manual_seed(11);
@@ -331,5 +335,9 @@ TEST_CASE("cuda GradScaler trains like the CPU, bit for bit, with a skipped step
   const auto [gpu_params, gpu_scales] = train(Device::cuda(0));
   REQUIRE(cpu_scales == std::vector<double>{256, 512, 256, 256, 512, 512});
   REQUIRE(gpu_scales == cpu_scales);
-  require_bits(gpu_params, cpu_params, "parameters after 6 steps");
+  REQUIRE(gpu_params.size() == cpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    INFO("parameter element " << i << ": cpu " << cpu_params[i] << ", cuda " << gpu_params[i]);
+    REQUIRE(std::abs(gpu_params[i] - cpu_params[i]) <= 1e-5f * std::max(1.0f, std::abs(cpu_params[i])));
+  }
 }
