@@ -15,6 +15,7 @@
 #include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/gemm.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "elementwise.h"
 #include "reduce.h"
 
@@ -105,6 +106,22 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
       }
     }
   }
+  if (out.dtype() == DType::bf16 && out.device().is_cpu()) {  // Note [Low-precision products]
+    const auto* pa = static_cast<const BFloat16*>(a.data());
+    const auto* pb = static_cast<const BFloat16*>(b.data());
+    auto* pc = static_cast<BFloat16*>(out.data());
+    std::vector<const BFloat16*> va(batch), vb(batch);
+    std::vector<BFloat16*> vc(batch);
+    for (int64_t i = 0; i < batch; ++i) {
+      va[i] = pa + off_a[i];
+      vb[i] = pb + off_b[i];
+      vc[i] = pc + i * n * m;
+    }
+    const profiler::Scope scope(op, 2.0 * static_cast<double>(n * m) * static_cast<double>(k * batch));
+    kernels::cpu::gemm_bf16_batched(la.trans, lb.trans, n, m, k, 1.0f, va.data(), la.ld, vb.data(), lb.ld,
+                                    static_cast<float>(beta), vc.data(), std::max<int64_t>(1, m), batch);
+    return;
+  }
   EMBER_DISPATCH_FLOAT(out.dtype(), op, [&] {
     using T = scalar_t;
     const T* pa = static_cast<const T*>(a.data());
@@ -145,19 +162,31 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // Note [Low-precision products]
-// mm, bmm, matmul, linear (and conv2d, layers/conv.cpp) on f16/bf16 tensors widen their operands
-// to f32 with the differentiable to() (exact: every f16 and bf16 value is a float), run the f32
-// product — OpenBLAS on the CPU; cuBLAS SGEMM, the tiled kernel or cuDNN's f32 convolution on
-// CUDA — which accumulates in f32 (double on the CPU's reference paths), and round the result to
-// the 16-bit dtype once. Autograd sees two casts around an f32 op, so the gradients reaching the
-// 16-bit inputs are rounded to their dtype the same way. The price is an f32 copy of each
-// operand per call and f32 GEMM throughput (no f16/bf16 tensor-core GEMM).
+// bf16 on the CPU: mm, bmm, matmul, linear and conv2d (layers/conv.cpp, kernels/cpu/conv.cpp)
+// multiply the bf16 tensors themselves with kernels/cpu/gemm_bf16.h — the AVX512_BF16 kernel
+// where the CPU has it, else both operands widened to f32 inside the GEMM and OpenBLAS sgemm
+// (Note [bf16 GEMM on the CPU]) — accumulating in f32 and rounding each result (a bias included)
+// to bf16 once. Their backward passes are bf16 products the same way: each gradient is an
+// f32-accumulated sum rounded to bf16 once (a gradient summed over broadcast batch dims of matmul
+// is multiplied in f32 with OpenBLAS, summed in f32 and then rounded).
+// Everything else — f16 on the CPU, f16 and bf16 on CUDA — widens the operands to f32 with the
+// differentiable to() (exact: every f16 and bf16 value is a float), runs the f32 product —
+// OpenBLAS on the CPU; cuBLAS SGEMM, the tiled kernel or cuDNN's f32 convolution on CUDA — which
+// accumulates in f32 (double on the CPU's reference paths), and rounds the result to the 16-bit
+// dtype once. Autograd sees two casts around an f32 op, so the gradients reaching the 16-bit
+// inputs are rounded to their dtype the same way. The price is an f32 copy of each operand per
+// call and f32 GEMM throughput.
+
+// Whether a product in `dt` on `device` widens to f32 (Note [Low-precision products]).
+bool widens_to_f32(DType dt, Device device) {
+  return is_low_precision(dt) && !(dt == DType::bf16 && device.is_cpu());
+}
 
 // The differentiable product behind mm, bmm and matmul.
 //   d(a @ b)/da: g @ b^T,  d(a @ b)/db: a^T @ g   (summed over broadcast batch dims)
 // b^T and a^T are transposed views: BLAS reads them with CblasTrans, no copy.
 Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& b) {
-  if (is_low_precision(a.dtype()))  // Note [Low-precision products]
+  if (widens_to_f32(a.dtype(), a.device()))  // Note [Low-precision products]
     return product(op, node, a.to(DType::f32), b.to(DType::f32)).to(a.dtype());
   Tensor out = product_forward(op, a, b);
   if (!any_requires_grad({&a, &b})) return out;
@@ -168,8 +197,16 @@ Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& 
   record(node, {a, b}, {out}, [=](const std::vector<Tensor>& g) {
     if (!g[0].defined()) return std::vector<Tensor>{Tensor(), Tensor()};
     const Tensor go = g[0].to(dt);
-    Tensor ga = need_a ? sum_to(product_forward(op, go, sb.get().transpose(-1, -2)), shape_a) : Tensor();
-    Tensor gb = need_b ? sum_to(product_forward(op, sa.get().transpose(-1, -2), go), shape_b) : Tensor();
+    // x @ y summed to `shape`. A bf16 gradient summed over broadcast batch dims is multiplied in
+    // f32 and rounded once after the sum (Note [Low-precision products]).
+    auto grad = [&](const Tensor& x, const Tensor& y, const Shape& shape) {
+      const bool reduces = Shape(shape.begin(), shape.end() - 2) != Shape(go.shape().begin(), go.shape().end() - 2);
+      if (dt == DType::bf16 && reduces)
+        return sum_to(product_forward(op, x.to(DType::f32), y.to(DType::f32)), shape).to(dt);
+      return sum_to(product_forward(op, x, y), shape);
+    };
+    Tensor ga = need_a ? grad(go, sb.get().transpose(-1, -2), shape_a) : Tensor();
+    Tensor gb = need_b ? grad(sa.get().transpose(-1, -2), go, shape_b) : Tensor();
     return std::vector<Tensor>{ga, gb};
   });
   return out;
@@ -243,7 +280,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     EMBER_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias must have shape (", out_features,
                 "), got ", describe(bias));
   }
-  if (is_low_precision(x.dtype())) {  // Note [Low-precision products]
+  if (widens_to_f32(x.dtype(), x.device())) {  // Note [Low-precision products]
     const autocast::SuspendGuard f32_inside;  // autocast would cast the f32 operands back
     const Tensor b32 = has_bias ? bias.to(DType::f32) : Tensor();
     return linear(x.to(DType::f32), weight.to(DType::f32), b32).to(x.dtype());
