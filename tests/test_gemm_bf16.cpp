@@ -33,9 +33,9 @@ struct Shape3 {
   int64_t m, n, k;
 };
 
-// Sizes: 1s, tails of the 12 x 32 micro-tile, odd k, k crossing the 256 block, m crossing the 144
-// block, n crossing the 2048 block, long k, and products split over threads by columns and by rows.
-const std::vector<Shape3> kShapes = {{1, 1, 1},   {1, 37, 5},     {13, 1, 300},   {12, 32, 256},  {25, 70, 513},
+// Sizes: 1s, whole and partial 8 x 48 micro-tiles, odd k, k crossing the 192 block, m crossing the
+// 144 block, n crossing the 2064 block, long k, and products split over threads by columns and rows.
+const std::vector<Shape3> kShapes = {{1, 1, 1},   {1, 37, 5},     {13, 1, 300},   {16, 96, 384},  {25, 70, 513},
                                      {7, 33, 2},  {150, 40, 64},  {3, 5, 1000},   {31, 2100, 9},  {40, 50, 3000},
                                      {145, 97, 27}, {64, 300, 200}, {300, 100, 100}};
 

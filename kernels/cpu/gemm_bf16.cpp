@@ -8,17 +8,19 @@
 // the two values of a pair are consecutive along k. The kernel is the classic Goto/BLIS one,
 // with that pairing built into the packed layouts:
 //
-//   C micro-tile: kMR = 12 rows by kNR = 32 columns, held in 24 zmm accumulators (two per row:
-//     columns 0..15 and 16..31). Each step along k consumes one k-pair:
-//       b0, b1 = the 32 columns' pairs (B(p, j), B(p+1, j)), two 64-byte loads
-//       for each of the 12 rows: a = (A(i, p), A(i, p+1)) broadcast to all 16 lanes
-//                                acc[i][0] += a . b0,  acc[i][1] += a . b1
-//     24 VDPBF16PS per 2 + 12 loads: 24 independent accumulators cover the instruction's
-//     latency (~5-6 cycles) times its throughput (1-2 per cycle); 24 + 2 + 1 of the 32 zmm
-//     registers are in use.
+//   C micro-tile: kMR = 8 rows by kNR = 48 columns, held in 24 zmm accumulators (three per row:
+//     columns 0..15, 16..31, 32..47). Each step along k consumes one k-pair:
+//       b0, b1, b2 = the 48 columns' pairs (B(p, j), B(p+1, j)), three 64-byte loads
+//       for each of the 8 rows: a = (A(i, p), A(i, p+1)) broadcast to all 16 lanes
+//                               acc[i][v] += a . b_v  for v = 0, 1, 2
+//     24 VDPBF16PS per 3 + 8 loads: 24 independent accumulators cover the instruction's latency
+//     (~5-6 cycles) times its throughput (1-2 per cycle), with loads to spare; 24 + 3 + 1 of the
+//     32 zmm registers are in use. 8 x 48 fits the convolutions' shapes: C_out = 32 or 64 rows
+//     and C_in kh kw = 288 columns are whole tiles (a 12 x 32 tile measured 9-20% slower on the
+//     cnn model's conv2, where 64 = 5 x 12 + 4 leaves a mostly empty edge tile).
 //   Packed B (a kKC x kNC block of op(B)): slivers of kNR columns; in a sliver, k-pair kp of
 //     column j is the 32-bit word [kp * kNR + j], low half B(p0 + 2kp, j), high half
-//     B(p0 + 2kp + 1, j) — exactly the two zmm registers the micro-kernel loads per step, read
+//     B(p0 + 2kp + 1, j) — exactly the three zmm registers the micro-kernel loads per step, read
 //     front to back. Columns past n and the odd k's missing partner are zeros.
 //   Packed A (a kMC x kKC block of op(A)): slivers of kMR rows; word [kp * kMR + i] holds
 //     (A(i, p0 + 2kp), A(i, p0 + 2kp + 1)), the 32-bit value the micro-kernel broadcasts.
@@ -28,17 +30,19 @@
 //
 // Blocking (loops from the outside in: jc over n by kNC, pc over k by kKC, ic over m by kMC,
 // jr by kNR, ir by kMR):
-//   kKC = 256: a B sliver is 256 x 32 bf16 = 16 KiB, half of a 32 KiB L1 (Zen 4; 48 KiB on
-//     recent Intel), so it stays there while the micro-kernel walks down all of A's slivers.
-//   kMC = 144 (12 slivers): the packed A block is 144 x 256 bf16 = 72 KiB, well inside L2
+//   kKC = 192: a B sliver is 192 x 48 bf16 = 18 KiB, which stays in a 32 KiB L1 (Zen 4; 48 KiB
+//     on recent Intel) beside the A sliver streaming past (8 x 192 bf16 = 3 KiB) while the
+//     micro-kernel walks down all of A's slivers. k is cut into equal even blocks (288 = 2 x 144).
+//   kMC = 144 (18 slivers): the packed A block is 144 x 192 bf16 = 54 KiB, well inside L2
 //     (1-2 MiB), with room for the B panel's slivers streaming through.
-//   kNC = 2048: the packed B block is 256 x 2048 bf16 = 1 MiB, shared L3 territory; the im2col
-//     GEMMs of a chunk of images (Note [Chunks of images] in conv.cpp) have about 2048 columns.
+//   kNC = 2064 (43 slivers): the packed B block is 192 x 2064 bf16 = 774 KiB, L2/L3 territory;
+//     the im2col GEMMs of a chunk of images (Note [Chunks of images] in conv.cpp) have about
+//     2048 columns, so a chunk's B is packed once.
 //   C is f32 throughout: the first k block stores alpha * acc (beta == 0) or adds it to C, later
 //     blocks add. A bf16 C is computed into an f32 buffer and rounded once at the end, so the
 //     result is the f32-accumulated sum rounded once, whatever the blocking.
-// Edge tiles (fewer than 12 rows or 32 columns left) run the same micro-kernel into a local
-// 12 x 32 tile (the packed zeros make the extra rows and columns harmless) and copy the valid part.
+// Edge tiles (fewer than 8 rows or 48 columns left) run the same micro-kernel into a local
+// 8 x 48 tile (the packed zeros make the extra rows and columns harmless) and copy the valid part.
 //
 // Threading: a product above ~2 MFLOP is cut into blocks of C's columns (or rows, whichever is
 // longer), whole slivers each, one block per thread of ember's pool (Note [One thread pool] in
@@ -75,11 +79,12 @@ namespace ember::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kMR = 12;    // rows of a C micro-tile
-constexpr int64_t kNR = 32;    // columns of a C micro-tile: two zmm registers of 16 floats
-constexpr int64_t kKC = 256;   // k per packed block (even: k-pairs never straddle blocks)
+constexpr int64_t kMR = 8;     // rows of a C micro-tile
+constexpr int64_t kNV = 3;     // zmm registers (16 floats each) per row of a C micro-tile
+constexpr int64_t kNR = 16 * kNV;  // columns of a C micro-tile
+constexpr int64_t kKC = 192;   // k per packed block (even: k-pairs never straddle blocks)
 constexpr int64_t kMC = 144;   // rows of op(A) per packed block (a multiple of kMR)
-constexpr int64_t kNC = 2048;  // columns of op(B) per packed block (a multiple of kNR)
+constexpr int64_t kNC = 2064;  // columns of op(B) per packed block (a multiple of kNR)
 
 // ---- path choice ------------------------------------------------------------------------------
 
@@ -151,33 +156,34 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void micro_kerne
                                                                                    const uint32_t* bp, float alpha,
                                                                                    float* c, int64_t ldc,
                                                                                    bool overwrite) {
-  __m512 acc[kMR][2];
-#pragma GCC unroll 12
-  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  __m512 acc[kMR][kNV];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t p = 0; p < kcp; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
-#pragma GCC unroll 12
+    __m512bh b[kNV];
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) b[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
+#pragma GCC unroll 8
     for (int r = 0; r < kMR; ++r) {
       const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r]));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+#pragma GCC unroll 3
+      for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, b[v]);
     }
     ap += kMR;
     bp += kNR;
   }
   const __m512 va = _mm512_set1_ps(alpha);
-#pragma GCC unroll 12
-  for (int r = 0; r < kMR; ++r) {
-    float* cr = c + r * ldc;
-    __m512 v0 = _mm512_mul_ps(acc[r][0], va), v1 = _mm512_mul_ps(acc[r][1], va);
-    if (!overwrite) {
-      v0 = _mm512_add_ps(v0, _mm512_loadu_ps(cr));
-      v1 = _mm512_add_ps(v1, _mm512_loadu_ps(cr + 16));
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) {
+      float* cv = c + r * ldc + 16 * v;
+      __m512 x = _mm512_mul_ps(acc[r][v], va);
+      if (!overwrite) x = _mm512_add_ps(x, _mm512_loadu_ps(cv));
+      _mm512_storeu_ps(cv, x);
     }
-    _mm512_storeu_ps(cr, v0);
-    _mm512_storeu_ps(cr + 16, v1);
-  }
 }
 #else
 void micro_kernel(int64_t, const uint32_t*, const uint32_t*, float, float*, int64_t, bool) {

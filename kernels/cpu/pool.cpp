@@ -233,6 +233,27 @@ bool is_2x2_stride_2_inside(const Pool2dGeometry& g) {
          g.dilation_h == 1 && g.dilation_w == 1 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
 }
 
+// bf16 2x2 stride-2 pooling of one plane: each pair of input rows is widened to float on the stack
+// (exact), the f32 code (SSE where built) picks the winners, and they are narrowed back (exact: a
+// winner is one of the inputs). Same winners and indices as f32. Rows up to kWideRow wide.
+constexpr int64_t kWideRow = 1024;
+void max_forward_2x2_bf16(const Pool2dGeometry& g, const BFloat16* xp, BFloat16* op, int64_t* ip) {
+  float rows[2 * kWideRow], out[kWideRow / 2];
+  Pool2dGeometry pair = g;  // one output row from two input rows
+  pair.in_h = 2;
+  pair.out_h = 1;
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    const BFloat16* src = xp + 2 * oh * g.in_w;
+    for (int64_t i = 0; i < 2 * g.in_w; ++i) rows[i] = BFloat16::to_float(src[i].bits);
+    int64_t* irow = ip + oh * g.out_w;
+    max_forward_2x2<float>(pair, rows, out, irow);
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      op[oh * g.out_w + ow] = BFloat16(out[ow]);
+      irow[ow] += 2 * oh * g.in_w;  // indices into the plane, not into `rows`
+    }
+  }
+}
+
 bool windows_disjoint(const Pool2dGeometry& g) {
   return g.stride_h >= (g.kernel_h - 1) * g.dilation_h + 1 && g.stride_w >= (g.kernel_w - 1) * g.dilation_w + 1;
 }
@@ -240,16 +261,17 @@ bool windows_disjoint(const Pool2dGeometry& g) {
 }  // namespace
 
 // Max pooling picks values without arithmetic, so bf16 skips the f32 round trip where it can: the
-// 2x2 stride-2 forward (the common pool) and the backward of non-overlapping windows run on bf16
-// directly, with the same winners and indices as f32; other cases widen (widen.h).
+// 2x2 stride-2 forward (the common pool; a row pair at a time through the f32 code) and the
+// backward of non-overlapping windows run without the tensor-sized f32 copies, with the same
+// winners and indices as f32; other cases widen (widen.h).
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out, int64_t* indices) {
-  if (dtype == DType::bf16 && is_2x2_stride_2_inside(g)) {
+  if (dtype == DType::bf16 && is_2x2_stride_2_inside(g) && g.in_w <= kWideRow) {
     const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
     const auto* xb = static_cast<const BFloat16*>(x);
     auto* ob = static_cast<BFloat16*>(out);
     parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p)
-        max_forward_2x2<BFloat16>(g, xb + p * in_plane, ob + p * out_plane, indices + p * out_plane);
+        max_forward_2x2_bf16(g, xb + p * in_plane, ob + p * out_plane, indices + p * out_plane);
     });
     return;
   }
