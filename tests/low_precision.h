@@ -9,10 +9,10 @@
 // an ulp: the unit roundoff u, 2^-11 for f16 and 2^-8 for bf16), a case of several ops
 // (mse_loss, a normalization, a CPU product through its casts; on CUDA, the gradient of a
 // broadcast operand of matmul, summed from per-batch products each rounded to 16 bits) rounds
-// each intermediate too, and the backward passes gradients along a chain of such kernels. Accumulation happens in float on
-// both sides (acc_t), so a sum of L terms adds only float's L * 2^-24 — but the 16-bit rounding
-// of the terms that reach a reduction (an intermediate of a composite op) adds up to about
-// sqrt(L) u of random-sign error, and log2(L) u in the worst tree. Each element must satisfy
+// each intermediate too, and the backward passes gradients along a chain of such kernels.
+// Accumulation happens in float on both sides (acc_t), so a sum of L terms adds only float's
+// L * 2^-24 — but the 16-bit rounding of the terms that reach a reduction (an intermediate of a
+// composite op) adds up to about sqrt(L) u of random-sign error, and log2(L) u in the worst tree. Each element must satisfy
 //
 //   |x16 - x32| <= budget(L) * u * max(1, |x32|),   budget(L) = 4 + log2(L)
 //
