@@ -12,7 +12,8 @@
 // each intermediate too, and the backward passes gradients along a chain of such kernels.
 // Accumulation happens in float on both sides (acc_t), so a sum of L terms adds only float's
 // L * 2^-24 — but the 16-bit rounding of the terms that reach a reduction (an intermediate of a
-// composite op) adds up to about sqrt(L) u of random-sign error, and log2(L) u in the worst tree. Each element must satisfy
+// composite op) adds up to about sqrt(L) u of random-sign error, and log2(L) u in the worst tree.
+// Each element must satisfy
 //
 //   |x16 - x32| <= budget(L) * u * max(1, |x32|),   budget(L) = 4 + log2(L)
 //
