@@ -66,6 +66,25 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   EMBER_THROW(op, ": shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied (", ka, " != ", kb, ")");
 }
 
+// kernels' gemm_batched with alpha = 1 on `device`. f16/bf16 run on CUDA only (the CPU widens them
+// before they get here: Note [Low-precision products]), with float alpha and beta.
+template <typename T>
+void batched_gemm_on(Device device, const char* op, Transpose ta, Transpose tb, int64_t n, int64_t m, int64_t k,
+                     const T* const* a, int64_t lda, const T* const* b, int64_t ldb, double beta, T* const* c,
+                     int64_t ldc, int64_t batch) {
+  const double flops = 2.0 * static_cast<double>(n * m) * static_cast<double>(k * batch);
+  if constexpr (is_low_precision_v<T>) {
+    EMBER_CHECK(device.is_cuda(), op, ": a 16-bit product on ", device, " reached the GEMM unwidened");
+    const profiler::Scope scope(op, flops);
+    EMBER_CUDA_CALL(device, op,
+                    kernels::gpu::gemm_batched(ta, tb, n, m, k, 1.0f, a, lda, b, ldb, static_cast<float>(beta), c,
+                                               ldc, batch));
+  } else {
+    EMBER_KERNEL_CALL_COUNTED(flops, device, op, gemm_batched, ta, tb, n, m, k, T(1), a, lda, b, ldb, T(beta), c, ldc,
+                              batch);
+  }
+}
+
 // out (*batch, n, m) [= or +=] a (*batch, n, k) @ b (*batch, k, m).
 // a and b have exactly out's batch dims (expanded views allowed); out is contiguous and does
 // not overlap a or b. beta = 0 overwrites out, beta = 1 accumulates into it. No autograd.
@@ -105,7 +124,7 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
       }
     }
   }
-  EMBER_DISPATCH_FLOAT(out.dtype(), op, [&] {
+  EMBER_DISPATCH_FLOATING(out.dtype(), op, [&] {
     using T = scalar_t;
     const T* pa = static_cast<const T*>(a.data());
     const T* pb = static_cast<const T*>(b.data());
@@ -117,10 +136,8 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
       vb[i] = pb + off_b[i];
       vc[i] = pc + i * n * m;
     }
-    const int64_t ldc = std::max<int64_t>(1, m);
-    EMBER_KERNEL_CALL_COUNTED(2.0 * static_cast<double>(n * m) * static_cast<double>(k * batch), out.device(), op,
-                              gemm_batched, la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(),
-                              lb.ld, T(beta), vc.data(), ldc, batch);
+    batched_gemm_on(out.device(), op, la.trans, lb.trans, n, m, k, va.data(), la.ld, vb.data(), lb.ld, beta,
+                    vc.data(), std::max<int64_t>(1, m), batch);
   });
 }
 
@@ -145,19 +162,25 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // Note [Low-precision products]
-// mm, bmm, matmul, linear (and conv2d, layers/conv.cpp) on f16/bf16 tensors widen their operands
-// to f32 with the differentiable to() (exact: every f16 and bf16 value is a float), run the f32
-// product — OpenBLAS on the CPU; cuBLAS SGEMM, the tiled kernel or cuDNN's f32 convolution on
-// CUDA — which accumulates in f32 (double on the CPU's reference paths), and round the result to
-// the 16-bit dtype once. Autograd sees two casts around an f32 op, so the gradients reaching the
-// 16-bit inputs are rounded to their dtype the same way. The price is an f32 copy of each
-// operand per call and f32 GEMM throughput (no f16/bf16 tensor-core GEMM).
+// mm, bmm, matmul and linear on f16/bf16 tensors run in one of two ways; either way the products
+// of 16-bit values are summed in float and each output element is rounded to the 16-bit dtype once.
+//   CUDA: natively. The 16-bit operands go to kernels::gpu::gemm_batched as they are: cuBLAS's
+//     cublasGemmEx / cublasGemmBatchedEx with CUDA_R_16F / CUDA_R_16BF and CUBLAS_COMPUTE_32F
+//     (tensor cores), or the tiled kernel, which widens each element to float as it loads it
+//     (Note [16-bit GEMM on CUDA] in kernels/cuda/gemm.cu). No f32 copy of an operand is made. The
+//     backward products run the same way on the 16-bit gradient, so gradients come out in the
+//     inputs' dtype.
+//   CPU: widened. The operands are cast to f32 with the differentiable to() (exact: every f16 and
+//     bf16 value is a float), the f32 product runs (OpenBLAS, or the reference kernel, which
+//     accumulates in double), and the result is rounded to the 16-bit dtype. Autograd sees two
+//     casts around an f32 op, so the gradients reaching the 16-bit inputs are rounded the same way.
+// conv2d (layers/conv.cpp) widens on both devices: cuDNN and the im2col GEMM run in f32 there.
 
 // The differentiable product behind mm, bmm and matmul.
 //   d(a @ b)/da: g @ b^T,  d(a @ b)/db: a^T @ g   (summed over broadcast batch dims)
 // b^T and a^T are transposed views: BLAS reads them with CblasTrans, no copy.
 Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& b) {
-  if (is_low_precision(a.dtype()))  // Note [Low-precision products]
+  if (is_low_precision(a.dtype()) && !a.device().is_cuda())  // Note [Low-precision products]
     return product(op, node, a.to(DType::f32), b.to(DType::f32)).to(a.dtype());
   Tensor out = product_forward(op, a, b);
   if (!any_requires_grad({&a, &b})) return out;
@@ -243,7 +266,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     EMBER_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias must have shape (", out_features,
                 "), got ", describe(bias));
   }
-  if (is_low_precision(x.dtype())) {  // Note [Low-precision products]
+  if (is_low_precision(x.dtype()) && !x.device().is_cuda()) {  // Note [Low-precision products]
     const autocast::SuspendGuard f32_inside;  // autocast would cast the f32 operands back
     const Tensor b32 = has_bias ? bias.to(DType::f32) : Tensor();
     return linear(x.to(DType::f32), weight.to(DType::f32), b32).to(x.dtype());
