@@ -67,6 +67,26 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   EMBER_THROW(op, ": shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied (", ka, " != ", kb, ")");
 }
 
+// kernels' gemm_batched with alpha = 1 on `device`. f16/bf16 run on CUDA only (on the CPU, bf16
+// takes gemm_bf16 in product_into and f16 is widened before it gets here: Note [Low-precision
+// products]), with float alpha and beta.
+template <typename T>
+void batched_gemm_on(Device device, const char* op, Transpose ta, Transpose tb, int64_t n, int64_t m, int64_t k,
+                     const T* const* a, int64_t lda, const T* const* b, int64_t ldb, double beta, T* const* c,
+                     int64_t ldc, int64_t batch) {
+  const double flops = 2.0 * static_cast<double>(n * m) * static_cast<double>(k * batch);
+  if constexpr (is_low_precision_v<T>) {
+    EMBER_CHECK(device.is_cuda(), op, ": a 16-bit product on ", device, " reached the GEMM unwidened");
+    const profiler::Scope scope(op, flops);
+    EMBER_CUDA_CALL(device, op,
+                    kernels::gpu::gemm_batched(ta, tb, n, m, k, 1.0f, a, lda, b, ldb, static_cast<float>(beta), c,
+                                               ldc, batch));
+  } else {
+    EMBER_KERNEL_CALL_COUNTED(flops, device, op, gemm_batched, ta, tb, n, m, k, T(1), a, lda, b, ldb, T(beta), c, ldc,
+                              batch);
+  }
+}
+
 // out (*batch, n, m) [= or +=] a (*batch, n, k) @ b (*batch, k, m).
 // a and b have exactly out's batch dims (expanded views allowed); out is contiguous and does
 // not overlap a or b. beta = 0 overwrites out, beta = 1 accumulates into it. No autograd.
@@ -122,7 +142,7 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
                                     static_cast<float>(beta), vc.data(), std::max<int64_t>(1, m), batch);
     return;
   }
-  EMBER_DISPATCH_FLOAT(out.dtype(), op, [&] {
+  EMBER_DISPATCH_FLOATING(out.dtype(), op, [&] {
     using T = scalar_t;
     const T* pa = static_cast<const T*>(a.data());
     const T* pb = static_cast<const T*>(b.data());
@@ -134,10 +154,8 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
       vb[i] = pb + off_b[i];
       vc[i] = pc + i * n * m;
     }
-    const int64_t ldc = std::max<int64_t>(1, m);
-    EMBER_KERNEL_CALL_COUNTED(2.0 * static_cast<double>(n * m) * static_cast<double>(k * batch), out.device(), op,
-                              gemm_batched, la.trans, lb.trans, n, m, k, T(1), va.data(), la.ld, vb.data(),
-                              lb.ld, T(beta), vc.data(), ldc, batch);
+    batched_gemm_on(out.device(), op, la.trans, lb.trans, n, m, k, va.data(), la.ld, vb.data(), lb.ld, beta,
+                    vc.data(), std::max<int64_t>(1, m), batch);
   });
 }
 
@@ -162,25 +180,28 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // Note [Low-precision products]
-// bf16 on the CPU: mm, bmm, matmul, linear and conv2d (layers/conv.cpp, kernels/cpu/conv.cpp)
-// multiply the bf16 tensors themselves with kernels/cpu/gemm_bf16.h — the AVX512_BF16 kernel
-// where the CPU has it, else both operands widened to f32 inside the GEMM and OpenBLAS sgemm
-// (Note [bf16 GEMM on the CPU]) — accumulating in f32 and rounding each result (a bias included)
-// to bf16 once. Their backward passes are bf16 products the same way: each gradient is an
-// f32-accumulated sum rounded to bf16 once (a gradient summed over broadcast batch dims of matmul
-// is multiplied in f32 with OpenBLAS, summed in f32 and then rounded).
-// Everything else — f16 on the CPU, f16 and bf16 on CUDA — widens the operands to f32 with the
-// differentiable to() (exact: every f16 and bf16 value is a float), runs the f32 product —
-// OpenBLAS on the CPU; cuBLAS SGEMM, the tiled kernel or cuDNN's f32 convolution on CUDA — which
-// accumulates in f32 (double on the CPU's reference paths), and rounds the result to the 16-bit
-// dtype once. Autograd sees two casts around an f32 op, so the gradients reaching the 16-bit
-// inputs are rounded to their dtype the same way. The price is an f32 copy of each operand per
-// call and f32 GEMM throughput.
+// mm, bmm, matmul and linear on f16/bf16 tensors run in one of three ways; each way the products
+// of 16-bit values are summed in float and each output element is rounded to the 16-bit dtype once.
+//   CUDA: natively. The 16-bit operands go to kernels::gpu::gemm_batched as they are: cuBLAS's
+//     cublasGemmEx / cublasGemmBatchedEx with CUDA_R_16F / CUDA_R_16BF and CUBLAS_COMPUTE_32F
+//     (tensor cores), or the tiled kernel, which widens each element to float as it loads it
+//     (Note [16-bit GEMM on CUDA] in kernels/cuda/gemm.cu). No f32 copy of an operand is made. The
+//     backward products run the same way on the 16-bit gradient, so gradients come out in the
+//     inputs' dtype.
+//   CPU, bf16: natively too, on kernels/cpu/gemm_bf16.h — VDPBF16PS on packed bf16 panels where
+//     the CPU has AVX512_BF16, else both operands widened to f32 inside the GEMM and OpenBLAS
+//     sgemm (Note [bf16 GEMM on the CPU]); a bias is added before the one rounding. The backward
+//     products are bf16 products the same way, except that a gradient summed over broadcast batch
+//     dims of matmul is multiplied in f32, summed and then rounded once.
+//   CPU, f16: widened. The operands are cast to f32 with the differentiable to() (exact: every
+//     f16 value is a float), the f32 product runs (OpenBLAS, or the reference kernel, which
+//     accumulates in double), and the result is rounded to f16. Autograd sees two casts around an
+//     f32 op, so the gradients reaching the f16 inputs are rounded the same way.
+// conv2d (layers/conv.cpp): bf16 on the CPU runs im2col + gemm_bf16 (Note [bf16 convolutions] in
+// kernels/cpu/conv.cpp); the other 16-bit convolutions widen: cuDNN and the im2col GEMM run in f32.
 
 // Whether a product in `dt` on `device` widens to f32 (Note [Low-precision products]).
-bool widens_to_f32(DType dt, Device device) {
-  return is_low_precision(dt) && !(dt == DType::bf16 && device.is_cpu());
-}
+bool widens_to_f32(DType dt, Device device) { return dt == DType::f16 && device.is_cpu(); }
 
 // The differentiable product behind mm, bmm and matmul.
 //   d(a @ b)/da: g @ b^T,  d(a @ b)/db: a^T @ g   (summed over broadcast batch dims)
@@ -201,7 +222,7 @@ Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& 
     // f32 and rounded once after the sum (Note [Low-precision products]).
     auto grad = [&](const Tensor& x, const Tensor& y, const Shape& shape) {
       const bool reduces = Shape(shape.begin(), shape.end() - 2) != Shape(go.shape().begin(), go.shape().end() - 2);
-      if (dt == DType::bf16 && reduces)
+      if (dt == DType::bf16 && go.device().is_cpu() && reduces)
         return sum_to(product_forward(op, x.to(DType::f32), y.to(DType::f32)), shape).to(dt);
       return sum_to(product_forward(op, x, y), shape);
     };

@@ -7,18 +7,22 @@
 // reference). The rounding of the inputs is therefore not part of the difference; what is left is
 // what the 16-bit run does differently: every kernel rounds its output to the 16-bit dtype (half
 // an ulp: the unit roundoff u, 2^-11 for f16 and 2^-8 for bf16), a case of several ops
-// (mse_loss, a normalization, a product through its casts) rounds each intermediate too, and
-// the backward passes gradients along a chain of such kernels. Accumulation happens in float on
-// both sides (acc_t), so a sum of L terms adds only float's L * 2^-24 — but the 16-bit rounding
-// of the terms that reach a reduction (an intermediate of a composite op) adds up to about
-// sqrt(L) u of random-sign error, and log2(L) u in the worst tree. Each element must satisfy
+// (mse_loss, a normalization, a CPU product through its casts; on CUDA, the gradient of a
+// broadcast operand of matmul, summed from per-batch products each rounded to 16 bits) rounds
+// each intermediate too, and the backward passes gradients along a chain of such kernels.
+// Accumulation happens in float on both sides (acc_t), so a sum of L terms adds only float's
+// L * 2^-24 — but the 16-bit rounding of the terms that reach a reduction (an intermediate of a
+// composite op) adds up to about sqrt(L) u of random-sign error, and log2(L) u in the worst tree.
+// Each element must satisfy
 //
 //   |x16 - x32| <= budget(L) * u * max(1, |x32|),   budget(L) = 4 + log2(L)
 //
 // where L is the largest input's element count (accumulation_length: a bound on every sum in the
 // case): 4 u for the few roundings of a forward and backward chain, plus the accumulation term.
 // The worst case measured is 5.6 u of a budget of 10.3 u (conv2d/conv_tanh_conv, bf16: two
-// convolutions and a tanh, each rounded); most cases stay within 2 u.
+// convolutions and a tanh, each rounded); most cases stay within 2 u. The CUDA products' worst,
+// with 16-bit GEMMs (Note [16-bit GEMM on CUDA] in kernels/cuda/gemm.cu), cuBLAS and tiled alike:
+// 2.5 u (matmul/broadcast_batch, bf16; 0.7 u when products widened to f32 and rounded once).
 // max(1, |x32|) is the gradcheck's scale: values and gradients are of order 1, and where terms of
 // order 1 cancel (softmax's and batch norm's backward) the error is absolute, not relative.
 

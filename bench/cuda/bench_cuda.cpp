@@ -4,11 +4,15 @@
 //   sgemm          the hand-written tiled kernel next to cuBLAS (f32, TF32 off), GFLOP/s;
 //   conv3x3        a 3x3 convolution forward + backward (cuDNN when present, else im2col + GEMM);
 //   train_cnn      training steps of the `cnn` model on Fashion-MNIST, batch 64, Adam (images/s,
-//                  loader included: what `ember train` does);
+//                  loader included: what `ember train` does), four ways: f32 with the host loader;
+//                  f32 with --data-on-device; f32 with --data-on-device --cuda-graphs; --amp bf16
+//                  with --data-on-device ("precision" and "mode" in each line);
 //   resnet18_step  one ResNet-18 training step (forward, backward, Adam) on random images,
-//                  224x224, batch 256, f32: the median step time;
-//   recipe_to_93   the default recipe (`ember train` with no options) epoch by epoch: the training
-//                  seconds until the test accuracy first reaches 93%, and the accuracy at the end.
+//                  224x224, batch 256, f32 and under AutocastGuard bf16 (ember has no
+//                  channels-last): the median step time;
+//   recipe_to_93   the default recipe (`ember train --data-on-device --cuda-graphs`) epoch by epoch:
+//                  the training seconds until the test accuracy first reaches 93%, and the accuracy
+//                  at the end.
 // Sizes: full on a GPU; --tiny (forced on the SIMT emulator, which is for correctness, not speed)
 // runs every measurement at toy sizes so that `scripts/gpu-check.sh --dry-run` exercises the same
 // code in CI, and every line says "emulated" and "tiny".
@@ -18,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -123,7 +128,8 @@ void conv(int64_t n, int64_t c, int64_t hw) {
   line(buf);
 }
 
-void train_cnn(int steps) {
+// mode: "host_loader", "data_on_device" or "data_on_device+cuda_graphs"; amp: "off" or "bf16".
+void train_cnn(int steps, const std::string& mode, const std::string& amp) {
   train::TrainConfig cfg;
   cfg.model = "cnn";
   cfg.optimizer = "adam";
@@ -136,16 +142,22 @@ void train_cnn(int steps) {
   cfg.eval_every = 1000;
   cfg.eval_limit = g_tiny ? 64 : 0;
   cfg.max_steps = steps;
+  cfg.data_on_device = mode != "host_loader";
+  cfg.cuda_graphs = mode == "data_on_device+cuda_graphs";
+  cfg.amp = amp;
   const train::TrainSummary s = train::run_training(cfg);
   char buf[512];
-  std::snprintf(buf, sizeof buf, "\"bench\":\"train_cnn\",\"batch\":64,\"steps\":%d,\"images_per_sec\":%.1f",
-                steps, s.images_per_sec);
+  std::snprintf(buf, sizeof buf,
+                "\"bench\":\"train_cnn\",\"precision\":\"%s\",\"mode\":\"%s\",\"batch\":64,\"steps\":%d,"
+                "\"images_per_sec\":%.1f",
+                amp == "off" ? "f32" : ("amp_" + amp).c_str(), mode.c_str(), steps, s.images_per_sec);
   line(buf);
 }
 
 // One training step of ResNet-18 (ImageNet layout, 1000 classes) on random images: the step time
-// without the data loader, as the PyTorch side measures it.
-void resnet18_step(int64_t batch, int64_t size, int steps) {
+// without the data loader, as the PyTorch side measures it. amp: the forward pass and the loss
+// under AutocastGuard(cuda, bf16), as `ember train --amp bf16` runs them.
+void resnet18_step(int64_t batch, int64_t size, int steps, bool amp) {
   const Device dev = Device::cuda(0);
   manual_seed(1);
   auto model = models::create_model({.name = "resnet18", .in_channels = 3, .image_size = size, .num_classes = 1000});
@@ -156,7 +168,12 @@ void resnet18_step(int64_t batch, int64_t size, int steps) {
   Tensor y = randint(0, 1000, {batch}, {.dtype = DType::i64, .device = dev});
   auto step = [&] {
     opt.zero_grad();
-    Tensor loss = cross_entropy((*model)(x), y);
+    Tensor loss;
+    {
+      std::optional<AutocastGuard> guard;
+      if (amp) guard.emplace(DeviceType::CUDA, DType::bf16);
+      loss = cross_entropy((*model)(x), y);
+    }
     loss.backward();
     opt.step();
   };
@@ -171,9 +188,10 @@ void resnet18_step(int64_t batch, int64_t size, int steps) {
   const double ms = median(t) * 1e3;
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "\"bench\":\"resnet18_step\",\"batch\":%lld,\"image_size\":%lld,\"precision\":\"f32\","
+                "\"bench\":\"resnet18_step\",\"batch\":%lld,\"image_size\":%lld,\"precision\":\"%s\","
                 "\"channels_last\":false,\"steps\":%d,\"ms\":%.2f,\"images_per_sec\":%.1f",
-                static_cast<long long>(batch), static_cast<long long>(size), steps, ms, batch / ms * 1e3);
+                static_cast<long long>(batch), static_cast<long long>(size), amp ? "amp_bf16" : "f32", steps, ms,
+                batch / ms * 1e3);
   line(buf);
 }
 
@@ -182,6 +200,8 @@ void resnet18_step(int64_t batch, int64_t size, int steps) {
 void recipe_to_93() {
   train::TrainConfig cfg;
   cfg.device = "cuda";
+  cfg.data_on_device = true;  // as PyTorch's side keeps it
+  cfg.cuda_graphs = true;
   cfg.quiet = true;
   if (g_tiny) {
     cfg.epochs = 2;
@@ -197,7 +217,7 @@ void recipe_to_93() {
   }
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "\"bench\":\"recipe_to_93\",\"epochs\":%d,\"steps\":%lld,\"final_test_acc\":%.4f,"
+                "\"bench\":\"recipe_to_93\",\"ember_flags\":\"--data-on-device --cuda-graphs\",\"epochs\":%d,\"steps\":%lld,\"final_test_acc\":%.4f,"
                 "\"train_seconds\":%.2f,\"seconds_to_93\":%s",
                 s.epochs_run, static_cast<long long>(s.steps), s.test_acc, seconds,
                 std::isnan(reached) ? "null" : std::to_string(reached).c_str());
@@ -239,8 +259,15 @@ int main(int argc, char** argv) {
     if (only.count("bandwidth")) bandwidth(g_tiny ? (1 << 16) : (int64_t{1} << 26));
     if (only.count("sgemm")) sgemm(g_tiny ? 128 : 4096);
     if (only.count("conv3x3")) conv(g_tiny ? 2 : 64, g_tiny ? 8 : 64, g_tiny ? 16 : 56);
-    if (only.count("train_cnn")) train_cnn(g_tiny ? 5 : 300);
-    if (only.count("resnet18_step")) resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10);
+    if (only.count("train_cnn")) {
+      const int steps = g_tiny ? 5 : 300;
+      train_cnn(steps, "host_loader", "off");
+      train_cnn(steps, "data_on_device", "off");
+      train_cnn(steps, "data_on_device+cuda_graphs", "off");
+      train_cnn(steps, "data_on_device", "bf16");
+    }
+    if (only.count("resnet18_step"))
+      for (const bool amp : {false, true}) resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10, amp);
     if (only.count("recipe_to_93")) recipe_to_93();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda: %s\n", e.what());

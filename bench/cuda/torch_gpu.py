@@ -5,7 +5,8 @@ with PyTorch eager on the same device, one JSON line each ("side": "torch").
   bandwidth      torch.relu and torch.sum GB/s next to a device-to-device copy
   sgemm          torch.mm f32 (TF32 off, as ember's default), GFLOP/s
   conv3x3        F.conv2d 3x3 forward + backward (cuDNN), ms
-  train_cnn      the `cnn` model on Fashion-MNIST, batch 64, Adam, data on the device: images/s
+  train_cnn      the `cnn` model on Fashion-MNIST, batch 64, Adam, data on the device: images/s,
+                 f32 and AMP bf16 (torch.autocast)
   resnet18_step  ResNet-18 (torchvision layout, built here: no weights needed) at 224x224, batch
                  256: f32, and AMP bf16 (torch.autocast) with channels-last, ms per step
   recipe_to_93   ember's default recipe (cnn, AdamW, one-cycle 3e-3, weight decay 5e-4, batch 128, label smoothing
@@ -161,7 +162,7 @@ def fashion_mnist(d, dev):
     return ((xtr - mean) / std).to(dev), ytr.to(dev), ((xte - mean) / std).to(dev), yte.to(dev)
 
 
-def train_cnn(o, data, steps):
+def train_cnn(o, data, steps, amp):
     xtr, ytr, _, _ = data
     torch.manual_seed(1)
     model = CNN().to(o.dev)
@@ -171,7 +172,9 @@ def train_cnn(o, data, steps):
     def step(i):
         idx = perm[(i * 64) % (len(xtr) - 64):][:64]
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(xtr[idx]), ytr[idx]).backward()
+        with torch.autocast(o.dev.type, dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
+        loss.backward()
         opt.step()
 
     step(0)
@@ -180,7 +183,8 @@ def train_cnn(o, data, steps):
     for i in range(steps):
         step(i + 1)
     sync(o.dev)
-    o.line({"bench": "train_cnn", "batch": 64, "steps": steps,
+    o.line({"bench": "train_cnn", "precision": "amp_bf16" if amp else "f32", "mode": "data_on_device",
+            "batch": 64, "steps": steps,
             "images_per_sec": round(64 * steps / (time.perf_counter() - t0), 1)})
 
 
@@ -285,7 +289,8 @@ def main():
         conv3x3(o, *((2, 8, 16) if tiny else (64, 64, 56)))
     data = fashion_mnist(a.data_dir, dev) if ("train_cnn" in only or "recipe_to_93" in only) else None
     if "train_cnn" in only:
-        train_cnn(o, data, 5 if tiny else 300)
+        for amp in (False, True):
+            train_cnn(o, data, 5 if tiny else 300, amp)
     if "resnet18_step" in only:
         for amp in (False, True):
             resnet18_step(o, *((2, 32, 1) if tiny else (256, 224, 10)), amp)

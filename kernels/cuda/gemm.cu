@@ -7,6 +7,14 @@
 // two. In the SIMT flavour cuBLAS is kernels/simt/cublas_shim.cpp: every argument is checked as
 // cuBLAS would, and the product is computed on the host.
 //
+// Note [16-bit GEMM on CUDA]
+// f16 and bf16 products stay 16-bit in memory: cuBLAS gets A, B and C as CUDA_R_16F / CUDA_R_16BF
+// with CUBLAS_COMPUTE_32F and float alpha/beta (cublasGemmEx, cublasGemmBatchedEx), which on a
+// tensor-core GPU multiplies the 16-bit inputs exactly, sums in float and rounds each C element
+// to the 16-bit type once. The tiled kernel does the same arithmetic on CUDA cores: it widens each
+// element to acc_t (float) as it loads the tile, accumulates in float and rounds on the store.
+// Neither path makes an f32 copy of an operand.
+//
 // Note [Row-major through column-major cuBLAS]
 // cuBLAS is column-major: an (r, c) matrix with leading dimension ld has element (i, j) at
 // p[i + j * ld]. ember is row-major: element (i, j) of C is at c[i * ldc + j]. Read with cuBLAS's
@@ -63,7 +71,7 @@ struct TiledArgs {
   int m, n, k;
   int64_t lda, ldb, ldc;
   bool ta, tb;
-  T alpha, beta;
+  acc_t<T> alpha, beta;
   const T* a;  // one product: the operands themselves...
   const T* b;
   T* c;
@@ -97,10 +105,14 @@ struct TiledArgs {
 //
 // Two __syncthreads per k-step: after the load (the tile is complete before anyone reads it) and
 // after the multiply (nobody overwrites the tile while a slower thread still reads it).
+//
+// Precision. Everything after the load is acc_t<T> (Note [Accumulation types]): a 16-bit element
+// is widened to float as it enters shared memory, and C is rounded to T once, in the store.
 template <typename T>
 __global__ void sgemm_tiled(TiledArgs<T> args) {
-  __shared__ T As[kTileK][kTileM + 1];
-  __shared__ T Bs[kTileK][kTileN + 1];
+  using Acc = acc_t<T>;
+  __shared__ Acc As[kTileK][kTileM + 1];
+  __shared__ Acc Bs[kTileK][kTileN + 1];
 
   const int64_t z = args.z0 + blockIdx.z;
   const T* a = args.a_list ? args.a_list[z] : args.a;
@@ -112,9 +124,9 @@ __global__ void sgemm_tiled(TiledArgs<T> args) {
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileM;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileN;
 
-  T acc[kRegM][kRegN];
+  Acc acc[kRegM][kRegN];
   for (int i = 0; i < kRegM; ++i)
-    for (int j = 0; j < kRegN; ++j) acc[i][j] = T(0);
+    for (int j = 0; j < kRegN; ++j) acc[i][j] = Acc(0);
 
   for (int p0 = 0; p0 < args.k; p0 += kTileK) {
     // Cooperative load: 64 * 16 = 1024 elements of each tile, 4 per thread.
@@ -127,8 +139,8 @@ __global__ void sgemm_tiled(TiledArgs<T> args) {
         ia = l % kTileM, pa = l / kTileM;  // A (k, m): consecutive threads walk along i
       }
       const int64_t gi = row0 + ia, gp = p0 + pa;
-      T av = T(0);
-      if (gi < args.m && gp < args.k) av = args.ta ? a[gp * args.lda + gi] : a[gi * args.lda + gp];
+      Acc av = Acc(0);
+      if (gi < args.m && gp < args.k) av = Acc(args.ta ? a[gp * args.lda + gi] : a[gi * args.lda + gp]);
       As[pa][ia] = av;
 
       int pb, jb;  // B: tile row pb (of k), tile column jb (of n)
@@ -138,14 +150,14 @@ __global__ void sgemm_tiled(TiledArgs<T> args) {
         pb = l % kTileK, jb = l / kTileK;  // B (n, k): along p
       }
       const int64_t gj = col0 + jb, gq = p0 + pb;
-      T bv = T(0);
-      if (gj < args.n && gq < args.k) bv = args.tb ? b[gj * args.ldb + gq] : b[gq * args.ldb + gj];
+      Acc bv = Acc(0);
+      if (gj < args.n && gq < args.k) bv = Acc(args.tb ? b[gj * args.ldb + gq] : b[gq * args.ldb + gj]);
       Bs[pb][jb] = bv;
     }
     __syncthreads();
 
     for (int p = 0; p < kTileK; ++p) {
-      T ar[kRegM], br[kRegN];
+      Acc ar[kRegM], br[kRegN];
       for (int i = 0; i < kRegM; ++i) ar[i] = As[p][ty + i * kThreadsY];
       for (int j = 0; j < kRegN; ++j) br[j] = Bs[p][tx + j * kThreadsX];
       for (int i = 0; i < kRegM; ++i)
@@ -161,8 +173,8 @@ __global__ void sgemm_tiled(TiledArgs<T> args) {
       const int64_t gj = col0 + tx + j * kThreadsX;
       if (gj >= args.n) continue;
       T* out = c + gi * args.ldc + gj;
-      const T v = args.alpha * acc[i][j];
-      *out = args.beta == T(0) ? v : v + args.beta * *out;  // beta == 0: C is never read
+      const Acc v = args.alpha * acc[i][j];
+      *out = T(args.beta == Acc(0) ? v : v + args.beta * Acc(*out));  // beta == 0: C is never read
     }
   }
 }
@@ -201,8 +213,8 @@ void check_gemm_args(const char* op, Transpose ta, Transpose tb, int64_t m, int6
 }
 
 template <typename T>
-TiledArgs<T> make_args(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, int64_t lda,
-                       int64_t ldb, T beta, int64_t ldc) {
+TiledArgs<T> make_args(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, acc_t<T> alpha, int64_t lda,
+                       int64_t ldb, acc_t<T> beta, int64_t ldc) {
   TiledArgs<T> args{};
   args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
   args.lda = lda, args.ldb = ldb, args.ldc = ldc;
@@ -244,7 +256,11 @@ cublasHandle_t bound_handle() {
     if (cublasCreate(&slot.handle) != CUBLAS_STATUS_SUCCESS) {
       slot.handle = nullptr;  // fall back to the tiled kernel on this device
     } else {
-      EMBER_CUBLAS_CHECK(cublasSetMathMode(slot.handle, CUBLAS_DEFAULT_MATH));
+      // Split-k reductions of f16/bf16 products in the compute type (float), never in the 16-bit
+      // output type: C is rounded once (Note [16-bit GEMM on CUDA]).
+      const auto math =
+          static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+      EMBER_CUBLAS_CHECK(cublasSetMathMode(slot.handle, math));
     }
   }
   if (slot.handle) EMBER_CUBLAS_CHECK(cublasSetStream(slot.handle, cuda::current_stream()));
@@ -253,20 +269,35 @@ cublasHandle_t bound_handle() {
 
 cublasOperation_t op_of(Transpose t) { return t == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// The cudaDataType of A, B and C for cublasGemmEx / cublasGemmBatchedEx, and the compute type:
+// f32 (TF32 when allowed), and f16/bf16 accumulating in f32 (Note [16-bit GEMM on CUDA]).
+template <typename T>
+constexpr cudaDataType data_type_of() {
+  if constexpr (std::is_same_v<T, Half>) return CUDA_R_16F;
+  else if constexpr (std::is_same_v<T, BFloat16>) return CUDA_R_16BF;
+  else return CUDA_R_32F;
+}
+template <typename T>
+cublasComputeType_t compute_type_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  return CUBLAS_COMPUTE_32F;
+}
+
 // One product through cuBLAS (Note [Row-major through column-major cuBLAS]: b first, m and n
 // swapped). Returns false when cuBLAS is unavailable (the caller runs the tiled kernel).
 template <typename T>
-bool cublas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+bool cublas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, acc_t<T> alpha, const T* a,
+                 int64_t lda, const T* b, int64_t ldb, acc_t<T> beta, T* c, int64_t ldc) {
   std::lock_guard<std::mutex> lock(g_cublas_mutex);
   cublasHandle_t h = bound_handle();
   if (!h) return false;
   const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
-  if constexpr (std::is_same_v<T, float>) {
-    const cublasComputeType_t compute = g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    EMBER_CUBLAS_CHECK(cublasGemmEx(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, CUDA_R_32F, static_cast<int>(ldb), a,
-                                    CUDA_R_32F, static_cast<int>(lda), &beta, c, CUDA_R_32F, static_cast<int>(ldc),
-                                    compute, CUBLAS_GEMM_DEFAULT));
+  if constexpr (!std::is_same_v<T, double>) {
+    constexpr cudaDataType type = data_type_of<T>();
+    EMBER_CUBLAS_CHECK(cublasGemmEx(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, type, static_cast<int>(ldb), a, type,
+                                    static_cast<int>(lda), &beta, c, type, static_cast<int>(ldc), compute_type_of<T>(),
+                                    CUBLAS_GEMM_DEFAULT));
   } else {
     EMBER_CUBLAS_CHECK(cublasDgemm(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
                                    static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
@@ -275,19 +306,20 @@ bool cublas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T 
 }
 
 template <typename T>
-bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* const* a,
-                         int64_t lda, const T* const* b, int64_t ldb, T beta, T* const* c, int64_t ldc, int batch) {
+bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, acc_t<T> alpha,
+                         const T* const* a, int64_t lda, const T* const* b, int64_t ldb, acc_t<T> beta, T* const* c,
+                         int64_t ldc, int batch) {
   std::lock_guard<std::mutex> lock(g_cublas_mutex);
   cublasHandle_t h = bound_handle();
   if (!h) return false;
   const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
-  if constexpr (std::is_same_v<T, float>) {
-    const cublasComputeType_t compute = g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  if constexpr (!std::is_same_v<T, double>) {
+    constexpr cudaDataType type = data_type_of<T>();
     EMBER_CUBLAS_CHECK(cublasGemmBatchedEx(h, op_of(tb), op_of(ta), M, N, K, &alpha,
-                                           reinterpret_cast<const void* const*>(b), CUDA_R_32F, static_cast<int>(ldb),
-                                           reinterpret_cast<const void* const*>(a), CUDA_R_32F, static_cast<int>(lda),
-                                           &beta, reinterpret_cast<void* const*>(c), CUDA_R_32F, static_cast<int>(ldc),
-                                           batch, compute, CUBLAS_GEMM_DEFAULT));
+                                           reinterpret_cast<const void* const*>(b), type, static_cast<int>(ldb),
+                                           reinterpret_cast<const void* const*>(a), type, static_cast<int>(lda),
+                                           &beta, reinterpret_cast<void* const*>(c), type, static_cast<int>(ldc),
+                                           batch, compute_type_of<T>(), CUBLAS_GEMM_DEFAULT));
   } else {
     EMBER_CUBLAS_CHECK(cublasDgemmBatched(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
                                           static_cast<int>(lda), &beta, c, static_cast<int>(ldc), batch));
@@ -298,8 +330,8 @@ bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64
 // ---- entry points ----------------------------------------------------------------------------
 
 template <typename T>
-void gemm_impl(bool tiled_only, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-               int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void gemm_impl(bool tiled_only, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, acc_t<T> alpha,
+               const T* a, int64_t lda, const T* b, int64_t ldb, acc_t<T> beta, T* c, int64_t ldc) {
   const char* op = tiled_only ? "gemm_tiled" : "gemm";
   check_gemm_args(op, ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
@@ -307,19 +339,20 @@ void gemm_impl(bool tiled_only, Transpose ta, Transpose tb, int64_t m, int64_t n
   // whether beta == 0 then clears NaNs in C, and ember's contract says it does.
   if (!tiled_only && k > 0 && !tiled_forced() && cublas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
-  TiledArgs<T> args = make_args(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+  TiledArgs<T> args = make_args<T>(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
   args.a = a, args.b = b, args.c = c;
   launch_tiled(args, 1);
 }
 
 template <typename T>
-void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, T alpha, const T* const* a,
-                       int64_t lda, const T* const* b, int64_t ldb, T beta, T* const* c, int64_t ldc, int64_t batch) {
+void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, acc_t<T> alpha,
+                       const T* const* a, int64_t lda, const T* const* b, int64_t ldb, acc_t<T> beta, T* const* c,
+                       int64_t ldc, int64_t batch) {
   check_gemm_args("gemm_batched", ta, tb, m, n, k, lda, ldb, ldc);
   EMBER_CHECK(batch >= 0 && batch <= INT_MAX, "gemm_batched: batch = ", batch, " does not fit a 32-bit int");
   if (m == 0 || n == 0 || batch == 0) return;
   // One product needs no pointer arrays: the plain GEMM (which a CUDA graph can capture).
-  if (batch == 1) return gemm_impl(false, ta, tb, m, n, k, alpha, a[0], lda, b[0], ldb, beta, c[0], ldc);
+  if (batch == 1) return gemm_impl<T>(false, ta, tb, m, n, k, alpha, a[0], lda, b[0], ldb, beta, c[0], ldc);
   // The pointer arrays live on the host; both paths read them on the device: one scratch buffer
   // holds the three arrays, uploaded without blocking (detail::upload_async).
   const size_t bytes = 3 * static_cast<size_t>(batch) * sizeof(void*);
@@ -352,7 +385,7 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
   if (k > 0 && !tiled_forced() &&
       cublas_gemm_batched(ta, tb, m, n, k, alpha, a_dev, lda, b_dev, ldb, beta, c_dev, ldc, static_cast<int>(batch)))
     return;
-  TiledArgs<T> args = make_args(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+  TiledArgs<T> args = make_args<T>(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
   args.a_list = a_dev, args.b_list = b_dev, args.c_list = c_dev;
   launch_tiled(args, batch);
 }
@@ -383,6 +416,33 @@ void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, f
 void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a,
                   int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
                   int64_t batch) {
+  gemm_batched_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch);
+}
+
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Half* a, int64_t lda,
+          const Half* b, int64_t ldb, float beta, Half* c, int64_t ldc) {
+  gemm_impl(false, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+          int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc) {
+  gemm_impl(false, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm_tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Half* a,
+                int64_t lda, const Half* b, int64_t ldb, float beta, Half* c, int64_t ldc) {
+  gemm_impl(true, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm_tiled(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+                int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc) {
+  gemm_impl(true, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Half* const* a,
+                  int64_t lda, const Half* const* b, int64_t ldb, float beta, Half* const* c, int64_t ldc,
+                  int64_t batch) {
+  gemm_batched_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch);
+}
+void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const BFloat16* const* a, int64_t lda, const BFloat16* const* b, int64_t ldb, float beta,
+                  BFloat16* const* c, int64_t ldc, int64_t batch) {
   gemm_batched_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch);
 }
 

@@ -12,6 +12,14 @@
 // So the shim checks ember's call sites — transposes, leading dimensions, sizes, stream binding,
 // pointer arrays — not cuBLAS itself. TF32 compute is accepted and computed in full f32 (TF32 lets
 // cuBLAS round inputs; it does not require it).
+//
+// 16-bit inputs (CUDA_R_16F / CUDA_R_16BF A and B, C of the same type or CUDA_R_32F,
+// CUBLAS_COMPUTE_32F) are multiplied the way a tensor-core GPU does with reductions in the compute
+// type: each product of two 16-bit values is exact in float, the k products are summed in float,
+// alpha and beta are applied in float, and the element is rounded to C's type once. cuBLAS also
+// takes all-16F with CUBLAS_COMPUTE_16F (half accumulation); ember never asks for it and the shim
+// answers NOT_SUPPORTED. Pairings cuBLAS rejects (16F with 16BF, 16-bit C from 32F inputs, 16-bit
+// with a 64F compute type, ...) are NOT_SUPPORTED, as from cuBLAS.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -23,7 +31,9 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "../../core/dtype.h"
 #include "../cpu/gemm.h"
+#include "cublas_shim.h"
 #include "shim_memory.h"
 
 struct cublasContext {
@@ -106,6 +116,27 @@ void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T 
   ember::kernels::cpu::gemm(transpose_of(tb), transpose_of(ta), n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
 }
 
+// Column-major C (m, n) = alpha op(A) op(B) + beta C with 16-bit A and B, every element summed in
+// float in the order p = 0, 1, ..., k - 1 and rounded to Out once (Out = float: not rounded).
+template <typename In, typename Out>
+void compute_16bit(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const In* a,
+                   int lda, const In* b, int ldb, float beta, Out* c, int ldc) {
+  const auto at = [&](const In* p, int64_t r, int64_t col, int ld) { return static_cast<float>(p[r + col * ld]); };
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      float acc = 0.0f;
+      for (int p = 0; p < k; ++p) {
+        const float x = ta == CUBLAS_OP_N ? at(a, i, p, lda) : at(a, p, i, lda);
+        const float y = tb == CUBLAS_OP_N ? at(b, p, j, ldb) : at(b, j, p, ldb);
+        acc += x * y;  // exact product: 11 (f16) or 8 (bf16) significant bits each
+      }
+      Out& out = c[i + static_cast<int64_t>(j) * ldc];
+      const float v = alpha * acc;
+      out = Out(beta == 0.0f ? v : v + beta * static_cast<float>(out));  // beta == 0: C is not read
+    }
+  }
+}
+
 cublasStatus_t sync(cublasHandle_t h) {
   return cudaStreamSynchronize(h->stream) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
@@ -116,24 +147,45 @@ cublasStatus_t in_stream_order(cublasHandle_t h, std::function<void()> work) {
                                                                                      : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
-template <typename T>
+// In: the type of A and B; Out: of C; S: of alpha and beta (the compute type's scale type).
+// compute_16bit for 16-bit inputs, else the same-type compute().
+template <typename In, typename Out, typename S>
+void compute_any(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, S alpha, const In* a, int lda,
+                 const In* b, int ldb, S beta, Out* c, int ldc) {
+  if constexpr (ember::is_low_precision_v<In>)
+    compute_16bit(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    compute(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Checks operands of one product: A and B of In, C of Out.
+template <typename In, typename Out>
+cublasStatus_t check_operands_of(const char* fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                 const void* a, int lda, const void* b, int ldb, const void* c, int ldc) {
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  cublasStatus_t st = check_operands(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, sizeof(In));
+  if (st != CUBLAS_STATUS_SUCCESS || sizeof(Out) == sizeof(In)) return st;
+  return check_operands(fn, ta, tb, m, n, 0, a, lda, b, ldb, c, ldc, sizeof(Out));  // C's own extent
+}
+
+template <typename In, typename Out = In, typename S = In>
 cublasStatus_t gemm_one(const char* fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                        int k, const T* alpha, const T* a, int lda, const T* b, int ldb, const T* beta, T* c,
+                        int k, const S* alpha, const In* a, int lda, const In* b, int ldb, const S* beta, Out* c,
                         int ldc) {
   cublasStatus_t st = check_gemm(fn, h, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
-  st = check_operands(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, sizeof(T));
+  st = check_operands_of<In, Out>(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   // alpha and beta are host values (CUBLAS_POINTER_MODE_HOST): read at the call, as cuBLAS does.
-  const T al = *alpha, be = *beta;
-  return in_stream_order(h, [=] { compute(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); });
+  const S al = *alpha, be = *beta;
+  return in_stream_order(h, [=] { compute_any(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); });
 }
 
-template <typename T>
+template <typename In, typename Out = In, typename S = In>
 cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                            int n, int k, const T* alpha, const T* const* a, int lda, const T* const* b, int ldb,
-                            const T* beta, T* const* c, int ldc, int batch) {
+                            int n, int k, const S* alpha, const In* const* a, int lda, const In* const* b, int ldb,
+                            const S* beta, Out* const* c, int ldc, int batch) {
   cublasStatus_t st = check_gemm(fn, h, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   if (batch < 0) return illegal(fn, 15);
@@ -143,9 +195,9 @@ cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t 
   if (!is_device_range(a, list_bytes)) return illegal(fn, 8);
   if (!is_device_range(b, list_bytes)) return illegal(fn, 10);
   if (!is_device_range(c, list_bytes)) return illegal(fn, 13);
-  const T al = *alpha, be = *beta;
+  const S al = *alpha, be = *beta;
   auto run = [=] {
-    for (int i = 0; i < batch; ++i) compute(ta, tb, m, n, k, al, a[i], lda, b[i], ldb, be, c[i], ldc);
+    for (int i = 0; i < batch; ++i) compute_any(ta, tb, m, n, k, al, a[i], lda, b[i], ldb, be, c[i], ldc);
   };
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(h->stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusActive) {
@@ -155,25 +207,46 @@ cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t 
   }
   if ((st = sync(h)) != CUBLAS_STATUS_SUCCESS) return st;  // the arrays may have been written by a copy on the stream
   for (int i = 0; i < batch; ++i) {
-    st = check_operands(fn, ta, tb, m, n, k, a[i], lda, b[i], ldb, c[i], ldc, sizeof(T));
+    st = check_operands_of<In, Out>(fn, ta, tb, m, n, k, a[i], lda, b[i], ldb, c[i], ldc);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
   }
   run();
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// The data-type / compute-type pairs the shim (and ember) use: all-f32 with an f32 compute type,
-// all-f64 with CUBLAS_COMPUTE_64F. cuBLAS supports more; anything else is NOT_SUPPORTED here.
-enum class Kind { F32, F64, Unsupported };
+// The data-type / compute-type combinations the shim computes (a subset of cuBLAS's table for
+// cublasGemmEx): all-f32 with an f32 compute type, all-f64 with CUBLAS_COMPUTE_64F, and f16 or bf16
+// A and B with C of the same type or f32 and CUBLAS_COMPUTE_32F[_PEDANTIC] (alpha, beta float).
+// Anything else is NOT_SUPPORTED here.
+enum class Kind { F32, F64, F16, F16_F32, BF16, BF16_F32, Unsupported };
 Kind kind_of(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute) {
-  if (at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F &&
-      (compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
-       compute == CUBLAS_COMPUTE_32F_PEDANTIC))
+  if (at != bt) return Kind::Unsupported;
+  const bool f32_compute = compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC;
+  if (at == CUDA_R_32F && ct == CUDA_R_32F && (f32_compute || compute == CUBLAS_COMPUTE_32F_FAST_TF32))
     return Kind::F32;
-  if (at == CUDA_R_64F && bt == CUDA_R_64F && ct == CUDA_R_64F &&
-      (compute == CUBLAS_COMPUTE_64F || compute == CUBLAS_COMPUTE_64F_PEDANTIC))
+  if (at == CUDA_R_64F && ct == CUDA_R_64F && (compute == CUBLAS_COMPUTE_64F || compute == CUBLAS_COMPUTE_64F_PEDANTIC))
     return Kind::F64;
+  if (at == CUDA_R_16F && f32_compute)
+    return ct == CUDA_R_16F ? Kind::F16 : ct == CUDA_R_32F ? Kind::F16_F32 : Kind::Unsupported;
+  if (at == CUDA_R_16BF && f32_compute)
+    return ct == CUDA_R_16BF ? Kind::BF16 : ct == CUDA_R_32F ? Kind::BF16_F32 : Kind::Unsupported;
   return Kind::Unsupported;
+}
+
+// The counters behind cublas_shim::calls(), bumped when a call is accepted.
+std::mutex g_calls_mutex;
+ember::simt::cublas_shim::Calls g_calls;
+
+void count(bool batched, cudaDataType at) {
+  std::lock_guard<std::mutex> lock(g_calls_mutex);
+  auto& c = g_calls;
+  switch (at) {
+    case CUDA_R_32F: ++(batched ? c.batched_ex_f32 : c.gemm_ex_f32); break;
+    case CUDA_R_64F: ++(batched ? c.batched_ex_f64 : c.gemm_ex_f64); break;
+    case CUDA_R_16F: ++(batched ? c.batched_ex_f16 : c.gemm_ex_f16); break;
+    case CUDA_R_16BF: ++(batched ? c.batched_ex_bf16 : c.gemm_ex_bf16); break;
+    default: break;
+  }
 }
 
 bool valid_algo(cublasGemmAlgo_t algo) {
@@ -261,15 +334,26 @@ cublasStatus_t CUBLASWINAPI cublasGemmEx(cublasHandle_t handle, cublasOperation_
                                          cublasGemmAlgo_t algo) {
   if (!live(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!valid_algo(algo)) return illegal("cublasGemmEx", 19);
+  const auto one = [&](auto in, auto out, auto scale) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    using S = decltype(scale);
+    const cublasStatus_t st = gemm_one<In, Out, S>("cublasGemmEx", handle, transa, transb, m, n, k,
+                                                   static_cast<const S*>(alpha), static_cast<const In*>(A), lda,
+                                                   static_cast<const In*>(B), ldb, static_cast<const S*>(beta),
+                                                   static_cast<Out*>(C), ldc);
+    if (st == CUBLAS_STATUS_SUCCESS) count(false, Atype);
+    return st;
+  };
+  using ember::BFloat16;
+  using ember::Half;
   switch (kind_of(Atype, Btype, Ctype, computeType)) {
-    case Kind::F32:
-      return gemm_one("cublasGemmEx", handle, transa, transb, m, n, k, static_cast<const float*>(alpha),
-                      static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb,
-                      static_cast<const float*>(beta), static_cast<float*>(C), ldc);
-    case Kind::F64:
-      return gemm_one("cublasGemmEx", handle, transa, transb, m, n, k, static_cast<const double*>(alpha),
-                      static_cast<const double*>(A), lda, static_cast<const double*>(B), ldb,
-                      static_cast<const double*>(beta), static_cast<double*>(C), ldc);
+    case Kind::F32: return one(float(), float(), float());
+    case Kind::F64: return one(double(), double(), double());
+    case Kind::F16: return one(Half(), Half(), float());
+    case Kind::F16_F32: return one(Half(), float(), float());
+    case Kind::BF16: return one(BFloat16(), BFloat16(), float());
+    case Kind::BF16_F32: return one(BFloat16(), float(), float());
     case Kind::Unsupported: break;
   }
   return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -293,20 +377,38 @@ cublasStatus_t CUBLASWINAPI cublasGemmBatchedEx(cublasHandle_t handle, cublasOpe
                                                 cublasGemmAlgo_t algo) {
   if (!live(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!valid_algo(algo)) return illegal("cublasGemmBatchedEx", 21);
+  const auto batched = [&](auto in, auto out, auto scale) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    using S = decltype(scale);
+    const cublasStatus_t st = gemm_batched<In, Out, S>(
+        "cublasGemmBatchedEx", handle, transa, transb, m, n, k, static_cast<const S*>(alpha),
+        reinterpret_cast<const In* const*>(Aarray), lda, reinterpret_cast<const In* const*>(Barray), ldb,
+        static_cast<const S*>(beta), reinterpret_cast<Out* const*>(Carray), ldc, batchCount);
+    if (st == CUBLAS_STATUS_SUCCESS) count(true, Atype);
+    return st;
+  };
+  using ember::BFloat16;
+  using ember::Half;
   switch (kind_of(Atype, Btype, Ctype, computeType)) {
-    case Kind::F32:
-      return gemm_batched("cublasGemmBatchedEx", handle, transa, transb, m, n, k, static_cast<const float*>(alpha),
-                          reinterpret_cast<const float* const*>(Aarray), lda,
-                          reinterpret_cast<const float* const*>(Barray), ldb, static_cast<const float*>(beta),
-                          reinterpret_cast<float* const*>(Carray), ldc, batchCount);
-    case Kind::F64:
-      return gemm_batched("cublasGemmBatchedEx", handle, transa, transb, m, n, k, static_cast<const double*>(alpha),
-                          reinterpret_cast<const double* const*>(Aarray), lda,
-                          reinterpret_cast<const double* const*>(Barray), ldb, static_cast<const double*>(beta),
-                          reinterpret_cast<double* const*>(Carray), ldc, batchCount);
+    case Kind::F32: return batched(float(), float(), float());
+    case Kind::F64: return batched(double(), double(), double());
+    case Kind::F16: return batched(Half(), Half(), float());
+    case Kind::F16_F32: return batched(Half(), float(), float());
+    case Kind::BF16: return batched(BFloat16(), BFloat16(), float());
+    case Kind::BF16_F32: return batched(BFloat16(), float(), float());
     case Kind::Unsupported: break;
   }
   return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
 }  // extern "C"
+
+namespace ember::simt::cublas_shim {
+
+Calls calls() {
+  std::lock_guard<std::mutex> lock(g_calls_mutex);
+  return g_calls;
+}
+
+}  // namespace ember::simt::cublas_shim

@@ -44,6 +44,14 @@ python3 "$here/tensors_equal.py" sgd-eager.safetensors sgd-graphs.safetensors ||
   echo "FAIL: --cuda-graphs --optimizer sgd trained different weights"
   exit 1
 }
+# With the training set on the device (--data-on-device: batches gathered, cropped and flipped by
+# kernels, then copied into the graph's static inputs), with the default augmentation.
+run dod-eager --data-on-device --augment light
+run dod-graphs --data-on-device --augment light --cuda-graphs
+python3 "$here/tensors_equal.py" dod-eager.safetensors dod-graphs.safetensors || {
+  echo "FAIL: --cuda-graphs --data-on-device trained different weights"
+  exit 1
+}
 python3 - eager.jsonl graphs.jsonl <<'PY'
 import json, sys
 def steps(path):

@@ -143,8 +143,9 @@ TEMPLATE_TEST_CASE("cuda gemm: empty products and k == 0", "[cuda][gemm]", float
   // As on the CPU, operands that are not read need no valid leading dimension (nor a pointer).
   if (path == Path::Gemm) {
     DeviceBuffer<T> c(4);
-    ember::kernels::gpu::gemm(Transpose::No, Transpose::No, 0, 3, 5, T(1), nullptr, 0, nullptr, 0, T(0), nullptr, 0);
-    ember::kernels::gpu::gemm(Transpose::No, Transpose::Yes, 2, 2, 0, T(1), nullptr, 0, nullptr, 0, T(0), c.data(), 2);
+    const T* none = nullptr;  // typed: a bare nullptr would match the f16/bf16 overloads too
+    ember::kernels::gpu::gemm(Transpose::No, Transpose::No, 0, 3, 5, T(1), none, 0, none, 0, T(0), nullptr, 0);
+    ember::kernels::gpu::gemm(Transpose::No, Transpose::Yes, 2, 2, 0, T(1), none, 0, none, 0, T(0), c.data(), 2);
     REQUIRE(c.download() == std::vector<T>(4, T(0)));
     c.check_guards();
   }
