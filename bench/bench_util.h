@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <ember/kernels/cpu/blas.h>
+#include <ember/kernels/cpu/gemm_bf16.h>
 
 namespace ember::bench {
 
@@ -65,15 +66,17 @@ inline std::string json_str(const std::string& s) {
 }
 
 // The machine and the code path a result was measured with, as JSON fields (no braces, no
-// comma at either end): the CPU model, its widest instruction set, and the GEMM kernels running
-// (Note [BLAS kernels by CPU features]). Every benchmark's line carries them.
+// comma at either end): the CPU model, its widest instruction set, the GEMM kernels running
+// (Note [BLAS kernels by CPU features]) and the bf16 GEMM path (Note [bf16 GEMM on the CPU]).
+// Every benchmark's line carries them.
 inline std::string machine_fields() {
   namespace kc = kernels::cpu;
   const kc::CpuFeatures& f = kc::cpu_features();
   const kc::BlasInfo& b = kc::blas_info();
   return "\"cpu\":" + json_str(f.model_name) + ",\"cpu_isa\":" + json_str(kc::isa_name(kc::widest_isa(f))) +
          ",\"gemm_kernels\":" + json_str(b.core + " (" + kc::isa_name(b.core_isa) + ")") +
-         ",\"gemm_chosen_by\":" + json_str(b.chosen_by);
+         ",\"gemm_chosen_by\":" + json_str(b.chosen_by) +
+         ",\"bf16_gemm\":" + json_str(kc::bf16_gemm_path_name(kc::bf16_gemm_path()));
 }
 
 }  // namespace ember::bench

@@ -6,7 +6,9 @@ Adam lr 1e-3, batch 64, no augmentation, exactly like
   ember train --model cnn --optimizer adam --lr 1e-3 --batch-size 64 --epochs E --no-augment --seed S
 and prints one JSON line per epoch: test accuracy and training images/s (data already in memory,
 normalized once, as ember's loader does). Any PyTorch; bench/compare_pytorch.sh runs it with
-PyTorch 2.x from scripts/python-env.sh.
+PyTorch 2.x from scripts/python-env.sh. --amp bf16 runs forward and loss under
+torch.autocast('cpu', dtype=torch.bfloat16) (ember: --amp bf16); --max-steps N stops the first
+epoch after N steps (bench/compare_amp_cpu.sh).
   "$(scripts/python-env.sh)" bench/pytorch_cnn.py --seed 1 --epochs 2 --threads 2
 """
 import argparse
@@ -48,6 +50,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--amp", choices=["off", "bf16"], default="off")
+    p.add_argument("--max-steps", type=int, default=0)
     a = p.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -60,22 +64,28 @@ def main():
     xtr, xte = (xtr - mean) / std, (xte - mean) / std
     model = CNN()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for epoch in range(a.epochs):
+    for epoch in range(1 if a.max_steps else a.epochs):
         model.train()
         perm = torch.randperm(len(xtr))
         t0 = time.perf_counter()
-        for i in range(0, len(xtr), 64):
+        images = 0
+        for step, i in enumerate(range(0, len(xtr), 64)):
+            if a.max_steps and step == a.max_steps:
+                break
             idx = perm[i:i + 64]
             opt.zero_grad()
-            loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp == "bf16"):
+                loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             loss.backward()
             opt.step()
+            images += len(idx)
         seconds = time.perf_counter() - t0
         model.eval()
         with torch.no_grad():
             correct = sum((model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item() for i in range(0, len(xte), 1000))
         print(json.dumps({"bench": "pytorch_cnn", "torch": torch.__version__, "seed": a.seed, "epoch": epoch + 1,
-                          "threads": a.threads, "test_acc": correct / len(xte), "images_per_sec": len(xtr) / seconds}),
+                          "threads": a.threads, "amp": a.amp, "test_acc": correct / len(xte),
+                          "images_per_sec": images / seconds}),
               flush=True)
 
 

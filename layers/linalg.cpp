@@ -15,6 +15,7 @@
 #include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/gemm.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "elementwise.h"
 #include "reduce.h"
 
@@ -66,8 +67,9 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   EMBER_THROW(op, ": shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied (", ka, " != ", kb, ")");
 }
 
-// kernels' gemm_batched with alpha = 1 on `device`. f16/bf16 run on CUDA only (the CPU widens them
-// before they get here: Note [Low-precision products]), with float alpha and beta.
+// kernels' gemm_batched with alpha = 1 on `device`. f16/bf16 run on CUDA only (on the CPU, bf16
+// takes gemm_bf16 in product_into and f16 is widened before it gets here: Note [Low-precision
+// products]), with float alpha and beta.
 template <typename T>
 void batched_gemm_on(Device device, const char* op, Transpose ta, Transpose tb, int64_t n, int64_t m, int64_t k,
                      const T* const* a, int64_t lda, const T* const* b, int64_t ldb, double beta, T* const* c,
@@ -124,6 +126,22 @@ void product_into(const char* op, Tensor a, Tensor b, const Tensor& out, double 
       }
     }
   }
+  if (out.dtype() == DType::bf16 && out.device().is_cpu()) {  // Note [Low-precision products]
+    const auto* pa = static_cast<const BFloat16*>(a.data());
+    const auto* pb = static_cast<const BFloat16*>(b.data());
+    auto* pc = static_cast<BFloat16*>(out.data());
+    std::vector<const BFloat16*> va(batch), vb(batch);
+    std::vector<BFloat16*> vc(batch);
+    for (int64_t i = 0; i < batch; ++i) {
+      va[i] = pa + off_a[i];
+      vb[i] = pb + off_b[i];
+      vc[i] = pc + i * n * m;
+    }
+    const profiler::Scope scope(op, 2.0 * static_cast<double>(n * m) * static_cast<double>(k * batch));
+    kernels::cpu::gemm_bf16_batched(la.trans, lb.trans, n, m, k, 1.0f, va.data(), la.ld, vb.data(), lb.ld,
+                                    static_cast<float>(beta), vc.data(), std::max<int64_t>(1, m), batch);
+    return;
+  }
   EMBER_DISPATCH_FLOATING(out.dtype(), op, [&] {
     using T = scalar_t;
     const T* pa = static_cast<const T*>(a.data());
@@ -162,7 +180,7 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // Note [Low-precision products]
-// mm, bmm, matmul and linear on f16/bf16 tensors run in one of two ways; either way the products
+// mm, bmm, matmul and linear on f16/bf16 tensors run in one of three ways; each way the products
 // of 16-bit values are summed in float and each output element is rounded to the 16-bit dtype once.
 //   CUDA: natively. The 16-bit operands go to kernels::gpu::gemm_batched as they are: cuBLAS's
 //     cublasGemmEx / cublasGemmBatchedEx with CUDA_R_16F / CUDA_R_16BF and CUBLAS_COMPUTE_32F
@@ -170,17 +188,26 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
 //     (Note [16-bit GEMM on CUDA] in kernels/cuda/gemm.cu). No f32 copy of an operand is made. The
 //     backward products run the same way on the 16-bit gradient, so gradients come out in the
 //     inputs' dtype.
-//   CPU: widened. The operands are cast to f32 with the differentiable to() (exact: every f16 and
-//     bf16 value is a float), the f32 product runs (OpenBLAS, or the reference kernel, which
-//     accumulates in double), and the result is rounded to the 16-bit dtype. Autograd sees two
-//     casts around an f32 op, so the gradients reaching the 16-bit inputs are rounded the same way.
-// conv2d (layers/conv.cpp) widens on both devices: cuDNN and the im2col GEMM run in f32 there.
+//   CPU, bf16: natively too, on kernels/cpu/gemm_bf16.h — VDPBF16PS on packed bf16 panels where
+//     the CPU has AVX512_BF16, else both operands widened to f32 inside the GEMM and OpenBLAS
+//     sgemm (Note [bf16 GEMM on the CPU]); a bias is added before the one rounding. The backward
+//     products are bf16 products the same way, except that a gradient summed over broadcast batch
+//     dims of matmul is multiplied in f32, summed and then rounded once.
+//   CPU, f16: widened. The operands are cast to f32 with the differentiable to() (exact: every
+//     f16 value is a float), the f32 product runs (OpenBLAS, or the reference kernel, which
+//     accumulates in double), and the result is rounded to f16. Autograd sees two casts around an
+//     f32 op, so the gradients reaching the f16 inputs are rounded the same way.
+// conv2d (layers/conv.cpp): bf16 on the CPU runs im2col + gemm_bf16 (Note [bf16 convolutions] in
+// kernels/cpu/conv.cpp); the other 16-bit convolutions widen: cuDNN and the im2col GEMM run in f32.
+
+// Whether a product in `dt` on `device` widens to f32 (Note [Low-precision products]).
+bool widens_to_f32(DType dt, Device device) { return dt == DType::f16 && device.is_cpu(); }
 
 // The differentiable product behind mm, bmm and matmul.
 //   d(a @ b)/da: g @ b^T,  d(a @ b)/db: a^T @ g   (summed over broadcast batch dims)
 // b^T and a^T are transposed views: BLAS reads them with CblasTrans, no copy.
 Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& b) {
-  if (is_low_precision(a.dtype()) && !a.device().is_cuda())  // Note [Low-precision products]
+  if (widens_to_f32(a.dtype(), a.device()))  // Note [Low-precision products]
     return product(op, node, a.to(DType::f32), b.to(DType::f32)).to(a.dtype());
   Tensor out = product_forward(op, a, b);
   if (!any_requires_grad({&a, &b})) return out;
@@ -191,8 +218,16 @@ Tensor product(const char* op, const char* node, const Tensor& a, const Tensor& 
   record(node, {a, b}, {out}, [=](const std::vector<Tensor>& g) {
     if (!g[0].defined()) return std::vector<Tensor>{Tensor(), Tensor()};
     const Tensor go = g[0].to(dt);
-    Tensor ga = need_a ? sum_to(product_forward(op, go, sb.get().transpose(-1, -2)), shape_a) : Tensor();
-    Tensor gb = need_b ? sum_to(product_forward(op, sa.get().transpose(-1, -2), go), shape_b) : Tensor();
+    // x @ y summed to `shape`. A bf16 gradient summed over broadcast batch dims is multiplied in
+    // f32 and rounded once after the sum (Note [Low-precision products]).
+    auto grad = [&](const Tensor& x, const Tensor& y, const Shape& shape) {
+      const bool reduces = Shape(shape.begin(), shape.end() - 2) != Shape(go.shape().begin(), go.shape().end() - 2);
+      if (dt == DType::bf16 && go.device().is_cpu() && reduces)
+        return sum_to(product_forward(op, x.to(DType::f32), y.to(DType::f32)), shape).to(dt);
+      return sum_to(product_forward(op, x, y), shape);
+    };
+    Tensor ga = need_a ? grad(go, sb.get().transpose(-1, -2), shape_a) : Tensor();
+    Tensor gb = need_b ? grad(sa.get().transpose(-1, -2), go, shape_b) : Tensor();
     return std::vector<Tensor>{ga, gb};
   });
   return out;
@@ -266,7 +301,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     EMBER_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias must have shape (", out_features,
                 "), got ", describe(bias));
   }
-  if (is_low_precision(x.dtype()) && !x.device().is_cuda()) {  // Note [Low-precision products]
+  if (widens_to_f32(x.dtype(), x.device())) {  // Note [Low-precision products]
     const autocast::SuspendGuard f32_inside;  // autocast would cast the f32 operands back
     const Tensor b32 = has_bias ? bias.to(DType::f32) : Tensor();
     return linear(x.to(DType::f32), weight.to(DType::f32), b32).to(x.dtype());

@@ -14,6 +14,7 @@
 #include "../core/error.h"
 #include "../io/atomic_file.h"
 #include "../kernels/cpu/blas.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/cpu/parallel.h"
 #include "run_record.h"
 
@@ -148,7 +149,8 @@ std::string environment_json(int indent) {
                  {"kernels", blas.core},
                  {"kernels_isa", kc::isa_name(blas.core_isa)},
                  {"chosen_by", blas.chosen_by},
-                 {"warning", blas.warning}}},
+                 {"warning", blas.warning},
+                 {"bf16", kc::bf16_gemm_path_name(kc::bf16_gemm_path())}}},
                {"threads", get_num_threads()},
                {"cuda_built", cuda_built()},
                {"cuda_devices", cuda_device_descriptions()}};

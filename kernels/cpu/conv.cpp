@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <climits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "../../core/error.h"
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "parallel.h"
 
 #ifdef _OPENMP
@@ -176,21 +178,48 @@ int64_t max_chunk(const Conv2dGeometry& g, const ImageSplit& s, size_t elem) {
   return most;
 }
 
-// Scratch per part for chunks of up to `b` images: the chunk's col and a (C_out, b ohw) buffer.
-template <typename T>
+// Scratch per part for chunks of up to `b` images: the chunk's col (of C) and a (C_out, b ohw)
+// buffer (of B; also for one image when `buf_for_one`).
+template <typename C, typename B = C>
 struct ChunkScratch {
   int64_t col_elems = 0, buf_elems = 0;
-  std::unique_ptr<T[]> col, buf;
-  ChunkScratch(const Conv2dGeometry& g, const ImageSplit& s, int64_t b, bool need_col, bool need_buf) {
+  std::unique_ptr<C[]> col;
+  std::unique_ptr<B[]> buf;
+  ChunkScratch(const Conv2dGeometry& g, const ImageSplit& s, int64_t b, bool need_col, bool need_buf,
+               bool buf_for_one = false) {
     const int64_t ohw = g.out_h * g.out_w;
     col_elems = need_col ? g.c_in * g.kh * g.kw * ohw * b : 0;
-    buf_elems = need_buf && b > 1 ? g.c_out * ohw * b : 0;
-    col = scratch<T>(s.parts * col_elems);
-    buf = scratch<T>(s.parts * buf_elems);
+    buf_elems = need_buf && (b > 1 || buf_for_one) ? g.c_out * ohw * b : 0;
+    col = scratch<C>(s.parts * col_elems);
+    buf = scratch<B>(s.parts * buf_elems);
   }
-  T* col_of(int64_t part) const { return col_elems ? col.get() + part * col_elems : nullptr; }
-  T* buf_of(int64_t part) const { return buf_elems ? buf.get() + part * buf_elems : nullptr; }
+  C* col_of(int64_t part) const { return col_elems ? col.get() + part * col_elems : nullptr; }
+  B* buf_of(int64_t part) const { return buf_elems ? buf.get() + part * buf_elems : nullptr; }
 };
+
+// Note [bf16 convolutions]
+// bf16 convolutions run the same im2col + GEMM code with T = BFloat16 and an accumulation type
+// A = float: im2col and the gathers copy bf16 values (exact), the GEMMs are gemm_bf16.h's (bf16
+// operands, f32 C), and everything summed — the GEMM outputs, col2im's overlapping columns, dw
+// across chunks and parts — stays f32 until one final rounding to bf16 per output element. So
+// y = round(bias + sum), dx = round(col2im(sum)), dw = round(sum over all images). For f32 and
+// f64, A = T and nothing changes.
+template <typename T>
+using conv_acc_t = std::conditional_t<std::is_same_v<T, BFloat16>, float, T>;
+
+// A chunk's GEMM: C (m, n) = op(A) op(B) + beta C (alpha = 1).
+void conv_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+void conv_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+               const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  gemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+void conv_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
+               const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
 
 // Copies images [first, first + b) of t (n, C_out, ohw) side by side into buf (C_out, b ohw), or back.
 template <typename T>
@@ -204,33 +233,38 @@ void gather_images(const T* t, int64_t first, int64_t b, int64_t c_out, int64_t 
 
 template <typename T>
 void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  using A = conv_acc_t<T>;
+  constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: the GEMM writes f32 (Note [bf16 convolutions])
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
   const bool pointwise = is_pointwise(g);
   const ImageSplit s = split_images(g.n);
-  const ChunkScratch<T> sc(g, s, max_chunk(g, s, sizeof(T)), !pointwise, true);
+  const ChunkScratch<T, A> sc(g, s, max_chunk(g, s, sizeof(A)), !pointwise, true, narrow);
   run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
-    const int64_t chunk = chunk_images(g, hi - lo, sizeof(T));
+    const int64_t chunk = chunk_images(g, hi - lo, sizeof(A));
     T* col = sc.col_of(part);
     for (int64_t first = lo; first < hi; first += chunk) {
       const int64_t b = std::min(chunk, hi - first), ld = b * ohw;
       for (int64_t k = 0; k < b && !pointwise; ++k) im2col_impl(g, x + (first + k) * x_img, col + k * ohw, ld);
       const T* c = pointwise ? x + first * x_img : col;
-      // b == 1: the GEMM writes y in place, starting from the bias (beta = 1); else into buf.
-      T* out = b == 1 ? y + first * g.c_out * ohw : sc.buf_of(part);
-      if (b == 1 && bias)
-        for (int64_t oc = 0; oc < g.c_out; ++oc) std::fill(out + oc * ohw, out + (oc + 1) * ohw, bias[oc]);
+      // b == 1 (f32, f64): the GEMM writes y in place, starting from the bias (beta = 1); else into buf.
+      const bool direct = !narrow && b == 1;
+      A* out = sc.buf_of(part);
+      if constexpr (!narrow)
+        if (direct) out = y + first * g.c_out * ohw;
+      if (direct && bias)
+        for (int64_t oc = 0; oc < g.c_out; ++oc) std::fill(out + oc * ohw, out + (oc + 1) * ohw, A(bias[oc]));
       for (int64_t gr = 0; gr < G; ++gr)
-        gemm(Transpose::No, Transpose::No, cout_g, ld, kk, T(1), w + gr * cout_g * kk, kk, c + gr * kk * ld, ld,
-             b == 1 && bias ? T(1) : T(0), out + gr * cout_g * ld, ld);
-      if (b == 1) continue;
+        conv_gemm(Transpose::No, Transpose::No, cout_g, ld, kk, w + gr * cout_g * kk, kk, c + gr * kk * ld, ld,
+                  direct && bias ? A(1) : A(0), out + gr * cout_g * ld, ld);
+      if (direct) continue;
       for (int64_t k = 0; k < b; ++k)
         for (int64_t oc = 0; oc < g.c_out; ++oc) {
-          const T* src = out + oc * ld + k * ohw;
+          const A* src = out + oc * ld + k * ohw;
           T* dst = y + ((first + k) * g.c_out + oc) * ohw;
-          const T add = bias ? bias[oc] : T(0);
-          for (int64_t p = 0; p < ohw; ++p) dst[p] = src[p] + add;
+          const A add = bias ? A(bias[oc]) : A(0);
+          for (int64_t p = 0; p < ohw; ++p) dst[p] = T(src[p] + add);
         }
     }
   });
@@ -238,15 +272,18 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
 
 template <typename T>
 void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+  using A = conv_acc_t<T>;
+  constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: dcol and col2im in f32 (Note [bf16 convolutions])
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
   const bool pointwise = is_pointwise(g);
   const ImageSplit s = split_images(g.n);
-  const ChunkScratch<T> sc(g, s, max_chunk(g, s, sizeof(T)), !pointwise, true);
+  const ChunkScratch<A, T> sc(g, s, max_chunk(g, s, sizeof(A)), !pointwise || narrow, true);
+  auto image_acc = scratch<A>(narrow ? s.parts * x_img : 0);  // one image's f32 gradient per part
   run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
-    const int64_t chunk = chunk_images(g, hi - lo, sizeof(T));
-    T* col = sc.col_of(part);
+    const int64_t chunk = chunk_images(g, hi - lo, sizeof(A));
+    A* col = sc.col_of(part);
     for (int64_t first = lo; first < hi; first += chunk) {
       const int64_t b = std::min(chunk, hi - first), ld = b * ohw;
       const T* gyb = gy + first * g.c_out * ohw;
@@ -254,16 +291,29 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
         gather_images(gy, first, b, g.c_out, ohw, sc.buf_of(part));
         gyb = sc.buf_of(part);
       }
-      T* dcol = pointwise ? gx + first * x_img : col;  // pointwise (b == 1): the image gradient itself
+      A* dcol = col;  // pointwise (b == 1), f32 and f64: the image gradient itself
+      if constexpr (!narrow)
+        if (pointwise) dcol = gx + first * x_img;
       // dcol[g] (kk, b ohw) = w[g]^T (kk, cout_g) @ gy[g] (cout_g, b ohw); w[g] is stored (cout_g, kk).
       for (int64_t gr = 0; gr < G; ++gr)
-        gemm(Transpose::Yes, Transpose::No, kk, ld, cout_g, T(1), w + gr * cout_g * kk, kk, gyb + gr * cout_g * ld, ld,
-             T(0), dcol + gr * kk * ld, ld);
-      if (pointwise) continue;
+        conv_gemm(Transpose::Yes, Transpose::No, kk, ld, cout_g, w + gr * cout_g * kk, kk, gyb + gr * cout_g * ld, ld,
+                  A(0), dcol + gr * kk * ld, ld);
+      if (pointwise) {
+        if constexpr (narrow)  // dcol is the image's gradient (C_in, h w) in f32
+          for (int64_t i = 0; i < x_img; ++i) gx[first * x_img + i] = T(dcol[i]);
+        continue;
+      }
       for (int64_t k = 0; k < b; ++k) {
         T* gxi = gx + (first + k) * x_img;
-        std::fill(gxi, gxi + x_img, T(0));
-        col2im_impl(g, col + k * ohw, gxi, ld);
+        if constexpr (narrow) {
+          A* acc = image_acc.get() + part * x_img;
+          std::fill(acc, acc + x_img, A(0));
+          col2im_impl(g, col + k * ohw, acc, ld);
+          for (int64_t i = 0; i < x_img; ++i) gxi[i] = T(acc[i]);
+        } else {
+          std::fill(gxi, gxi + x_img, T(0));
+          col2im_impl(g, col + k * ohw, gxi, ld);
+        }
       }
     }
   });
@@ -271,6 +321,8 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
 
 template <typename T>
 void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+  using A = conv_acc_t<T>;
+  constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: every part sums in f32 (Note [bf16 convolutions])
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -282,13 +334,16 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
   }
   const ImageSplit s = split_images(g.n);
   const ChunkScratch<T> sc(g, s, max_chunk(g, s, sizeof(T)), !pointwise, true);
-  // Part 0 sums into gw; every other part into its own buffer, added in part order below.
-  auto partial = scratch<T>((s.parts - 1) * w_elems);
+  // Part 0 sums into gw (f32, f64; bf16: into a buffer too); every other part into its own buffer,
+  // added in part order below.
+  auto partial = scratch<A>((narrow ? s.parts : s.parts - 1) * w_elems);
   run_parts(s, g.n, [&](int64_t part, int64_t lo, int64_t hi) {
     const int64_t chunk = chunk_images(g, hi - lo, sizeof(T));
     T* col = sc.col_of(part);
-    T* acc = part == 0 ? gw : partial.get() + (part - 1) * w_elems;
-    if (lo == hi) std::fill(acc, acc + w_elems, T(0));
+    A* acc = partial.get() + (narrow ? part : part - 1) * w_elems;
+    if constexpr (!narrow)
+      if (part == 0) acc = gw;
+    if (lo == hi) std::fill(acc, acc + w_elems, A(0));
     for (int64_t first = lo; first < hi; first += chunk) {
       const int64_t b = std::min(chunk, hi - first), ld = b * ohw;
       for (int64_t k = 0; k < b && !pointwise; ++k) im2col_impl(g, x + (first + k) * x_img, col + k * ohw, ld);
@@ -300,13 +355,21 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
       }
       // gw[g] (cout_g, kk) (+)= gy[g] (cout_g, b ohw) @ col[g]^T (b ohw, kk)
       for (int64_t gr = 0; gr < G; ++gr)
-        gemm(Transpose::No, Transpose::Yes, cout_g, kk, ld, T(1), gyb + gr * cout_g * ld, ld, c + gr * kk * ld, ld,
-             first == lo ? T(0) : T(1), acc + gr * cout_g * kk, kk);
+        conv_gemm(Transpose::No, Transpose::Yes, cout_g, kk, ld, gyb + gr * cout_g * ld, ld, c + gr * kk * ld, ld,
+                  first == lo ? A(0) : A(1), acc + gr * cout_g * kk, kk);
     }
   });
-  for (int64_t p = 1; p < s.parts; ++p) {
-    const T* src = partial.get() + (p - 1) * w_elems;
-    for (int64_t i = 0; i < w_elems; ++i) gw[i] += src[i];
+  if constexpr (narrow) {
+    for (int64_t i = 0; i < w_elems; ++i) {
+      A sum = partial[i];
+      for (int64_t p = 1; p < s.parts; ++p) sum += partial[p * w_elems + i];
+      gw[i] = T(sum);
+    }
+  } else {
+    for (int64_t p = 1; p < s.parts; ++p) {
+      const T* src = partial.get() + (p - 1) * w_elems;
+      for (int64_t i = 0; i < w_elems; ++i) gw[i] += src[i];
+    }
   }
 }
 
@@ -318,7 +381,18 @@ void backward_bias_impl(const Conv2dGeometry& g, const T* gy, T* gb) {
       double acc = 0;
       for (int64_t img = 0; img < g.n; ++img) {
         const T* p = gy + (img * g.c_out + oc) * ohw;
-        for (int64_t i = 0; i < ohw; ++i) acc += static_cast<double>(p[i]);
+        if constexpr (std::is_same_v<T, BFloat16>) {
+          // bf16: one plane in 16 float lanes (a loop that vectorizes; a plane is a short sum),
+          // planes added in double, rounded once.
+          float lanes[16] = {};
+          int64_t i = 0;
+          for (; i + 16 <= ohw; i += 16)
+            for (int l = 0; l < 16; ++l) lanes[l] += BFloat16::to_float(p[i + l].bits);
+          for (; i < ohw; ++i) lanes[0] += BFloat16::to_float(p[i].bits);
+          for (float v : lanes) acc += v;
+        } else {
+          for (int64_t i = 0; i < ohw; ++i) acc += static_cast<double>(p[i]);
+        }
       }
       gb[oc] = static_cast<T>(acc);
     }
@@ -394,53 +468,60 @@ void im2col(const Conv2dGeometry& g, const double* x, double* col) { im2col_impl
 void col2im(const Conv2dGeometry& g, const float* col, float* x) { col2im_impl(g, col, x, g.out_h * g.out_w); }
 void col2im(const Conv2dGeometry& g, const double* col, double* x) { col2im_impl(g, col, x, g.out_h * g.out_w); }
 
+// f32 and f64, and bf16 (Note [bf16 convolutions]): f(value of the element type).
+template <typename F>
+void dispatch_conv(DType dtype, const char* op, const F& f) {
+  if (dtype == DType::bf16) return f(BFloat16{});
+  EMBER_DISPATCH_FLOAT(dtype, op, [&] { f(scalar_t{}); });
+}
+
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y) {
-  EMBER_DISPATCH_FLOAT(dtype, "conv2d", [&] {
-    using T = scalar_t;
+  dispatch_conv(dtype, "conv2d", [&](auto zero) {
+    using T = decltype(zero);
     forward_impl(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y));
   });
 }
 
 void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
-  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
-    using T = scalar_t;
+  dispatch_conv(dtype, "conv2d backward", [&](auto zero) {
+    using T = decltype(zero);
     backward_data_impl(g, static_cast<const T*>(gy), static_cast<const T*>(w), static_cast<T*>(gx));
   });
 }
 
 void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw) {
-  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
-    using T = scalar_t;
+  dispatch_conv(dtype, "conv2d backward", [&](auto zero) {
+    using T = decltype(zero);
     backward_weight_impl(g, static_cast<const T*>(gy), static_cast<const T*>(x), static_cast<T*>(gw));
   });
 }
 
 void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb) {
-  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
-    using T = scalar_t;
+  dispatch_conv(dtype, "conv2d backward", [&](auto zero) {
+    using T = decltype(zero);
     backward_bias_impl(g, static_cast<const T*>(gy), static_cast<T*>(gb));
   });
 }
 
 void conv2d_forward_reference(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias,
                               void* y) {
-  EMBER_DISPATCH_FLOAT(dtype, "conv2d reference", [&] {
-    using T = scalar_t;
+  dispatch_conv(dtype, "conv2d reference", [&](auto zero) {
+    using T = decltype(zero);
     forward_reference_impl(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
                            static_cast<T*>(y));
   });
 }
 
 void conv2d_backward_data_reference(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
-  EMBER_DISPATCH_FLOAT(dtype, "conv2d reference", [&] {
-    using T = scalar_t;
+  dispatch_conv(dtype, "conv2d reference", [&](auto zero) {
+    using T = decltype(zero);
     backward_data_reference_impl(g, static_cast<const T*>(gy), static_cast<const T*>(w), static_cast<T*>(gx));
   });
 }
 
 void conv2d_backward_weight_reference(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw) {
-  EMBER_DISPATCH_FLOAT(dtype, "conv2d reference", [&] {
-    using T = scalar_t;
+  dispatch_conv(dtype, "conv2d reference", [&](auto zero) {
+    using T = decltype(zero);
     backward_weight_reference_impl(g, static_cast<const T*>(gy), static_cast<const T*>(x), static_cast<T*>(gw));
   });
 }

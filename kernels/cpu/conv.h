@@ -1,6 +1,8 @@
 #pragma once
 // 2-D convolution on the CPU, NCHW: im2col + GEMM (the fast path), and direct seven-loop
 // references that the tests hold it to. Contracts: kernels/conv.h (Note [im2col]).
+// dtypes: f32 and f64 (OpenBLAS), and bf16 (gemm_bf16.h, f32 sums rounded once: Note [bf16
+// convolutions] in conv.cpp).
 //
 // Threading: with at least as many images as threads, images are spread over threads (each with
 // its own col buffer and a single-threaded BLAS); otherwise images run in turn and BLAS threads

@@ -39,14 +39,14 @@ inline int64_t take_bits(bool take, int64_t a, int64_t b) {
 }
 template <typename T>
 T take_value(bool take, T a, T b) {
-  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  using U = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
   U ua, ub;
   std::memcpy(&ua, &a, sizeof(T));
   std::memcpy(&ub, &b, sizeof(T));
   const U mask = static_cast<U>(0) - static_cast<U>(take);
   const U r = (ua & mask) | (ub & ~mask);
   T out;
-  std::memcpy(&out, &r, sizeof(T));
+  std::memcpy(static_cast<void*>(&out), &r, sizeof(T));
   return out;
 }
 
@@ -212,9 +212,69 @@ void max_backward_impl(const Pool2dGeometry& g, const T* grad_out, const int64_t
   });
 }
 
+// Windows that do not overlap send each input at most one gradient: a copy, exact in any dtype.
+template <typename T>
+void max_backward_disjoint(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices, T* grad_in) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gi = grad_in + p * in_plane;
+      const T* go = grad_out + p * out_plane;
+      const int64_t* ip = indices + p * out_plane;
+      std::fill(gi, gi + in_plane, T(0));
+      for (int64_t o = 0; o < out_plane; ++o)
+        if (ip[o] >= 0 && ip[o] < in_plane) gi[ip[o]] = go[o];
+    }
+  });
+}
+
+bool is_2x2_stride_2_inside(const Pool2dGeometry& g) {
+  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
+         g.dilation_h == 1 && g.dilation_w == 1 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
+}
+
+// bf16 2x2 stride-2 pooling of one plane: each pair of input rows is widened to float on the stack
+// (exact), the f32 code (SSE where built) picks the winners, and they are narrowed back (exact: a
+// winner is one of the inputs). Same winners and indices as f32. Rows up to kWideRow wide.
+constexpr int64_t kWideRow = 1024;
+void max_forward_2x2_bf16(const Pool2dGeometry& g, const BFloat16* xp, BFloat16* op, int64_t* ip) {
+  float rows[2 * kWideRow], out[kWideRow / 2];
+  Pool2dGeometry pair = g;  // one output row from two input rows
+  pair.in_h = 2;
+  pair.out_h = 1;
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    const BFloat16* src = xp + 2 * oh * g.in_w;
+    for (int64_t i = 0; i < 2 * g.in_w; ++i) rows[i] = BFloat16::to_float(src[i].bits);
+    int64_t* irow = ip + oh * g.out_w;
+    max_forward_2x2<float>(pair, rows, out, irow);
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      op[oh * g.out_w + ow] = BFloat16(out[ow]);
+      irow[ow] += 2 * oh * g.in_w;  // indices into the plane, not into `rows`
+    }
+  }
+}
+
+bool windows_disjoint(const Pool2dGeometry& g) {
+  return g.stride_h >= (g.kernel_h - 1) * g.dilation_h + 1 && g.stride_w >= (g.kernel_w - 1) * g.dilation_w + 1;
+}
+
 }  // namespace
 
+// Max pooling picks values without arithmetic, so bf16 skips the f32 round trip where it can: the
+// 2x2 stride-2 forward (the common pool; a row pair at a time through the f32 code) and the
+// backward of non-overlapping windows run without the tensor-sized f32 copies, with the same
+// winners and indices as f32; other cases widen (widen.h).
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out, int64_t* indices) {
+  if (dtype == DType::bf16 && is_2x2_stride_2_inside(g) && g.in_w <= kWideRow) {
+    const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+    const auto* xb = static_cast<const BFloat16*>(x);
+    auto* ob = static_cast<BFloat16*>(out);
+    parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p)
+        max_forward_2x2_bf16(g, xb + p * in_plane, ob + p * out_plane, indices + p * out_plane);
+    });
+    return;
+  }
   if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
     const Widened xf(dtype, x, g.planes * g.in_h * g.in_w);
     Widened of(dtype, nullptr, g.planes * g.out_h * g.out_w);
@@ -229,6 +289,8 @@ void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, voi
 
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
                          void* grad_in) {
+  if (dtype == DType::bf16 && windows_disjoint(g))
+    return max_backward_disjoint(g, static_cast<const BFloat16*>(grad_out), indices, static_cast<BFloat16*>(grad_in));
   if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
     const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
     Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);

@@ -11,7 +11,8 @@
 // accumulates in cpu_acc_t<float> = double (Note [Accumulation types] in core/dtype.h) — at
 // least as accurate as float accumulation, so the CPU stays the reference that CUDA's f16/bf16
 // kernels are compared with. The cost is one float copy of each operand, small beside the
-// kernels' own passes over the data.
+// kernels' own passes over the data. (bf16 max pooling picks values without arithmetic, so its
+// 2x2 stride-2 forward and non-overlapping backward run on bf16 directly: kernels/cpu/pool.cpp.)
 //
 //   const Widened xf(dtype, x, n);        // n elements of x (f16 or bf16) as floats
 //   Widened yf(dtype, nullptr, m);        // an f32 output buffer of m elements (zeros)

@@ -20,7 +20,7 @@ elif has avx2 && has fma; then want="AVX2+FMA"
 elif has avx; then want="AVX"
 else want="SSE2"; fi
 
-json=$(env -u OPENBLAS_CORETYPE "$ember" info --json 2>"$stderr_file") || fail "info --json exited $?"
+json=$(env -u OPENBLAS_CORETYPE -u EMBER_CPU_BF16 "$ember" info --json 2>"$stderr_file") || fail "info --json exited $?"
 read_json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" <<<"$json"; }
 [ "$(read_json "d['cpu']['widest_isa']")" = "$want" ] || fail "widest_isa $(read_json "d['cpu']['widest_isa']"), /proc/cpuinfo says $want"
 [ "$(read_json "d['gemm']['kernels_isa']")" = "$want" ] || fail "GEMM kernels $(read_json "d['gemm']['kernels']") run $(read_json "d['gemm']['kernels_isa']"), not $want"
@@ -32,6 +32,16 @@ read_json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" <<
 
 text=$(env -u OPENBLAS_CORETYPE "$ember" info) || fail "info exited $?"
 grep -q "^GEMM / conv  .* kernels ($want), chosen by " <<<"$text" || fail "info text lacks the GEMM line: $text"
+
+# The bf16 GEMM path: ember's AVX512_BF16 kernel where the CPU has it (and EMBER_CPU_BF16=off
+# does not turn it off), the f32 fallback otherwise.
+if [ "$want" = "AVX-512" ] && has avx512_bf16; then want_bf16="avx512_bf16"
+else want_bf16="f32 fallback (OpenBLAS sgemm)"; fi
+[ "$(read_json "d['gemm']['bf16']")" = "$want_bf16" ] ||
+  fail "bf16 GEMM path $(read_json "d['gemm']['bf16']"), /proc/cpuinfo says $want_bf16"
+grep -q "^  bf16       $want_bf16\$" <<<"$(env -u EMBER_CPU_BF16 "$ember" info)" || fail "info text lacks the bf16 line"
+off=$(EMBER_CPU_BF16=off "$ember" info --json | python3 -c "import json,sys; print(json.load(sys.stdin)['gemm']['bf16'])")
+[ "$off" = "f32 fallback (OpenBLAS sgemm)" ] || fail "EMBER_CPU_BF16=off: bf16 GEMM path $off"
 
 if [ "$want" != "SSE2" ]; then
   err=$(OPENBLAS_CORETYPE=Prescott "$ember" info 2>&1 >/dev/null)

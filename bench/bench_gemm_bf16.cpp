@@ -1,0 +1,102 @@
+// bench_gemm_bf16: the CPU bf16 GEMM (kernels/cpu/gemm_bf16.h) against OpenBLAS sgemm on the same
+// values, at the cnn model's im2col/linear shapes (batch 64, 28 x 28) and square sizes, on 1 and
+// 2 threads. Three kernels per shape, timed interleaved (one call of each per round) so a shared
+// machine's noise hits them alike:
+//   bf16_native    the AVX512_BF16 kernel, bf16 A and B, f32 C (only on a CPU that has it)
+//   bf16_fallback  the same call through the f32 fallback (widen A and B, OpenBLAS sgemm)
+//   sgemm          OpenBLAS sgemm on f32 copies of the operands (what an f32 model runs)
+//
+//   ./build/bench/bench_gemm_bf16
+//
+// One JSON line per (shape, threads, kernel):
+//   {"bench":"gemm_bf16","shape":"conv2 forward","m":64,"n":2156,"k":288,"ta":0,"tb":0,"threads":1,
+//    "kernel":"bf16_native","reps":..,"median_ms":..,"gflops":..,"speedup_vs_sgemm":..,<machine fields>}
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <ember/ember.h>
+#include <ember/kernels/cpu/gemm.h>
+#include <ember/kernels/cpu/gemm_bf16.h>
+
+#include "bench_util.h"
+
+using namespace ember;
+namespace kc = ember::kernels::cpu;
+using kernels::Transpose;
+
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t m, n, k;
+  Transpose ta, tb;
+};
+
+}  // namespace
+
+int main() {
+  const Transpose N = Transpose::No, T = Transpose::Yes;
+  // cnn at batch 64 on 28 x 28 images: the im2col GEMMs of a chunk of images (Note [Chunks of
+  // images] in kernels/cpu/conv.cpp) and fc1; then square products.
+  const std::vector<Case> cases = {
+      {"conv1 forward", 32, 2352, 9, N, N},          {"conv2 forward", 64, 2156, 288, N, N},
+      {"conv2 backward-data", 288, 2156, 64, T, N},  {"conv2 backward-weight", 64, 288, 2156, N, T},
+      {"fc1 forward", 64, 128, 3136, N, T},          {"square 256", 256, 256, 256, N, N},
+      {"square 1024", 1024, 1024, 1024, N, N},       {"square 2048", 2048, 2048, 2048, N, N}};
+  const bool native = kc::bf16_gemm_native_available();
+  const kc::Bf16GemmPath saved_path = kc::bf16_gemm_path();
+  const int saved_threads = get_num_threads();
+  for (const Case& cs : cases) {
+    const int64_t ar = cs.ta == N ? cs.m : cs.k, ac = cs.ta == N ? cs.k : cs.m;
+    const int64_t br = cs.tb == N ? cs.k : cs.n, bc = cs.tb == N ? cs.n : cs.k;
+    std::vector<BFloat16> a(ar * ac), b(br * bc);
+    std::vector<float> af(a.size()), bf(b.size()), c(cs.m * cs.n);
+    Generator gen(1234);
+    const std::vector<float> ra = randn({ar * ac}, {}, gen).to_vector<float>();
+    const std::vector<float> rb = randn({br * bc}, {}, gen).to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) af[i] = static_cast<float>(a[i] = BFloat16(ra[i]));
+    for (size_t i = 0; i < b.size(); ++i) bf[i] = static_cast<float>(b[i] = BFloat16(rb[i]));
+    const double flop = 2.0 * static_cast<double>(cs.m * cs.n) * static_cast<double>(cs.k);
+    struct Kernel {
+      const char* name;
+      std::vector<double> times;
+    };
+    std::vector<Kernel> kernels = {{"bf16_native", {}}, {"bf16_fallback", {}}, {"sgemm", {}}};
+    auto run = [&](size_t which) {
+      if (which == 2) {
+        kc::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.0f, af.data(), ac, bf.data(), bc, 0.0f, c.data(), cs.n);
+        return;
+      }
+      kc::set_bf16_gemm_path(which == 0 ? kc::Bf16GemmPath::avx512_bf16 : kc::Bf16GemmPath::f32_fallback);
+      kc::gemm_bf16(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.0f, a.data(), ac, b.data(), bc, 0.0f, c.data(), cs.n);
+    };
+    // ~0.3 s per kernel and thread count at most.
+    const int reps = std::clamp(static_cast<int>(3e10 / std::max(flop, 1.0) / 100), 5, 51);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (Kernel& kr : kernels) kr.times.clear();
+      for (size_t w = native ? 0 : 1; w < kernels.size(); ++w) run(w);  // warm-up
+      for (int r = 0; r < reps; ++r)
+        for (size_t w = native ? 0 : 1; w < kernels.size(); ++w)
+          kernels[w].times.push_back(bench::time_s([&] { run(w); }));
+      const double t_sgemm = bench::median(kernels[2].times);
+      for (size_t w = native ? 0 : 1; w < kernels.size(); ++w) {
+        const double t = bench::median(kernels[w].times);
+        std::printf(
+            "{\"bench\":\"gemm_bf16\",\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"ta\":%d,\"tb\":%d,"
+            "\"threads\":%d,\"kernel\":\"%s\",\"reps\":%d,\"median_ms\":%.3f,\"gflops\":%.1f,"
+            "\"speedup_vs_sgemm\":%.2f,%s}\n",
+            cs.name, static_cast<long long>(cs.m), static_cast<long long>(cs.n), static_cast<long long>(cs.k),
+            cs.ta == T, cs.tb == T, threads, kernels[w].name, reps, t * 1e3, flop / t / 1e9, t_sgemm / t,
+            bench::machine_fields().c_str());
+      }
+      std::fflush(stdout);
+    }
+  }
+  kc::set_bf16_gemm_path(saved_path);
+  set_num_threads(saved_threads);
+  return 0;
+}

@@ -1,0 +1,396 @@
+// CPU bf16 GEMM: the AVX512_BF16 kernel and the f32 fallback (gemm_bf16.h).
+//
+// Note [bf16 GEMM on the CPU]
+// VDPBF16PS (_mm512_dpbf16_ps(acc, a, b)) treats each 32-bit lane of its 512-bit operands as a
+// PAIR of bf16 values and does, in each of its 16 f32 lanes,
+//     acc[l] += a[2l] * b[2l] + a[2l+1] * b[2l+1]
+// with the products exact and the sum in f32. So one instruction is 32 multiply-adds, provided
+// the two values of a pair are consecutive along k. The kernel is the classic Goto/BLIS one,
+// with that pairing built into the packed layouts:
+//
+//   C micro-tile: kMR = 8 rows by kNR = 48 columns, held in 24 zmm accumulators (three per row:
+//     columns 0..15, 16..31, 32..47). Each step along k consumes one k-pair:
+//       b0, b1, b2 = the 48 columns' pairs (B(p, j), B(p+1, j)), three 64-byte loads
+//       for each of the 8 rows: a = (A(i, p), A(i, p+1)) broadcast to all 16 lanes
+//                               acc[i][v] += a . b_v  for v = 0, 1, 2
+//     24 VDPBF16PS per 3 + 8 loads: 24 independent accumulators cover the instruction's latency
+//     (~5-6 cycles) times its throughput (1-2 per cycle), with loads to spare; 24 + 3 + 1 of the
+//     32 zmm registers are in use. 8 x 48 fits the convolutions' shapes: C_out = 32 or 64 rows
+//     and C_in kh kw = 288 columns are whole tiles (a 12 x 32 tile measured 9-20% slower on the
+//     cnn model's conv2, where 64 = 5 x 12 + 4 leaves a mostly empty edge tile).
+//   Packed B (a kKC x kNC block of op(B)): slivers of kNR columns; in a sliver, k-pair kp of
+//     column j is the 32-bit word [kp * kNR + j], low half B(p0 + 2kp, j), high half
+//     B(p0 + 2kp + 1, j) — exactly the three zmm registers the micro-kernel loads per step, read
+//     front to back. Columns past n and the odd k's missing partner are zeros.
+//   Packed A (a kMC x kKC block of op(A)): slivers of kMR rows; word [kp * kMR + i] holds
+//     (A(i, p0 + 2kp), A(i, p0 + 2kp + 1)), the 32-bit value the micro-kernel broadcasts.
+//   Packing reads the source along its contiguous direction: a pair along a row of k is one
+//     32-bit load, a pair across two rows is interleaved 16 bits at a time (the loops vectorize).
+//     Transposes cost nothing beyond choosing the loop.
+//
+// Blocking (loops from the outside in: jc over n by kNC, pc over k by kKC, ic over m by kMC,
+// jr by kNR, ir by kMR):
+//   kKC = 192: a B sliver is 192 x 48 bf16 = 18 KiB, which stays in a 32 KiB L1 (Zen 4; 48 KiB
+//     on recent Intel) beside the A sliver streaming past (8 x 192 bf16 = 3 KiB) while the
+//     micro-kernel walks down all of A's slivers. k is cut into equal even blocks (288 = 2 x 144).
+//   kMC = 144 (18 slivers): the packed A block is 144 x 192 bf16 = 54 KiB, well inside L2
+//     (1-2 MiB), with room for the B panel's slivers streaming through.
+//   kNC = 2064 (43 slivers): the packed B block is 192 x 2064 bf16 = 774 KiB, L2/L3 territory;
+//     the im2col GEMMs of a chunk of images (Note [Chunks of images] in conv.cpp) have about
+//     2048 columns, so a chunk's B is packed once.
+//   C is f32 throughout: the first k block stores alpha * acc (beta == 0) or adds it to C, later
+//     blocks add. A bf16 C is computed into an f32 buffer and rounded once at the end, so the
+//     result is the f32-accumulated sum rounded once, whatever the blocking.
+// Edge tiles (fewer than 8 rows or 48 columns left) run the same micro-kernel into a local
+// 8 x 48 tile (the packed zeros make the extra rows and columns harmless) and copy the valid part.
+//
+// Threading: a product above ~2 MFLOP is cut into blocks of C's columns (or rows, whichever is
+// longer), whole slivers each, one block per thread of ember's pool (Note [One thread pool] in
+// parallel.cpp), each with its own packing buffers. A thread packs the A blocks its columns
+// need, so A is packed once per thread: cheap next to the product when n is long.
+//
+// The fallback (a CPU without AVX512_BF16, or EMBER_CPU_BF16=off) widens op(A) and op(B) to
+// contiguous f32 (exact) and calls the f32 gemm (OpenBLAS); same accumulation type, same single
+// rounding of a bf16 C, so results agree with the native path to f32 rounding of the sums.
+
+#include "gemm_bf16.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../core/error.h"
+#include "cpu_features.h"
+#include "gemm.h"
+#include "parallel.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define EMBER_BF16_X86 1
+#else
+#define EMBER_BF16_X86 0
+#endif
+
+namespace ember::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kMR = 8;     // rows of a C micro-tile
+constexpr int64_t kNV = 3;     // zmm registers (16 floats each) per row of a C micro-tile
+constexpr int64_t kNR = 16 * kNV;  // columns of a C micro-tile
+constexpr int64_t kKC = 192;   // k per packed block (even: k-pairs never straddle blocks)
+constexpr int64_t kMC = 144;   // rows of op(A) per packed block (a multiple of kMR)
+constexpr int64_t kNC = 2064;  // columns of op(B) per packed block (a multiple of kNR)
+
+// ---- path choice ------------------------------------------------------------------------------
+
+bool native_available() {
+  const CpuFeatures& f = cpu_features();
+  return EMBER_BF16_X86 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
+}
+
+Bf16GemmPath default_path() {
+  const char* env = std::getenv("EMBER_CPU_BF16");
+  const bool off = env && (std::string(env) == "off" || std::string(env) == "0");
+  return native_available() && !off ? Bf16GemmPath::avx512_bf16 : Bf16GemmPath::f32_fallback;
+}
+
+std::atomic<int>& chosen_path() {
+  static std::atomic<int> path{static_cast<int>(default_path())};
+  return path;
+}
+
+std::atomic<int64_t> native_products{0};
+
+bool in_parallel() {
+#ifdef _OPENMP
+  return omp_in_parallel();
+#else
+  return false;
+#endif
+}
+
+// ---- packing ----------------------------------------------------------------------------------
+
+// Packs one sliver of W (kMR or kNR) lines into k-pairs: dst[kp * W + x] = (E(x, p0 + 2kp),
+// E(x, p0 + 2kp + 1)) for x < xw and 2kp < kc, zeros elsewhere. E(x, p) is src[x * ld + p] when
+// k is contiguous (k_contig), src[p * ld + x] otherwise.
+void pack_sliver(const BFloat16* src, int64_t ld, bool k_contig, int64_t xw, int64_t W, int64_t p0, int64_t kc,
+                 uint32_t* dst) {
+  const int64_t kcp = (kc + 1) / 2, full = kc / 2;
+  if (k_contig) {
+    for (int64_t x = 0; x < xw; ++x) {
+      const BFloat16* row = src + x * ld + p0;
+      for (int64_t kp = 0; kp < full; ++kp) {
+        uint32_t pair;
+        std::memcpy(&pair, row + 2 * kp, sizeof pair);  // two consecutive bf16: one pair
+        dst[kp * W + x] = pair;
+      }
+      if (full < kcp) dst[full * W + x] = row[kc - 1].bits;
+    }
+  } else {
+    for (int64_t kp = 0; kp < kcp; ++kp) {
+      const BFloat16* r0 = src + (p0 + 2 * kp) * ld;
+      uint32_t* d = dst + kp * W;
+      if (2 * kp + 1 < kc) {
+        const BFloat16* r1 = r0 + ld;
+        for (int64_t x = 0; x < xw; ++x) d[x] = r0[x].bits | (static_cast<uint32_t>(r1[x].bits) << 16);
+      } else {
+        for (int64_t x = 0; x < xw; ++x) d[x] = r0[x].bits;
+      }
+    }
+  }
+  for (int64_t kp = 0; kp < kcp; ++kp)
+    for (int64_t x = xw; x < W; ++x) dst[kp * W + x] = 0;
+}
+
+// ---- the micro-kernel -------------------------------------------------------------------------
+
+#if EMBER_BF16_X86
+// c (kMR x kNR, row stride ldc) = alpha * Apack . Bpack (overwrite) or c += that, over kcp k-pairs.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void micro_kernel(int64_t kcp, const uint32_t* ap,
+                                                                                   const uint32_t* bp, float alpha,
+                                                                                   float* c, int64_t ldc,
+                                                                                   bool overwrite) {
+  __m512 acc[kMR][kNV];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kcp; ++p) {
+    __m512bh b[kNV];
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) b[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < kMR; ++r) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r]));
+#pragma GCC unroll 3
+      for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, b[v]);
+    }
+    ap += kMR;
+    bp += kNR;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) {
+      float* cv = c + r * ldc + 16 * v;
+      __m512 x = _mm512_mul_ps(acc[r][v], va);
+      if (!overwrite) x = _mm512_add_ps(x, _mm512_loadu_ps(cv));
+      _mm512_storeu_ps(cv, x);
+    }
+}
+#else
+void micro_kernel(int64_t, const uint32_t*, const uint32_t*, float, float*, int64_t, bool) {
+  EMBER_THROW("gemm_bf16: the AVX512_BF16 kernel is not built for this architecture");
+}
+#endif
+
+// ---- the blocked product, one thread ----------------------------------------------------------
+
+struct PackBuffers {
+  std::unique_ptr<uint32_t[]> a, b;
+  PackBuffers() : a(std::make_unique_for_overwrite<uint32_t[]>(kKC / 2 * kMC)),
+                  b(std::make_unique_for_overwrite<uint32_t[]>(kKC / 2 * kNC)) {}
+};
+
+struct Operands {
+  Transpose ta, tb;
+  const BFloat16* a;
+  int64_t lda;
+  const BFloat16* b;
+  int64_t ldb;
+};
+
+// C (m, n) f32 = alpha op(A) op(B) + beta C for rows [i0, i0 + m) and columns [j0, j0 + n) of the
+// product (c points at C(i0, j0)). k > 0.
+void native_block(const Operands& o, int64_t i0, int64_t j0, int64_t m, int64_t n, int64_t k, float alpha,
+                  float beta, float* c, int64_t ldc, PackBuffers& buf) {
+  if (beta != 0.0f && beta != 1.0f)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] *= beta;
+  // Sliver x of op(A) starts at row i; of op(B) at column j.
+  const bool a_kc = o.ta == Transpose::No, b_kc = o.tb == Transpose::Yes;
+  auto a_line = [&](int64_t i) { return a_kc ? o.a + i * o.lda : o.a + i; };
+  auto b_line = [&](int64_t j) { return b_kc ? o.b + j * o.ldb : o.b + j; };
+  alignas(64) float tile[kMR * kNR];
+  // k in equal even blocks of at most kKC: 288 = 2 x 144, not 256 + 32 (a short block pays the
+  // C loads and stores of a long one).
+  const int64_t k_blocks = (k + kKC - 1) / kKC;
+  const int64_t kc_even = ((k + k_blocks - 1) / k_blocks + 1) / 2 * 2;
+  for (int64_t jc = 0; jc < n; jc += kNC) {
+    const int64_t nc = std::min(kNC, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kc_even) {
+      const int64_t kc = std::min(kc_even, k - pc), kcp = (kc + 1) / 2;
+      for (int64_t jr = 0; jr < nc; jr += kNR)
+        pack_sliver(b_line(j0 + jc + jr), o.ldb, b_kc, std::min(kNR, nc - jr), kNR, pc, kc, buf.b.get() + jr * kcp);
+      const bool overwrite = beta == 0.0f && pc == 0;
+      for (int64_t ic = 0; ic < m; ic += kMC) {
+        const int64_t mc = std::min(kMC, m - ic);
+        for (int64_t ir = 0; ir < mc; ir += kMR)
+          pack_sliver(a_line(i0 + ic + ir), o.lda, a_kc, std::min(kMR, mc - ir), kMR, pc, kc, buf.a.get() + ir * kcp);
+        for (int64_t jr = 0; jr < nc; jr += kNR) {
+          const uint32_t* bp = buf.b.get() + jr * kcp;
+          const int64_t nr = std::min(kNR, nc - jr);
+          for (int64_t ir = 0; ir < mc; ir += kMR) {
+            const uint32_t* ap = buf.a.get() + ir * kcp;
+            const int64_t mr = std::min(kMR, mc - ir);
+            float* cp = c + (ic + ir) * ldc + jc + jr;
+            if (mr == kMR && nr == kNR) {
+              micro_kernel(kcp, ap, bp, alpha, cp, ldc, overwrite);
+              continue;
+            }
+            micro_kernel(kcp, ap, bp, alpha, tile, kNR, true);
+            for (int64_t r = 0; r < mr; ++r)
+              for (int64_t j = 0; j < nr; ++j)
+                cp[r * ldc + j] = overwrite ? tile[r * kNR + j] : cp[r * ldc + j] + tile[r * kNR + j];
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- entry points behind both outputs ---------------------------------------------------------
+
+void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+}
+
+// The native product into an f32 C on the calling thread only.
+void native_serial(const Operands& o, int64_t m, int64_t n, int64_t k, float alpha, float beta, float* c,
+                   int64_t ldc, PackBuffers& buf) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  native_block(o, 0, 0, m, n, k, alpha, beta, c, ldc, buf);
+}
+
+// The native product into an f32 C on all of ember's threads.
+void native_threaded(const Operands& o, int64_t m, int64_t n, int64_t k, float alpha, float beta, float* c,
+                     int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  const int threads = get_num_threads();
+  const bool by_rows = m > n;
+  const int64_t len = by_rows ? m : n, unit = by_rows ? kMR : kNR;
+  // Below ~2 MFLOP a product is done faster than threads wake up.
+  if (threads <= 1 || in_parallel() || 2.0 * static_cast<double>(m) * static_cast<double>(n) * k < 2e6 ||
+      len < 2 * unit) {
+    PackBuffers buf;
+    return native_block(o, 0, 0, m, n, k, alpha, beta, c, ldc, buf);
+  }
+  const int64_t block = ((len + threads - 1) / threads + unit - 1) / unit * unit;
+  const int64_t parts = (len + block - 1) / block;
+  std::vector<PackBuffers> bufs(static_cast<size_t>(parts));
+  parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t lo = t * block, hi = std::min(len, lo + block);
+      if (by_rows)
+        native_block(o, lo, 0, hi - lo, n, k, alpha, beta, c + lo * ldc, ldc, bufs[t]);
+      else
+        native_block(o, 0, lo, m, hi - lo, k, alpha, beta, c + lo, ldc, bufs[t]);
+    }
+  });
+}
+
+// op(X) (rows, cols) of a stored matrix, widened to contiguous f32 in its stored layout.
+std::vector<float> widen_matrix(Transpose t, int64_t rows, int64_t cols, const BFloat16* x, int64_t ld) {
+  const int64_t sr = t == Transpose::No ? rows : cols, sc = t == Transpose::No ? cols : rows;
+  std::vector<float> out(static_cast<size_t>(sr * sc));
+  for (int64_t i = 0; i < sr; ++i)
+    for (int64_t j = 0; j < sc; ++j) out[i * sc + j] = static_cast<float>(x[i * ld + j]);
+  return out;
+}
+
+// The fallback: op(A), op(B) widened to f32, OpenBLAS sgemm (threaded by gemm.h) into an f32 C.
+void fallback_f32(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+                  int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const std::vector<float> af = widen_matrix(ta, m, k, a, lda), bf = widen_matrix(tb, k, n, b, ldb);
+  const int64_t lda32 = std::max<int64_t>(1, ta == Transpose::No ? k : m);
+  const int64_t ldb32 = std::max<int64_t>(1, tb == Transpose::No ? n : k);
+  gemm(ta, tb, m, n, k, alpha, af.data(), lda32, bf.data(), ldb32, beta, c, ldc);
+}
+
+// An f32 copy of C (m, n) for a bf16 C: C's values when beta reads them, else uninitialized.
+std::vector<float> f32_c(int64_t m, int64_t n, float beta, const BFloat16* c, int64_t ldc) {
+  std::vector<float> out(static_cast<size_t>(m * n));
+  if (beta != 0.0f)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) out[i * n + j] = static_cast<float>(c[i * ldc + j]);
+  return out;
+}
+
+void round_c(int64_t m, int64_t n, const float* src, BFloat16* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = BFloat16(src[i * n + j]);
+}
+
+}  // namespace
+
+Bf16GemmPath bf16_gemm_path() { return static_cast<Bf16GemmPath>(chosen_path().load(std::memory_order_relaxed)); }
+
+const char* bf16_gemm_path_name(Bf16GemmPath path) {
+  return path == Bf16GemmPath::avx512_bf16 ? "avx512_bf16" : "f32 fallback (OpenBLAS sgemm)";
+}
+
+bool bf16_gemm_native_available() { return native_available(); }
+
+bool set_bf16_gemm_path(Bf16GemmPath path) {
+  if (path == Bf16GemmPath::avx512_bf16 && !native_available()) return false;
+  chosen_path().store(static_cast<int>(path));
+  return true;
+}
+
+int64_t bf16_gemm_native_products() { return native_products.load(); }
+
+void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+               int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (bf16_gemm_path() == Bf16GemmPath::f32_fallback)
+    return fallback_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  ++native_products;
+  native_threaded({ta, tb, a, lda, b, ldb}, m, n, k, alpha, beta, c, ldc);
+}
+
+void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+               int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  std::vector<float> cf = f32_c(m, n, beta, c, ldc);
+  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cf.data(), std::max<int64_t>(1, n));
+  round_c(m, n, cf.data(), c, ldc);
+}
+
+void gemm_bf16_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const BFloat16* const* a, int64_t lda, const BFloat16* const* b, int64_t ldb, float beta,
+                       BFloat16* const* c, int64_t ldc, int64_t batch) {
+  if (batch <= 0 || m == 0 || n == 0) return;
+  const int threads = get_num_threads();
+  if (bf16_gemm_path() == Bf16GemmPath::f32_fallback || batch < threads || threads <= 1 || in_parallel()) {
+    for (int64_t i = 0; i < batch; ++i) gemm_bf16(ta, tb, m, n, k, alpha, a[i], lda, b[i], ldb, beta, c[i], ldc);
+    return;
+  }
+  // Many products: split the batch into one fixed range per thread, each product single-threaded
+  // with the thread's own packing buffers and f32 C.
+  native_products += batch;
+  const int64_t parts = threads;
+  std::vector<PackBuffers> bufs(static_cast<size_t>(parts));
+  std::vector<std::vector<float>> cf(static_cast<size_t>(parts), std::vector<float>(static_cast<size_t>(m * n)));
+  parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t i = t * batch / parts; i < (t + 1) * batch / parts; ++i) {
+        float* cp = cf[t].data();
+        if (beta != 0.0f)
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t j = 0; j < n; ++j) cp[r * n + j] = static_cast<float>(c[i][r * ldc + j]);
+        native_serial({ta, tb, a[i], lda, b[i], ldb}, m, n, k, alpha, beta, cp, n, bufs[t]);
+        round_c(m, n, cp, c[i], ldc);
+      }
+  });
+}
+
+}  // namespace ember::kernels::cpu
