@@ -174,7 +174,10 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
 //     bf16 value is a float), the f32 product runs (OpenBLAS, or the reference kernel, which
 //     accumulates in double), and the result is rounded to the 16-bit dtype. Autograd sees two
 //     casts around an f32 op, so the gradients reaching the 16-bit inputs are rounded the same way.
-// conv2d (layers/conv.cpp) widens on both devices: cuDNN and the im2col GEMM run in f32 there.
+// conv2d (layers/conv.cpp) is native on CUDA when cuDNN is used: 16-bit x, w and y with a float
+// compute type, float sums, one rounding, the bias added before it and gradients in the inputs'
+// dtype (Note [16-bit convolutions] in kernels/cuda/cudnn.h). It widens, as above, on the CPU and
+// on CUDA with EMBER_CUDNN=0, where the hand-written im2col + GEMM kernels run in f32.
 
 // The differentiable product behind mm, bmm and matmul.
 //   d(a @ b)/da: g @ b^T,  d(a @ b)/db: a^T @ g   (summed over broadcast batch dims)
