@@ -39,9 +39,11 @@
 // is broadcast into y (cudnnAddTensor with beta = 0: a copy of 16-bit values, exact) and the
 // convolution then accumulates onto it with beta = 1, its float result blended in float before the
 // one rounding: y = round(conv + bias). (Adding the bias after the convolution would round twice,
-// once for the convolution and again for the sum.) The bias gradient, cudnnConvolutionBackwardBias
-// on 16-bit dy, sums in float and rounds once. cuDNN refuses 16-bit data with a double compute
-// type and operands of different data types; ember asks for neither.
+// once for the convolution and again for the sum.) The bias gradient is cudnnConvolutionBackwardBias
+// on 16-bit dy (the emulator's shim sums it in float and rounds once). cuDNN refuses 16-bit data
+// with a double compute type and operands of different data types; ember asks for neither. The
+// tests' bound (tests/cuda/test_cudnn.cpp) is float summation plus one rounding; an FFT or
+// Winograd algorithm a GPU may pick for 16-bit data transforms in its own precision instead.
 
 #include <cstdint>
 
