@@ -70,6 +70,20 @@ kernels::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, c
   return g;
 }
 
+// Whether a 16-bit conv2d of x runs natively: bf16 on the CPU through im2col + gemm_bf16 (Note
+// [bf16 convolutions] in kernels/cpu/conv.cpp); on a CUDA device through cuDNN, f16/bf16 data with
+// float compute (Note [16-bit convolutions] in kernels/cuda/cudnn.h). f16 on the CPU and the
+// hand-written CUDA kernels (EMBER_CUDNN=0) widen to f32 instead (Note [Low-precision products]).
+bool native_16bit(const Tensor& x) {
+  if (x.device().is_cpu()) return x.dtype() == DType::bf16;
+#if EMBER_CUDA_BACKEND
+  return x.device().type == DeviceType::CUDA && kernels::gpu::cudnn::use_for_conv();
+#else
+  (void)x;
+  return false;
+#endif
+}
+
 // Multiply-adds x 2 of one pass (forward, backward-data or backward-weight): the profiler's FLOPs.
 double conv2d_flops(const kernels::Conv2dGeometry& g) {
   return 2.0 * static_cast<double>(g.n * g.c_out * g.out_h * g.out_w) *
@@ -83,9 +97,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   if (const auto dt = autocast::op_dtype(autocast::CastPolicy::lower_precision, {&x, &weight, &bias}))
     return conv2d(autocast::cast(x, *dt), autocast::cast(weight, *dt), autocast::cast(bias, *dt), opt);
   const kernels::Conv2dGeometry g = conv2d_geometry(x, weight, bias, opt);
-  // bf16 on the CPU runs im2col + gemm_bf16 itself; f16, and CUDA's 16-bit types, widen to f32
-  // (Note [Low-precision products] in layers/linalg.cpp).
-  if (is_low_precision(x.dtype()) && !(x.dtype() == DType::bf16 && x.device().is_cpu())) {
+  if (is_low_precision(x.dtype()) && !native_16bit(x)) {  // Note [Low-precision products] in layers/linalg.cpp
     const autocast::SuspendGuard f32_inside;  // autocast would cast the f32 operands back
     const Tensor b32 = bias.defined() ? bias.to(DType::f32) : Tensor();
     return conv2d(x.to(DType::f32), weight.to(DType::f32), b32, opt).to(x.dtype());

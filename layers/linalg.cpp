@@ -197,8 +197,12 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
 //     f16 value is a float), the f32 product runs (OpenBLAS, or the reference kernel, which
 //     accumulates in double), and the result is rounded to f16. Autograd sees two casts around an
 //     f32 op, so the gradients reaching the f16 inputs are rounded the same way.
-// conv2d (layers/conv.cpp): bf16 on the CPU runs im2col + gemm_bf16 (Note [bf16 convolutions] in
-// kernels/cpu/conv.cpp); the other 16-bit convolutions widen: cuDNN and the im2col GEMM run in f32.
+// conv2d (layers/conv.cpp) runs the same three ways: natively on CUDA when cuDNN is used (16-bit
+// x, w and y with a float compute type, float sums, one rounding, the bias added before it and
+// gradients in the inputs' dtype: Note [16-bit convolutions] in kernels/cuda/cudnn.h); bf16 on the
+// CPU on im2col + gemm_bf16 (Note [bf16 convolutions] in kernels/cpu/conv.cpp); widened to f32 for
+// f16 on the CPU and for both 16-bit types on CUDA with EMBER_CUDNN=0, where the hand-written
+// im2col + GEMM kernels run in f32.
 
 // Whether a product in `dt` on `device` widens to f32 (Note [Low-precision products]).
 bool widens_to_f32(DType dt, Device device) { return dt == DType::f16 && device.is_cpu(); }

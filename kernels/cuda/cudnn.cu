@@ -113,9 +113,15 @@ cudnnDataType_t data_type(DType dt) {
   switch (dt) {
     case DType::f32: return CUDNN_DATA_FLOAT;
     case DType::f64: return CUDNN_DATA_DOUBLE;
-    default: EMBER_THROW("cuDNN: unsupported dtype ", dt, " (expected float32 or float64)");
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default: EMBER_THROW("cuDNN: unsupported dtype ", dt, " (expected float32, float64, float16 or bfloat16)");
   }
 }
+
+// The convolution descriptor's compute type: float for f32 and for 16-bit data (cuDNN's
+// PSEUDO_HALF_CONFIG and PSEUDO_BFLOAT16_CONFIG, Note [16-bit convolutions]), double for f64.
+cudnnDataType_t compute_type(DType dt) { return dt == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
 
 // One cuDNN handle per device, created on first use and bound to the current stream per call.
 cudnnHandle_t handle() {
@@ -165,7 +171,9 @@ struct FilterDesc {
 };
 
 cudnnMathType_t math_type(DType dt) {
-  // FMA math keeps float32 convolutions in full float32 (no TF32 tensor cores).
+  // FMA math keeps float32 convolutions in full float32 (no TF32 tensor cores); 16-bit data may use
+  // tensor cores, whose products of 16-bit values are exact and whose sums are in float.
+  if (is_low_precision(dt)) return CUDNN_TENSOR_OP_MATH;
   return dt == DType::f32 && allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
 }
 
@@ -176,7 +184,7 @@ struct ConvDesc {
     EMBER_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
         d, static_cast<int>(g.pad_h), static_cast<int>(g.pad_w), static_cast<int>(g.stride_h),
         static_cast<int>(g.stride_w), static_cast<int>(g.dil_h), static_cast<int>(g.dil_w), CUDNN_CROSS_CORRELATION,
-        data_type(dt)));
+        compute_type(dt)));
     EMBER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, static_cast<int>(g.groups)));
     EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math_type(dt)));
   }
@@ -300,7 +308,7 @@ const Ranking& rank(const char* op, Pass pass, DType dt, const Conv2dGeometry& g
   return algorithm_cache().emplace(key, std::move(r)).first->second;
 }
 
-// The alpha = 1 / beta = 0 scalars cuDNN takes by pointer, in the compute type (double for f64).
+// The alpha = 1 / beta = 0 scalars cuDNN takes by pointer: double for f64, float for f32 and 16-bit data.
 struct Blend {
   const void* one;
   const void* zero;
@@ -333,15 +341,17 @@ void conv2d_forward(DType dt, const Conv2dGeometry& g, const void* x, const void
                                                                  count, perf, ws, ws_bytes));
       });
   const auto [one, zero] = blend(dt);
-  run_ranked("conv2d", r, [&](int algo, void* ws, size_t bytes) {
-    EMBER_CUDNN_CHECK(cudnnConvolutionForward(h, one, p.x.d, x, p.w.d, w, p.conv.d,
-                                              static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes, zero, p.y.d,
-                                              y));
-  });
+  // Note [16-bit convolutions]: the bias is broadcast into y first (a copy: no rounding) and the
+  // convolution blends onto it with beta = 1, so y = round(conv + bias) with one rounding.
   if (bias != nullptr) {
     TensorDesc b(dt, 1, g.c_out, 1, 1);
-    EMBER_CUDNN_CHECK(cudnnAddTensor(h, one, b.d, bias, one, p.y.d, y));
+    EMBER_CUDNN_CHECK(cudnnAddTensor(h, one, b.d, bias, zero, p.y.d, y));
   }
+  run_ranked("conv2d", r, [&](int algo, void* ws, size_t bytes) {
+    EMBER_CUDNN_CHECK(cudnnConvolutionForward(h, one, p.x.d, x, p.w.d, w, p.conv.d,
+                                              static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes,
+                                              bias != nullptr ? one : zero, p.y.d, y));
+  });
 }
 
 void conv2d_backward_data(DType dt, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
@@ -371,7 +381,7 @@ namespace {
 // The weight and bias gradients of an empty batch are sums over nothing: zeros (cuDNN takes no
 // tensor with a zero dimension).
 void zero_fill(void* p, size_t elems, DType dt) {
-  EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, elems * (dt == DType::f64 ? 8 : 4), cuda::current_stream()));
+  EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, elems * static_cast<size_t>(dtype_size(dt)), cuda::current_stream()));
 }
 
 }  // namespace

@@ -28,6 +28,22 @@
 // algorithm in the ranking that needs less workspace is used.
 // TF32 is off unless set_allow_tf32(true): float32 results then match the CPU to float32
 // rounding, not to TF32's 10-bit mantissa.
+//
+// Note [16-bit convolutions]
+// f16 and bf16 convolutions run natively: x, w and y (and dy, dx, dw) are described as
+// CUDNN_DATA_HALF / CUDNN_DATA_BFLOAT16 with a CUDNN_DATA_FLOAT compute type (cuDNN's
+// PSEUDO_HALF_CONFIG and PSEUDO_BFLOAT16_CONFIG) and CUDNN_TENSOR_OP_MATH: each product of two
+// 16-bit values is exact in float, the sums are in float, and each output element is rounded to
+// 16 bits once, as the 16-bit GEMMs are (Note [16-bit GEMM on CUDA] in gemm.cu). The algorithm
+// cache is keyed by dtype, so a layer's f16, bf16 and f32 problems are ranked separately. The bias
+// is broadcast into y (cudnnAddTensor with beta = 0: a copy of 16-bit values, exact) and the
+// convolution then accumulates onto it with beta = 1, its float result blended in float before the
+// one rounding: y = round(conv + bias). (Adding the bias after the convolution would round twice,
+// once for the convolution and again for the sum.) The bias gradient is cudnnConvolutionBackwardBias
+// on 16-bit dy (the emulator's shim sums it in float and rounds once). cuDNN refuses 16-bit data
+// with a double compute type and operands of different data types; ember asks for neither. The
+// tests' bound (tests/cuda/test_cudnn.cpp) is float summation plus one rounding; an FFT or
+// Winograd algorithm a GPU may pick for 16-bit data transforms in its own precision instead.
 
 #include <cstdint>
 
@@ -53,7 +69,8 @@ bool allow_tf32();
 // Number of algorithm choices cached so far (all devices; for tests and diagnostics).
 int64_t cached_algorithm_count();
 
-// The contracts of kernels/conv.h; f32 or f64; device pointers; current stream.
+// The contracts of kernels/conv.h; f32, f64, or f16 / bf16 computed in float and rounded once
+// (Note [16-bit convolutions]); device pointers; current stream.
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y);
 void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx);
 void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw);

@@ -20,10 +20,16 @@
 //   - an operand that is not device memory (cuDNN would fault on the GPU):
 //     CUDNN_STATUS_EXECUTION_FAILED.
 // Both print a line on stderr naming the operand.
-// The shim computes float32 and float64 in NCHW only; other data types, NHWC filters, the
-// CUDNN_CONVOLUTION (flipped) mode, activations other than ReLU/sigmoid/tanh and max pooling
-// without NaN propagation are CUDNN_STATUS_NOT_SUPPORTED here although cuDNN has them (ember
-// does not use them).
+// The shim computes float32 and float64 in NCHW only, and for convolutions, bias gradients and
+// cudnnAddTensor also CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16 with float compute: the 16-bit
+// values are widened to float (exactly), the float computation runs (sums in float, alpha and beta
+// applied in float) and each output element is rounded to 16 bits once, as a GPU computing
+// PSEUDO_HALF_CONFIG / PSEUDO_BFLOAT16_CONFIG does. cuDNN's table has no 16-bit data with a double
+// compute type, nor bfloat16 compute: NOT_SUPPORTED, as from cuDNN. TRUE_HALF_CONFIG (half
+// compute), other data types, NHWC filters, the CUDNN_CONVOLUTION (flipped) mode, 16-bit pooling
+// and activations, activations other than ReLU/sigmoid/tanh and max pooling without NaN
+// propagation are CUDNN_STATUS_NOT_SUPPORTED here although cuDNN has them (ember does not use
+// them).
 //
 // A call then waits for the handle's stream (the shim runs on the host, outside the stream order)
 // and computes with ember's CPU kernels (kernels/cpu/conv.h, pool.h, elementwise.h), honouring
@@ -57,9 +63,11 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
+#include "../../core/dtype.h"
 #include "../conv.h"
 #include "../cpu/conv.h"
 #include "../cpu/elementwise.h"
@@ -176,7 +184,52 @@ bool computed_type(cudnnDataType_t t, DType* out) {
   return true;
 }
 
-size_t elem_size(DType dt) { return dt == DType::f64 ? 8 : 4; }
+// The 16-bit data types the shim computes (convolutions, bias gradients, cudnnAddTensor).
+bool computed_16bit_type(cudnnDataType_t t, DType* out) {
+  if (t == CUDNN_DATA_HALF)
+    *out = DType::f16;
+  else if (t == CUDNN_DATA_BFLOAT16)
+    *out = DType::bf16;
+  else
+    return false;
+  return true;
+}
+
+// cuDNN's supported configurations of a convolution the shim computes: FLOAT_CONFIG (float data,
+// float compute), DOUBLE_CONFIG, PSEUDO_HALF_CONFIG and PSEUDO_BFLOAT16_CONFIG (16-bit data, float
+// compute). TRUE_HALF_CONFIG (half compute) is cuDNN's but not the shim's.
+bool computed_conv_config(cudnnDataType_t data, cudnnDataType_t compute, DType* out) {
+  if (computed_type(data, out)) return compute == data;
+  return computed_16bit_type(data, out) && compute == CUDNN_DATA_FLOAT;
+}
+
+size_t elem_size(DType dt) { return static_cast<size_t>(ember::dtype_size(dt)); }
+
+// A 16-bit buffer of n elements widened to float (exact).
+std::vector<float> widen(DType dt, const void* p, size_t n) {
+  std::vector<float> r(n);
+  if (dt == DType::f16)
+    for (size_t i = 0; i < n; ++i) r[i] = static_cast<float>(static_cast<const ember::Half*>(p)[i]);
+  else
+    for (size_t i = 0; i < n; ++i) r[i] = static_cast<float>(static_cast<const ember::BFloat16*>(p)[i]);
+  return r;
+}
+
+// out (n elements of 16-bit dt) = round(alpha * r + beta * out), in float, rounded once; out is not
+// read when beta == 0 (cuDNN's rule).
+void round_blend(DType dt, void* out, const float* r, size_t n, float alpha, float beta) {
+  auto run = [&](auto* o) {
+    using T = std::remove_pointer_t<decltype(o)>;
+    for (size_t i = 0; i < n; ++i) {
+      const float v = alpha * r[i];
+      o[i] = T(beta == 0.0f ? v : v + beta * static_cast<float>(o[i]));
+    }
+  };
+  if (dt == DType::f16)
+    run(static_cast<ember::Half*>(out));
+  else
+    run(static_cast<ember::BFloat16*>(out));
+}
 
 int64_t numel(const cudnnTensorStruct* t) { return int64_t{t->n} * t->c * t->h * t->w; }
 
@@ -286,8 +339,7 @@ cudnnStatus_t conv_geometry(const cudnnTensorStruct* x, const cudnnFilterStruct*
   if (g->out_h <= 0 || g->out_w <= 0) return CUDNN_STATUS_BAD_PARAM;
   if (y->n != x->n || y->c != w->k) return CUDNN_STATUS_BAD_PARAM;
   if (y->h != g->out_h || y->w != g->out_w) return CUDNN_STATUS_NOT_SUPPORTED;
-  // cuDNN's supported configurations: FLOAT_CONFIG (all float, float compute) and DOUBLE_CONFIG.
-  if (!computed_type(x->type, dt) || cd->compute != x->type) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (!computed_conv_config(x->type, cd->compute, dt)) return CUDNN_STATUS_NOT_SUPPORTED;
   if (w->format != CUDNN_TENSOR_NCHW || cd->mode != CUDNN_CROSS_CORRELATION) return CUDNN_STATUS_NOT_SUPPORTED;
   return CUDNN_STATUS_SUCCESS;
 }
@@ -426,13 +478,49 @@ std::vector<Perf> heuristics(Pass pass, const Conv2dGeometry& g, DType dt) {
   return ok;
 }
 
-// The computation of one pass into `out` (alpha = 1, beta = 0), with ember's CPU kernels.
+// The computation of one pass into `out` (alpha = 1, beta = 0), with ember's CPU kernels; f32 or
+// f64.
 void compute_pass(Pass pass, DType dt, const Conv2dGeometry& g, const void* a, const void* b, void* out) {
   switch (pass) {
     case Pass::Forward: ember::kernels::cpu::conv2d_forward(dt, g, a, b, nullptr, out); break;
     case Pass::BackwardData: ember::kernels::cpu::conv2d_backward_data(dt, g, a, b, out); break;
     case Pass::BackwardFilter: ember::kernels::cpu::conv2d_backward_weight(dt, g, a, b, out); break;
   }
+}
+
+// Elements of the operands of one pass: a and b as compute_pass reads them, and the output.
+struct PassSizes {
+  size_t a, b, out;
+};
+PassSizes pass_sizes(Pass pass, const Conv2dGeometry& g) {
+  const auto x = static_cast<size_t>(g.n * g.c_in * g.h * g.w);
+  const auto w = static_cast<size_t>(g.c_out * (g.c_in / g.groups) * g.kh * g.kw);
+  const auto y = static_cast<size_t>(g.n * g.c_out * g.out_h * g.out_w);
+  switch (pass) {
+    case Pass::Forward: return {x, w, y};
+    case Pass::BackwardData: return {y, w, x};
+    case Pass::BackwardFilter: return {y, x, w};
+  }
+  return {};
+}
+
+// One pass of 16-bit operands: widened to float, computed by the f32 CPU kernels (sums in float),
+// out = round(alpha * result + beta * out) with one rounding.
+void compute_pass_16bit(Pass pass, DType dt, const Conv2dGeometry& g, const void* a, const void* b, void* out,
+                        float alpha, float beta) {
+  const PassSizes n = pass_sizes(pass, g);
+  const std::vector<float> a32 = widen(dt, a, n.a), b32 = widen(dt, b, n.b);
+  std::vector<float> r(n.out);
+  compute_pass(pass, DType::f32, g, a32.data(), b32.data(), r.data());
+  round_blend(dt, out, r.data(), n.out, alpha, beta);
+}
+
+// Any computed configuration, alpha = 1, beta = 0.
+void compute_pass_any(Pass pass, DType dt, const Conv2dGeometry& g, const void* a, const void* b, void* out) {
+  if (ember::is_low_precision(dt))
+    compute_pass_16bit(pass, dt, g, a, b, out, 1.0f, 0.0f);
+  else
+    compute_pass(pass, dt, g, a, b, out);
 }
 
 // The descriptors of one pass in cuDNN's argument order, mapped to (x, w, y) of the forward
@@ -508,7 +596,7 @@ cudnnStatus_t find_algorithm(const char* fn, Pass pass, cudnnHandle_t h, const P
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    compute_pass(pass, dt, g, p.a, p.b, p.out);
+    compute_pass_any(pass, dt, g, p.a, p.b, p.out);
     r.time = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ran.push_back(r);
   }
@@ -550,12 +638,19 @@ cudnnStatus_t convolve(const char* fn, Pass pass, cudnnHandle_t h, const void* a
   count([&](Calls& c) {
     const int i = static_cast<int>(pass);
     ++c.convolution[i];
+    if (dt == DType::f16) ++c.convolution_f16[i];
+    if (dt == DType::bf16) ++c.convolution_bf16[i];
     c.last_algorithm[i] = algo;
     c.last_workspace_bytes[i] = ws_bytes;
   });
   const Scaling sc = read_scaling(dt, alpha, beta);
   const void *a = p.a, *b = p.b;
   void* out = p.out;
+  if (ember::is_low_precision(dt)) {
+    return in_stream_order(h, [=] {
+      compute_pass_16bit(pass, dt, g, a, b, out, static_cast<float>(sc.alpha), static_cast<float>(sc.beta));
+    });
+  }
   return in_stream_order(h, [=] {
     with_scaling(dt, sc, out, out_bytes(pass, g, dt) / elem_size(dt),
                  [&](void* dst) { compute_pass(pass, dt, g, a, b, dst); });
@@ -846,18 +941,30 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardBias(cudnnHandle_t h, const vo
   if (dyd->type != dbd->type || dbd->n != 1 || dbd->c != dyd->c || dbd->h != 1 || dbd->w != 1)
     return CUDNN_STATUS_BAD_PARAM;
   DType dt;
-  if (!computed_type(dyd->type, &dt)) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (!computed_type(dyd->type, &dt) && !computed_16bit_type(dyd->type, &dt)) return CUDNN_STATUS_NOT_SUPPORTED;
   const size_t e = elem_size(dt);
   if (const cudnnStatus_t st =
           check_device("cudnnConvolutionBackwardBias", e,
                        {{"dy", dy, static_cast<size_t>(numel(dyd)) * e}, {"db", db, static_cast<size_t>(dbd->c) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  count([](Calls& c) { ++c.backward_bias; });
+  count([&](Calls& c) {
+    ++c.backward_bias;
+    if (ember::is_low_precision(dt)) ++c.backward_bias_16bit;
+  });
   Conv2dGeometry g;
   g.n = dyd->n, g.c_out = dyd->c, g.out_h = dyd->h, g.out_w = dyd->w;
   const Scaling sc = read_scaling(dt, alpha, beta);
   const size_t channels = static_cast<size_t>(dbd->c);
+  if (ember::is_low_precision(dt)) {  // summed in float, rounded once
+    const size_t n = static_cast<size_t>(numel(dyd));
+    return in_stream_order(h, [=] {
+      const std::vector<float> dy32 = widen(dt, dy, n);
+      std::vector<float> r(channels);
+      ember::kernels::cpu::conv2d_backward_bias(DType::f32, g, dy32.data(), r.data());
+      round_blend(dt, db, r.data(), channels, static_cast<float>(sc.alpha), static_cast<float>(sc.beta));
+    });
+  }
   return in_stream_order(h, [=] {
     with_scaling(dt, sc, db, channels, [&](void* dst) { ember::kernels::cpu::conv2d_backward_bias(dt, g, dy, dst); });
   });
@@ -873,19 +980,24 @@ cudnnStatus_t CUDNNWINAPI cudnnAddTensor(cudnnHandle_t h, const void* alpha, con
     if (adims[i] != cdims[i] && adims[i] != 1) return CUDNN_STATUS_BAD_PARAM;
   if (ad->type != cd->type) return CUDNN_STATUS_BAD_PARAM;
   DType dt;
-  if (!computed_type(cd->type, &dt)) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (!computed_type(cd->type, &dt) && !computed_16bit_type(cd->type, &dt)) return CUDNN_STATUS_NOT_SUPPORTED;
   const size_t e = elem_size(dt);
   if (const cudnnStatus_t st =
           check_device("cudnnAddTensor", e,
                        {{"A", a, static_cast<size_t>(numel(ad)) * e}, {"C", c, static_cast<size_t>(numel(cd)) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  count([](Calls& calls) { ++calls.add_tensor; });
+  count([&](Calls& calls) {
+    ++calls.add_tensor;
+    if (ember::is_low_precision(dt)) ++calls.add_tensor_16bit;
+  });
   const Scaling sc = read_scaling(dt, alpha, beta);
   const cudnnTensorStruct A = *ad, C = *cd;  // the descriptors as they are at the call
-  auto run = [=](auto zero) {
+  // T: the data type; S: the one computed in (float for 16-bit data: one rounding per element).
+  auto run = [=](auto zero, auto scale_zero) {
     using T = decltype(zero);
-    const T al = static_cast<T>(sc.alpha), be = static_cast<T>(sc.beta);
+    using S = decltype(scale_zero);
+    const S al = static_cast<S>(sc.alpha), be = static_cast<S>(sc.beta);
     const T* src = static_cast<const T*>(a);
     T* dst = static_cast<T*>(c);
     size_t i = 0;
@@ -897,14 +1009,19 @@ cudnnStatus_t CUDNNWINAPI cudnnAddTensor(cudnnHandle_t h, const void* alpha, con
                               (A.h == 1 ? 0 : y)) *
                                  A.w +
                              (A.w == 1 ? 0 : x);
-            dst[i] = be == T(0) ? al * src[j] : al * src[j] + be * dst[i];
+            const S v = al * static_cast<S>(src[j]);
+            dst[i] = T(be == S(0) ? v : v + be * static_cast<S>(dst[i]));
           }
   };
   return in_stream_order(h, [=] {
     if (dt == DType::f64)
-      run(0.0);
+      run(0.0, 0.0);
+    else if (dt == DType::f16)
+      run(ember::Half(0.0f), 0.0f);
+    else if (dt == DType::bf16)
+      run(ember::BFloat16(0.0f), 0.0f);
     else
-      run(0.0f);
+      run(0.0f, 0.0f);
   });
 }
 

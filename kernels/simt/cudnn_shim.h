@@ -18,6 +18,10 @@ struct Calls {
   int last_algorithm[3] = {-1, -1, -1};
   size_t last_workspace_bytes[3] = {};
   int64_t backward_bias = 0, add_tensor = 0;
+  // The 16-bit calls among them (Note [16-bit convolutions] in kernels/cuda/cudnn.h): convolutions
+  // of CUDNN_DATA_HALF / CUDNN_DATA_BFLOAT16 data by Pass, and 16-bit bias gradients and adds.
+  int64_t convolution_f16[3] = {}, convolution_bf16[3] = {};
+  int64_t backward_bias_16bit = 0, add_tensor_16bit = 0;
   int64_t pooling_forward = 0, pooling_backward = 0;
   int64_t activation_forward = 0, activation_backward = 0;
 };
