@@ -18,7 +18,8 @@
 //                    backward temporaries), minus base;
 //   weight_cast_bytes  16-bit copies of the conv/linear weights a region makes (part of saved_bytes).
 // Byte counts are what the allocator was asked for (the CPU allocator counts requested bytes; the
-// CUDA caching allocator its 512-byte rounded blocks), not the process's resident size.
+// CUDA caching allocator the blocks it hands out, which can be up to 1 MiB larger than asked for;
+// EMBER_CUDA_ALLOC=direct counts exact sizes), not the process's resident size.
 
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include <ember/core/allocator.h>
+#include <ember/core/build_info.h>
 #include <ember/ember.h>
 
 #include "bench_util.h"
@@ -120,16 +122,22 @@ int main(int argc, char** argv) {
   set_num_threads(threads);
   const Device device(device_spec);
   const std::string dev = device.type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(device.index);
+  std::string device_name = "the CPU";  // a CUDA device's description: a GPU, or the SIMT emulator
+  if (device.type == DeviceType::CUDA) {
+    const std::vector<std::string> descriptions = cuda_device_descriptions();
+    if (device.index < static_cast<int>(descriptions.size())) device_name = descriptions[device.index];
+  }
   std::vector<Result> results;
   for (const std::string& amp : split(amps)) {
     const Result r = measure(device, amp, batch);
     results.push_back(r);
-    std::printf("{\"bench\":\"amp_memory\",\"model\":\"resnet18\",\"image_size\":224,\"batch\":%lld,\"device\":\"%s\","
-                "\"amp\":\"%s\",\"base_mib\":%.1f,\"saved_mib\":%.1f,\"forward_peak_mib\":%.1f,\"step_peak_mib\":%.1f,"
-                "\"weight_cast_mib\":%.1f,\"step_s\":%.2f,\"threads\":%d,%s}\n",
-                static_cast<long long>(batch), dev.c_str(), amp.c_str(), mib(r.base), mib(r.saved),
-                mib(r.forward_peak), mib(r.step_peak), mib(r.weight_casts), r.seconds, threads,
-                bench::machine_fields().c_str());
+    std::printf("{\"bench\":\"amp_memory\",\"model\":\"resnet18\",\"image_size\":224,\"batch\":%lld,"
+                "\"device\":\"%s\",\"device_name\":%s,\"amp\":\"%s\",\"base_mib\":%.1f,\"saved_mib\":%.1f,"
+                "\"forward_peak_mib\":%.1f,\"step_peak_mib\":%.1f,\"weight_cast_mib\":%.1f,\"step_s\":%.2f,"
+                "\"threads\":%d,%s}\n",
+                static_cast<long long>(batch), dev.c_str(), bench::json_str(device_name).c_str(), amp.c_str(),
+                mib(r.base), mib(r.saved), mib(r.forward_peak), mib(r.step_peak), mib(r.weight_casts), r.seconds,
+                threads, bench::machine_fields().c_str());
     std::fflush(stdout);
   }
   if (results.size() > 1 && results[0].amp == "off") {
