@@ -13,6 +13,7 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#include "bf16_convert.h"
 #include "parallel.h"
 #include "widen.h"
 
@@ -235,7 +236,9 @@ bool is_2x2_stride_2_inside(const Pool2dGeometry& g) {
 
 // bf16 2x2 stride-2 pooling of one plane: each pair of input rows is widened to float on the stack
 // (exact), the f32 code (SSE where built) picks the winners, and they are narrowed back (exact: a
-// winner is one of the inputs). Same winners and indices as f32. Rows up to kWideRow wide.
+// winner is one of the inputs; a NaN is quieted, as BFloat16(float) does). Both conversions run 16
+// elements at a time where the CPU can (bf16_convert.h). Same winners and indices as f32. Rows up
+// to kWideRow wide.
 constexpr int64_t kWideRow = 1024;
 void max_forward_2x2_bf16(const Pool2dGeometry& g, const BFloat16* xp, BFloat16* op, int64_t* ip) {
   float rows[2 * kWideRow], out[kWideRow / 2];
@@ -244,13 +247,11 @@ void max_forward_2x2_bf16(const Pool2dGeometry& g, const BFloat16* xp, BFloat16*
   pair.out_h = 1;
   for (int64_t oh = 0; oh < g.out_h; ++oh) {
     const BFloat16* src = xp + 2 * oh * g.in_w;
-    for (int64_t i = 0; i < 2 * g.in_w; ++i) rows[i] = BFloat16::to_float(src[i].bits);
+    bf16_to_f32(src, rows, 2 * g.in_w);
     int64_t* irow = ip + oh * g.out_w;
     max_forward_2x2<float>(pair, rows, out, irow);
-    for (int64_t ow = 0; ow < g.out_w; ++ow) {
-      op[oh * g.out_w + ow] = BFloat16(out[ow]);
-      irow[ow] += 2 * oh * g.in_w;  // indices into the plane, not into `rows`
-    }
+    f32_to_bf16(out, op + oh * g.out_w, g.out_w);
+    for (int64_t ow = 0; ow < g.out_w; ++ow) irow[ow] += 2 * oh * g.in_w;  // indices into the plane, not into `rows`
   }
 }
 
