@@ -65,7 +65,7 @@ std::vector<BFloat16> all_bf16() {
 
 TEST_CASE("bf16 convert: the path follows the CPU's features", "[bf16][elementwise]") {
   const CpuFeatures& f = cpu_features();
-  if (!(f.avx512f && f.avx512bw)) CHECK_FALSE(bf16_convert_vectorized());
+  if (!(f.avx512f && f.avx512bw && f.avx512vl)) CHECK_FALSE(bf16_convert_vectorized());
   INFO("vectorized: " << bf16_convert_vectorized());
   SUCCEED();
 }
@@ -159,13 +159,18 @@ TEST_CASE("bf16 convert: the ops that use it give the scalar results", "[bf16][e
   const std::vector<BFloat16> got_gi = bf16_values(xr.grad());
   for (int64_t i = 0; i < n; ++i) REQUIRE(got_gi[i].bits == want_gi[i].bits);
 
-  // 2x2 max pooling: the bf16 result is the f32 result on the widened input, rounded.
-  Tensor pb = max_pool2d(xb, Pool2dOptions{});
-  Tensor pf = max_pool2d(xb.to(DType::f32), Pool2dOptions{});
-  const std::vector<float> pfv = pf.to_vector<float>();
-  std::vector<BFloat16> want_p(pfv.size());
-  f32_to_bf16_scalar(pfv.data(), want_p.data(), static_cast<int64_t>(pfv.size()));
-  const std::vector<BFloat16> got_p = bf16_values(pb);
-  REQUIRE(got_p.size() == want_p.size());
-  for (size_t i = 0; i < got_p.size(); ++i) REQUIRE(got_p[i].bits == want_p[i].bits);
+  // 2x2 max pooling: the bf16 result is the f32 result on the widened input, rounded, with the same
+  // indices; also on a plane with odd height and width (the last row and column are not read).
+  for (const Shape& shape : {Shape{2, 3, 10, 34}, Shape{2, 3, 15, 17}, Shape{1, 2, 5, 68}}) {
+    const Tensor xs = xb.reshape(Shape{n}).narrow(0, 0, shape[0] * shape[1] * shape[2] * shape[3]).reshape(shape);
+    auto [pb, ib] = max_pool2d_with_indices(xs, Pool2dOptions{});
+    auto [pf, iff] = max_pool2d_with_indices(xs.to(DType::f32), Pool2dOptions{});
+    const std::vector<float> pfv = pf.to_vector<float>();
+    std::vector<BFloat16> want_p(pfv.size());
+    f32_to_bf16_scalar(pfv.data(), want_p.data(), static_cast<int64_t>(pfv.size()));
+    const std::vector<BFloat16> got_p = bf16_values(pb);
+    REQUIRE(got_p.size() == want_p.size());
+    for (size_t i = 0; i < got_p.size(); ++i) REQUIRE(got_p[i].bits == want_p[i].bits);
+    CHECK(ib.to_vector<int64_t>() == iff.to_vector<int64_t>());
+  }
 }

@@ -45,16 +45,18 @@ namespace {
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#define EMBER_AVX512_TARGET __attribute__((target("avx512f,avx512bw")))
+#define EMBER_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-// 16 bf16 -> 16 floats: zero-extend to 32 bits, shift into the high half.
-EMBER_AVX512_TARGET inline __m512 widen16(const BFloat16* src) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+// 16 bf16 -> 16 floats: zero-extend to 32 bits, shift into the high half. The lanes outside
+// `mask` are not read (and are 0).
+EMBER_AVX512_TARGET inline __m512 widen16(const BFloat16* src, __mmask16 mask = 0xffff) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, src);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// 16 floats -> 16 bf16, the steps of BFloat16::from_float on each lane.
-EMBER_AVX512_TARGET inline void narrow16(__m512 v, BFloat16* dst) {
+// 16 floats -> 16 bf16, the steps of BFloat16::from_float on each lane; only the lanes in `mask`
+// are stored.
+EMBER_AVX512_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 mask = 0xffff) {
   const __m512i x = _mm512_castps_si512(v);
   const __m512i hi = _mm512_srli_epi32(x, 16);
   const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
@@ -63,40 +65,47 @@ EMBER_AVX512_TARGET inline void narrow16(__m512 v, BFloat16* dst) {
       _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x0040));
   const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(r));
+  _mm512_mask_cvtepi32_storeu_epi16(dst, mask, r);
 }
+
+// The low `k` lanes, 0 < k < 16 (the tail of an array).
+inline __mmask16 tail_mask(int64_t k) { return static_cast<__mmask16>((1u << k) - 1u); }
 
 EMBER_AVX512_TARGET void bf16_to_f32_avx512(const BFloat16* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, widen16(src + i));
-  bf16_to_f32_scalar(src + i, dst + i, n - i);
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, widen16(src + i, m));
+  }
 }
 
 EMBER_AVX512_TARGET void f32_to_bf16_avx512(const float* src, BFloat16* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) narrow16(_mm512_loadu_ps(src + i), dst + i);
-  f32_to_bf16_scalar(src + i, dst + i, n - i);
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    narrow16(_mm512_maskz_loadu_ps(m, src + i), dst + i, m);
+  }
 }
 
 // ops::Relu::fwd: x <= 0 ? 0 : x (a NaN is not <= 0, so it passes through and is quieted on store).
 EMBER_AVX512_TARGET void relu_bf16_avx512(const BFloat16* x, BFloat16* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = widen16(x + i);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __m512 v = widen16(x + i, m);
     const __mmask16 le = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ);
-    narrow16(_mm512_maskz_mov_ps(static_cast<__mmask16>(~le), v), y + i);
+    narrow16(_mm512_maskz_mov_ps(static_cast<__mmask16>(~le), v), y + i, m);
   }
-  relu_bf16_scalar(x + i, y + i, n - i);
 }
 
 // ops::Relu::bwd: y > 0 ? g : 0.
 EMBER_AVX512_TARGET void relu_backward_bf16_avx512(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __mmask16 gt = _mm512_cmp_ps_mask(widen16(y + i), _mm512_setzero_ps(), _CMP_GT_OQ);
-    narrow16(_mm512_maskz_mov_ps(gt, widen16(g + i)), gi + i);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __mmask16 gt = _mm512_cmp_ps_mask(widen16(y + i, m), _mm512_setzero_ps(), _CMP_GT_OQ);
+    narrow16(_mm512_maskz_mov_ps(gt, widen16(g + i, m)), gi + i, m);
   }
-  relu_backward_bf16_scalar(g + i, y + i, gi + i, n - i);
 }
 #endif
 
@@ -105,7 +114,7 @@ bool vectorized_default() {
   const char* env = std::getenv("EMBER_CPU_BF16_CONVERT");
   if (env && std::string(env) == "scalar") return false;
   const CpuFeatures& f = cpu_features();
-  return f.avx512f && f.avx512bw;
+  return f.avx512f && f.avx512bw && f.avx512vl;
 #else
   return false;
 #endif

@@ -5,9 +5,10 @@
 // Note [Vectorized bf16 conversion on the CPU]
 // Widening a bf16 is a 16-bit shift; narrowing rounds to nearest even exactly as
 // BFloat16::from_float (core/dtype.h) does: add 0x7fff plus the lowest kept bit, keep the top 16
-// bits, and a NaN keeps its top bits with the quiet bit (0x0040) set. The AVX-512 path (F + BW,
-// compiled per function with __attribute__((target)) and chosen at run time from cpu_features();
-// never required of the whole build) does the same integer steps on 16 lanes at once, so its
+// bits, and a NaN keeps its top bits with the quiet bit (0x0040) set. The AVX-512 path (F, BW and
+// VL, compiled per function with __attribute__((target)) and chosen at run time from
+// cpu_features(); never required of the whole build) does the same integer steps on 16 lanes at
+// once (a masked load and store for the last, partial 16), so its
 // results equal the scalar conversion's bit for bit on every input — ties, subnormals, infinities,
 // NaN payloads included. It does not use VCVTNEPS2BF16 (AVX512_BF16): that instruction treats
 // subnormal inputs as zero, which the scalar conversion does not. Other CPUs run the scalar loops.
@@ -20,11 +21,11 @@
 
 namespace ember::kernels::cpu {
 
-// Whether the AVX-512 conversion path runs on this CPU (AVX-512 F and BW present, and not switched
+// Whether the AVX-512 conversion path runs on this CPU (AVX-512 F, BW and VL present, and not switched
 // off by EMBER_CPU_BF16_CONVERT=scalar, read once).
 bool bf16_convert_vectorized();
 
-// n contiguous elements; src and dst do not overlap.
+// n contiguous elements; src and dst do not overlap (relu_bf16 may run in place: y == x).
 void bf16_to_f32(const BFloat16* src, float* dst, int64_t n);
 void f32_to_bf16(const float* src, BFloat16* dst, int64_t n);
 // y = bf16(relu(float(x))): the elementwise unary Relu.
