@@ -1,18 +1,52 @@
 // CPU elementwise kernels: the per-op functors from kernels/elementwise.h run through
 // cpu_foreach (kernels/cpu/loops.h). Each element is loaded, widened to A = acc_t<T> (float for
 // f16/bf16; T itself for f32/f64), computed on in A and rounded once when stored (Note
-// [Accumulation types] in core/dtype.h).
+// [Accumulation types] in core/dtype.h). Contiguous bf16 ReLU (forward and backward) and
+// contiguous f32 <-> bf16 copies run the AVX-512 loops of bf16_convert.h instead, which compute the
+// same bits 16 elements at a time (Note [Vectorized bf16 conversion on the CPU]).
 
 #include "elementwise.h"
 
 #include <cmath>
 
 #include "../../core/error.h"
+#include "bf16_convert.h"
 #include "loops.h"
 
 namespace ember::kernels::cpu {
 
+namespace {
+
+// The element count when every operand walks the whole iteration contiguously (the coalesced shape
+// is one dim of stride 1 in each), else -1.
+template <int N>
+int64_t contiguous_numel(const IterShape& shape, const std::array<Operand, N>& ops) {
+  std::array<const int64_t*, N> st;
+  for (int k = 0; k < N; ++k) st[k] = ops[k].strides;
+  const Coalesced<N> c = coalesce<N>(shape, st);
+  if (c.ndim != 1) return -1;
+  for (int k = 0; k < N; ++k)
+    if (c.strides[k][0] != 1) return -1;
+  return c.sizes[0];
+}
+
+// f(lo, hi) on [0, n) split across threads as cpu_foreach splits it.
+template <typename F>
+void contiguous_chunks(int64_t n, const F& f) {
+  parallel_for(0, n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { f(lo, hi); });
+}
+
+}  // namespace
+
 void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand in, double alpha) {
+  if (dtype == DType::bf16 && op == UnaryOp::Relu && shape.numel() > 0) {
+    if (const int64_t n = contiguous_numel<2>(shape, {out, in}); n >= 0) {
+      const auto* x = static_cast<const BFloat16*>(in.data);
+      auto* y = static_cast<BFloat16*>(out.data);
+      contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_bf16(x + lo, y + lo, hi - lo); });
+      return;
+    }
+  }
   EMBER_DISPATCH_FLOATING(dtype, "unary", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
@@ -25,6 +59,15 @@ void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand
 
 void unary_backward(UnaryOp op, DType dtype, const IterShape& shape, Operand grad_in, Operand grad_out, Operand x,
                     Operand y, double alpha) {
+  if (dtype == DType::bf16 && op == UnaryOp::Relu && shape.numel() > 0 && y.data != nullptr) {
+    if (const int64_t n = contiguous_numel<3>(shape, {grad_in, grad_out, y}); n >= 0) {
+      const auto* g = static_cast<const BFloat16*>(grad_out.data);
+      const auto* yv = static_cast<const BFloat16*>(y.data);
+      auto* gi = static_cast<BFloat16*>(grad_in.data);
+      contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_backward_bf16(g + lo, yv + lo, gi + lo, hi - lo); });
+      return;
+    }
+  }
   EMBER_DISPATCH_FLOATING(dtype, "unary_backward", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
@@ -125,6 +168,18 @@ void clamp(DType dtype, const IterShape& shape, Operand out, Operand in, bool ha
 using ops::convert;
 
 void copy(const IterShape& shape, DType out_dtype, Operand out, DType in_dtype, Operand in) {
+  const bool to_bf16 = out_dtype == DType::bf16 && in_dtype == DType::f32;
+  const bool from_bf16 = out_dtype == DType::f32 && in_dtype == DType::bf16;
+  if ((to_bf16 || from_bf16) && shape.numel() > 0) {
+    if (const int64_t n = contiguous_numel<2>(shape, {out, in}); n >= 0) {
+      contiguous_chunks(n, [&](int64_t lo, int64_t hi) {
+        const int64_t m = hi - lo;
+        if (to_bf16) f32_to_bf16(static_cast<const float*>(in.data) + lo, static_cast<BFloat16*>(out.data) + lo, m);
+        else bf16_to_f32(static_cast<const BFloat16*>(in.data) + lo, static_cast<float*>(out.data) + lo, m);
+      });
+      return;
+    }
+  }
   EMBER_DISPATCH_ALL(out_dtype, "copy", [&] {
     using To = scalar_t;
     EMBER_DISPATCH_ALL(in_dtype, "copy", [&] {

@@ -8,11 +8,13 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "../../core/error.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#include "bf16_convert.h"
 #include "parallel.h"
 #include "widen.h"
 
@@ -233,25 +235,19 @@ bool is_2x2_stride_2_inside(const Pool2dGeometry& g) {
          g.dilation_h == 1 && g.dilation_w == 1 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
 }
 
-// bf16 2x2 stride-2 pooling of one plane: each pair of input rows is widened to float on the stack
-// (exact), the f32 code (SSE where built) picks the winners, and they are narrowed back (exact: a
-// winner is one of the inputs). Same winners and indices as f32. Rows up to kWideRow wide.
-constexpr int64_t kWideRow = 1024;
+// bf16 2x2 stride-2 pooling of one plane: the plane is widened to float in a per-thread buffer
+// (exact), the f32 code (SSE where built) picks the winners, and the output plane is narrowed back
+// (exact: a winner is one of the inputs; a NaN is quieted, as BFloat16(float) does). Both
+// conversions run 16 elements at a time where the CPU can (bf16_convert.h), over the whole plane
+// rather than row by row, so short rows leave no scalar tails. Same winners and indices as f32.
 void max_forward_2x2_bf16(const Pool2dGeometry& g, const BFloat16* xp, BFloat16* op, int64_t* ip) {
-  float rows[2 * kWideRow], out[kWideRow / 2];
-  Pool2dGeometry pair = g;  // one output row from two input rows
-  pair.in_h = 2;
-  pair.out_h = 1;
-  for (int64_t oh = 0; oh < g.out_h; ++oh) {
-    const BFloat16* src = xp + 2 * oh * g.in_w;
-    for (int64_t i = 0; i < 2 * g.in_w; ++i) rows[i] = BFloat16::to_float(src[i].bits);
-    int64_t* irow = ip + oh * g.out_w;
-    max_forward_2x2<float>(pair, rows, out, irow);
-    for (int64_t ow = 0; ow < g.out_w; ++ow) {
-      op[oh * g.out_w + ow] = BFloat16(out[ow]);
-      irow[ow] += 2 * oh * g.in_w;  // indices into the plane, not into `rows`
-    }
-  }
+  thread_local std::vector<float> in_buf, out_buf;
+  const int64_t rows = 2 * g.out_h * g.in_w, out_plane = g.out_h * g.out_w;  // the input rows read
+  if (static_cast<int64_t>(in_buf.size()) < rows) in_buf.resize(static_cast<size_t>(rows));
+  if (static_cast<int64_t>(out_buf.size()) < out_plane) out_buf.resize(static_cast<size_t>(out_plane));
+  bf16_to_f32(xp, in_buf.data(), rows);
+  max_forward_2x2<float>(g, in_buf.data(), out_buf.data(), ip);
+  f32_to_bf16(out_buf.data(), op, out_plane);
 }
 
 bool windows_disjoint(const Pool2dGeometry& g) {
@@ -261,11 +257,11 @@ bool windows_disjoint(const Pool2dGeometry& g) {
 }  // namespace
 
 // Max pooling picks values without arithmetic, so bf16 skips the f32 round trip where it can: the
-// 2x2 stride-2 forward (the common pool; a row pair at a time through the f32 code) and the
+// 2x2 stride-2 forward (the common pool; a plane at a time through the f32 code) and the
 // backward of non-overlapping windows run without the tensor-sized f32 copies, with the same
 // winners and indices as f32; other cases widen (widen.h).
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out, int64_t* indices) {
-  if (dtype == DType::bf16 && is_2x2_stride_2_inside(g) && g.in_w <= kWideRow) {
+  if (dtype == DType::bf16 && is_2x2_stride_2_inside(g)) {
     const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
     const auto* xb = static_cast<const BFloat16*>(x);
     auto* ob = static_cast<BFloat16*>(out);

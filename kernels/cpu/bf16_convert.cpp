@@ -1,0 +1,158 @@
+// bf16 <-> f32 conversion and the bf16 ReLU loops: Note [Vectorized bf16 conversion on the CPU] in
+// bf16_convert.h.
+
+#include "bf16_convert.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "../elementwise.h"
+#include "cpu_features.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define EMBER_BF16_CONVERT_X86 1
+#else
+#define EMBER_BF16_CONVERT_X86 0
+#endif
+
+namespace ember::kernels::cpu {
+
+// ---- scalar --------------------------------------------------------------------------------------
+
+void bf16_to_f32_scalar(const BFloat16* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16::to_float(src[i].bits);
+}
+void f32_to_bf16_scalar(const float* src, BFloat16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16(src[i]);
+}
+void relu_bf16_scalar(const BFloat16* x, BFloat16* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = BFloat16(ops::Relu::fwd(static_cast<float>(x[i]), 0.0f));
+}
+void relu_backward_bf16_scalar(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    gi[i] = BFloat16(ops::Relu::bwd(static_cast<float>(g[i]), 0.0f, static_cast<float>(y[i]), 0.0f));
+}
+
+// ---- AVX-512 (F + BW) ------------------------------------------------------------------------------
+
+namespace {
+
+#if EMBER_BF16_CONVERT_X86
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
+// reports (falsely) once they inline into a target("avx512f") function.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define EMBER_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// 16 bf16 -> 16 floats: zero-extend to 32 bits, shift into the high half. The lanes outside
+// `mask` are not read (and are 0).
+EMBER_AVX512_TARGET inline __m512 widen16(const BFloat16* src, __mmask16 mask = 0xffff) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, src);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// 16 floats -> 16 bf16, the steps of BFloat16::from_float on each lane; only the lanes in `mask`
+// are stored.
+EMBER_AVX512_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 mask = 0xffff) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, rounding), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x0040));
+  const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
+  _mm512_mask_cvtepi32_storeu_epi16(dst, mask, r);
+}
+
+// The low `k` lanes, 0 < k < 16 (the tail of an array).
+inline __mmask16 tail_mask(int64_t k) { return static_cast<__mmask16>((1u << k) - 1u); }
+
+EMBER_AVX512_TARGET void bf16_to_f32_avx512(const BFloat16* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, widen16(src + i));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, widen16(src + i, m));
+  }
+}
+
+EMBER_AVX512_TARGET void f32_to_bf16_avx512(const float* src, BFloat16* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) narrow16(_mm512_loadu_ps(src + i), dst + i);
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    narrow16(_mm512_maskz_loadu_ps(m, src + i), dst + i, m);
+  }
+}
+
+// ops::Relu::fwd: x <= 0 ? 0 : x (a NaN is not <= 0, so it passes through and is quieted on store).
+EMBER_AVX512_TARGET void relu_bf16_avx512(const BFloat16* x, BFloat16* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __m512 v = widen16(x + i, m);
+    const __mmask16 le = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ);
+    narrow16(_mm512_maskz_mov_ps(static_cast<__mmask16>(~le), v), y + i, m);
+  }
+}
+
+// ops::Relu::bwd: y > 0 ? g : 0.
+EMBER_AVX512_TARGET void relu_backward_bf16_avx512(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __mmask16 gt = _mm512_cmp_ps_mask(widen16(y + i, m), _mm512_setzero_ps(), _CMP_GT_OQ);
+    narrow16(_mm512_maskz_mov_ps(gt, widen16(g + i, m)), gi + i, m);
+  }
+}
+#endif
+
+bool vectorized_default() {
+#if EMBER_BF16_CONVERT_X86
+  const char* env = std::getenv("EMBER_CPU_BF16_CONVERT");
+  if (env && std::string(env) == "scalar") return false;
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512bw && f.avx512vl;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool bf16_convert_vectorized() {
+  static const bool on = vectorized_default();
+  return on;
+}
+
+void bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
+#if EMBER_BF16_CONVERT_X86
+  if (bf16_convert_vectorized()) return bf16_to_f32_avx512(src, dst, n);
+#endif
+  bf16_to_f32_scalar(src, dst, n);
+}
+
+void f32_to_bf16(const float* src, BFloat16* dst, int64_t n) {
+#if EMBER_BF16_CONVERT_X86
+  if (bf16_convert_vectorized()) return f32_to_bf16_avx512(src, dst, n);
+#endif
+  f32_to_bf16_scalar(src, dst, n);
+}
+
+void relu_bf16(const BFloat16* x, BFloat16* y, int64_t n) {
+#if EMBER_BF16_CONVERT_X86
+  if (bf16_convert_vectorized()) return relu_bf16_avx512(x, y, n);
+#endif
+  relu_bf16_scalar(x, y, n);
+}
+
+void relu_backward_bf16(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {
+#if EMBER_BF16_CONVERT_X86
+  if (bf16_convert_vectorized()) return relu_backward_bf16_avx512(g, y, gi, n);
+#endif
+  relu_backward_bf16_scalar(g, y, gi, n);
+}
+
+}  // namespace ember::kernels::cpu
