@@ -196,7 +196,12 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indi
   });
 }
 
-template <typename T>
+// Each output's gradient goes to the input its window picked. Overlapping windows (stride <
+// kernel) can pick the same input: accumulate. Windows that do not overlap (Disjoint) send each
+// input at most one gradient: a copy, exact in any dtype. The range test guards against a window
+// with no tap inside the input (impossible with the checked padding <= kernel / 2, but a bad index
+// must not write out of bounds).
+template <bool Disjoint, typename T>
 void max_backward_impl(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices, T* grad_in) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
@@ -205,27 +210,13 @@ void max_backward_impl(const Pool2dGeometry& g, const T* grad_out, const int64_t
       const T* go = grad_out + p * out_plane;
       const int64_t* ip = indices + p * out_plane;
       std::fill(gi, gi + in_plane, T(0));
-      // Overlapping windows (stride < kernel) can pick the same input: accumulate.
-      // The range test guards against a window with no tap inside the input (impossible with
-      // the checked padding <= kernel / 2, but a bad index must not write out of bounds).
-      for (int64_t o = 0; o < out_plane; ++o)
-        if (ip[o] >= 0 && ip[o] < in_plane) gi[ip[o]] += go[o];
-    }
-  });
-}
-
-// Windows that do not overlap send each input at most one gradient: a copy, exact in any dtype.
-template <typename T>
-void max_backward_disjoint(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices, T* grad_in) {
-  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      T* gi = grad_in + p * in_plane;
-      const T* go = grad_out + p * out_plane;
-      const int64_t* ip = indices + p * out_plane;
-      std::fill(gi, gi + in_plane, T(0));
-      for (int64_t o = 0; o < out_plane; ++o)
-        if (ip[o] >= 0 && ip[o] < in_plane) gi[ip[o]] = go[o];
+      for (int64_t o = 0; o < out_plane; ++o) {
+        if (ip[o] < 0 || ip[o] >= in_plane) continue;
+        if constexpr (Disjoint)
+          gi[ip[o]] = go[o];
+        else
+          gi[ip[o]] += go[o];
+      }
     }
   });
 }
@@ -286,7 +277,8 @@ void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, voi
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
                          void* grad_in) {
   if (dtype == DType::bf16 && windows_disjoint(g))
-    return max_backward_disjoint(g, static_cast<const BFloat16*>(grad_out), indices, static_cast<BFloat16*>(grad_in));
+    return max_backward_impl<true>(g, static_cast<const BFloat16*>(grad_out), indices,
+                                   static_cast<BFloat16*>(grad_in));
   if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
     const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
     Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);
@@ -295,7 +287,8 @@ void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_
     return;
   }
   EMBER_DISPATCH_FLOAT(dtype, "max_pool2d backward", [&] {
-    max_backward_impl<scalar_t>(g, static_cast<const scalar_t*>(grad_out), indices, static_cast<scalar_t*>(grad_in));
+    max_backward_impl<false, scalar_t>(g, static_cast<const scalar_t*>(grad_out), indices,
+                                       static_cast<scalar_t*>(grad_in));
   });
 }
 
