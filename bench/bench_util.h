@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <ember/kernels/cpu/blas.h>
+#include <ember/kernels/cpu/conv_winograd.h>
 #include <ember/kernels/cpu/gemm_bf16.h>
 
 namespace ember::bench {
@@ -76,7 +77,8 @@ inline std::string machine_fields() {
   return "\"cpu\":" + json_str(f.model_name) + ",\"cpu_isa\":" + json_str(kc::isa_name(kc::widest_isa(f))) +
          ",\"gemm_kernels\":" + json_str(b.core + " (" + kc::isa_name(b.core_isa) + ")") +
          ",\"gemm_chosen_by\":" + json_str(b.chosen_by) +
-         ",\"bf16_gemm\":" + json_str(kc::bf16_gemm_path_name(kc::bf16_gemm_path()));
+         ",\"bf16_gemm\":" + json_str(kc::bf16_gemm_path_name(kc::bf16_gemm_path())) +
+         ",\"conv3x3\":" + json_str(kc::conv3x3_description());
 }
 
 }  // namespace ember::bench

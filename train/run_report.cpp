@@ -14,6 +14,7 @@
 #include "../core/error.h"
 #include "../io/atomic_file.h"
 #include "../kernels/cpu/blas.h"
+#include "../kernels/cpu/conv_winograd.h"
 #include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/cpu/parallel.h"
 #include "run_record.h"
@@ -150,7 +151,8 @@ std::string environment_json(int indent) {
                  {"kernels_isa", kc::isa_name(blas.core_isa)},
                  {"chosen_by", blas.chosen_by},
                  {"warning", blas.warning},
-                 {"bf16", kc::bf16_gemm_path_name(kc::bf16_gemm_path())}}},
+                 {"bf16", kc::bf16_gemm_path_name(kc::bf16_gemm_path())},
+                 {"conv3x3", kc::conv3x3_description()}}},
                {"threads", get_num_threads()},
                {"cuda_built", cuda_built()},
                {"cuda_devices", cuda_device_descriptions()}};

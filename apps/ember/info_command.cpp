@@ -6,6 +6,7 @@
 #include <ember/core/build_info.h>
 #include <ember/core/device.h>
 #include <ember/kernels/cpu/blas.h>
+#include <ember/kernels/cpu/conv_winograd.h>
 #include <ember/kernels/cpu/gemm_bf16.h>
 #include <ember/kernels/cpu/parallel.h>
 #include <ember/train/run_report.h>
@@ -41,6 +42,7 @@ void run_info(bool json) {
               blas.chosen_by.c_str());
   std::printf("  library    %s\n", blas.library.c_str());
   std::printf("  bf16       %s\n", kc::bf16_gemm_path_name(kc::bf16_gemm_path()));
+  std::printf("  conv 3x3   %s\n", kc::conv3x3_description().c_str());
   std::printf("threads      %d (%s)\n", get_num_threads(),
               env_threads ? (std::string("EMBER_NUM_THREADS=") + env_threads).c_str() : "all cores");
   if (!cuda_built()) {

@@ -10,16 +10,18 @@
 
 #include "../../core/error.h"
 #include "gemm.h"
+#include "conv_parts.h"
+#include "conv_winograd.h"
 #include "gemm_bf16.h"
-#include "parallel.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace ember::kernels::cpu {
 
 namespace {
+
+using conv_detail::ImageSplit;
+using conv_detail::run_parts;
+using conv_detail::scratch;
+using conv_detail::split_images;
 
 // ---- im2col / col2im ---------------------------------------------------------------------------
 
@@ -99,45 +101,6 @@ void check_sizes(const Conv2dGeometry& g) {
   const int64_t ohw = g.out_h * g.out_w, kk = g.c_in / g.groups * g.kh * g.kw;
   for (int64_t v : {ohw, kk, g.c_out, g.c_in * g.kh * g.kw})
     EMBER_CHECK(v <= INT_MAX, "conv2d: a GEMM dimension (", v, ") does not fit BLAS's 32-bit int");
-}
-
-// Images are split into `parts` fixed contiguous ranges. With at least as many images as
-// threads: one part per thread, run in parallel, BLAS single-threaded inside. Otherwise one part,
-// and each GEMM uses BLAS's threads.
-struct ImageSplit {
-  int64_t parts = 1;
-  bool parallel = false;
-};
-
-ImageSplit split_images(int64_t n) {
-  const int threads = get_num_threads();
-  bool nested = false;
-#ifdef _OPENMP
-  nested = omp_in_parallel();
-#endif
-  if (threads > 1 && n >= threads && !nested) return {threads, true};
-  return {1, false};
-}
-
-// body(part, first_image, end_image) for every part.
-template <typename F>
-void run_parts(const ImageSplit& s, int64_t n, const F& body) {
-  auto one = [&](int64_t p) { body(p, p * n / s.parts, (p + 1) * n / s.parts); };
-  if (!s.parallel) {
-    for (int64_t p = 0; p < s.parts; ++p) one(p);
-    return;
-  }
-  BlasSingleThreadGuard blas_one_thread;
-  parallel_for(0, s.parts, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) one(p);
-  });
-}
-
-// Uninitialized scratch (every user overwrites it before reading), allocated before the
-// parallel region so an allocation failure throws in the calling thread.
-template <typename T>
-std::unique_ptr<T[]> scratch(int64_t elems) {
-  return elems > 0 ? std::make_unique_for_overwrite<T[]>(elems) : nullptr;
 }
 
 // ---- im2col + GEMM, a chunk of images per GEMM ------------------------------------------------
@@ -235,6 +198,8 @@ template <typename T>
 void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: the GEMM writes f32 (Note [bf16 convolutions])
+  if constexpr (std::is_same_v<T, float>)
+    if (winograd_applies(g, false)) return winograd_forward(g, x, w, bias, y);  // Note [Winograd convolution]
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -274,6 +239,8 @@ template <typename T>
 void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: dcol and col2im in f32 (Note [bf16 convolutions])
+  if constexpr (std::is_same_v<T, float>)
+    if (winograd_applies(g, true)) return winograd_backward_data(g, gy, w, gx);  // Note [Winograd convolution]
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -323,6 +290,8 @@ template <typename T>
 void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: every part sums in f32 (Note [bf16 convolutions])
+  if constexpr (std::is_same_v<T, float>)
+    if (winograd_applies(g, false)) return winograd_backward_weight(g, gy, x, gw);  // Note [Winograd convolution]
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;

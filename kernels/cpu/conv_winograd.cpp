@@ -1,0 +1,646 @@
+// Winograd F(2x2, 3x3) convolution on the CPU. See conv_winograd.h.
+
+#include "conv_winograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "conv_parts.h"
+#include "cpu_features.h"
+#include "gemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define EMBER_WINOGRAD_X86 1
+#else
+#define EMBER_WINOGRAD_X86 0
+#endif
+
+namespace ember::kernels::cpu {
+
+// Note [Winograd convolution]
+// A 3x3 convolution computes each output from 9 inputs: 9 multiply-adds per output and input
+// channel, which im2col + GEMM spends as they are. Winograd's minimal filtering algorithm F(2, 3)
+// computes two neighbouring outputs of a 3-tap filter from four inputs d0..d3 with four products
+// instead of six:
+//   m0 = (d0 - d2) g0                  m1 = (d1 + d2) (g0 + g1 + g2) / 2
+//   m3 = (d1 - d3) g2                  m2 = (d2 - d1) (g0 - g1 + g2) / 2
+//   y0 = m0 + m1 + m2 = d0 g0 + d1 g1 + d2 g2
+//   y1 = m1 - m2 - m3 = d1 g0 + d2 g1 + d3 g2
+// In matrix form y = A^T [(G g) . (B^T d)], with the elementwise product in the middle:
+//   B^T = | 1  0 -1  0 |     G = | 1    0    0   |     A^T = | 1  1  1  0 |
+//         | 0  1  1  0 |         | 1/2  1/2  1/2 |           | 0  1 -1 -1 |
+//         | 0 -1  1  0 |         | 1/2 -1/2  1/2 |
+//         | 0  1  0 -1 |         | 0    0    1   |
+// Nested in both dimensions, F(2x2, 3x3) turns a 4x4 input tile d into a 2x2 output tile
+//   Y = A^T [ (G g G^T) . (B^T d B) ] A
+// with 16 products instead of 36: 2.25 times fewer. The products of one tile position xi (one of
+// the 16 entries of the 4x4 transformed tiles) over all channels are a matrix product:
+//   M[xi] (K, P) = U[xi] (K, C) @ V[xi] (C, P)
+// where U[xi] holds every filter's transformed weights (G g G^T)[xi] (K output by C input
+// channels), V[xi] every input tile's transformed values (B^T d B)[xi] (C channels by P tiles),
+// and M[xi] what the output transform A^T m A combines into each tile's four outputs. So the
+// forward convolution is three steps, each written out below:
+//   1. the input transform: the image cut into 4x4 tiles that overlap by 2 (zeros outside it, for
+//      the padding), each channel's tile turned into 16 values, written to the 16 planes V[xi];
+//   2. 16 GEMMs (OpenBLAS sgemm), 2.25 times fewer multiply-adds than im2col's one GEMM;
+//   3. the output transform: 16 values per tile and output channel into 2x2 outputs, plus bias.
+// The weights are transformed once per call (K C small 3x3 products, in double).
+//
+// The transforms add and subtract only (the 1/2 of G is exact), so the result differs from the
+// direct sum only by rounding: the sums are grouped differently and the transformed values are
+// up to 4 times the inputs (B^T d B sums 4 of them with signs) and 9/4 times the weights, which
+// makes the float32 error a small multiple of im2col's — tests/test_conv_winograd.cpp bounds it
+// against the float64 references. (F(4x4, 3x3) would save 4 times the products, but its
+// transforms carry constants up to 8 and lose about 3 more bits: not worth it for training.)
+//
+// The gradient of the input is a convolution too: for a stride-1 3x3 convolution with padding
+// p, dx = conv2d(dy, w') with padding 2 - p, where w'[c][k] is w[k][c] rotated by 180 degrees
+// (the transposed convolution of a stride-1 convolution is the convolution with the flipped,
+// channel-swapped filter). So backward_data runs the same three steps with C and K swapped.
+//
+// The gradient of the weights follows from Y = A^T M A with M[xi] = U[xi] V[xi], linear in U:
+//   dM = A dY A^T (a 2x2 output-gradient tile into 4x4),   dU[xi] = sum over tiles dM[xi] V[xi]^T,
+//   dg = G^T dU G (4x4 back to 3x3),
+// so backward_weight transforms the input tiles as the forward pass does, the output-gradient
+// tiles with A, runs 16 GEMMs of (K, tiles) by (tiles, C) — long sums, a shape GEMMs like — and
+// transforms the K C sums back in double. dY of the outputs a cut tile does not have is 0.
+//
+// Tiles are numbered across the images of a part, q = image * tiles_per_image + ty * tiles_w +
+// tx, and taken kTileBlock at a time, so the 16 planes of a block (16 (C + K) kTileBlock floats)
+// stay in the caches between the transforms and the GEMMs however large the images. The
+// transforms walk each channel plane front to back, and write whole vectors (kRowSlack).
+// When it applies: 3x3, stride 1, dilation 1, one group, padding at most 2 (so that the input
+// gradient's padding 2 - p is not negative), and at least kMinChannels input and output
+// channels — with few channels the transforms, not the products, are the work, and im2col's one
+// GEMM is faster (the cnn model's first layer, 1 input channel, stays there).
+
+namespace {
+
+using conv_detail::ImageSplit;
+using conv_detail::run_parts;
+using conv_detail::scratch;
+using conv_detail::split_images;
+
+constexpr int64_t kTileBlock = 256;  // tiles per block (the GEMMs' N; measured: 128-384 alike, 512+ slower)
+constexpr int64_t kMinChannels = 16;  // both C and K at least this
+// The 16 planes of V and of M lie this many floats more than their size apart. The transforms
+// read or write all 16 at once, and with a power-of-two plane (C count floats: 32 x 512 x 4
+// bytes) the 16 streams would share the same cache sets and evict one another.
+constexpr int64_t kPlanePad = 16;
+// Each row of a V, W or M plane (one channel's tiles of the block) has this many floats of room
+// past its `count` tiles: the AVX-512 transforms store whole vectors of 8 tiles, and the lanes
+// past a tile row's last tile land in the slots of the next tile row, written later, or here.
+// (Masked stores cost several times an ordinary one on Zen 4.)
+constexpr int64_t kRowSlack = 16;
+int64_t row_ld(int64_t count) { return count + kRowSlack; }
+
+Conv3x3Path default_path() {
+  const char* env = std::getenv("EMBER_CPU_CONV");
+  return env && std::string(env) == "im2col" ? Conv3x3Path::im2col : Conv3x3Path::winograd;
+}
+
+std::atomic<int>& chosen_path() {
+  static std::atomic<int> path{static_cast<int>(default_path())};
+  return path;
+}
+
+std::atomic<int64_t> winograd_count{0};
+
+// One Winograd convolution: y (n, K, oh, ow) from x (n, C, h, w) padded by (pad_h, pad_w), with
+// oh = h + 2 pad_h - 2 and ow = w + 2 pad_w - 2, and the weights already transformed: u[xi][k][c].
+struct Problem {
+  int64_t n, C, h, w, K, pad_h, pad_w, oh, ow;
+  int64_t tiles_h, tiles_w, tiles;  // per image: ceil(oh / 2) x ceil(ow / 2)
+};
+
+Problem make_problem(int64_t n, int64_t C, int64_t h, int64_t w, int64_t K, int64_t pad_h, int64_t pad_w) {
+  Problem p{n, C, h, w, K, pad_h, pad_w, h + 2 * pad_h - 2, w + 2 * pad_w - 2, 0, 0, 0};
+  p.tiles_h = (p.oh + 1) / 2;
+  p.tiles_w = (p.ow + 1) / 2;
+  p.tiles = p.tiles_h * p.tiles_w;
+  return p;
+}
+
+// U[xi][k][c] = (G g G^T)[xi] for g = filter(k, c), a 3x3 array of 9 floats at filter(k, c).
+template <typename Filter>
+void transform_weights(int64_t K, int64_t C, const Filter& filter, float* u) {
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t c = 0; c < C; ++c) {
+      const float* g = filter(k, c);
+      double s[4][3];  // G g: 4 rows of 3
+      for (int j = 0; j < 3; ++j) {
+        const double g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
+        s[0][j] = g0;
+        s[1][j] = (g0 + g1 + g2) / 2;
+        s[2][j] = (g0 - g1 + g2) / 2;
+        s[3][j] = g2;
+      }
+      for (int i = 0; i < 4; ++i) {  // (G g) G^T: row i of 4
+        const double r[4] = {s[i][0], (s[i][0] + s[i][1] + s[i][2]) / 2, (s[i][0] - s[i][1] + s[i][2]) / 2, s[i][2]};
+        for (int j = 0; j < 4; ++j) u[((i * 4 + j) * K + k) * C + c] = static_cast<float>(r[j]);
+      }
+    }
+}
+
+// The tiles [q0, q0 + count) of a part, walked one tile row at a time: f(image, ty, tx0, tx1, q)
+// for the tiles tx0 <= tx < tx1 of row ty of an image, the first of which is block column q.
+template <typename F>
+void for_each_tile_row(const Problem& p, int64_t first_tile, int64_t count, const F& f) {
+  int64_t t = first_tile, q = 0;
+  while (q < count) {
+    const int64_t image = t / p.tiles, ty = (t % p.tiles) / p.tiles_w, tx0 = t % p.tiles_w;
+    const int64_t tx1 = std::min(p.tiles_w, tx0 + (count - q));
+    f(image, ty, tx0, tx1, q);
+    q += tx1 - tx0;
+    t += tx1 - tx0;
+  }
+}
+
+// The tile rows of for_each_tile_row as a list, so that a transform can walk them once per
+// channel: a channel plane is then read (or written) front to back, where walking all channels
+// for each tile row jumps between planes and misses the caches on every row (measured: most of
+// the transforms' time went to those misses).
+struct TileRow {
+  int64_t image, ty, tx0, tx1, q;
+};
+std::vector<TileRow> tile_rows(const Problem& p, int64_t first_tile, int64_t count) {
+  std::vector<TileRow> rows;
+  for_each_tile_row(p, first_tile, count, [&](int64_t image, int64_t ty, int64_t tx0, int64_t tx1, int64_t q) {
+    rows.push_back({image, ty, tx0, tx1, q});
+  });
+  return rows;
+}
+
+// ---- the transforms of one tile row: portable, and AVX-512 -----------------------------------------
+//
+// Both compute the same sums in the same order, so they agree bit for bit (tests run both). The
+// portable loops take one tile at a time; the AVX-512 ones take 8 tiles (input) or 16 (output)
+// per instruction, reading the input and writing the output through masks that stand for the
+// padding and the image's edges — a tile row of a small image (the cnn model's 14 x 14 has 7
+// tiles per row) is too short for the compiler's own vectorization, and a copy into padded rows
+// cost more than the arithmetic.
+
+// Step 1 for the tiles tx0 <= tx < tx1 of tile row ty of one channel plane xc (h, w):
+// v[(4 i + j) plane + tx] = (B^T d B)[i][j] of tile tx, d its 4 x 4 input (zero outside the image).
+void input_row_portable(const Problem& p, const float* xc, int64_t ty, int64_t tx0, int64_t tx1, float* v,
+                        int64_t plane) {
+  for (int64_t tx = tx0; tx < tx1; ++tx) {
+    float d[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) {
+        const int64_t iy = 2 * ty - p.pad_h + r, ix = 2 * tx - p.pad_w + c;
+        d[r][c] = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? xc[iy * p.w + ix] : 0.0f;
+      }
+    float t[4][4];  // B^T d, down the columns
+    for (int c = 0; c < 4; ++c) {
+      t[0][c] = d[0][c] - d[2][c];
+      t[1][c] = d[1][c] + d[2][c];
+      t[2][c] = d[2][c] - d[1][c];
+      t[3][c] = d[1][c] - d[3][c];
+    }
+    for (int i = 0; i < 4; ++i) {  // (B^T d) B, along the rows
+      v[(i * 4 + 0) * plane + tx] = t[i][0] - t[i][2];
+      v[(i * 4 + 1) * plane + tx] = t[i][1] + t[i][2];
+      v[(i * 4 + 2) * plane + tx] = t[i][2] - t[i][1];
+      v[(i * 4 + 3) * plane + tx] = t[i][1] - t[i][3];
+    }
+  }
+}
+
+// Step 3 for the tiles tx0 <= tx < tx1 of tile row ty of one output plane yk (oh, ow):
+// mi[4 i + j][tx] is m[i][j] of tile tx; the tile's 2 x 2 outputs A^T m A + add, cut to the plane.
+void output_row_portable(const Problem& p, const float* const mi[16], int64_t ty, int64_t tx0, int64_t tx1,
+                         float add, float* yk) {
+  for (int64_t tx = tx0; tx < tx1; ++tx) {
+    float s0[4], s1[4];  // A^T m: 2 rows of 4
+    for (int j = 0; j < 4; ++j) {
+      const float m0 = mi[j][tx], m1 = mi[4 + j][tx], m2 = mi[8 + j][tx], m3 = mi[12 + j][tx];
+      s0[j] = m0 + m1 + m2;
+      s1[j] = m1 - m2 - m3;
+    }
+    const float out[2][2] = {{s0[0] + s0[1] + s0[2], s0[1] - s0[2] - s0[3]},
+                             {s1[0] + s1[1] + s1[2], s1[1] - s1[2] - s1[3]}};
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 2; ++c) {
+        const int64_t oy = 2 * ty + r, ox = 2 * tx + c;
+        if (oy < p.oh && ox < p.ow) yk[oy * p.ow + ox] = out[r][c] + add;
+      }
+  }
+}
+
+// The weight gradient's step 1 for dy: w[(4 i + j) plane + tx] = (A dy A^T)[i][j] of tile tx of
+// tile row ty of one output-gradient plane gk (oh, ow), dy the tile's 2 x 2 (zero past the plane).
+void grad_row_portable(const Problem& p, const float* gk, int64_t ty, int64_t tx0, int64_t tx1, float* w,
+                       int64_t plane) {
+  for (int64_t tx = tx0; tx < tx1; ++tx) {
+    float dy[2][2];
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 2; ++c) {
+        const int64_t oy = 2 * ty + r, ox = 2 * tx + c;
+        dy[r][c] = oy < p.oh && ox < p.ow ? gk[oy * p.ow + ox] : 0.0f;
+      }
+    float t[4][2];  // A dy, down the columns: rows dy0, dy0 + dy1, dy0 - dy1, -dy1
+    for (int c = 0; c < 2; ++c) {
+      t[0][c] = dy[0][c];
+      t[1][c] = dy[0][c] + dy[1][c];
+      t[2][c] = dy[0][c] - dy[1][c];
+      t[3][c] = -dy[1][c];
+    }
+    for (int i = 0; i < 4; ++i) {  // (A dy) A^T, along the rows
+      const float t0 = t[i][0], t1 = t[i][1];
+      w[(i * 4 + 0) * plane + tx] = t0;
+      w[(i * 4 + 1) * plane + tx] = t0 + t1;
+      w[(i * 4 + 2) * plane + tx] = t0 - t1;
+      w[(i * 4 + 3) * plane + tx] = -t1;
+    }
+  }
+}
+
+#if EMBER_WINOGRAD_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in bf16_convert.cpp)
+#endif
+#define EMBER_AVX512_TARGET __attribute__((target("avx512f")))
+
+// The lanes l of a 16-float access at column c0 + l whose column lies in [0, w).
+inline __mmask16 columns_inside(int64_t c0, int64_t w) {
+  const int64_t lo = std::max<int64_t>(0, -c0), hi = std::min<int64_t>(16, w - c0);
+  return hi <= lo ? 0 : static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+// The low 8 lanes.
+EMBER_AVX512_TARGET inline __m256 low8(__m512 v) { return _mm512_castps512_ps256(v); }
+
+// 8 tiles at a time. The 16 columns from 2 tx - pad_w + s (s = 0..3) hold input column s of
+// tile tx + l at lane 2l, so vector arithmetic on the four shifted loads computes every tile's
+// transform in the even lanes, which are then packed into 8 consecutive floats and stored.
+EMBER_AVX512_TARGET void input_row_avx512(const Problem& p, const float* xc, int64_t ty, int64_t tx0, int64_t tx1,
+                                          float* v, int64_t plane) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  const float* rows[4];
+  bool inside[4];
+  for (int r = 0; r < 4; ++r) {
+    const int64_t iy = 2 * ty - p.pad_h + r;
+    inside[r] = iy >= 0 && iy < p.h;
+    rows[r] = xc + (inside[r] ? iy : 0) * p.w;
+  }
+  for (int64_t tx = tx0; tx < tx1; tx += 8) {
+    // d[r][s]: input row r at columns 2 tx - pad_w + s + lane (zero outside the image).
+    __m512 d[4][4];
+    for (int sft = 0; sft < 4; ++sft) {
+      const int64_t c0 = 2 * tx - p.pad_w + sft;
+      const __mmask16 m = columns_inside(c0, p.w);
+      // Masked-off lanes are not read, so the pointer may lie before the row.
+      for (int r = 0; r < 4; ++r)
+        d[r][sft] = inside[r] ? _mm512_maskz_loadu_ps(m, rows[r] + c0) : _mm512_setzero_ps();
+    }
+    __m512 t[4][4];  // B^T d, down the columns, for each shift
+    for (int sft = 0; sft < 4; ++sft) {
+      t[0][sft] = _mm512_sub_ps(d[0][sft], d[2][sft]);
+      t[1][sft] = _mm512_add_ps(d[1][sft], d[2][sft]);
+      t[2][sft] = _mm512_sub_ps(d[2][sft], d[1][sft]);
+      t[3][sft] = _mm512_sub_ps(d[1][sft], d[3][sft]);
+    }
+    for (int i = 0; i < 4; ++i) {  // (B^T d) B, along the rows
+      float* vi = v + i * 4 * plane + tx;  // 8 lanes stored whatever tx1 is: kRowSlack
+      _mm256_storeu_ps(vi, low8(_mm512_permutexvar_ps(even, _mm512_sub_ps(t[i][0], t[i][2]))));
+      _mm256_storeu_ps(vi + plane, low8(_mm512_permutexvar_ps(even, _mm512_add_ps(t[i][1], t[i][2]))));
+      _mm256_storeu_ps(vi + 2 * plane, low8(_mm512_permutexvar_ps(even, _mm512_sub_ps(t[i][2], t[i][1]))));
+      _mm256_storeu_ps(vi + 3 * plane, low8(_mm512_permutexvar_ps(even, _mm512_sub_ps(t[i][1], t[i][3]))));
+    }
+  }
+}
+
+// A run of tiles of one tile row inside a group of 16 consecutive tiles of a block: lanes
+// [lane0, lane1) of the group are tiles tx0, tx0 + 1, ... of row ty of `image`.
+struct Segment {
+  int64_t image, ty, tx0, lane0, lane1;
+};
+
+// The lanes [a, b) of a 16-lane vector (clipped to 0..16).
+inline __mmask16 lanes_between(int64_t a, int64_t b) {
+  a = std::max<int64_t>(a, 0), b = std::min<int64_t>(b, 16);
+  return b <= a ? 0 : static_cast<__mmask16>(((1u << b) - 1u) & ~((1u << a) - 1u));
+}
+
+// 16 consecutive tiles of the block at a time (lane l: tile q0 + l), whatever rows and images
+// they belong to, so that a short tile row (7 tiles at 14 x 14) does not leave most lanes idle:
+// m[xi] is loaded from 16 consecutive columns of each plane, the (r, 0) and (r, 1) outputs of
+// tile l are interleaved into lanes 2l and 2l + 1 of 32, and each segment of the group is stored
+// into its own output row through a mask. `segments` lists the group's segments (at most 16).
+EMBER_AVX512_TARGET void output_group_avx512(const Problem& p, const float* const mi[16], int64_t lanes,
+                                             const Segment* segments, int64_t nseg, float add, float* yk_image0,
+                                             int64_t image_stride) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512 bias = _mm512_set1_ps(add);
+  const __mmask16 load = lanes_between(0, lanes);
+  __m512 s0[4], s1[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m512 m0 = _mm512_maskz_loadu_ps(load, mi[j]), m1 = _mm512_maskz_loadu_ps(load, mi[4 + j]);
+    const __m512 m2 = _mm512_maskz_loadu_ps(load, mi[8 + j]), m3 = _mm512_maskz_loadu_ps(load, mi[12 + j]);
+    s0[j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+    s1[j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+  }
+  const __m512 out0[2] = {_mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]),
+                          _mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3])};
+  const __m512 out1[2] = {_mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]),
+                          _mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3])};
+  // Output columns in lane order: lane e of `cols[r][h]` is output (r, e % 2) of tile (16 h + e) / 2.
+  const __m512 cols[2][2] = {
+      {_mm512_add_ps(_mm512_permutex2var_ps(out0[0], lo, out0[1]), bias),
+       _mm512_add_ps(_mm512_permutex2var_ps(out0[0], hi, out0[1]), bias)},
+      {_mm512_add_ps(_mm512_permutex2var_ps(out1[0], lo, out1[1]), bias),
+       _mm512_add_ps(_mm512_permutex2var_ps(out1[0], hi, out1[1]), bias)}};
+  for (int64_t si = 0; si < nseg; ++si) {
+    const Segment& sg = segments[si];
+    // Lane e (of 32) holds output column 2 tx0 - 2 lane0 + e of the segment's rows.
+    const int64_t shift = 2 * sg.tx0 - 2 * sg.lane0;
+    const int64_t e0 = 2 * sg.lane0, e1 = std::min(2 * sg.lane1, p.ow - shift);  // lanes inside the plane
+    float* plane = yk_image0 + sg.image * image_stride;
+    for (int r = 0; r < 2; ++r) {
+      const int64_t oy = 2 * sg.ty + r;
+      if (oy >= p.oh) break;
+      float* dst = plane + oy * p.ow + shift;  // masked-off lanes are not written: may point before the row
+      _mm512_mask_storeu_ps(dst, lanes_between(e0, e1), cols[r][0]);
+      _mm512_mask_storeu_ps(dst + 16, lanes_between(e0 - 16, e1 - 16), cols[r][1]);
+    }
+  }
+}
+
+// -v, by its sign bit (as the portable loop's unary minus).
+EMBER_AVX512_TARGET inline __m512 negate(__m512 v) {
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+}
+
+// 8 tiles at a time: the 16 columns from 2 tx of the tile row's two output rows, split into
+// their even (left) and odd (right) columns, one tile per lane.
+EMBER_AVX512_TARGET void grad_row_avx512(const Problem& p, const float* gk, int64_t ty, int64_t tx0, int64_t tx1,
+                                         float* w, int64_t plane) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
+  const bool second_row = 2 * ty + 1 < p.oh;
+  for (int64_t tx = tx0; tx < tx1; tx += 8) {
+    const __mmask16 m = columns_inside(2 * tx, p.ow);
+    const float* r0 = gk + 2 * ty * p.ow + 2 * tx;
+    const __m512 row0 = _mm512_maskz_loadu_ps(m, r0);
+    const __m512 row1 = second_row ? _mm512_maskz_loadu_ps(m, r0 + p.ow) : _mm512_setzero_ps();
+    const __m512 dy[2][2] = {{_mm512_permutexvar_ps(even, row0), _mm512_permutexvar_ps(odd, row0)},
+                             {_mm512_permutexvar_ps(even, row1), _mm512_permutexvar_ps(odd, row1)}};
+    __m512 t[4][2];  // A dy, down the columns
+    for (int c = 0; c < 2; ++c) {
+      t[0][c] = dy[0][c];
+      t[1][c] = _mm512_add_ps(dy[0][c], dy[1][c]);
+      t[2][c] = _mm512_sub_ps(dy[0][c], dy[1][c]);
+      t[3][c] = negate(dy[1][c]);
+    }
+    for (int i = 0; i < 4; ++i) {  // (A dy) A^T, along the rows
+      float* wi = w + i * 4 * plane + tx;  // 8 lanes stored whatever tx1 is: kRowSlack
+      _mm256_storeu_ps(wi, low8(t[i][0]));
+      _mm256_storeu_ps(wi + plane, low8(_mm512_add_ps(t[i][0], t[i][1])));
+      _mm256_storeu_ps(wi + 2 * plane, low8(_mm512_sub_ps(t[i][0], t[i][1])));
+      _mm256_storeu_ps(wi + 3 * plane, low8(negate(t[i][1])));
+    }
+  }
+}
+#endif
+
+std::atomic<bool>& use_avx512() {
+  static std::atomic<bool> on{[] {
+#if EMBER_WINOGRAD_X86
+    return cpu_features().avx512f;
+#else
+    return false;
+#endif
+  }()};
+  return on;
+}
+
+// Step 1: v[xi][c][q] = (B^T d B)[xi] for every channel c and tile q of the block.
+void input_transform(const Problem& p, const float* x, int64_t first_tile, int64_t count, float* v) {
+  const int64_t ld = row_ld(count), plane = p.C * ld + kPlanePad;  // v's channel and xi strides
+  const bool wide = use_avx512().load(std::memory_order_relaxed);
+  const std::vector<TileRow> rows = tile_rows(p, first_tile, count);
+  for (int64_t c = 0; c < p.C; ++c)
+    for (const TileRow& r : rows) {
+      const float* xc = x + (r.image * p.C + c) * p.h * p.w;
+      float* vc = v + c * ld + r.q - r.tx0;
+#if EMBER_WINOGRAD_X86
+      if (wide) {
+        input_row_avx512(p, xc, r.ty, r.tx0, r.tx1, vc, plane);
+        continue;
+      }
+#endif
+      input_row_portable(p, xc, r.ty, r.tx0, r.tx1, vc, plane);
+    }
+}
+
+// Step 3: y's 2x2 output tiles from m[xi][k][q] (A^T m A), plus bias.
+void output_transform(const Problem& p, const float* m, const float* bias, int64_t first_tile, int64_t count,
+                      float* y) {
+  const int64_t ld = row_ld(count), plane = p.K * ld + kPlanePad;
+#if EMBER_WINOGRAD_X86
+  if (use_avx512().load(std::memory_order_relaxed)) {
+    // The segments of every group of 16 tiles, found once for all K output channels.
+    const int64_t groups = (count + 15) / 16;
+    std::vector<Segment> segments;
+    std::vector<int64_t> first(groups + 1);
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      first[gi] = static_cast<int64_t>(segments.size());
+      const int64_t q0 = gi * 16;
+      for_each_tile_row(p, first_tile + q0, std::min<int64_t>(16, count - q0),
+                        [&](int64_t image, int64_t ty, int64_t tx0, int64_t tx1, int64_t q) {
+                          segments.push_back({image, ty, tx0, q, q + (tx1 - tx0)});
+                        });
+    }
+    first[groups] = static_cast<int64_t>(segments.size());
+    const int64_t image_stride = p.K * p.oh * p.ow;
+    for (int64_t k = 0; k < p.K; ++k) {
+      const float add = bias ? bias[k] : 0.0f;
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const float* mi[16];
+        for (int xi = 0; xi < 16; ++xi) mi[xi] = m + xi * plane + k * ld + gi * 16;
+        output_group_avx512(p, mi, std::min<int64_t>(16, count - gi * 16), segments.data() + first[gi],
+                            first[gi + 1] - first[gi], add, y + k * p.oh * p.ow, image_stride);
+      }
+    }
+    return;
+  }
+#endif
+  const std::vector<TileRow> rows = tile_rows(p, first_tile, count);
+  for (int64_t k = 0; k < p.K; ++k)
+    for (const TileRow& r : rows) {
+      const float* mi[16];
+      for (int xi = 0; xi < 16; ++xi) mi[xi] = m + xi * plane + k * ld + r.q - r.tx0;
+      output_row_portable(p, mi, r.ty, r.tx0, r.tx1, bias ? bias[k] : 0.0f, y + (r.image * p.K + k) * p.oh * p.ow);
+    }
+}
+
+// The weight gradient's step 1 for dy: w[xi][k][q] = (A dy A^T)[xi] for every output channel k
+// and tile q of the block.
+void grad_transform(const Problem& p, const float* gy, int64_t first_tile, int64_t count, float* w) {
+  const int64_t ld = row_ld(count), plane = p.K * ld + kPlanePad;
+  const bool wide = use_avx512().load(std::memory_order_relaxed);
+  const std::vector<TileRow> rows = tile_rows(p, first_tile, count);
+  for (int64_t k = 0; k < p.K; ++k)
+    for (const TileRow& r : rows) {
+      const float* gk = gy + (r.image * p.K + k) * p.oh * p.ow;
+      float* wk = w + k * ld + r.q - r.tx0;
+#if EMBER_WINOGRAD_X86
+      if (wide) {
+        grad_row_avx512(p, gk, r.ty, r.tx0, r.tx1, wk, plane);
+        continue;
+      }
+#endif
+      grad_row_portable(p, gk, r.ty, r.tx0, r.tx1, wk, plane);
+    }
+}
+
+void run(const Problem& p, const float* x, const float* u, const float* bias, float* y) {
+  const ImageSplit s = split_images(p.n);
+  const int64_t block = std::min(kTileBlock, p.n * p.tiles);
+  const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), m_elems = 16 * (p.K * row_ld(block) + kPlanePad);
+  auto v_all = scratch<float>(s.parts * v_elems);
+  auto m_all = scratch<float>(s.parts * m_elems);
+  run_parts(s, p.n, [&](int64_t part, int64_t lo, int64_t hi) {
+    float* v = v_all.get() + part * v_elems;
+    float* m = m_all.get() + part * m_elems;
+    for (int64_t t = lo * p.tiles; t < hi * p.tiles; t += block) {
+      const int64_t count = std::min(block, hi * p.tiles - t);
+      const int64_t ld = row_ld(count);
+      input_transform(p, x, t, count, v);
+      for (int xi = 0; xi < 16; ++xi)  // step 2: M[xi] (K, count) = U[xi] (K, C) @ V[xi] (C, count)
+        gemm(Transpose::No, Transpose::No, p.K, count, p.C, 1.0f, u + xi * p.K * p.C, p.C, v + xi * (p.C * ld + kPlanePad),
+             ld, 0.0f, m + xi * (p.K * ld + kPlanePad), ld);
+      output_transform(p, m, bias, t, count, y);
+    }
+  });
+  winograd_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The weight gradient: dU[xi] (K, C) = sum over the tiles of W[xi] (K, tiles) @ V[xi]^T, each part
+// summing its own images' blocks in order, the parts then added in part order.
+void run_weight(const Problem& p, const float* x, const float* gy, float* du) {
+  const ImageSplit s = split_images(p.n);
+  const int64_t block = std::min(kTileBlock, p.n * p.tiles);
+  const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), w_elems = 16 * (p.K * row_ld(block) + kPlanePad);
+  const int64_t u_elems = 16 * p.K * p.C;
+  auto v_all = scratch<float>(s.parts * v_elems);
+  auto w_all = scratch<float>(s.parts * w_elems);
+  auto partial = scratch<float>((s.parts - 1) * u_elems);  // part 0 sums into du
+  run_parts(s, p.n, [&](int64_t part, int64_t lo, int64_t hi) {
+    float* v = v_all.get() + part * v_elems;
+    float* w = w_all.get() + part * w_elems;
+    float* acc = part == 0 ? du : partial.get() + (part - 1) * u_elems;
+    if (lo == hi) std::fill(acc, acc + u_elems, 0.0f);
+    for (int64_t t = lo * p.tiles; t < hi * p.tiles; t += block) {
+      const int64_t count = std::min(block, hi * p.tiles - t);
+      const int64_t ld = row_ld(count);
+      input_transform(p, x, t, count, v);
+      grad_transform(p, gy, t, count, w);
+      for (int xi = 0; xi < 16; ++xi)  // step 2: dU[xi] (K, C) (+)= W[xi] (K, count) @ V[xi]^T (count, C)
+        gemm(Transpose::No, Transpose::Yes, p.K, p.C, count, 1.0f, w + xi * (p.K * ld + kPlanePad), ld,
+             v + xi * (p.C * ld + kPlanePad), ld, t == lo * p.tiles ? 0.0f : 1.0f, acc + xi * p.K * p.C, p.C);
+    }
+  });
+  for (int64_t part = 1; part < s.parts; ++part) {
+    const float* src = partial.get() + (part - 1) * u_elems;
+    for (int64_t i = 0; i < u_elems; ++i) du[i] += src[i];
+  }
+  winograd_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+Conv3x3Path conv3x3_path() { return static_cast<Conv3x3Path>(chosen_path().load(std::memory_order_relaxed)); }
+
+void set_conv3x3_path(Conv3x3Path path) { chosen_path().store(static_cast<int>(path), std::memory_order_relaxed); }
+
+const char* conv3x3_path_name(Conv3x3Path path) {
+  return path == Conv3x3Path::winograd ? "winograd F(2x2,3x3)" : "im2col + GEMM";
+}
+
+bool winograd_applies(const Conv2dGeometry& g, bool backward_data) {
+  (void)backward_data;  // the same conditions: padding <= 2 keeps the input gradient's 2 - p >= 0
+  return conv3x3_path() == Conv3x3Path::winograd && g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 &&
+         g.dil_h == 1 && g.dil_w == 1 && g.groups == 1 && g.pad_h >= 0 && g.pad_h <= 2 && g.pad_w >= 0 &&
+         g.pad_w <= 2 && g.out_h >= 1 && g.out_w >= 1 && g.n >= 1 && g.c_in >= kMinChannels &&
+         g.c_out >= kMinChannels;
+}
+
+int64_t winograd_convolutions() { return winograd_count.load(std::memory_order_relaxed); }
+
+std::string conv3x3_description() {
+  if (conv3x3_path() == Conv3x3Path::im2col) return std::string(conv3x3_path_name(Conv3x3Path::im2col)) + " (EMBER_CPU_CONV=im2col)";
+  return std::string(conv3x3_path_name(Conv3x3Path::winograd)) + " (" +
+         (winograd_vectorized() ? "AVX-512" : "portable") + " transforms; f32, stride 1, >= " +
+         std::to_string(kMinChannels) + " channels; im2col + GEMM otherwise)";
+}
+
+bool winograd_vectorized() { return use_avx512().load(std::memory_order_relaxed); }
+
+bool set_winograd_vectorized(bool on) {
+#if EMBER_WINOGRAD_X86
+  if (on && !cpu_features().avx512f) return false;
+#else
+  if (on) return false;
+#endif
+  use_avx512().store(on, std::memory_order_relaxed);
+  return true;
+}
+
+void winograd_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+  const Problem p = make_problem(g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w);
+  auto u = scratch<float>(16 * p.K * p.C);
+  transform_weights(p.K, p.C, [&](int64_t k, int64_t c) { return w + (k * g.c_in + c) * 9; }, u.get());
+  run(p, x, u.get(), bias, y);
+}
+
+void winograd_backward_data(const Conv2dGeometry& g, const float* gy, const float* w, float* gx) {
+  // dx = conv2d(dy, w') with padding 2 - p: C = c_out channels in, K = c_in out, and
+  // w'[c_in][c_out] = w[c_out][c_in] rotated by 180 degrees.
+  const Problem p = make_problem(g.n, g.c_out, g.out_h, g.out_w, g.c_in, 2 - g.pad_h, 2 - g.pad_w);
+  auto u = scratch<float>(16 * p.K * p.C);
+  float rotated[9];
+  transform_weights(p.K, p.C,
+                    [&](int64_t k, int64_t c) {
+                      const float* src = w + (c * g.c_in + k) * 9;
+                      for (int i = 0; i < 9; ++i) rotated[i] = src[8 - i];
+                      return static_cast<const float*>(rotated);
+                    },
+                    u.get());
+  run(p, gy, u.get(), nullptr, gx);
+}
+
+void winograd_backward_weight(const Conv2dGeometry& g, const float* gy, const float* x, float* gw) {
+  const Problem p = make_problem(g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w);
+  auto du = scratch<float>(16 * p.K * p.C);
+  run_weight(p, x, gy, du.get());
+  // dg = G^T dU G for each filter (3 x 3 from 4 x 4), in double; G^T = | 1 1/2  1/2 0 |
+  //                                                                      | 0 1/2 -1/2 0 |
+  //                                                                      | 0 1/2  1/2 1 |
+  for (int64_t k = 0; k < p.K; ++k)
+    for (int64_t c = 0; c < p.C; ++c) {
+      double e[4][4];
+      for (int xi = 0; xi < 16; ++xi) e[xi / 4][xi % 4] = du[(xi * p.K + k) * p.C + c];
+      double r[3][4];  // G^T dU
+      for (int j = 0; j < 4; ++j) {
+        r[0][j] = e[0][j] + (e[1][j] + e[2][j]) / 2;
+        r[1][j] = (e[1][j] - e[2][j]) / 2;
+        r[2][j] = (e[1][j] + e[2][j]) / 2 + e[3][j];
+      }
+      float* out = gw + (k * g.c_in + c) * 9;
+      for (int i = 0; i < 3; ++i) {  // (G^T dU) G
+        out[i * 3 + 0] = static_cast<float>(r[i][0] + (r[i][1] + r[i][2]) / 2);
+        out[i * 3 + 1] = static_cast<float>((r[i][1] - r[i][2]) / 2);
+        out[i * 3 + 2] = static_cast<float>((r[i][1] + r[i][2]) / 2 + r[i][3]);
+      }
+    }
+}
+
+}  // namespace ember::kernels::cpu

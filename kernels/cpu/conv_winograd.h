@@ -1,0 +1,50 @@
+#pragma once
+// Winograd F(2x2, 3x3) convolution on the CPU, f32, NCHW (Note [Winograd convolution] in
+// conv_winograd.cpp). conv.cpp sends a convolution here when winograd_applies() says so — 3x3,
+// stride 1, no dilation, one group, padding at most 2, enough channels on both sides — for the
+// forward pass and both gradients; every other convolution (and f64, bf16) stays im2col + GEMM.
+// The direct references in conv.h are what the tests hold both paths to.
+
+#include <cstdint>
+#include <string>
+
+#include "../conv.h"
+
+namespace ember::kernels::cpu {
+
+enum class Conv3x3Path { winograd, im2col };
+
+// The path that f32 3x3 convolutions take: winograd unless the environment says
+// EMBER_CPU_CONV=im2col. set_conv3x3_path chooses it for the whole process (tests and benchmarks
+// compare both); not thread-safe with convolutions in flight.
+Conv3x3Path conv3x3_path();
+void set_conv3x3_path(Conv3x3Path path);
+const char* conv3x3_path_name(Conv3x3Path path);  // "winograd F(2x2,3x3)" or "im2col + GEMM"
+// What `ember info` and the benchmarks print: the path, and for winograd the transforms' loops
+// and the cases it covers, e.g. "winograd F(2x2,3x3) (AVX-512 transforms; f32, stride 1, >= 16 channels)".
+std::string conv3x3_description();
+
+// Whether this geometry's forward pass (backward_data = false) or input gradient (true) runs on
+// the Winograd path under the current conv3x3_path().
+bool winograd_applies(const Conv2dGeometry& g, bool backward_data);
+
+// How many convolutions (forward or input gradient) ran on the Winograd path so far: lets a test
+// prove which path ran.
+int64_t winograd_convolutions();
+
+// The transforms run AVX-512 loops where the CPU has AVX-512F, portable loops elsewhere; both give
+// the same bits. set_winograd_vectorized(true) returns false, changing nothing, on a CPU without
+// AVX-512F (tests run both where they can).
+bool winograd_vectorized();
+bool set_winograd_vectorized(bool on);
+
+// y (n, c_out, out_h, out_w) = conv2d(x, w) + bias (bias may be null), for a geometry that
+// winograd_applies(g, false).
+void winograd_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y);
+// gx (n, c_in, h, w) = the gradient of the input, for a geometry that winograd_applies(g, true).
+void winograd_backward_data(const Conv2dGeometry& g, const float* gy, const float* w, float* gx);
+// gw (c_out, c_in, 3, 3) = the gradient of the weights (overwritten), for a geometry that
+// winograd_applies(g): the products in the transformed space, transformed back per filter.
+void winograd_backward_weight(const Conv2dGeometry& g, const float* gy, const float* x, float* gw);
+
+}  // namespace ember::kernels::cpu
