@@ -350,14 +350,15 @@ void backward_bias_impl(const Conv2dGeometry& g, const T* gy, T* gb) {
       double acc = 0;
       for (int64_t img = 0; img < g.n; ++img) {
         const T* p = gy + (img * g.c_out + oc) * ohw;
-        if constexpr (std::is_same_v<T, BFloat16>) {
-          // bf16: one plane in 16 float lanes (a loop that vectorizes; a plane is a short sum),
-          // planes added in double, rounded once.
+        if constexpr (!std::is_same_v<T, double>) {
+          // bf16 and f32: one plane in 16 float lanes (a loop that vectorizes into independent
+          // sums, where one double sum waits on each add; a plane is a short sum), planes
+          // added in double, rounded once.
           float lanes[16] = {};
           int64_t i = 0;
           for (; i + 16 <= ohw; i += 16)
-            for (int l = 0; l < 16; ++l) lanes[l] += BFloat16::to_float(p[i + l].bits);
-          for (; i < ohw; ++i) lanes[0] += BFloat16::to_float(p[i].bits);
+            for (int l = 0; l < 16; ++l) lanes[l] += static_cast<float>(p[i + l]);
+          for (; i < ohw; ++i) lanes[0] += static_cast<float>(p[i]);
           for (float v : lanes) acc += v;
         } else {
           for (int64_t i = 0; i < ohw; ++i) acc += static_cast<double>(p[i]);
