@@ -20,9 +20,11 @@
 //       f32 inputs are cast to the region's dtype (f16 or bf16); the result is 16-bit.
 //   f32 (CastPolicy::fp32): softmax, log_softmax, cross_entropy, nll_loss, mse_loss, sum (and so
 //       mean, which is sum / count), exp, log, pow, rsqrt, batch_norm and sync_batch_norm
-//       16-bit inputs are cast to f32; the result is f32 — except the batch norms, whose statistics
-//       and normalization run in f32 and whose output is rounded back to its input's dtype, as
-//       cuDNN's mixed-precision batch norm returns it (the next convolution wants 16 bits anyway).
+//       16-bit inputs are cast to f32; the result is f32 — except the batch norms, whose weight
+//       and bias are cast to f32 but whose 16-bit input is not: their kernels widen it as they read
+//       it, run statistics and normalization in f32 and round the output to the input's dtype, as
+//       cuDNN's mixed-precision batch norm does (the next convolution wants 16 bits anyway), so
+//       backward keeps the 16-bit input (Note [Mixed-precision batch norm] in kernels/batchnorm.h).
 //   promote (CastPolicy::promote): scatter_add
 //       every floating input is cast to the widest of their dtypes (f16 with bf16 gives f32).
 //       The other multi-input ops — add, sub, mul, div, maximum, minimum, where, cat, stack —

@@ -4,30 +4,62 @@
 //
 // Layout: x is contiguous (N, C, S) where S is the product of the dims after C (1 for (N, C)
 // input); per-channel vectors (mean, var, invstd, weight, bias, their grads) are contiguous (C).
-// dtype: f32 or f64; sums accumulate in cpu_acc_t on the CPU, acc_t on CUDA (Note [Accumulation
-// types] in core/dtype.h). Outputs are overwritten.
-//   batch_norm_stats(dtype, sh, x, mean, var)
+// dtypes: x, y, grad_y and grad_x have `dtype` (f32, f64, f16 or bf16); the per-channel vectors
+// have `param_dtype`, which is dtype itself or, for an f16/bf16 x, f32 (Note [Mixed-precision
+// batch norm]). Sums accumulate in cpu_acc_t on the CPU, acc_t on CUDA (Note [Accumulation types]
+// in core/dtype.h). Outputs are overwritten.
+//   batch_norm_stats(dtype, param_dtype, sh, x, mean, var)
 //       mean[c] and the biased variance var[c] over the n * s elements of channel c (two passes:
 //       the mean first, then the centred squares)
-//   batch_norm_apply(dtype, sh, x, mean, invstd, weight, bias, y)
+//   batch_norm_apply(dtype, param_dtype, sh, x, mean, invstd, weight, bias, y)
 //       y = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; weight and bias may be null (1 and 0);
 //       y may not alias x
-//   batch_norm_backward(dtype, sh, training, x, grad_y, mean, invstd, weight, grad_x, grad_weight, grad_bias)
+//   batch_norm_backward(dtype, param_dtype, sh, training, x, grad_y, mean, invstd, weight, grad_x,
+//                       grad_weight, grad_bias)
 //       with xhat = (x - mean) * invstd:
 //         grad_weight[c] = sum(grad_y * xhat),  grad_bias[c] = sum(grad_y)
 //         training (mean/invstd are the batch statistics, so they depend on x), M = n * s:
 //           grad_x = weight * invstd / M * (M * grad_y - sum(grad_y) - xhat * sum(grad_y * xhat))
 //         eval (fixed running statistics): grad_x = grad_y * weight * invstd
 //       any of grad_x, grad_weight, grad_bias may be null (not wanted)
+//
+// Note [Mixed-precision batch norm]
+// Under autocast batch norm computes in float32 but its input is 16-bit (a convolution's output).
+// Casting that input to float32 first would make the float32 copy what backward keeps: twice the
+// bytes of the 16-bit tensor, for every batch norm of the network. Instead the kernels take the
+// 16-bit x and grad_y as they are, with float32 per-channel vectors (param_dtype = f32): each
+// element is widened when it is read (exact: every f16/bf16 value is a float), all arithmetic is
+// the float32 kernel's, and only y and grad_x are rounded to 16 bits, once, when stored. So the
+// numbers are those of "cast x to float32, run the float32 kernel, round y", and backward keeps
+// the 16-bit x and two float32 vectors of C. cuDNN's batch norm and PyTorch's batch_norm on a
+// bf16 input with float32 weights do the same.
 // Pointers are host memory for kernels::cpu, device memory of the current device for
 // kernels::gpu (queued on cuda::current_stream()).
 
 #include <cstdint>
+
+#include "../core/dtype.h"
+#include "../core/error.h"
 
 namespace ember::kernels {
 
 struct BatchNormShape {
   int64_t n = 0, c = 0, s = 1;  // x: (n, c, s)
 };
+
+// Calls f(T{}, P{}) with T the C++ type of dtype and P that of param_dtype, for the pairs the
+// kernels take: the same floating type, or f16/bf16 with float (Note [Mixed-precision batch norm]).
+template <typename F>
+void dispatch_batch_norm(const char* op, DType dtype, DType param_dtype, const F& f) {
+  if (param_dtype == dtype) {
+    EMBER_DISPATCH_FLOATING(dtype, op, [&] { f(scalar_t{}, scalar_t{}); });
+    return;
+  }
+  EMBER_CHECK(param_dtype == DType::f32 && is_low_precision(dtype), op,
+              ": the per-channel vectors must have the input's dtype or, for a float16/bfloat16 input, float32; got ",
+              param_dtype, " for input dtype ", dtype);
+  if (dtype == DType::f16) f(Half{}, float{});
+  else f(BFloat16{}, float{});
+}
 
 }  // namespace ember::kernels

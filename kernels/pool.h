@@ -7,7 +7,9 @@
 // x is (planes, in_h, in_w) and the outputs are (planes, out_h, out_w). dtype: f32 or f64.
 // Outputs are overwritten (the backward ones are zeroed first where they scatter).
 //   max_pool2d_forward(g, x, out, indices)   out[p, oh, ow] = max of x over the window;
-//                                           indices[p, oh, ow] (int64) = ih * in_w + iw of that max
+//                                           indices[p, oh, ow] = ih * in_w + iw of that max, of
+//                                           index_dtype: i64, or i32 when the plane has at most
+//                                           INT32_MAX elements (check_max_pool_indices)
 //                                           (the first one on ties; a NaN wins and propagates, as
 //                                           PyTorch). Padding never wins.
 //   max_pool2d_backward(g, grad_out, indices, grad_in)
@@ -30,6 +32,10 @@
 // f32 averages may differ in the last bit.
 
 #include <cstdint>
+#include <limits>
+
+#include "../core/dtype.h"
+#include "../core/error.h"
 
 namespace ember::kernels {
 
@@ -55,6 +61,21 @@ inline int64_t pool_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t
   // The ceil-mode rule: a last window that would start in the right padding is dropped.
   if (ceil_mode && (out - 1) * stride >= in + pad) --out;
   return out;
+}
+
+// Whether max pooling's indices (positions within an in_h x in_w plane) fit index_dtype: int64
+// always, int32 when the plane has at most INT32_MAX elements.
+inline bool max_pool_indices_fit(DType index_dtype, const Pool2dGeometry& g) {
+  if (index_dtype == DType::i64) return true;
+  return index_dtype == DType::i32 && g.in_h * g.in_w <= std::numeric_limits<int32_t>::max();
+}
+
+// Throws unless index_dtype is int32 or int64 and fits g's planes.
+inline void check_max_pool_indices(const char* op, DType index_dtype, const Pool2dGeometry& g) {
+  EMBER_CHECK(index_dtype == DType::i32 || index_dtype == DType::i64, op, ": indices must be int32 or int64, got ",
+              index_dtype);
+  EMBER_CHECK(max_pool_indices_fit(index_dtype, g), op, ": a ", g.in_h, "x", g.in_w,
+              " plane has more positions than int32 indices can address");
 }
 
 }  // namespace ember::kernels

@@ -54,15 +54,13 @@ void detail::check_batch_norm_args(const char* op, const Tensor& x, const Tensor
   EMBER_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
 }
 
-Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
-  detail::check_batch_norm_args("batch_norm", x0, running_mean, running_var, weight, bias, eps);
-  // Under autocast: statistics and normalization in f32, the output in x's dtype (Note [Autocast]
-  // in core/autocast.h). The running statistics are buffers updated in place: never cast.
-  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x0, &weight, &bias}))
-    return batch_norm(autocast::cast(x0, *dt), running_mean, running_var, autocast::cast(weight, *dt),
-                      autocast::cast(bias, *dt), training, momentum, eps)
-        .to(x0.dtype());
+namespace {
+
+// batch_norm on x0 as it is, with the per-channel vectors (weight, bias, the statistics, their
+// gradients) in pdt: x0's dtype, or f32 for a 16-bit x0 under autocast (Note
+// [Mixed-precision batch norm] in kernels/batchnorm.h). The output and grad x have x0's dtype.
+Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, DType pdt) {
   const DType dt = x0.dtype();
   const int64_t channels = x0.size(1);
   EMBER_CHECK(training || running_mean.defined(),
@@ -75,14 +73,14 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
               describe(x0));
 
   const Tensor x = x0.detach().contiguous();
-  const Tensor w = plain(weight, dt), b = plain(bias, dt);
+  const Tensor w = plain(weight, pdt), b = plain(bias, pdt);
   Tensor mean, invstd;
   {
     NoGradGuard no_grad;
     if (training) {
-      mean = empty({channels}, {.dtype = dt, .device = x.device()});
-      Tensor var = empty({channels}, {.dtype = dt, .device = x.device()});
-      EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_stats, dt, sh, x.data(), mean.data(), var.data());
+      mean = empty({channels}, {.dtype = pdt, .device = x.device()});
+      Tensor var = empty({channels}, {.dtype = pdt, .device = x.device()});
+      EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_stats, dt, pdt, sh, x.data(), mean.data(), var.data());
       invstd = rsqrt(add(var, eps));
       if (running_mean.defined()) {  // Note [Batch norm running statistics]
         Tensor rm = running_mean, rv = running_var;
@@ -91,19 +89,19 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
         rv.mul_(1.0 - momentum).add_(var, momentum * unbias);
       }
     } else {
-      mean = running_mean.detach().to(dt).clone();
-      invstd = rsqrt(add(running_var.detach().to(dt), eps));
+      mean = running_mean.detach().to(pdt).clone();
+      invstd = rsqrt(add(running_var.detach().to(pdt), eps));
     }
   }
 
   Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()});
-  EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_apply, dt, sh, x.data(), mean.data(), invstd.data(),
+  EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_apply, dt, pdt, sh, x.data(), mean.data(), invstd.data(),
                     data_or_null(w), data_or_null(b), y.data());
 
   if (any_requires_grad({&x0, &weight, &bias})) {
     const bool need_x = x0.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
                need_b = bias.defined() && bias.requires_grad();
-    const DType dw = weight.defined() ? weight.dtype() : dt, db = bias.defined() ? bias.dtype() : dt;
+    const DType dw = weight.defined() ? weight.dtype() : pdt, db = bias.defined() ? bias.dtype() : pdt;
     SavedTensor sx(x, "BatchNormBackward"), smean(mean, "BatchNormBackward"), sinv(invstd, "BatchNormBackward"),
         sw(w, "BatchNormBackward");
     record("BatchNormBackward", {x0, weight, bias}, {y}, [=](const std::vector<Tensor>& grads) {
@@ -111,15 +109,34 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
       const Tensor gy = grads[0].to(dt).contiguous();
       const Tensor& xs = sx.get();
       Tensor gx = need_x ? empty(xs.shape(), {.dtype = dt, .device = xs.device()}) : Tensor();
-      Tensor gw = need_w ? empty({channels}, {.dtype = dt, .device = xs.device()}) : Tensor();
-      Tensor gb = need_b ? empty({channels}, {.dtype = dt, .device = xs.device()}) : Tensor();
-      EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, sh, training, xs.data(), gy.data(),
+      Tensor gw = need_w ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
+      Tensor gb = need_b ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
+      EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, pdt, sh, training, xs.data(), gy.data(),
                         smean.get().data(), sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
                         data_or_null(gx), data_or_null(gw), data_or_null(gb));
       return std::vector<Tensor>{gx, need_w ? gw.to(dw) : Tensor(), need_b ? gb.to(db) : Tensor()};
     });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  detail::check_batch_norm_args("batch_norm", x0, running_mean, running_var, weight, bias, eps);
+  // Under autocast: statistics and normalization in f32, the output in x's dtype (Note [Autocast]
+  // in core/autocast.h). A 16-bit x is not cast: the kernels read it with f32 per-channel vectors,
+  // so backward keeps the 16-bit x, not an f32 copy (Note [Mixed-precision batch norm] in
+  // kernels/batchnorm.h). The running statistics are buffers updated in place: never cast.
+  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x0, &weight, &bias})) {
+    const Tensor w = autocast::cast(weight, *dt), b = autocast::cast(bias, *dt);
+    if (is_low_precision(x0.dtype()))
+      return batch_norm_impl(x0, running_mean, running_var, w, b, training, momentum, eps, *dt);
+    const Tensor x = autocast::cast(x0, *dt);  // x0 itself when it is f32 or f64
+    return batch_norm_impl(x, running_mean, running_var, w, b, training, momentum, eps, x.dtype());
+  }
+  return batch_norm_impl(x0, running_mean, running_var, weight, bias, training, momentum, eps, x0.dtype());
 }
 
 }  // namespace ember

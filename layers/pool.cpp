@@ -127,14 +127,17 @@ Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool
 
 }  // namespace
 
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2dOptions& opt) {
-  const Pool2dGeometry g = pool_geometry("max_pool2d", x0, opt, true);
+namespace {
+
+// max_pool2d with indices of index_dtype (int32 or int64; kernels/pool.h), and a backward node
+// that keeps them.
+std::pair<Tensor, Tensor> max_pool2d_indexed(const Tensor& x0, const Pool2dGeometry& g, DType index_dtype) {
   const Tensor x = x0.contiguous();
   const Shape out_shape = pooled_shape(x, g.out_h, g.out_w);
   Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
-  Tensor indices = empty(out_shape, {.dtype = DType::i64, .device = x.device()});
-  EMBER_KERNEL_CALL(x.device(), "max_pool2d", max_pool2d_forward, x.dtype(), g, x.data(), out.data(),
-                    indices.data_ptr<int64_t>());
+  Tensor indices = empty(out_shape, {.dtype = index_dtype, .device = x.device()});
+  EMBER_KERNEL_CALL(x.device(), "max_pool2d", max_pool2d_forward, x.dtype(), index_dtype, g, x.data(), out.data(),
+                    indices.data());
   if (any_requires_grad({&x0})) {
     SavedTensor si(indices, "MaxPool2dBackward");
     const Shape in_shape = x0.shape();
@@ -142,20 +145,35 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2d
     record("MaxPool2dBackward", {x0}, {out}, [=](const std::vector<Tensor>& grads) {
       if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
       const Tensor go = contiguous_grad(grads[0], dt);
-      const Tensor& idx = si.get();
+      const Tensor idx = si.get().contiguous();
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
-      EMBER_KERNEL_CALL(go.device(), "max_pool2d backward", max_pool2d_backward, dt, g, go.data(),
-                        idx.contiguous().data_ptr<int64_t>(), gi.data());
+      EMBER_KERNEL_CALL(go.device(), "max_pool2d backward", max_pool2d_backward, dt, idx.dtype(), g, go.data(),
+                        idx.data(), gi.data());
       return std::vector<Tensor>{gi};
     });
   }
   return {out, indices};
 }
 
+}  // namespace
+
+// The indices returned are int64, as PyTorch's max_pool2d_with_indices returns them (and as
+// max_unpool2d-style consumers expect); max_pool2d keeps int32 ones for its backward.
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2dOptions& opt) {
+  return max_pool2d_indexed(x0, pool_geometry("max_pool2d", x0, opt, true), DType::i64);
+}
+
+// Note [Max-pool indices]
+// Backward needs, per output, the position of its max within the input plane: less than
+// in_h * in_w. max_pool2d keeps them as int32 whenever the plane has at most INT32_MAX positions
+// (every image a CNN sees), int64 otherwise: half the bytes of int64, which for a 16-bit
+// activation are twice its own size. max_pool2d_with_indices returns int64 (the public dtype,
+// PyTorch's).
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
   const Pool2dGeometry g = pool_geometry("max_pool2d", x, opt, true);
   if (via_cudnn(x, g)) return cudnn_pool("max_pool2d", "MaxPool2dBackward", x, g, true, false);
-  return max_pool2d_with_indices(x, opt).first;
+  const DType index_dtype = kernels::max_pool_indices_fit(DType::i32, g) ? DType::i32 : DType::i64;
+  return max_pool2d_indexed(x, g, index_dtype).first;
 }
 
 Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {

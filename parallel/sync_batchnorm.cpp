@@ -92,11 +92,19 @@ Tensor sync_batch_norm(const Tensor& x0, const Tensor& running_mean, const Tenso
   // Checked before the collective, so a bad argument fails on its own rank with this message
   // rather than as a mismatched collective.
   detail::check_batch_norm_args("sync_batch_norm", x0, running_mean, running_var, weight, bias, eps);
-  // Under autocast: in f32, the output in x's dtype, as batch_norm (Note [Autocast] in core/autocast.h).
-  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x0, &weight, &bias}))
-    return sync_batch_norm(autocast::cast(x0, *dt), running_mean, running_var, autocast::cast(weight, *dt),
-                           autocast::cast(bias, *dt), training, momentum, eps, comm)
-        .to(x0.dtype());
+  // Under autocast: in f32, the output in x's dtype, as batch_norm (Note [Autocast] in
+  // core/autocast.h). A 16-bit x is kept as it is (what backward saves) and widened to ct = f32
+  // only for each computation (Note [Mixed-precision batch norm] in kernels/batchnorm.h).
+  Tensor w0 = weight, b0 = bias;
+  DType ct = x0.dtype();  // the dtype of the statistics and of the arithmetic
+  if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x0, &weight, &bias})) {
+    w0 = autocast::cast(weight, *dt);
+    b0 = autocast::cast(bias, *dt);
+    if (!is_low_precision(x0.dtype()))
+      return sync_batch_norm(autocast::cast(x0, *dt), running_mean, running_var, w0, b0, training, momentum, eps,
+                             comm);
+    ct = *dt;
+  }
   EMBER_CHECK(x0.size(1) > 0, "sync_batch_norm: expected at least one channel, got ", describe(x0));
   const DType dt = x0.dtype();
   const int64_t channels = x0.size(1);
@@ -105,7 +113,7 @@ Tensor sync_batch_norm(const Tensor& x0, const Tensor& running_mean, const Tenso
   const Shape cshape = channel_shape(channels, x.dim());
   const Dims dims = reduced_dims(x.dim());
   const TensorOptions f64_here{.dtype = DType::f64, .device = x.device()};
-  Tensor mean_g, var_g, invstd, y;  // global statistics, in the input's dtype
+  Tensor mean_g, var_g, invstd, y;  // global statistics, in ct
   double count = 0;                 // M
   {
     NoGradGuard no_grad;
@@ -113,7 +121,8 @@ Tensor sync_batch_norm(const Tensor& x0, const Tensor& running_mean, const Tenso
     const int64_t local = x.numel() / channels;
     Tensor packed;
     if (local > 0) {
-      const Tensor m = mean(x, dims).to(DType::f64), v = var(x, dims, /*correction=*/0).to(DType::f64);
+      const Tensor xw = x.to(ct);
+      const Tensor m = mean(xw, dims).to(DType::f64), v = var(xw, dims, /*correction=*/0).to(DType::f64);
       const double n = static_cast<double>(local);
       packed = cat({m * n, (v + m * m) * n, full({1}, n, f64_here)});
     } else {
@@ -125,32 +134,34 @@ Tensor sync_batch_norm(const Tensor& x0, const Tensor& running_mean, const Tenso
                 count, " (this rank's input: ", describe(x0), ")");
     const Tensor mean64 = packed.narrow(0, 0, channels) / count;
     const Tensor var64 = clamp(packed.narrow(0, channels, channels) / count - mean64 * mean64, 0.0, std::nullopt);
-    mean_g = mean64.to(dt);
-    var_g = var64.to(dt);
+    mean_g = mean64.to(ct);
+    var_g = var64.to(ct);
     invstd = rsqrt(add(var_g, eps));  // as batch_norm computes it from var
     if (running_mean.defined()) {
       Tensor rm = running_mean, rv = running_var;
       rm.mul_(1.0 - momentum).add_(mean_g, momentum);
       rv.mul_(1.0 - momentum).add_(var_g, momentum * count / (count - 1));
     }
-    y = batch_norm(x, mean_g, var_g, weight.defined() ? weight.detach() : Tensor(),
-                   bias.defined() ? bias.detach() : Tensor(), /*training=*/false, 0.0, eps);
+    // Under autocast (ct != dt) this batch_norm takes the same mixed path, with f32 statistics.
+    y = batch_norm(x, mean_g, var_g, w0.defined() ? w0.detach() : Tensor(), b0.defined() ? b0.detach() : Tensor(),
+                   /*training=*/false, 0.0, eps);
   }
 
-  if (any_requires_grad({&x0, &weight, &bias})) {
-    const bool need_x = x0.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
-               need_b = bias.defined() && bias.requires_grad();
-    const DType dw = weight.defined() ? weight.dtype() : dt, db = bias.defined() ? bias.dtype() : dt;
-    const Tensor w = weight.defined() ? weight.detach().to(dt) : Tensor();
+  if (any_requires_grad({&x0, &w0, &b0})) {
+    const bool need_x = x0.requires_grad(), need_w = w0.defined() && w0.requires_grad(),
+               need_b = b0.defined() && b0.requires_grad();
+    const DType dw = w0.defined() ? w0.dtype() : ct, db = b0.defined() ? b0.dtype() : ct;
+    const Tensor w = w0.defined() ? w0.detach().to(ct) : Tensor();
     SavedTensor sx(x, "SyncBatchNormBackward"), smean(mean_g, "SyncBatchNormBackward"),
         sinv(invstd, "SyncBatchNormBackward"), sw(w, "SyncBatchNormBackward");
     std::shared_ptr<Communicator> c = comm;
-    record("SyncBatchNormBackward", {x0, weight, bias}, {y}, [=](const std::vector<Tensor>& grads) {
-      // Note [Synchronized batch norm], backward. An output without a gradient counts as zeros:
-      // the collective below must still run, as on every other rank.
-      const Tensor& xs = sx.get();
+    record("SyncBatchNormBackward", {x0, w0, b0}, {y}, [=](const std::vector<Tensor>& grads) {
+      // Note [Synchronized batch norm], backward, computed in ct (x and grad y widened when 16-bit).
+      // An output without a gradient counts as zeros: the collective below must still run, as on
+      // every other rank.
+      const Tensor xs = sx.get().to(ct);
       const Tensor gy =
-          grads[0].defined() ? grads[0].to(dt).contiguous() : zeros(xs.shape(), {.dtype = dt, .device = xs.device()});
+          grads[0].defined() ? grads[0].to(ct).contiguous() : zeros(xs.shape(), {.dtype = ct, .device = xs.device()});
       const Tensor& is = sinv.get();
       const Tensor xc = xs - smean.get().view(cshape);  // x - mean
       const Tensor sum_dy = sum(gy, dims);              // (C), this rank's rows
@@ -163,7 +174,7 @@ Tensor sync_batch_norm(const Tensor& x0, const Tensor& running_mean, const Tenso
         const Tensor scale = sw.defined() ? sw.get().to(DType::f64) * is64 : is64;  // weight * invstd
         const Tensor mean_dy = packed.narrow(0, 0, channels) / count;               // (1/M) sum dy
         const Tensor coef = packed.narrow(0, channels, channels) * is64 / count;    // invstd (1/M) sum dy xhat
-        gx = (gy - xc * coef.to(dt).view(cshape) - mean_dy.to(dt).view(cshape)) * scale.to(dt).view(cshape);
+        gx = ((gy - xc * coef.to(ct).view(cshape) - mean_dy.to(ct).view(cshape)) * scale.to(ct).view(cshape)).to(dt);
       }
       return std::vector<Tensor>{gx, need_w ? sum_dy_xhat.to(dw) : Tensor(), need_b ? sum_dy.to(db) : Tensor()};
     });

@@ -42,4 +42,11 @@ void check_autocast_table(Device device, DType region);
 // float32 and close to the float32 run's; the logits are 16-bit and the loss float32.
 void check_autocast_gradients(Device device, DType region);
 
+// Training-mode batch_norm of a 16-bit input with float32 weight, bias and running statistics under
+// autocast (Note [Mixed-precision batch norm] in kernels/batchnorm.h): the graph keeps the 16-bit
+// input, not a float32 copy (the allocator's bytes in use after the forward pass); y and grad x
+// are 16-bit and within one 16-bit rounding of a float64 computation on the same values; grad
+// weight, grad bias and the running statistics are float32 and within float32 accuracy of it.
+void check_autocast_batch_norm(Device device, DType region);
+
 }  // namespace ember::testing

@@ -53,6 +53,11 @@ TEST_CASE("autocast: gradients of float32 parameters are float32 and close to th
     ember::testing::check_autocast_gradients(Device::cpu(), region);
 }
 
+TEST_CASE("autocast: batch_norm keeps its 16-bit input for backward, float32 statistics and parameter gradients",
+          "[autocast]") {
+  for (const DType region : {DType::f16, DType::bf16}) ember::testing::check_autocast_batch_norm(Device::cpu(), region);
+}
+
 TEST_CASE("autocast: guards nest, restore the outer state, and can turn autocast off", "[autocast]") {
   const Tensor x = ones({2, 4}), w = ones({3, 4});
   REQUIRE_FALSE(autocast_enabled(DeviceType::CPU));

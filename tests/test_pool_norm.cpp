@@ -46,6 +46,29 @@ TEST_CASE("max_pool2d: 4x4 input, 2x2 windows", "[pool]") {
   CHECK(vec(max_pool2d(x, opts(2))) == vec(y));
 }
 
+TEST_CASE("max_pool2d keeps int32 indices for backward, max_pool2d_with_indices returns int64",
+          "[pool]") {
+  // bf16 (8, 4, 16, 16) pooled 2x2: 2048 outputs of 2 bytes, and their indices: 4 bytes each as
+  // int32 (int64 would be 8). The gradient is the one the int64 indices route.
+  Generator gen(5);
+  const Tensor x0 = rand({8, 4, 16, 16}, {}, gen).to(DType::bf16);
+  Tensor x = x0.clone(), x64 = x0.clone();
+  x.requires_grad_();
+  x64.requires_grad_();
+  const int64_t outputs = 8 * 4 * 8 * 8;
+  const int64_t before = cpu_allocator().stats().bytes_in_use;
+  const Tensor y = max_pool2d(x, opts(2));
+  CHECK(cpu_allocator().stats().bytes_in_use - before == outputs * (2 + 4));
+  auto [y64, idx] = max_pool2d_with_indices(x64, opts(2));
+  CHECK(idx.dtype() == DType::i64);
+  const Tensor g = rand(y.shape(), {}, gen).to(DType::bf16);
+  y.backward(g);
+  y64.backward(g);
+  CHECK(vec(y) == vec(y64));
+  CHECK(vec(x.grad()) == vec(x64.grad()));
+  CHECK(sum(x.grad().to(DType::f64)).item() == Approx(sum(g.to(DType::f64)).item()));
+}
+
 TEST_CASE("max_pool2d: overlapping windows accumulate the gradient of a shared max", "[pool]") {
   // 3x3 with the max in the centre: all four 2x2 windows (stride 1) pick it.
   Tensor x = f64({1, 2, 3, 4, 9, 5, 6, 7, 8}, {1, 1, 3, 3}, true);

@@ -160,6 +160,61 @@ TEST_CASE("sync batchnorm: 2 and 3 ranks with unequal shards equal BatchNorm2d o
   }
 }
 
+namespace {
+
+// One training step of a float32 bn under autocast (the CPU, `region`) on rows [lo, hi) of step
+// 0's batch, rounded to the region's dtype: the loss sum(y * G) in float32.
+LayerRun run_layer_amp(nn::BatchNorm2d& bn, int64_t n, int64_t lo, int64_t hi, DType region) {
+  Tensor x = step_input(0, n, DType::f32).to(region).narrow(0, lo, hi - lo).clone();
+  x.requires_grad_(true);
+  Tensor y;
+  {
+    AutocastGuard amp(DeviceType::CPU, region);
+    y = bn(x);
+  }
+  sum(y.to(DType::f32) * step_loss_weights(0, n, DType::f32).narrow(0, lo, hi - lo)).backward();
+  LayerRun run;
+  run.steps.push_back({y.detach().clone(), x.grad().clone(), bn.weight.grad().clone(), bn.bias.grad().clone()});
+  run.running_mean = bn.running_mean.clone();
+  run.running_var = bn.running_var.clone();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("sync batchnorm under autocast: a 16-bit input on 2 ranks equals batch_norm under autocast on the full batch",
+          "[parallel][sync_bn][autocast]") {
+  const int64_t rows = 9;
+  for (DType region : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(region));
+    nn::BatchNorm2d ref_bn(kC);
+    init_layer(ref_bn, DType::f32);
+    const LayerRun ref = run_layer_amp(ref_bn, rows, 0, rows, region);
+    std::vector<LayerRun> runs(2);
+    const std::vector<std::string> errors = run_ranks(2, [&](std::shared_ptr<Communicator> c) {
+      SyncBatchNorm bn(kC, c);
+      init_layer(bn, DType::f32);
+      const auto [lo, hi] = shard(rows, c->rank(), 2);
+      runs[c->rank()] = run_layer_amp(bn, rows, lo, hi, region);
+    });
+    REQUIRE(all_ok(errors));
+    const StepResult got = combine(runs, 0);
+    // y and grad x are 16-bit (one rounding of float32 arithmetic: at most one ulp apart); the
+    // parameter gradients and running statistics float32 (to float32 accuracy, far below an ulp).
+    CHECK(got.y.dtype() == region);
+    CHECK(got.grad_x.dtype() == region);
+    CHECK(got.grad_weight.dtype() == DType::f32);
+    CHECK(runs[0].running_mean.dtype() == DType::f32);
+    const double ulp = region == DType::bf16 ? 0x1p-7 : 0x1p-10;
+    CHECK(max_scaled_diff({got.y.to(DType::f32)}, {ref.steps[0].y.to(DType::f32)}) <= ulp);
+    CHECK(max_scaled_diff({got.grad_x.to(DType::f32)}, {ref.steps[0].grad_x.to(DType::f32)}) <= ulp);
+    CHECK(max_scaled_diff({got.grad_weight, got.grad_bias}, {ref.steps[0].grad_weight, ref.steps[0].grad_bias}) <
+          1e-5);
+    for (const LayerRun& r : runs)
+      CHECK(max_scaled_diff({r.running_mean, r.running_var}, {ref.running_mean, ref.running_var}) < 1e-5);
+  }
+}
+
 TEST_CASE("sync batchnorm: a world of one is BatchNorm2d bit for bit, all rows on one of two ranks nearly so",
           "[parallel][sync_bn]") {
   const int steps = 2;

@@ -1,6 +1,7 @@
 // CPU batch normalization: the readable reference. Per-channel reductions run parallel over
 // channels (one thread reduces a channel, in a fixed order); the elementwise passes run parallel
-// over the N * C rows of S elements, so a batch with few channels still uses every core.
+// over the N * C rows of S elements, so a batch with few channels still uses every core. f16 and
+// bf16 data are read and written in place (widened element by element), never copied to float.
 
 #include "batchnorm.h"
 
@@ -9,7 +10,6 @@
 
 #include "../../core/error.h"
 #include "parallel.h"
-#include "widen.h"
 
 namespace ember::kernels::cpu {
 
@@ -30,70 +30,84 @@ void for_rows(const BatchNormShape& sh, const T* base, int64_t c, const F& f) {
   for (int64_t i = 0; i < sh.n; ++i) f(base + (i * sh.c + c) * sh.s, i);
 }
 
-template <typename T>
-void stats_impl(const BatchNormShape& sh, const T* x, T* mean, T* var) {
+// Templates over T, the dtype of x/y/grad_y/grad_x, and P, that of the per-channel vectors: P is T,
+// or float for an f16/bf16 T (Note [Mixed-precision batch norm] in kernels/batchnorm.h). Sums
+// accumulate in double (cpu_acc_t of float and double); the elementwise arithmetic runs in
+// C = acc_t<P> (float, or double for f64), and a value is rounded to C before it is stored, so a
+// 16-bit result is the float32 computation's, rounded once more.
+template <typename T, typename C>
+T round_to(double v) {
+  return static_cast<T>(static_cast<C>(v));
+}
+
+template <typename T, typename P>
+void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
+  using C = acc_t<P>;
   const double count = static_cast<double>(sh.n * sh.s);
   parallel_for(0, sh.c, channel_grain(sh), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double sum = 0;
       for_rows(sh, x, c, [&](const T* row, int64_t) {
-        for (int64_t j = 0; j < sh.s; ++j) sum += static_cast<double>(row[j]);
+        for (int64_t j = 0; j < sh.s; ++j) sum += static_cast<double>(static_cast<C>(row[j]));
       });
       const double m = sum / count;
       // Two-pass variance: sum of squared deviations, no cancellation from E[x^2] - E[x]^2.
       double sq = 0;
       for_rows(sh, x, c, [&](const T* row, int64_t) {
         for (int64_t j = 0; j < sh.s; ++j) {
-          const double d = static_cast<double>(row[j]) - m;
+          const double d = static_cast<double>(static_cast<C>(row[j])) - m;
           sq += d * d;
         }
       });
-      mean[c] = static_cast<T>(m);
-      var[c] = static_cast<T>(sq / count);
+      mean[c] = round_to<P, C>(m);
+      var[c] = round_to<P, C>(sq / count);
     }
   });
 }
 
-template <typename T>
-void apply_impl(const BatchNormShape& sh, const T* x, const T* mean, const T* invstd, const T* weight, const T* bias,
+template <typename T, typename P>
+void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight, const P* bias,
                 T* y) {
+  using C = acc_t<P>;
   parallel_for(0, sh.n * sh.c, row_grain(sh), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r % sh.c;
       // Centre first: folding mean into the shift (x * scale + shift) loses float32 precision
       // when |mean| is large compared with the spread.
-      const T scale = invstd[c] * (weight ? weight[c] : T(1));
-      const T m = mean[c], shift = bias ? bias[c] : T(0);
+      const C scale = static_cast<C>(invstd[c]) * (weight ? static_cast<C>(weight[c]) : C(1));
+      const C m = static_cast<C>(mean[c]), shift = bias ? static_cast<C>(bias[c]) : C(0);
       const T* xr = x + r * sh.s;
       T* yr = y + r * sh.s;
-      for (int64_t j = 0; j < sh.s; ++j) yr[j] = (xr[j] - m) * scale + shift;
+      for (int64_t j = 0; j < sh.s; ++j) yr[j] = static_cast<T>((static_cast<C>(xr[j]) - m) * scale + shift);
     }
   });
 }
 
-template <typename T>
-void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const T* mean, const T* invstd,
-                   const T* weight, T* gx, T* gw, T* gb) {
+template <typename T, typename P>
+void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const P* mean, const P* invstd,
+                   const P* weight, T* gx, P* gw, P* gb) {
+  using C = acc_t<P>;
+  auto load = [](auto v) { return static_cast<double>(static_cast<C>(v)); };
   const double count = static_cast<double>(sh.n * sh.s);
   // Pass 1, per channel: sum(gy) and sum(gy * xhat).
   std::vector<double> sum_g(static_cast<size_t>(sh.c)), sum_gx(static_cast<size_t>(sh.c));
   parallel_for(0, sh.c, channel_grain(sh), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const double m = mean[c], is = invstd[c];
+      const double m = load(mean[c]), is = load(invstd[c]);
       double sg = 0, sgx = 0;
       for (int64_t i = 0; i < sh.n; ++i) {
         const T* xr = x + (i * sh.c + c) * sh.s;
         const T* gr = gy + (i * sh.c + c) * sh.s;
         for (int64_t j = 0; j < sh.s; ++j) {
-          const double g = gr[j];
+          const double g = load(gr[j]);
           sg += g;
-          sgx += g * (static_cast<double>(xr[j]) - m) * is;
+          sgx += g * (load(xr[j]) - m) * is;
         }
       }
       sum_g[c] = sg;
       sum_gx[c] = sgx;
-      if (gw) gw[c] = static_cast<T>(sgx);
-      if (gb) gb[c] = static_cast<T>(sg);
+      if (gw) gw[c] = round_to<P, C>(sgx);
+      if (gb) gb[c] = round_to<P, C>(sg);
     }
   });
   if (!gx) return;
@@ -102,16 +116,16 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   parallel_for(0, sh.n * sh.c, row_grain(sh), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r % sh.c;
-      const double m = mean[c], is = invstd[c];
-      const double w = weight ? static_cast<double>(weight[c]) : 1.0;
+      const double m = load(mean[c]), is = load(invstd[c]);
+      const double w = weight ? load(weight[c]) : 1.0;
       const double mean_g = training ? sum_g[c] / count : 0.0;
       const double mean_gx = training ? sum_gx[c] / count : 0.0;
       const T* xr = x + r * sh.s;
       const T* gr = gy + r * sh.s;
       T* out = gx + r * sh.s;
       for (int64_t j = 0; j < sh.s; ++j) {
-        const double xhat = (static_cast<double>(xr[j]) - m) * is;
-        out[j] = static_cast<T>(w * is * (static_cast<double>(gr[j]) - mean_g - xhat * mean_gx));
+        const double xhat = (load(xr[j]) - m) * is;
+        out[j] = round_to<T, C>(w * is * (load(gr[j]) - mean_g - xhat * mean_gx));
       }
     }
   });
@@ -119,60 +133,33 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
 
 }  // namespace
 
-void batch_norm_stats(DType dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
-  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
-    const Widened xf(dtype, x, sh.n * sh.c * sh.s);
-    Widened mf(dtype, nullptr, sh.c), vf(dtype, nullptr, sh.c);
-    batch_norm_stats(DType::f32, sh, xf.data(), mf.data(), vf.data());
-    mf.store(mean);
-    vf.store(var);
-    return;
-  }
-  EMBER_DISPATCH_FLOAT(dtype, "batch_norm", [&] {
-    stats_impl<scalar_t>(sh, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(mean),
-                         static_cast<scalar_t*>(var));
+void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
+  dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
+    using T = decltype(t);
+    using P = decltype(p);
+    stats_impl<T, P>(sh, static_cast<const T*>(x), static_cast<P*>(mean), static_cast<P*>(var));
   });
 }
 
-void batch_norm_apply(DType dtype, const BatchNormShape& sh, const void* x, const void* mean, const void* invstd,
-                      const void* weight, const void* bias, void* y) {
-  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
-    const Widened xf(dtype, x, sh.n * sh.c * sh.s), mf(dtype, mean, sh.c), isf(dtype, invstd, sh.c);
-    const Widened wf(dtype, weight, weight ? sh.c : 0), bf(dtype, bias, bias ? sh.c : 0);
-    Widened yf(dtype, nullptr, sh.n * sh.c * sh.s);
-    batch_norm_apply(DType::f32, sh, xf.data(), mf.data(), isf.data(), widened_or_null(wf, weight),
-                     widened_or_null(bf, bias), yf.data());
-    yf.store(y);
-    return;
-  }
-  EMBER_DISPATCH_FLOAT(dtype, "batch_norm", [&] {
-    apply_impl<scalar_t>(sh, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(mean),
-                         static_cast<const scalar_t*>(invstd), static_cast<const scalar_t*>(weight),
-                         static_cast<const scalar_t*>(bias), static_cast<scalar_t*>(y));
+void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, const void* mean,
+                      const void* invstd, const void* weight, const void* bias, void* y) {
+  dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
+    using T = decltype(t);
+    using P = decltype(p);
+    apply_impl<T, P>(sh, static_cast<const T*>(x), static_cast<const P*>(mean), static_cast<const P*>(invstd),
+                     static_cast<const P*>(weight), static_cast<const P*>(bias), static_cast<T*>(y));
   });
 }
 
-void batch_norm_backward(DType dtype, const BatchNormShape& sh, bool training, const void* x, const void* grad_y,
-                         const void* mean, const void* invstd, const void* weight, void* grad_x, void* grad_weight,
-                         void* grad_bias) {
-  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
-    const int64_t total = sh.n * sh.c * sh.s;
-    const Widened xf(dtype, x, total), gyf(dtype, grad_y, total), mf(dtype, mean, sh.c), isf(dtype, invstd, sh.c);
-    const Widened wf(dtype, weight, weight ? sh.c : 0);
-    Widened gxf(dtype, nullptr, grad_x ? total : 0), gwf(dtype, nullptr, grad_weight ? sh.c : 0),
-        gbf(dtype, nullptr, grad_bias ? sh.c : 0);
-    batch_norm_backward(DType::f32, sh, training, xf.data(), gyf.data(), mf.data(), isf.data(),
-                        widened_or_null(wf, weight), gxf.data(), gwf.data(), gbf.data());
-    if (grad_x) gxf.store(grad_x);
-    if (grad_weight) gwf.store(grad_weight);
-    if (grad_bias) gbf.store(grad_bias);
-    return;
-  }
-  EMBER_DISPATCH_FLOAT(dtype, "batch_norm backward", [&] {
-    backward_impl<scalar_t>(sh, training, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(grad_y),
-                            static_cast<const scalar_t*>(mean), static_cast<const scalar_t*>(invstd),
-                            static_cast<const scalar_t*>(weight), static_cast<scalar_t*>(grad_x),
-                            static_cast<scalar_t*>(grad_weight), static_cast<scalar_t*>(grad_bias));
+void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
+                         const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
+                         void* grad_weight, void* grad_bias) {
+  dispatch_batch_norm("batch_norm backward", dtype, param_dtype, [&](auto t, auto p) {
+    using T = decltype(t);
+    using P = decltype(p);
+    backward_impl<T, P>(sh, training, static_cast<const T*>(x), static_cast<const T*>(grad_y),
+                        static_cast<const P*>(mean), static_cast<const P*>(invstd), static_cast<const P*>(weight),
+                        static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias));
   });
 }
 

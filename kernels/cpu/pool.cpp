@@ -55,8 +55,8 @@ T take_value(bool take, T a, T b) {
 // The common case — every window inside the input (no padding, dilation 1, no partial ceil_mode
 // window) — with the kernel size known at compile time: per output cell only the window's loads
 // and compares remain (the general loop below spends more on window bounds than on the max).
-template <typename T, int K>
-void max_forward_inside(const Pool2dGeometry& g, const T* xp, T* op, int64_t* ip) {
+template <typename T, int K, typename I>
+void max_forward_inside(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
   for (int64_t oh = 0; oh < g.out_h; ++oh) {
     for (int64_t ow = 0; ow < g.out_w; ++ow) {
       const int64_t base = oh * g.stride_h * g.in_w + ow * g.stride_w;
@@ -74,7 +74,7 @@ void max_forward_inside(const Pool2dGeometry& g, const T* xp, T* op, int64_t* ip
         }
       }
       op[oh * g.out_w + ow] = best_v;
-      ip[oh * g.out_w + ow] = best;
+      ip[oh * g.out_w + ow] = static_cast<I>(best);
     }
   }
 }
@@ -84,8 +84,9 @@ void max_forward_inside(const Pool2dGeometry& g, const T* xp, T* op, int64_t* ip
 // odd columns are split with shuffles, "later wins if greater or NaN" is a compare mask, and the
 // winner is picked with and/andnot/or. Returns how many outputs of the row it wrote (a multiple
 // of 4); the scalar loop does the rest. Same results as the scalar code, bit for bit.
-inline int64_t max_2x2_row_sse(const float* row0, const float* row1, int64_t r0, int64_t in_w, int64_t out_w,
-                               float* out, int64_t* idx) {
+template <typename I>
+int64_t max_2x2_row_sse(const float* row0, const float* row1, int64_t r0, int64_t in_w, int64_t out_w, float* out,
+                        I* idx) {
   auto beats = [](__m128 later, __m128 earlier) {
     return _mm_or_ps(_mm_cmpgt_ps(later, earlier), _mm_cmpunord_ps(later, later));
   };
@@ -103,7 +104,7 @@ inline int64_t max_2x2_row_sse(const float* row0, const float* row1, int64_t r0,
     const int ma = _mm_movemask_ps(ta), mb = _mm_movemask_ps(tb), mt = _mm_movemask_ps(t);
     for (int l = 0; l < 4; ++l) {
       const int64_t c = r0 + 2 * (ow + l);
-      idx[ow + l] = (mt >> l & 1) ? c + in_w + (mb >> l & 1) : c + (ma >> l & 1);
+      idx[ow + l] = static_cast<I>((mt >> l & 1) ? c + in_w + (mb >> l & 1) : c + (ma >> l & 1));
     }
   }
   return ow;
@@ -113,13 +114,13 @@ inline int64_t max_2x2_row_sse(const float* row0, const float* row1, int64_t r0,
 // The most common pool of all (2x2, stride 2, inside): a two-level tournament. "The later element
 // wins when strictly greater or NaN" gives the same winner in any bracketing as in row-major
 // order, and the two first-round matches are independent, which halves the dependency chain.
-template <typename T>
-void max_forward_2x2(const Pool2dGeometry& g, const T* xp, T* op, int64_t* ip) {
+template <typename T, typename I>
+void max_forward_2x2(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
   auto beats = [](T later, T earlier) { return (later > earlier) | (later != later); };
   for (int64_t oh = 0; oh < g.out_h; ++oh) {
     const int64_t r0 = 2 * oh * g.in_w, r1 = r0 + g.in_w;
     T* orow = op + oh * g.out_w;
-    int64_t* irow = ip + oh * g.out_w;
+    I* irow = ip + oh * g.out_w;
     int64_t ow = 0;
 #ifdef __SSE2__
     if constexpr (std::is_same_v<T, float>) ow = max_2x2_row_sse(xp + r0, xp + r1, r0, g.in_w, g.out_w, orow, irow);
@@ -132,20 +133,20 @@ void max_forward_2x2(const Pool2dGeometry& g, const T* xp, T* op, int64_t* ip) {
       const int64_t ia = r0 + c + ta, ib = r1 + c + tb;
       const bool t = beats(b, a);
       orow[ow] = take_value(t, b, a);
-      irow[ow] = take_bits(t, ib, ia);
+      irow[ow] = static_cast<I>(take_bits(t, ib, ia));
     }
   }
 }
 
-template <typename T>
-void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indices) {
+template <typename T, typename I>
+void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, I* indices) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   const bool inside = g.pad_h == 0 && g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1 &&
                       g.kernel_h == g.kernel_w && (g.out_h - 1) * g.stride_h + g.kernel_h <= g.in_h &&
                       (g.out_w - 1) * g.stride_w + g.kernel_w <= g.in_w;
   if (inside && g.kernel_h == 2 && g.stride_h == 2 && g.stride_w == 2) {
     parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) max_forward_2x2<T>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
+      for (int64_t p = p0; p < p1; ++p) max_forward_2x2<T, I>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
     });
     return;
   }
@@ -153,9 +154,9 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indi
     parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         if (g.kernel_h == 2) {
-          max_forward_inside<T, 2>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
+          max_forward_inside<T, 2, I>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
         } else {
-          max_forward_inside<T, 3>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
+          max_forward_inside<T, 3, I>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
         }
       }
     });
@@ -165,7 +166,7 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indi
     for (int64_t p = p0; p < p1; ++p) {
       const T* xp = x + p * in_plane;
       T* op = out + p * out_plane;
-      int64_t* ip = indices + p * out_plane;
+      I* ip = indices + p * out_plane;
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
         int64_t h0 = oh * g.stride_h - g.pad_h;
         const int64_t h1 = std::min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
@@ -189,7 +190,7 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indi
             }
           }
           op[oh * g.out_w + ow] = best_v;
-          ip[oh * g.out_w + ow] = best;
+          ip[oh * g.out_w + ow] = static_cast<I>(best);
         }
       }
     }
@@ -201,14 +202,14 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, int64_t* indi
 // input at most one gradient: a copy, exact in any dtype. The range test guards against a window
 // with no tap inside the input (impossible with the checked padding <= kernel / 2, but a bad index
 // must not write out of bounds).
-template <bool Disjoint, typename T>
-void max_backward_impl(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices, T* grad_in) {
+template <bool Disjoint, typename T, typename I>
+void max_backward_impl(const Pool2dGeometry& g, const T* grad_out, const I* indices, T* grad_in) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       T* gi = grad_in + p * in_plane;
       const T* go = grad_out + p * out_plane;
-      const int64_t* ip = indices + p * out_plane;
+      const I* ip = indices + p * out_plane;
       std::fill(gi, gi + in_plane, T(0));
       for (int64_t o = 0; o < out_plane; ++o) {
         if (ip[o] < 0 || ip[o] >= in_plane) continue;
@@ -231,13 +232,14 @@ bool is_2x2_stride_2_inside(const Pool2dGeometry& g) {
 // (exact: a winner is one of the inputs; a NaN is quieted, as BFloat16(float) does). Both
 // conversions run 16 elements at a time where the CPU can (bf16_convert.h), over the whole plane
 // rather than row by row, so short rows leave no scalar tails. Same winners and indices as f32.
-void max_forward_2x2_bf16(const Pool2dGeometry& g, const BFloat16* xp, BFloat16* op, int64_t* ip) {
+template <typename I>
+void max_forward_2x2_bf16(const Pool2dGeometry& g, const BFloat16* xp, BFloat16* op, I* ip) {
   thread_local std::vector<float> in_buf, out_buf;
   const int64_t rows = 2 * g.out_h * g.in_w, out_plane = g.out_h * g.out_w;  // the input rows read
   if (static_cast<int64_t>(in_buf.size()) < rows) in_buf.resize(static_cast<size_t>(rows));
   if (static_cast<int64_t>(out_buf.size()) < out_plane) out_buf.resize(static_cast<size_t>(out_plane));
   bf16_to_f32(xp, in_buf.data(), rows);
-  max_forward_2x2<float>(g, in_buf.data(), out_buf.data(), ip);
+  max_forward_2x2<float, I>(g, in_buf.data(), out_buf.data(), ip);
   f32_to_bf16(out_buf.data(), op, out_plane);
 }
 
@@ -251,44 +253,54 @@ bool windows_disjoint(const Pool2dGeometry& g) {
 // 2x2 stride-2 forward (the common pool; a plane at a time through the f32 code) and the
 // backward of non-overlapping windows run without the tensor-sized f32 copies, with the same
 // winners and indices as f32; other cases widen (widen.h).
-void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out, int64_t* indices) {
-  if (dtype == DType::bf16 && is_2x2_stride_2_inside(g)) {
-    const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-    const auto* xb = static_cast<const BFloat16*>(x);
-    auto* ob = static_cast<BFloat16*>(out);
-    parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p)
-        max_forward_2x2_bf16(g, xb + p * in_plane, ob + p * out_plane, indices + p * out_plane);
+void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* x, void* out,
+                        void* indices) {
+  check_max_pool_indices("max_pool2d", index_dtype, g);
+  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d", [&] {
+    using I = scalar_t;
+    I* const ind = static_cast<I*>(indices);
+    if (dtype == DType::bf16 && is_2x2_stride_2_inside(g)) {
+      const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+      const auto* xb = static_cast<const BFloat16*>(x);
+      auto* ob = static_cast<BFloat16*>(out);
+      parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p)
+          max_forward_2x2_bf16<I>(g, xb + p * in_plane, ob + p * out_plane, ind + p * out_plane);
+      });
+      return;
+    }
+    if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+      const Widened xf(dtype, x, g.planes * g.in_h * g.in_w);
+      Widened of(dtype, nullptr, g.planes * g.out_h * g.out_w);
+      max_forward_impl<float, I>(g, xf.data(), of.data(), ind);
+      of.store(out);
+      return;
+    }
+    EMBER_DISPATCH_FLOAT(dtype, "max_pool2d", [&] {
+      max_forward_impl<scalar_t, I>(g, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), ind);
     });
-    return;
-  }
-  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
-    const Widened xf(dtype, x, g.planes * g.in_h * g.in_w);
-    Widened of(dtype, nullptr, g.planes * g.out_h * g.out_w);
-    max_pool2d_forward(DType::f32, g, xf.data(), of.data(), indices);
-    of.store(out);
-    return;
-  }
-  EMBER_DISPATCH_FLOAT(dtype, "max_pool2d", [&] {
-    max_forward_impl<scalar_t>(g, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), indices);
   });
 }
 
-void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
-                         void* grad_in) {
-  if (dtype == DType::bf16 && windows_disjoint(g))
-    return max_backward_impl<true>(g, static_cast<const BFloat16*>(grad_out), indices,
-                                   static_cast<BFloat16*>(grad_in));
-  if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
-    const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
-    Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);
-    max_pool2d_backward(DType::f32, g, gof.data(), indices, gif.data());
-    gif.store(grad_in);
-    return;
-  }
-  EMBER_DISPATCH_FLOAT(dtype, "max_pool2d backward", [&] {
-    max_backward_impl<false, scalar_t>(g, static_cast<const scalar_t*>(grad_out), indices,
-                                       static_cast<scalar_t*>(grad_in));
+void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* grad_out,
+                         const void* indices, void* grad_in) {
+  check_max_pool_indices("max_pool2d backward", index_dtype, g);
+  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d backward", [&] {
+    using I = scalar_t;
+    const I* const ind = static_cast<const I*>(indices);
+    if (dtype == DType::bf16 && windows_disjoint(g))
+      return max_backward_impl<true>(g, static_cast<const BFloat16*>(grad_out), ind, static_cast<BFloat16*>(grad_in));
+    if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
+      const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
+      Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);
+      max_backward_impl<false>(g, gof.data(), ind, gif.data());
+      gif.store(grad_in);
+      return;
+    }
+    EMBER_DISPATCH_FLOAT(dtype, "max_pool2d backward", [&] {
+      max_backward_impl<false, scalar_t>(g, static_cast<const scalar_t*>(grad_out), ind,
+                                         static_cast<scalar_t*>(grad_in));
+    });
   });
 }
 

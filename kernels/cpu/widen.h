@@ -4,7 +4,7 @@
 // Note [Low-precision CPU kernels through f32]
 // The CPU kernels with a direct loop per element or per line (elementwise, reductions, softmax)
 // compute f16/bf16 in place: load, widen to float, compute, round once on store. The kernels
-// with larger bodies — pooling, batch norm, the losses — run f16/bf16 through their f32 version
+// with larger bodies — pooling, the losses — run f16/bf16 through their f32 version
 // instead: each 16-bit input array is widened into a float buffer (exact: every f16 and bf16
 // value is a float), the f32 kernel runs on the buffers, and each output is rounded to the
 // 16-bit type once, when it is copied back. The arithmetic is then the f32 reference's, which

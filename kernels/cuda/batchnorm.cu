@@ -1,5 +1,9 @@
 // Batch normalization on a CUDA device: per-channel block reductions and elementwise passes.
 //
+// dtypes. Every kernel is a template over T, the dtype of x/y/grad_y/grad_x, and P, that of the
+// per-channel vectors: P = T, or float for an f16/bf16 T (Note [Mixed-precision batch norm] in
+// kernels/batchnorm.h); both are read into acc_t<T> and rounded once when stored.
+//
 // Decomposition. A per-channel reduction (statistics; the two sums of the backward) is one block
 // per channel (or per slice of a channel: Note [Split channel reductions]): channel c's n * s values lie in n rows of s contiguous elements, (i * C + c) * s
 // apart. The block's 256 threads walk them with a block stride over the flattened index
@@ -41,8 +45,8 @@ __device__ inline int64_t channel_offset(const BatchNormShape& sh, int64_t c, in
   return ((k / sh.s) * sh.c + c) * sh.s + k % sh.s;
 }
 
-template <typename T>
-__global__ void stats_kernel(BatchNormShape sh, const T* x, T* mean, T* var) {
+template <typename T, typename P>
+__global__ void stats_kernel(BatchNormShape sh, const T* x, P* mean, P* var) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, count = sh.n * sh.s;
   A sum = 0;
@@ -55,15 +59,15 @@ __global__ void stats_kernel(BatchNormShape sh, const T* x, T* mean, T* var) {
   }
   sq = detail::block_sum(sq);
   if (threadIdx.x == 0) {
-    mean[c] = static_cast<T>(m);
-    var[c] = static_cast<T>(sq / static_cast<A>(count));
+    mean[c] = static_cast<P>(m);
+    var[c] = static_cast<P>(sq / static_cast<A>(count));
   }
 }
 
 // The CPU's expression, element by element: centre first, then scale and shift.
-template <typename T>
-__global__ void apply_kernel(BatchNormShape sh, const T* x, const T* mean, const T* invstd, const T* weight,
-                             const T* bias, T* y) {
+template <typename T, typename P>
+__global__ void apply_kernel(BatchNormShape sh, const T* x, const P* mean, const P* invstd, const P* weight,
+                             const P* bias, T* y) {
   using A = acc_t<T>;
   const int64_t total = sh.n * sh.c * sh.s;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
@@ -77,12 +81,12 @@ __global__ void apply_kernel(BatchNormShape sh, const T* x, const T* mean, const
 
 // Backward pass 1, one block per channel: sum(grad_y) and sum(grad_y * xhat) in acc_t<T>. Writes
 // grad_weight / grad_bias when wanted and both sums to `sums` (2 C acc_t<T> values) for pass 2.
-template <typename T>
-__global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mean, const T* invstd,
-                                       T* gw, T* gb, acc_t<T>* sums) {
+template <typename T, typename P>
+__global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean, const P* invstd,
+                                       P* gw, P* gb, acc_t<T>* sums) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, count = sh.n * sh.s;
-  const A m = mean[c], is = invstd[c];
+  const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
   A sg = 0, sgx = 0;
   for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
     const int64_t off = channel_offset(sh, c, k);
@@ -93,8 +97,8 @@ __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* g
   sg = detail::block_sum(sg);
   sgx = detail::block_sum(sgx);
   if (threadIdx.x == 0) {
-    if (gw) gw[c] = static_cast<T>(sgx);
-    if (gb) gb[c] = static_cast<T>(sg);
+    if (gw) gw[c] = static_cast<P>(sgx);
+    if (gb) gb[c] = static_cast<P>(sg);
     if (sums) {
       sums[c] = sg;
       sums[sh.c + c] = sgx;
@@ -104,16 +108,16 @@ __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* g
 
 // Backward pass 2, one thread per element: the CPU's formula in acc_t<T>. `sums` is null in eval
 // mode (the statistics are constants, so only grad_y * weight * invstd remains).
-template <typename T>
-__global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mean, const T* invstd,
-                                      const T* weight, const acc_t<T>* sums, T* gx) {
+template <typename T, typename P>
+__global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean, const P* invstd,
+                                      const P* weight, const acc_t<T>* sums, T* gx) {
   using A = acc_t<T>;
   const int64_t total = sh.n * sh.c * sh.s;
   const A count = static_cast<A>(sh.n * sh.s);
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = (idx / sh.s) % sh.c;
-    const A m = mean[c], is = invstd[c];
+    const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
     const A w = weight ? static_cast<A>(weight[c]) : A(1);
     const A mean_g = sums ? sums[c] / count : A(0);
     const A mean_gx = sums ? sums[sh.c + c] / count : A(0);
@@ -149,28 +153,28 @@ __global__ void stats_partial_kernel(BatchNormShape sh, const T* x, const acc_t<
 
 // One thread per channel: out[c] = (sum of the channel's partials, in slice order) / count; the
 // acc_t<T> value also goes to mean_out when given (the mean for the second pass).
-template <typename T>
+template <typename T, typename P>
 __global__ void stats_finalize_kernel(int64_t channels, int64_t parts, acc_t<T> count, const acc_t<T>* partial,
-                                      acc_t<T>* mean_out, T* out) {
+                                      acc_t<T>* mean_out, P* out) {
   using A = acc_t<T>;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
     A sum = 0;
     for (int64_t p = 0; p < parts; ++p) sum += partial[c * parts + p];
     const A v = sum / count;
     if (mean_out) mean_out[c] = v;
-    out[c] = static_cast<T>(v);
+    out[c] = static_cast<P>(v);
   }
 }
 
 // Block (c, part): sum(grad_y) and sum(grad_y * xhat) over its slice -> partial[2 (c * parts + part) + {0, 1}].
-template <typename T>
-__global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mean, const T* invstd,
+template <typename T, typename P>
+__global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean, const P* invstd,
                                         acc_t<T>* partial) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   int64_t lo, hi;
   channel_slice(sh.n * sh.s, part, parts, &lo, &hi);
-  const A m = mean[c], is = invstd[c];
+  const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
   A sg = 0, sgx = 0;
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
     const int64_t off = channel_offset(sh, c, k);
@@ -188,8 +192,8 @@ __global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* 
 
 // One thread per channel: the two sums in slice order -> grad_weight, grad_bias, sums (as the
 // one-block backward_reduce_kernel writes them).
-template <typename T>
-__global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const acc_t<T>* partial, T* gw, T* gb,
+template <typename T, typename P>
+__global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const acc_t<T>* partial, P* gw, P* gb,
                                          acc_t<T>* sums) {
   using A = acc_t<T>;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
@@ -198,8 +202,8 @@ __global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const 
       sg += partial[2 * (c * parts + p)];
       sgx += partial[2 * (c * parts + p) + 1];
     }
-    if (gw) gw[c] = static_cast<T>(sgx);
-    if (gb) gb[c] = static_cast<T>(sg);
+    if (gw) gw[c] = static_cast<P>(sgx);
+    if (gb) gb[c] = static_cast<P>(sg);
     if (sums) {
       sums[c] = sg;
       sums[channels + c] = sgx;
@@ -224,8 +228,8 @@ void check_shape(const char* op, const BatchNormShape& sh) {
   EMBER_CHECK(sh.c <= 2147483647, op, ": ", sh.c, " channels do not fit one grid");
 }
 
-template <typename T>
-void stats_impl(const BatchNormShape& sh, const T* x, T* mean, T* var) {
+template <typename T, typename P>
+void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
   using A = acc_t<T>;
   check_shape("batch_norm", sh);
   if (sh.c == 0) return;
@@ -233,7 +237,7 @@ void stats_impl(const BatchNormShape& sh, const T* x, T* mean, T* var) {
   const int64_t splits = channel_splits(sh);
   if (splits == 1) {
     // n * s == 0 gives 0 / 0 = NaN statistics, as on the CPU.
-    EMBER_LAUNCH(stats_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, stream, sh, x, mean, var);
+    EMBER_LAUNCH((stats_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, stream, sh, x, mean, var);
     cuda::check_launch("batch_norm stats");
     return;
   }
@@ -245,31 +249,31 @@ void stats_impl(const BatchNormShape& sh, const T* x, T* mean, T* var) {
   EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const A*>(nullptr),
                partial.as<A>());
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT(stats_finalize_kernel<T>, fin_blocks, kThreads, stream, sh.c, splits, count,
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream, sh.c, splits, count,
                     static_cast<const A*>(partial.as<A>()), mean_d.as<A>(), mean);
   cuda::check_launch("batch_norm stats");
   EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const A*>(mean_d.as<A>()),
                partial.as<A>());
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT(stats_finalize_kernel<T>, fin_blocks, kThreads, stream, sh.c, splits, count,
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream, sh.c, splits, count,
                     static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), var);
   cuda::check_launch("batch_norm stats");
 }
 
-template <typename T>
-void apply_impl(const BatchNormShape& sh, const T* x, const T* mean, const T* invstd, const T* weight, const T* bias,
+template <typename T, typename P>
+void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight, const P* bias,
                 T* y) {
   check_shape("batch_norm", sh);
   const int64_t total = sh.n * sh.c * sh.s;
   if (total == 0) return;
-  EMBER_LAUNCH_FLAT(apply_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
+  EMBER_LAUNCH_FLAT((apply_kernel<T, P>), detail::grid_stride_blocks(total, kThreads), kThreads,
                     cuda::current_stream(), sh, x, mean, invstd, weight, bias, y);
   cuda::check_launch("batch_norm apply");
 }
 
-template <typename T>
-void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const T* mean, const T* invstd,
-                   const T* weight, T* gx, T* gw, T* gb) {
+template <typename T, typename P>
+void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const P* mean, const P* invstd,
+                   const P* weight, T* gx, P* gw, P* gb) {
   using A = acc_t<T>;
   check_shape("batch_norm backward", sh);
   if (sh.c == 0) return;
@@ -277,23 +281,23 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(A) : 0);
   const int64_t splits = channel_splits(sh);
   if ((gw || gb || need_sums) && splits == 1) {
-    EMBER_LAUNCH(backward_reduce_kernel<T>, static_cast<unsigned>(sh.c), kThreads, 0, cuda::current_stream(),
+    EMBER_LAUNCH((backward_reduce_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, cuda::current_stream(),
                  sh, x, gy, mean, invstd, gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   } else if (gw || gb || need_sums) {
     cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(A));
     const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
-    EMBER_LAUNCH(backward_partial_kernel<T>, grid, kThreads, 0, cuda::current_stream(), sh, x, gy, mean,
+    EMBER_LAUNCH((backward_partial_kernel<T, P>), grid, kThreads, 0, cuda::current_stream(), sh, x, gy, mean,
                  invstd, partial.as<A>());
     cuda::check_launch("batch_norm backward");
-    EMBER_LAUNCH_FLAT(backward_finalize_kernel<T>, detail::grid_stride_blocks(sh.c, kThreads), kThreads,
+    EMBER_LAUNCH_FLAT((backward_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
                       cuda::current_stream(), sh.c, splits, static_cast<const A*>(partial.as<A>()),
                       gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   }
   const int64_t total = sh.n * sh.c * sh.s;
   if (!gx || total == 0) return;
-  EMBER_LAUNCH_FLAT(backward_input_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
+  EMBER_LAUNCH_FLAT((backward_input_kernel<T, P>), detail::grid_stride_blocks(total, kThreads), kThreads,
                     cuda::current_stream(), sh, x, gy, mean, invstd, weight,
                     static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
@@ -301,30 +305,33 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
 
 }  // namespace
 
-void batch_norm_stats(DType dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
-  EMBER_DISPATCH_FLOATING(dtype, "batch_norm", [&] {
-    stats_impl<scalar_t>(sh, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(mean),
-                         static_cast<scalar_t*>(var));
+void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
+  dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
+    using T = decltype(t);
+    using P = decltype(p);
+    stats_impl<T, P>(sh, static_cast<const T*>(x), static_cast<P*>(mean), static_cast<P*>(var));
   });
 }
 
-void batch_norm_apply(DType dtype, const BatchNormShape& sh, const void* x, const void* mean, const void* invstd,
-                      const void* weight, const void* bias, void* y) {
-  EMBER_DISPATCH_FLOATING(dtype, "batch_norm", [&] {
-    apply_impl<scalar_t>(sh, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(mean),
-                         static_cast<const scalar_t*>(invstd), static_cast<const scalar_t*>(weight),
-                         static_cast<const scalar_t*>(bias), static_cast<scalar_t*>(y));
+void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, const void* mean,
+                      const void* invstd, const void* weight, const void* bias, void* y) {
+  dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
+    using T = decltype(t);
+    using P = decltype(p);
+    apply_impl<T, P>(sh, static_cast<const T*>(x), static_cast<const P*>(mean), static_cast<const P*>(invstd),
+                     static_cast<const P*>(weight), static_cast<const P*>(bias), static_cast<T*>(y));
   });
 }
 
-void batch_norm_backward(DType dtype, const BatchNormShape& sh, bool training, const void* x, const void* grad_y,
-                         const void* mean, const void* invstd, const void* weight, void* grad_x, void* grad_weight,
-                         void* grad_bias) {
-  EMBER_DISPATCH_FLOATING(dtype, "batch_norm backward", [&] {
-    backward_impl<scalar_t>(sh, training, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(grad_y),
-                            static_cast<const scalar_t*>(mean), static_cast<const scalar_t*>(invstd),
-                            static_cast<const scalar_t*>(weight), static_cast<scalar_t*>(grad_x),
-                            static_cast<scalar_t*>(grad_weight), static_cast<scalar_t*>(grad_bias));
+void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
+                         const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
+                         void* grad_weight, void* grad_bias) {
+  dispatch_batch_norm("batch_norm backward", dtype, param_dtype, [&](auto t, auto p) {
+    using T = decltype(t);
+    using P = decltype(p);
+    backward_impl<T, P>(sh, training, static_cast<const T*>(x), static_cast<const T*>(grad_y),
+                        static_cast<const P*>(mean), static_cast<const P*>(invstd), static_cast<const P*>(weight),
+                        static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias));
   });
 }
 

@@ -43,8 +43,8 @@ __device__ inline int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 
 // window row are strided by stride_w across the warp, writes are coalesced. The window walk and
 // the comparison rule are the CPU's general loop (kernels/cpu/pool.cpp) verbatim: start at -inf
 // on the first tap that is not padding; a strictly larger value or a NaN takes over.
-template <typename T>
-__global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, int64_t* indices) {
+template <typename T, typename I>
+__global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, I* indices) {
   const int64_t out_plane = g.out_h * g.out_w;
   EMBER_POOL_FOR(idx, g.planes * out_plane) {
     const int64_t ow = idx % g.out_w, oh = (idx / g.out_w) % g.out_h, p = idx / out_plane;
@@ -68,7 +68,7 @@ __global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, int64_t
       }
     }
     out[idx] = static_cast<T>(best_v);  // exact: best_v is one of x's values (or -inf)
-    indices[idx] = best;
+    indices[idx] = static_cast<I>(best);
   }
 }
 
@@ -76,8 +76,8 @@ __global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, int64_t
 // input rows [oh s - pad, oh s - pad + (k - 1) dil], so row ih is in the windows with
 // ceil((ih + pad - (k - 1) dil) / s) <= oh <= floor((ih + pad) / s); the thread adds grad_out of
 // those whose recorded argmax is this cell.
-template <typename T>
-__global__ void max_backward_kernel(Pool2dGeometry g, const T* grad_out, const int64_t* indices, T* grad_in) {
+template <typename T, typename I>
+__global__ void max_backward_kernel(Pool2dGeometry g, const T* grad_out, const I* indices, T* grad_in) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   EMBER_POOL_FOR(idx, g.planes * in_plane) {
     const int64_t iw = idx % g.in_w, ih = (idx / g.in_w) % g.in_h, p = idx / in_plane;
@@ -87,7 +87,7 @@ __global__ void max_backward_kernel(Pool2dGeometry g, const T* grad_out, const i
     const int64_t ow_lo = ceil_div_nonneg(iw + g.pad_w - (g.kernel_w - 1) * g.dilation_w, g.stride_w);
     const int64_t ow_hi = min((iw + g.pad_w) / g.stride_w, g.out_w - 1);
     const T* go = grad_out + p * out_plane;
-    const int64_t* ip = indices + p * out_plane;
+    const I* ip = indices + p * out_plane;
     acc_t<T> acc = 0;  // f16/bf16: summed in float, rounded once
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
       for (int64_t ow = ow_lo; ow <= ow_hi; ++ow)
@@ -230,22 +230,31 @@ void check_pool(const char* op, const Pool2dGeometry& g) {
 
 }  // namespace
 
-void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out, int64_t* indices) {
+void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* x, void* out,
+                        void* indices) {
   check_pool("max_pool2d", g);
-  EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
-    using T = scalar_t;
-    launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T>, g, static_cast<const T*>(x), static_cast<T*>(out),
-                 indices);
+  check_max_pool_indices("max_pool2d", index_dtype, g);
+  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d", [&] {
+    using I = scalar_t;
+    EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
+      using T = scalar_t;
+      launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I>, g, static_cast<const T*>(x),
+                   static_cast<T*>(out), static_cast<I*>(indices));
+    });
   });
 }
 
-void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, const int64_t* indices,
-                         void* grad_in) {
+void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* grad_out,
+                         const void* indices, void* grad_in) {
   check_pool("max_pool2d backward", g);
-  EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
-    using T = scalar_t;
-    launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T>, g, static_cast<const T*>(grad_out),
-                 indices, static_cast<T*>(grad_in));
+  check_max_pool_indices("max_pool2d backward", index_dtype, g);
+  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d backward", [&] {
+    using I = scalar_t;
+    EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
+      using T = scalar_t;
+      launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I>, g, static_cast<const T*>(grad_out),
+                   static_cast<const I*>(indices), static_cast<T*>(grad_in));
+    });
   });
 }
 

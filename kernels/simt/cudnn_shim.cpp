@@ -1066,7 +1066,7 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolin
     with_scaling(dt, sc, y, out_n, [&](void* dst) {
       if (max) {
         std::vector<int64_t> indices(out_n);
-        ember::kernels::cpu::max_pool2d_forward(dt, g, x, dst, indices.data());
+        ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, x, dst, indices.data());
       } else {
         ember::kernels::cpu::avg_pool2d_forward(dt, g, include_padding, x, dst);
       }
@@ -1103,8 +1103,8 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
       if (max) {
         std::vector<int64_t> indices(out_n);
         std::vector<double> out(out_n);  // room for out_n elements of either type
-        ember::kernels::cpu::max_pool2d_forward(dt, g, x, out.data(), indices.data());
-        ember::kernels::cpu::max_pool2d_backward(dt, g, dy, indices.data(), dst);
+        ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, x, out.data(), indices.data());
+        ember::kernels::cpu::max_pool2d_backward(dt, DType::i64, g, dy, indices.data(), dst);
       } else {
         ember::kernels::cpu::avg_pool2d_backward(dt, g, include_padding, dy, dst);
       }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <ember/core/allocator.h>
 #include <ember/core/autocast.h>
 
 namespace ember::testing {
@@ -258,6 +259,71 @@ void check_autocast_gradients(Device device, DType region) {
     CHECK(d <= tol);
     CHECK(d > 0);  // the region really computed in 16 bits
   }
+}
+
+void check_autocast_batch_norm(Device device, DType region) {
+  INFO("batch_norm on " << name_of(device) << " under autocast " << region);
+  Generator gen(11);
+  const Shape shape{4, 3, 32, 32};
+  const int64_t numel = 4 * 3 * 32 * 32;
+  Tensor x = mul(sub(rand(shape, {}, gen), 0.3), 4.0).to(region).to(device);  // off-centre: mean != 0
+  x.requires_grad_();
+  const Tensor gy = sub(rand(shape, {}, gen), 0.5).to(region).to(device);
+  Tensor w = add(rand({3}, {}, gen), 0.5).to(device), b = sub(rand({3}, {}, gen), 0.5).to(device);
+  w.requires_grad_();
+  b.requires_grad_();
+  Tensor rm = zeros({3}, {.device = device}), rv = ones({3}, {.device = device});
+
+  Allocator& alloc = allocator_for(device);
+  const int64_t before = alloc.stats().bytes_in_use;
+  Tensor y;
+  {
+    AutocastGuard amp(device.type, region);
+    y = batch_norm(x, rm, rv, w, b, /*training=*/true);
+  }
+  const int64_t held = alloc.stats().bytes_in_use - before;
+  REQUIRE(y.dtype() == region);
+  // y (2 bytes an element) and a few per-channel vectors; a float32 copy of x would add 4 bytes an
+  // element.
+  INFO("bytes held after the forward pass: " << held << " for " << numel << " elements");
+  CHECK(held >= 2 * numel);
+  CHECK(held < 2 * numel + 16384);
+  y.backward(gy);
+  REQUIRE(x.grad().dtype() == region);
+  REQUIRE(w.grad().dtype() == DType::f32);
+  REQUIRE(b.grad().dtype() == DType::f32);
+  CHECK(rm.dtype() == DType::f32);
+
+  // The float64 reference on the same (16-bit) values, without autocast.
+  auto f64 = [](const Tensor& t) { return t.detach().to(Device::cpu()).to(DType::f64); };
+  Tensor x64 = f64(x), w64 = f64(w), b64 = f64(b);
+  x64.requires_grad_();
+  w64.requires_grad_();
+  b64.requires_grad_();
+  Tensor rm64 = zeros({3}, {.dtype = DType::f64}), rv64 = ones({3}, {.dtype = DType::f64});
+  const Tensor y64 = batch_norm(x64, rm64, rv64, w64, b64, /*training=*/true);
+  y64.backward(f64(gy));
+
+  auto require_close = [](const char* what, const Tensor& got, const Tensor& want, double rtol) {
+    const std::vector<double> g = got.detach().to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();
+    const std::vector<double> r = want.detach().contiguous().to_vector<double>();
+    REQUIRE(g.size() == r.size());
+    for (size_t k = 0; k < g.size(); ++k) {
+      INFO(what << "[" << k << "]: got " << g[k] << ", want " << r[k]);
+      REQUIRE(std::fabs(g[k] - r[k]) <= rtol * std::max(1.0, std::fabs(r[k])));
+    }
+  };
+  // One rounding to 16 bits (at most 2 u relative, u as defined above) of a float32 result, whose
+  // own error is ~1e-6.
+  const double u = unit_roundoff(region);
+  require_close("y", y, y64, 2.5 * u);
+  require_close("grad x", x.grad(), x64.grad(), 2.5 * u);
+  // Float32 sums of 4096 terms: within 2e-5 of float64, where a 16-bit rounding would be 2^-11
+  // (f16) or 2^-8 (bf16) of the value.
+  require_close("grad weight", w.grad(), w64.grad(), 2e-5);
+  require_close("grad bias", b.grad(), b64.grad(), 2e-5);
+  require_close("running_mean", rm, rm64, 2e-6);
+  require_close("running_var", rv, rv64, 2e-6);
 }
 
 }  // namespace ember::testing

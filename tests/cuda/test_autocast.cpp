@@ -20,6 +20,13 @@ TEST_CASE("cuda autocast: gradients of float32 parameters are float32 and close 
     ember::testing::check_autocast_gradients(Device::cuda(0), region);
 }
 
+TEST_CASE("cuda autocast: batch_norm keeps its 16-bit input for backward, float32 statistics and parameter "
+          "gradients",
+          "[cuda][autocast]") {
+  for (const DType region : {DType::f16, DType::bf16})
+    ember::testing::check_autocast_batch_norm(Device::cuda(0), region);
+}
+
 TEST_CASE("cuda autocast: a CUDA region casts CUDA tensors only", "[cuda][autocast]") {
   const Tensor x = ones({2, 4}), w = ones({3, 4});
   AutocastGuard amp(DeviceType::CUDA, DType::f16);

@@ -1,4 +1,5 @@
-// kernels/cuda/batchnorm against kernels/cpu/batchnorm.
+// kernels/cuda/batchnorm against kernels/cpu/batchnorm; and on both, the mixed-precision kernels
+// (f16/bf16 x, float32 per-channel vectors) against the float32 kernels.
 //
 // Tolerances. The CPU accumulates the statistics and the backward sums in double (cpu_acc_t) and
 // rounds to T once; the CUDA kernels accumulate in acc_t<T> (Note [Accumulation types] in
@@ -120,9 +121,9 @@ TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (two-pass mean and bia
     INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s);
     const Inputs<T> in(sh, seed += 10);
     DeviceBuffer<T> dx(in.x), dmean(static_cast<size_t>(sh.c)), dvar(static_cast<size_t>(sh.c));
-    ember::kernels::gpu::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
+    ember::kernels::gpu::batch_norm_stats(dt, dt, sh, dx.data(), dmean.data(), dvar.data());
     std::vector<T> mean(static_cast<size_t>(sh.c)), var(static_cast<size_t>(sh.c));
-    ember::kernels::cpu::batch_norm_stats(dt, sh, in.x.data(), mean.data(), var.data());
+    ember::kernels::cpu::batch_norm_stats(dt, dt, sh, in.x.data(), mean.data(), var.data());
     ember::testing::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
     ember::testing::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
   }
@@ -140,10 +141,10 @@ TEMPLATE_TEST_CASE("cuda batch_norm_apply matches the CPU, with and without affi
     DeviceBuffer<T> dy(in.x.size());
     for (bool affine : {true, false}) {
       INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s << " affine=" << affine);
-      ember::kernels::gpu::batch_norm_apply(dt, sh, dx.data(), dm.data(), dis.data(), affine ? dw.data() : nullptr,
+      ember::kernels::gpu::batch_norm_apply(dt, dt, sh, dx.data(), dm.data(), dis.data(), affine ? dw.data() : nullptr,
                                              affine ? db.data() : nullptr, dy.data());
       std::vector<T> want(in.x.size());
-      ember::kernels::cpu::batch_norm_apply(dt, sh, in.x.data(), in.mean.data(), in.invstd.data(),
+      ember::kernels::cpu::batch_norm_apply(dt, dt, sh, in.x.data(), in.mean.data(), in.invstd.data(),
                                             affine ? in.weight.data() : nullptr, affine ? in.bias.data() : nullptr,
                                             want.data());
       // |x - m| * |scale| <= 5 * 2 * 1 and |shift| <= 1: 2 ulp of 11.
@@ -167,11 +168,11 @@ TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval,
         const bool want_x = mask & 1, want_w = mask & 2, want_b = mask & 4;
         const bool affine = mask != 3;  // also once without weight
         INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s << " training=" << training << " mask=" << mask);
-        ember::kernels::gpu::batch_norm_backward(dt, sh, training, dx.data(), dgy.data(), dm.data(), dis.data(),
+        ember::kernels::gpu::batch_norm_backward(dt, dt, sh, training, dx.data(), dgy.data(), dm.data(), dis.data(),
                                                   affine ? dw.data() : nullptr, want_x ? dgx.data() : nullptr,
                                                   want_w ? dgw.data() : nullptr, want_b ? dgb.data() : nullptr);
         std::vector<T> gx(n), gw(c), gb(c);
-        ember::kernels::cpu::batch_norm_backward(dt, sh, training, in.x.data(), in.gy.data(), in.mean.data(),
+        ember::kernels::cpu::batch_norm_backward(dt, dt, sh, training, in.x.data(), in.gy.data(), in.mean.data(),
                                                  in.invstd.data(), affine ? in.weight.data() : nullptr, gx.data(),
                                                  gw.data(), gb.data());
         // grad_x is a double expression of the (double) sums, rounded once; the sums' order
@@ -197,18 +198,133 @@ TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel, and
   Inputs<T> in(sh, 7);
   in.x[static_cast<size_t>((1 * sh.c + 2) * sh.s + 3)] = std::numeric_limits<T>::quiet_NaN();  // channel 2
   DeviceBuffer<T> dx(in.x), dmean(4), dvar(4);
-  ember::kernels::gpu::batch_norm_stats(dt, sh, dx.data(), dmean.data(), dvar.data());
+  ember::kernels::gpu::batch_norm_stats(dt, dt, sh, dx.data(), dmean.data(), dvar.data());
   std::vector<T> mean(4), var(4);
-  ember::kernels::cpu::batch_norm_stats(dt, sh, in.x.data(), mean.data(), var.data());
+  ember::kernels::cpu::batch_norm_stats(dt, dt, sh, in.x.data(), mean.data(), var.data());
   REQUIRE(std::isnan(mean[2]));
   ember::testing::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
   ember::testing::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
 
   // No channels / no elements: nothing is written (no channels) or statistics are NaN (0 / 0).
   DeviceBuffer<T> one(1), m1(1), v1(1);
-  ember::kernels::gpu::batch_norm_stats(dt, {0, 0, 1}, one.data(), m1.data(), v1.data());
-  ember::kernels::gpu::batch_norm_apply(dt, {0, 3, 4}, one.data(), m1.data(), v1.data(), nullptr, nullptr, m1.data());
-  ember::kernels::gpu::batch_norm_stats(dt, {0, 1, 1}, one.data(), m1.data(), v1.data());
+  ember::kernels::gpu::batch_norm_stats(dt, dt, {0, 0, 1}, one.data(), m1.data(), v1.data());
+  ember::kernels::gpu::batch_norm_apply(dt, dt, {0, 3, 4}, one.data(), m1.data(), v1.data(), nullptr, nullptr, m1.data());
+  ember::kernels::gpu::batch_norm_stats(dt, dt, {0, 1, 1}, one.data(), m1.data(), v1.data());
   REQUIRE(std::isnan(checked(m1)[0]));
   one.check_guards();
+}
+
+namespace {
+
+// x as floats (exact: every f16/bf16 value is a float), and floats rounded to T.
+template <typename T>
+std::vector<float> widened(const std::vector<T>& x) {
+  return std::vector<float>(x.begin(), x.end());
+}
+template <typename T>
+std::vector<T> rounded(const std::vector<float>& x) {
+  std::vector<T> r;
+  for (float v : x) r.push_back(T(v));
+  return r;
+}
+
+// Runs the mixed-precision kernels (16-bit x, float per-channel vectors) and the float32 kernels on
+// the widened x on one backend (Note [Mixed-precision batch norm] in kernels/batchnorm.h), and requires
+// the same results: y and grad x equal to the float32 results rounded to T, the statistics and
+// grad weight / grad bias equal to the float32 ones, bit for bit.
+template <typename T, typename Backend>
+void require_mixed_equals_f32(const BatchNormShape& sh, uint64_t seed, const Backend& backend) {
+  const DType dt = std::is_same_v<T, ember::Half> ? DType::f16 : DType::bf16;
+  const size_t n = static_cast<size_t>(sh.n * sh.c * sh.s), c = static_cast<size_t>(sh.c);
+  const std::vector<T> x = rounded<T>(random_vector<float>(n, seed, -2.0, 3.0));
+  const std::vector<T> gy = rounded<T>(random_vector<float>(n, seed + 1));
+  const std::vector<float> xf = widened(x), gyf = widened(gy);
+  const std::vector<float> w = random_vector<float>(c, seed + 4), b = random_vector<float>(c, seed + 5);
+  for (bool training : {true, false}) {
+    INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s << " training=" << training);
+    std::vector<float> mean(c), var(c), mean32(c), var32(c), gw(c), gb(c), gw32(c), gb32(c), y32(n), gx32(n);
+    std::vector<T> y(n), gx(n);
+    backend.run(dt, x, gy, w, b, training, mean, var, y, gx, gw, gb);
+    backend.run(DType::f32, xf, gyf, w, b, training, mean32, var32, y32, gx32, gw32, gb32);
+    CHECK(mean == mean32);
+    CHECK(var == var32);
+    CHECK(widened(y) == widened(rounded<T>(y32)));
+    CHECK(widened(gx) == widened(rounded<T>(gx32)));
+    CHECK(gw == gw32);
+    CHECK(gb == gb32);
+  }
+}
+
+// One backend's stats, apply (with the batch statistics' invstd) and backward, on host vectors.
+struct CpuBackend {
+  template <typename T>
+  void run(DType dt, const std::vector<T>& x, const std::vector<T>& gy, const std::vector<float>& w,
+           const std::vector<float>& b, bool training, std::vector<float>& mean, std::vector<float>& var,
+           std::vector<T>& y, std::vector<T>& gx, std::vector<float>& gw, std::vector<float>& gb) const {
+    namespace k = ember::kernels::cpu;
+    const BatchNormShape sh = shape;
+    k::batch_norm_stats(dt, DType::f32, sh, x.data(), mean.data(), var.data());
+    std::vector<float> invstd(var.size());
+    for (size_t i = 0; i < var.size(); ++i) invstd[i] = 1.0f / std::sqrt(var[i] + 1e-5f);
+    k::batch_norm_apply(dt, DType::f32, sh, x.data(), mean.data(), invstd.data(), w.data(), b.data(), y.data());
+    k::batch_norm_backward(dt, DType::f32, sh, training, x.data(), gy.data(), mean.data(), invstd.data(), w.data(),
+                           gx.data(), gw.data(), gb.data());
+  }
+  BatchNormShape shape;
+};
+
+struct CudaBackend {
+  template <typename T>
+  void run(DType dt, const std::vector<T>& x, const std::vector<T>& gy, const std::vector<float>& w,
+           const std::vector<float>& b, bool training, std::vector<float>& mean, std::vector<float>& var,
+           std::vector<T>& y, std::vector<T>& gx, std::vector<float>& gw, std::vector<float>& gb) const {
+    namespace k = ember::kernels::gpu;
+    const BatchNormShape sh = shape;
+    DeviceBuffer<T> dx(x), dgy(gy), dy(x.size()), dgx(x.size());
+    DeviceBuffer<float> dw(w), db(b), dmean(w.size()), dvar(w.size()), dgw(w.size()), dgb(w.size());
+    k::batch_norm_stats(dt, DType::f32, sh, dx.data(), dmean.data(), dvar.data());
+    mean = checked(dmean);
+    var = checked(dvar);
+    std::vector<float> invstd(var.size());
+    for (size_t i = 0; i < var.size(); ++i) invstd[i] = 1.0f / std::sqrt(var[i] + 1e-5f);
+    DeviceBuffer<float> dis(invstd);
+    k::batch_norm_apply(dt, DType::f32, sh, dx.data(), dmean.data(), dis.data(), dw.data(), db.data(), dy.data());
+    k::batch_norm_backward(dt, DType::f32, sh, training, dx.data(), dgy.data(), dmean.data(), dis.data(), dw.data(),
+                           dgx.data(), dgw.data(), dgb.data());
+    y = checked(dy);
+    gx = checked(dgx);
+    gw = checked(dgw);
+    gb = checked(dgb);
+  }
+  BatchNormShape shape;
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("batch norm kernels on f16/bf16 x with float32 per-channel vectors are the float32 kernels on "
+                   "the widened x, rounded once (CPU and cuda)",
+                   "[cuda][batchnorm]", ember::Half, ember::BFloat16) {
+  using T = TestType;
+  uint64_t seed = 300;
+  for (const BatchNormShape& sh : kShapes) {
+    {
+      INFO("CPU");
+      require_mixed_equals_f32<T>(sh, seed += 10, CpuBackend{sh});
+    }
+    {
+      INFO("cuda");
+      require_mixed_equals_f32<T>(sh, seed += 10, CudaBackend{sh});
+    }
+  }
+}
+
+TEST_CASE("batch norm kernels refuse per-channel vectors of another dtype than x's or float32", "[cuda][batchnorm]") {
+  const BatchNormShape sh{2, 1, 2};
+  std::vector<float> x(4, 1.0f), m(1), v(1);
+  DeviceBuffer<float> dx(x), dm(1), dv(1);
+  // float32 x with bf16 statistics; f64 x with float32 statistics: neither is a supported pair.
+  CHECK_THROWS_WITH(ember::kernels::cpu::batch_norm_stats(DType::f32, DType::bf16, sh, x.data(), m.data(), v.data()),
+                    Catch::Contains("per-channel vectors") && Catch::Contains("bfloat16"));
+  CHECK_THROWS_WITH(ember::kernels::gpu::batch_norm_stats(DType::f64, DType::f32, sh, dx.data(), dm.data(), dv.data()),
+                    Catch::Contains("per-channel vectors") && Catch::Contains("float64"));
 }

@@ -313,10 +313,10 @@ TEMPLATE_TEST_CASE("cudnn pooling equals the CPU kernels (max and average, both 
       cudnn::max_pool2d_forward(dt, g, dx.data(), dout.data());
       std::vector<T> want(out_n), want_gi(in_n);
       std::vector<int64_t> idx(out_n);
-      ember::kernels::cpu::max_pool2d_forward(dt, g, x.data(), want.data(), idx.data());
+      ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, x.data(), want.data(), idx.data());
       ember::testing::require_close(checked(dout), want, 0, 0, "max forward");
       cudnn::max_pool2d_backward(dt, g, dx.data(), dout.data(), dgo.data(), dgi.data());
-      ember::kernels::cpu::max_pool2d_backward(dt, g, go.data(), idx.data(), want_gi.data());
+      ember::kernels::cpu::max_pool2d_backward(dt, DType::i64, g, go.data(), idx.data(), want_gi.data());
       ember::testing::require_close(checked(dgi), want_gi, 0, 0, "max backward");
       for (bool include_pad : {true, false}) {
         cudnn::avg_pool2d_forward(dt, g, include_pad, dx.data(), dout.data());
@@ -341,7 +341,7 @@ TEMPLATE_TEST_CASE("cudnn pooling equals the CPU kernels (max and average, both 
   std::vector<T> want(dout.size());
   std::vector<int64_t> idx(dout.size());
   cudnn::max_pool2d_forward(dt, g, dx.data(), dout.data());
-  ember::kernels::cpu::max_pool2d_forward(dt, g, x.data(), want.data(), idx.data());
+  ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, x.data(), want.data(), idx.data());
   ember::testing::require_close(checked(dout), want, 0, 0, "max forward with NaN");
   cudnn::avg_pool2d_forward(dt, g, false, dx.data(), dout.data());
   ember::kernels::cpu::avg_pool2d_forward(dt, g, false, x.data(), want.data());

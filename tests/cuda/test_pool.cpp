@@ -62,24 +62,40 @@ std::vector<T> checked(const DeviceBuffer<T>& b) {
   return b.download();
 }
 
-template <typename T>
-void run_max(const Pool2dGeometry& g, const std::vector<T>& x, uint64_t seed) {
-  const DType dt = dtype_of<T>();
+// Max pooling with indices of type I (int64, or int32 as max_pool2d keeps them).
+template <typename T, typename I>
+void run_max_indexed(const Pool2dGeometry& g, const std::vector<T>& x, uint64_t seed) {
+  const DType dt = dtype_of<T>(), it = std::is_same_v<I, int32_t> ? DType::i32 : DType::i64;
+  INFO("indices " << it);
   const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w), out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
   DeviceBuffer<T> dx(x), dout(out_n), dgo(random_vector<T>(out_n, seed)), dgi(in_n);
-  DeviceBuffer<int64_t> didx(out_n);
-  ember::kernels::gpu::max_pool2d_forward(dt, g, dx.data(), dout.data(), didx.data());
+  DeviceBuffer<I> didx(out_n);
+  ember::kernels::gpu::max_pool2d_forward(dt, it, g, dx.data(), dout.data(), didx.data());
   std::vector<T> want(out_n);
-  std::vector<int64_t> want_idx(out_n);
-  ember::kernels::cpu::max_pool2d_forward(dt, g, x.data(), want.data(), want_idx.data());
+  std::vector<I> want_idx(out_n);
+  ember::kernels::cpu::max_pool2d_forward(dt, it, g, x.data(), want.data(), want_idx.data());
   ember::testing::require_close(checked(dout), want, 0, 0, "max forward");
   REQUIRE(checked(didx) == want_idx);
 
   const std::vector<T> go = dgo.download();
-  ember::kernels::gpu::max_pool2d_backward(dt, g, dgo.data(), didx.data(), dgi.data());
+  ember::kernels::gpu::max_pool2d_backward(dt, it, g, dgo.data(), didx.data(), dgi.data());
   std::vector<T> want_gi(in_n);
-  ember::kernels::cpu::max_pool2d_backward(dt, g, go.data(), want_idx.data(), want_gi.data());
+  ember::kernels::cpu::max_pool2d_backward(dt, it, g, go.data(), want_idx.data(), want_gi.data());
   ember::testing::require_close(checked(dgi), want_gi, 0, 0, "max backward");
+}
+
+// Both index types, which must pick the same positions (compared through int64).
+template <typename T>
+void run_max(const Pool2dGeometry& g, const std::vector<T>& x, uint64_t seed) {
+  run_max_indexed<T, int64_t>(g, x, seed);
+  run_max_indexed<T, int32_t>(g, x, seed);
+  const size_t out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
+  std::vector<T> out(out_n);
+  std::vector<int64_t> i64(out_n);
+  std::vector<int32_t> i32(out_n);
+  ember::kernels::cpu::max_pool2d_forward(dtype_of<T>(), DType::i64, g, x.data(), out.data(), i64.data());
+  ember::kernels::cpu::max_pool2d_forward(dtype_of<T>(), DType::i32, g, x.data(), out.data(), i32.data());
+  REQUIRE(std::vector<int64_t>(i32.begin(), i32.end()) == i64);
 }
 
 // Average forward: the CPU sums a window in double (cpu_acc_t) and rounds once, the CUDA kernel
@@ -189,8 +205,8 @@ TEST_CASE("cuda pooling: zero planes is a no-op", "[cuda][pool]") {
   Pool2dGeometry g = geometry({"empty", 0, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, false});
   DeviceBuffer<float> x(1), out(1), gi(1);
   DeviceBuffer<int64_t> idx(1);
-  ember::kernels::gpu::max_pool2d_forward(DType::f32, g, x.data(), out.data(), idx.data());
-  ember::kernels::gpu::max_pool2d_backward(DType::f32, g, out.data(), idx.data(), gi.data());
+  ember::kernels::gpu::max_pool2d_forward(DType::f32, DType::i64, g, x.data(), out.data(), idx.data());
+  ember::kernels::gpu::max_pool2d_backward(DType::f32, DType::i64, g, out.data(), idx.data(), gi.data());
   ember::kernels::gpu::avg_pool2d_forward(DType::f32, g, true, x.data(), out.data());
   ember::kernels::gpu::avg_pool2d_backward(DType::f32, g, true, out.data(), gi.data());
   ember::kernels::gpu::adaptive_avg_pool2d_forward(DType::f32, g, x.data(), out.data());
@@ -201,4 +217,27 @@ TEST_CASE("cuda pooling: zero planes is a no-op", "[cuda][pool]") {
   // And a bad dtype is an ember::Error.
   g.planes = 1;
   REQUIRE_THROWS_AS(ember::kernels::gpu::avg_pool2d_forward(DType::i32, g, true, x.data(), out.data()), ember::Error);
+}
+
+TEST_CASE("max pooling refuses float or too-narrow index dtypes, on the CPU and cuda", "[cuda][pool]") {
+  Pool2dGeometry g = geometry({"2x2", 1, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, false});
+  DeviceBuffer<float> x(16), out(4), gi(16);
+  DeviceBuffer<int64_t> idx(4);
+  std::vector<float> hx(16), hout(4);
+  std::vector<int64_t> hidx(4);
+  CHECK_THROWS_WITH(ember::kernels::gpu::max_pool2d_forward(DType::f32, DType::f32, g, x.data(), out.data(), idx.data()),
+                    Catch::Contains("max_pool2d: indices must be int32 or int64, got float32"));
+  CHECK_THROWS_WITH(ember::kernels::cpu::max_pool2d_forward(DType::f32, DType::u8, g, hx.data(), hout.data(), hidx.data()),
+                    Catch::Contains("indices must be int32 or int64"));
+  // A plane of 2^31 positions (the geometry only: nothing is read before the check) needs int64.
+  Pool2dGeometry big = g;
+  big.in_h = 65536, big.in_w = 32768, big.out_h = 32768, big.out_w = 16384;
+  CHECK_FALSE(ember::kernels::max_pool_indices_fit(DType::i32, big));
+  CHECK(ember::kernels::max_pool_indices_fit(DType::i64, big));
+  CHECK_THROWS_WITH(ember::kernels::cpu::max_pool2d_forward(DType::f32, DType::i32, big, hx.data(), hout.data(),
+                                                            hidx.data()),
+                    Catch::Contains("65536x32768 plane has more positions than int32 indices can address"));
+  CHECK_THROWS_WITH(ember::kernels::gpu::max_pool2d_backward(DType::f32, DType::i32, big, out.data(), idx.data(),
+                                                             gi.data()),
+                    Catch::Contains("int32 indices"));
 }
