@@ -197,3 +197,40 @@ TEST_CASE("winograd conv: conv2d's autograd runs it and matches float64", "[conv
   testing::check_close(x.grad(), xd.grad().to_vector<double>(), 1e-4, 1e-5);
   testing::check_close(w.grad(), wd.grad().to_vector<double>(), 1e-4, 1e-5);
 }
+
+TEST_CASE("winograd conv: bf16 runs it on float32 copies, rounded once at the end", "[conv][winograd][bf16]") {
+  const kernels::Conv2dGeometry g = geometry(2, 16, 9, 12, 24, 1, 1);
+  const int64_t xn = g.n * g.c_in * g.h * g.w, wn = g.c_out * g.c_in * 9, yn = g.n * g.c_out * g.out_h * g.out_w;
+  auto bf16_values = [](size_t n, uint32_t seed) {  // bf16 values and their exact float32 widening
+    const VF f = random_floats(n, seed);
+    std::vector<BFloat16> b(n);
+    VF wide(n);
+    for (size_t i = 0; i < n; ++i) {
+      b[i] = BFloat16(f[i]);
+      wide[i] = static_cast<float>(b[i]);
+    }
+    return std::pair{b, wide};
+  };
+  const auto [x, xf] = bf16_values(xn, 12);
+  const auto [w, wf] = bf16_values(wn, 13);
+  const auto [bias, bf] = bf16_values(g.c_out, 14);
+  const auto [gy, gyf] = bf16_values(yn, 15);
+  std::vector<BFloat16> y(yn), gx(xn), gw(wn);
+  const int64_t before = kc::winograd_convolutions();
+  kc::conv2d_forward(DType::bf16, g, x.data(), w.data(), bias.data(), y.data());
+  kc::conv2d_backward_data(DType::bf16, g, gy.data(), w.data(), gx.data());
+  kc::conv2d_backward_weight(DType::bf16, g, gy.data(), x.data(), gw.data());
+  CHECK(kc::winograd_convolutions() == before + 3);
+  VF y32(yn), gx32(xn), gw32(wn);
+  kc::winograd_forward(g, xf.data(), wf.data(), bf.data(), y32.data());
+  kc::winograd_backward_data(g, gyf.data(), wf.data(), gx32.data());
+  kc::winograd_backward_weight(g, gyf.data(), xf.data(), gw32.data());
+  auto same = [](const std::vector<BFloat16>& got, const VF& f32) {
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i].bits != BFloat16(f32[i]).bits) return false;
+    return true;
+  };
+  CHECK(same(y, y32));
+  CHECK(same(gx, gx32));
+  CHECK(same(gw, gw32));
+}

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <ember/ember.h>
+#include <ember/kernels/cpu/pool.h>
 
 #include <cmath>
 #include <limits>
@@ -356,38 +357,55 @@ TEST_CASE("pool and batch_norm: results do not depend on the thread count", "[po
 }
 
 TEST_CASE("max_pool2d: the 2x2 stride-2 fast paths match the rule on ties and NaNs", "[pool]") {
-  // Values from a small set (many ties), a few NaNs, widths that exercise the 4-wide vector loop
-  // and its scalar tail; checked against the rule written out here: in row-major order, a later
-  // element wins when it is strictly greater or NaN.
-  for (DType dt : {DType::f32, DType::f64}) {
-    const int64_t n = 2, c = 3, h = 10, w = 22;
-    Generator g(9);
-    std::vector<double> v = randint(0, 4, {n * c * h * w}, {.dtype = DType::i64}, g).to(DType::f64).to_vector<double>();
-    for (size_t i = 7; i < v.size(); i += 37) v[i] = std::numeric_limits<double>::quiet_NaN();
-    Tensor x = from_vector<double>(v, {n, c, h, w}).to(dt);
-    auto [out, idx] = max_pool2d_with_indices(x, {.kernel = {2, 2}});
-    const std::vector<double> o = out.to_vector<double>();
-    const std::vector<int64_t> id = idx.to_vector<int64_t>();
-    const int64_t oh_n = h / 2, ow_n = w / 2;
-    for (int64_t p = 0; p < n * c; ++p)
-      for (int64_t oh = 0; oh < oh_n; ++oh)
-        for (int64_t ow = 0; ow < ow_n; ++ow) {
-          double best = -INFINITY;
-          int64_t best_i = 2 * oh * w + 2 * ow;
-          for (int64_t dy = 0; dy < 2; ++dy)
-            for (int64_t dx = 0; dx < 2; ++dx) {
-              const int64_t i = (2 * oh + dy) * w + 2 * ow + dx;
-              const double val = v[p * h * w + i];
-              if (val > best || std::isnan(val)) best = val, best_i = i;
+  // Values from a small set (many ties), a few NaNs, widths that exercise the vector loops (4-wide
+  // SSE2, 16-wide AVX-512 with a masked tail) and the scalar tail; checked against the rule
+  // written out here: in row-major order, a later element wins when it is strictly greater or
+  // NaN. Both index types (int64 from max_pool2d_with_indices, int32 from the kernel that
+  // max_pool2d's backward uses) and, where the CPU has it, with the AVX-512 rows on and off.
+  std::vector<bool> avx512_modes = {false};
+  if (kernels::cpu::set_max_pool_avx512(true)) avx512_modes.push_back(true);
+  for (bool avx512 : avx512_modes)
+    for (int64_t w : {22, 2, 34, 64})
+      for (DType dt : {DType::f32, DType::f64}) {
+        REQUIRE(kernels::cpu::set_max_pool_avx512(avx512));
+        const int64_t n = 2, c = 3, h = 10;
+        Generator g(9 + w);
+        std::vector<double> v = randint(0, 4, {n * c * h * w}, {.dtype = DType::i64}, g).to(DType::f64).to_vector<double>();
+        for (size_t i = 7; i < v.size(); i += 37) v[i] = std::numeric_limits<double>::quiet_NaN();
+        Tensor x = from_vector<double>(v, {n, c, h, w}).to(dt);
+        auto [out, idx] = max_pool2d_with_indices(x, {.kernel = {2, 2}});
+        const int64_t oh_n = h / 2, ow_n = w / 2;
+        kernels::Pool2dGeometry geo;
+        geo.planes = n * c, geo.in_h = h, geo.in_w = w, geo.out_h = oh_n, geo.out_w = ow_n;
+        geo.kernel_h = geo.kernel_w = geo.stride_h = geo.stride_w = 2;
+        Tensor out32 = empty(out.shape(), {.dtype = dt}), idx32 = empty(out.shape(), {.dtype = DType::i32});
+        kernels::cpu::max_pool2d_forward(dt, DType::i32, geo, x.data(), out32.data(), idx32.data());
+        const std::vector<double> o = out.to_vector<double>(), o32 = out32.to_vector<double>();
+        const std::vector<int64_t> id = idx.to_vector<int64_t>(), id32 = idx32.to_vector<int64_t>();
+        for (int64_t p = 0; p < n * c; ++p)
+          for (int64_t oh = 0; oh < oh_n; ++oh)
+            for (int64_t ow = 0; ow < ow_n; ++ow) {
+              double best = -INFINITY;
+              int64_t best_i = 2 * oh * w + 2 * ow;
+              for (int64_t dy = 0; dy < 2; ++dy)
+                for (int64_t dx = 0; dx < 2; ++dx) {
+                  const int64_t i = (2 * oh + dy) * w + 2 * ow + dx;
+                  const double val = v[p * h * w + i];
+                  if (val > best || std::isnan(val)) best = val, best_i = i;
+                }
+              const int64_t k = (p * oh_n + oh) * ow_n + ow;
+              INFO(dtype_name(dt) << " width " << w << " AVX-512 " << avx512 << " plane " << p << " output (" << oh
+                                  << ", " << ow << ")");
+              REQUIRE(id[k] == best_i);
+              REQUIRE(id32[k] == best_i);
+              if (std::isnan(best)) {
+                REQUIRE(std::isnan(o[k]));
+                REQUIRE(std::isnan(o32[k]));
+              } else {
+                REQUIRE(o[k] == best);
+                REQUIRE(o32[k] == best);
+              }
             }
-          const int64_t k = (p * oh_n + oh) * ow_n + ow;
-          INFO(dtype_name(dt) << " plane " << p << " output (" << oh << ", " << ow << ")");
-          REQUIRE(id[k] == best_i);
-          if (std::isnan(best)) {
-            REQUIRE(std::isnan(o[k]));
-          } else {
-            REQUIRE(o[k] == best);
-          }
-        }
-  }
+      }
+  kernels::cpu::set_max_pool_avx512(avx512_modes.size() == 2);
 }

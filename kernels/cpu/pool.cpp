@@ -4,6 +4,8 @@
 #include "pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,13 +16,28 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define EMBER_POOL_X86 1
+#else
+#define EMBER_POOL_X86 0
+#endif
 #include "bf16_convert.h"
+#include "cpu_features.h"
 #include "parallel.h"
 #include "widen.h"
 
 namespace ember::kernels::cpu {
 
 namespace {
+
+// The AVX-512 2x2 max pool rows: where the CPU has AVX-512F, unless set_max_pool_avx512(false).
+std::atomic<bool>& max_pool_avx512_flag() {
+  static std::atomic<bool> on{EMBER_POOL_X86 && cpu_features().avx512f};
+  return on;
+}
+
+bool max_pool_avx512() { return max_pool_avx512_flag().load(std::memory_order_relaxed); }
 
 // A plane is at least a few hundred operations; let small batches still split across threads.
 int64_t plane_grain(const Pool2dGeometry& g) {
@@ -29,6 +46,12 @@ int64_t plane_grain(const Pool2dGeometry& g) {
 }
 
 }  // namespace
+
+bool set_max_pool_avx512(bool on) {
+  if (on && !(EMBER_POOL_X86 && cpu_features().avx512f)) return false;
+  max_pool_avx512_flag().store(on, std::memory_order_relaxed);
+  return true;
+}
 
 // ---- max -----------------------------------------------------------------------------------------
 
@@ -111,17 +134,77 @@ int64_t max_2x2_row_sse(const float* row0, const float* row1, int64_t r0, int64_
 }
 #endif
 
+#if EMBER_POOL_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in bf16_convert.cpp)
+#endif
+// The same tournament on 16 outputs at a time with AVX-512: the 32 columns under them are loaded
+// as two vectors (through a mask past the row's end), split into even and odd columns by one
+// permute each, the "beats" tests are compare masks and the picks are blends; the indices are
+// computed in 32-bit lanes (the caller checks that the plane fits) from the same masks. A row of
+// 14 outputs (the cnn model's first pool) is one masked step. Same results as the scalar code,
+// bit for bit.
+template <typename I>
+__attribute__((target("avx512f"))) void max_2x2_row_avx512(const float* row0, const float* row1, int64_t r0,
+                                                            int64_t in_w, int64_t out_w, float* out, I* idx) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i one = _mm512_set1_epi32(1);
+  auto beats = [](__m512 later, __m512 earlier) __attribute__((target("avx512f"))) {
+    return static_cast<__mmask16>(_mm512_cmp_ps_mask(later, earlier, _CMP_GT_OQ) |
+                                  _mm512_cmp_ps_mask(later, later, _CMP_UNORD_Q));
+  };
+  for (int64_t ow = 0; ow < out_w; ow += 16) {
+    const int64_t n = std::min<int64_t>(16, out_w - ow);
+    const __mmask16 lo = static_cast<__mmask16>(n >= 8 ? 0xffff : (1u << (2 * n)) - 1u);
+    const __mmask16 hi = static_cast<__mmask16>(n <= 8 ? 0 : (1u << (2 * n - 16)) - 1u);
+    const __mmask16 outs = static_cast<__mmask16>(n == 16 ? 0xffff : (1u << n) - 1u);
+    const __m512 x0 = _mm512_maskz_loadu_ps(lo, row0 + 2 * ow), x1 = _mm512_maskz_loadu_ps(hi, row0 + 2 * ow + 16);
+    const __m512 y0 = _mm512_maskz_loadu_ps(lo, row1 + 2 * ow), y1 = _mm512_maskz_loadu_ps(hi, row1 + 2 * ow + 16);
+    const __m512 a0 = _mm512_permutex2var_ps(x0, even, x1), a1 = _mm512_permutex2var_ps(x0, odd, x1);
+    const __m512 b0 = _mm512_permutex2var_ps(y0, even, y1), b1 = _mm512_permutex2var_ps(y0, odd, y1);
+    const __mmask16 ta = beats(a1, a0), tb = beats(b1, b0);
+    const __m512 a = _mm512_mask_blend_ps(ta, a0, a1), b = _mm512_mask_blend_ps(tb, b0, b1);
+    const __mmask16 t = beats(b, a);
+    _mm512_mask_storeu_ps(out + ow, outs, _mm512_mask_blend_ps(t, a, b));
+    // Column of output lane l: r0 + 2 (ow + l); + 1 where the odd column won; + in_w in row 1.
+    const __m512i c = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(r0 + 2 * ow)), _mm512_slli_epi32(
+                                                                                              _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 1));
+    const __m512i ia = _mm512_mask_add_epi32(c, ta, c, one);
+    const __m512i ib = _mm512_add_epi32(_mm512_mask_add_epi32(c, tb, c, one), _mm512_set1_epi32(static_cast<int>(in_w)));
+    const __m512i winner = _mm512_mask_blend_epi32(t, ia, ib);
+    if constexpr (sizeof(I) == 4) {
+      _mm512_mask_storeu_epi32(idx + ow, outs, winner);
+    } else {
+      _mm512_mask_storeu_epi64(idx + ow, static_cast<__mmask8>(outs & 0xff),
+                               _mm512_cvtepi32_epi64(_mm512_castsi512_si256(winner)));
+      _mm512_mask_storeu_epi64(idx + ow + 8, static_cast<__mmask8>(outs >> 8),
+                               _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(winner, 1)));
+    }
+  }
+}
+#endif
+
 // The most common pool of all (2x2, stride 2, inside): a two-level tournament. "The later element
 // wins when strictly greater or NaN" gives the same winner in any bracketing as in row-major
 // order, and the two first-round matches are independent, which halves the dependency chain.
 template <typename T, typename I>
 void max_forward_2x2(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
   auto beats = [](T later, T earlier) { return (later > earlier) | (later != later); };
+  // AVX-512 where the CPU has it and the plane's indices fit the 32-bit lanes.
+  [[maybe_unused]] const bool wide = max_pool_avx512() && g.in_h * g.in_w <= INT32_MAX;
   for (int64_t oh = 0; oh < g.out_h; ++oh) {
     const int64_t r0 = 2 * oh * g.in_w, r1 = r0 + g.in_w;
     T* orow = op + oh * g.out_w;
     I* irow = ip + oh * g.out_w;
     int64_t ow = 0;
+#if EMBER_POOL_X86
+    if constexpr (std::is_same_v<T, float>)
+      if (wide) {
+        max_2x2_row_avx512(xp + r0, xp + r1, r0, g.in_w, g.out_w, orow, irow);
+        continue;
+      }
+#endif
 #ifdef __SSE2__
     if constexpr (std::is_same_v<T, float>) ow = max_2x2_row_sse(xp + r0, xp + r1, r0, g.in_w, g.out_w, orow, irow);
 #endif

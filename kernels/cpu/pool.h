@@ -20,4 +20,10 @@ void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_includ
 void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out);
 void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, void* grad_in);
 
+// The 2x2 stride-2 max pool (f32, and bf16 through its f32 planes) runs 16 outputs per step with
+// AVX-512 where the CPU has AVX-512F, otherwise 4 with SSE2; both give the scalar loop's bits.
+// set_max_pool_avx512(false) turns the AVX-512 rows off for the whole process (tests compare the
+// two); asking for them on a CPU without AVX-512F returns false and changes nothing.
+bool set_max_pool_avx512(bool on);
+
 }  // namespace ember::kernels::cpu
