@@ -277,8 +277,9 @@ inline __mmask16 columns_inside(int64_t c0, int64_t w) {
 EMBER_AVX512_TARGET inline __m256 low8(__m512 v) { return _mm512_castps512_ps256(v); }
 
 // 8 tiles at a time. The 16 columns from 2 tx - pad_w + s (s = 0..3) hold input column s of
-// tile tx + l at lane 2l, so vector arithmetic on the four shifted loads computes every tile's
-// transform in the even lanes, which are then packed into 8 consecutive floats and stored.
+// tile tx + l at lane 2l, so vector arithmetic on the four shifted vectors computes every tile's
+// transform in the even lanes, which are then packed into 8 consecutive floats and stored. The
+// shifts are made in registers from two loads per row.
 EMBER_AVX512_TARGET void input_row_avx512(const Problem& p, const float* xc, int64_t ty, int64_t tx0, int64_t tx1,
                                           float* v, int64_t plane) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -290,21 +291,28 @@ EMBER_AVX512_TARGET void input_row_avx512(const Problem& p, const float* xc, int
     rows[r] = xc + (inside[r] ? iy : 0) * p.w;
   }
   for (int64_t tx = tx0; tx < tx1; tx += 8) {
-    // d[r][s]: input row r at columns 2 tx - pad_w + s + lane (zero outside the image).
-    __m512 d[4][4];
-    for (int sft = 0; sft < 4; ++sft) {
-      const int64_t c0 = 2 * tx - p.pad_w + sft;
-      const __mmask16 m = columns_inside(c0, p.w);
-      // Masked-off lanes are not read, so the pointer may lie before the row.
-      for (int r = 0; r < 4; ++r)
-        d[r][sft] = inside[r] ? _mm512_maskz_loadu_ps(m, rows[r] + c0) : _mm512_setzero_ps();
+    // Input row r at columns c0 + lane (lo) and c0 + 16 + lane (hi), c0 = 2 tx - pad_w, zero
+    // outside the image (masked-off lanes are not read, so the pointer may lie before the row).
+    const int64_t c0 = 2 * tx - p.pad_w;
+    const __mmask16 m_lo = columns_inside(c0, p.w), m_hi = columns_inside(c0 + 16, p.w);
+    __m512 lo[4], hi[4];
+    for (int r = 0; r < 4; ++r) {
+      lo[r] = inside[r] ? _mm512_maskz_loadu_ps(m_lo, rows[r] + c0) : _mm512_setzero_ps();
+      hi[r] = inside[r] ? _mm512_maskz_loadu_ps(m_hi, rows[r] + c0 + 16) : _mm512_setzero_ps();
     }
-    __m512 t[4][4];  // B^T d, down the columns, for each shift
-    for (int sft = 0; sft < 4; ++sft) {
-      t[0][sft] = _mm512_sub_ps(d[0][sft], d[2][sft]);
-      t[1][sft] = _mm512_add_ps(d[1][sft], d[2][sft]);
-      t[2][sft] = _mm512_sub_ps(d[2][sft], d[1][sft]);
-      t[3][sft] = _mm512_sub_ps(d[1][sft], d[3][sft]);
+    // B^T d down the columns, on both halves; then t[i][s] = those columns shifted left by s
+    // lanes (valignd across the two halves): lane 2l of t[i][s] is column s of tile tx + l.
+    __m512 t[4][4];
+    const __m512 tl[4] = {_mm512_sub_ps(lo[0], lo[2]), _mm512_add_ps(lo[1], lo[2]), _mm512_sub_ps(lo[2], lo[1]),
+                          _mm512_sub_ps(lo[1], lo[3])};
+    const __m512 th[4] = {_mm512_sub_ps(hi[0], hi[2]), _mm512_add_ps(hi[1], hi[2]), _mm512_sub_ps(hi[2], hi[1]),
+                          _mm512_sub_ps(hi[1], hi[3])};
+    for (int i = 0; i < 4; ++i) {
+      const __m512i l = _mm512_castps_si512(tl[i]), h = _mm512_castps_si512(th[i]);
+      t[i][0] = tl[i];
+      t[i][1] = _mm512_castsi512_ps(_mm512_alignr_epi32(h, l, 1));
+      t[i][2] = _mm512_castsi512_ps(_mm512_alignr_epi32(h, l, 2));
+      t[i][3] = _mm512_castsi512_ps(_mm512_alignr_epi32(h, l, 3));
     }
     for (int i = 0; i < 4; ++i) {  // (B^T d) B, along the rows
       float* vi = v + i * 4 * plane + tx;  // 8 lanes stored whatever tx1 is: kRowSlack
