@@ -120,6 +120,30 @@ TEST_CASE("bf16 convert: ReLU forward and backward equal the scalar functor for 
   }
 }
 
+TEST_CASE("f32 ReLU loops: forward and backward equal the scalar functor bit for bit", "[elementwise]") {
+  // Every bf16 pattern widened (signs, zeros, subnormals, infinities, NaN payloads), plus f32
+  // subnormals and the smallest values around zero; n leaves a masked tail.
+  std::vector<float> x;
+  for (const BFloat16& b : all_bf16()) x.push_back(static_cast<float>(b));
+  for (float v : {1e-45f, -1e-45f, 1.17e-38f, -1.17e-38f, 0.0f, -0.0f}) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size()) - 3;
+  std::vector<float> want(n), got(n);
+  relu_f32_scalar(x.data(), want.data(), n);
+  relu_f32(x.data(), got.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("x bits 0x" << std::hex << to_bits(x[i]));
+    REQUIRE(to_bits(got[i]) == to_bits(want[i]));
+  }
+  std::vector<float> y(n);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[(i * 7919 + 11) % n];
+  relu_backward_f32_scalar(x.data(), y.data(), want.data(), n);
+  relu_backward_f32(x.data(), y.data(), got.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("g bits 0x" << std::hex << to_bits(x[i]) << " y bits 0x" << to_bits(y[i]));
+    REQUIRE(to_bits(got[i]) == to_bits(want[i]));
+  }
+}
+
 // Through the public ops: bf16 relu, its gradient, the casts and 2x2 max pooling give the bits of
 // the scalar per-element rules on inputs with NaNs, infinities, zeros of both signs and ties.
 TEST_CASE("bf16 convert: the ops that use it give the scalar results", "[bf16][elementwise]") {

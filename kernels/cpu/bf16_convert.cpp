@@ -35,6 +35,13 @@ void relu_backward_bf16_scalar(const BFloat16* g, const BFloat16* y, BFloat16* g
     gi[i] = BFloat16(ops::Relu::bwd(static_cast<float>(g[i]), 0.0f, static_cast<float>(y[i]), 0.0f));
 }
 
+void relu_f32_scalar(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = ops::Relu::fwd(x[i], 0.0f);
+}
+void relu_backward_f32_scalar(const float* g, const float* y, float* gi, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gi[i] = ops::Relu::bwd(g[i], 0.0f, y[i], 0.0f);
+}
+
 // ---- AVX-512 (F + BW) ------------------------------------------------------------------------------
 
 namespace {
@@ -107,6 +114,25 @@ EMBER_AVX512_TARGET void relu_backward_bf16_avx512(const BFloat16* g, const BFlo
     narrow16(_mm512_maskz_mov_ps(gt, widen16(g + i, m)), gi + i, m);
   }
 }
+
+// ops::Relu::fwd: x <= 0 ? +0 : x (an ordered compare: NaN is not <= 0 and passes through).
+__attribute__((target("avx512f"))) void relu_f32_avx512(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __mmask16 le = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mask_blend_ps(le, v, _mm512_setzero_ps()));
+  }
+}
+
+// ops::Relu::bwd: y > 0 ? g : +0.
+__attribute__((target("avx512f"))) void relu_backward_f32_avx512(const float* g, const float* y, float* gi, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __mmask16 gt = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, y + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_mask_storeu_ps(gi + i, m, _mm512_maskz_loadu_ps(gt & m, g + i));
+  }
+}
 #endif
 
 bool vectorized_default() {
@@ -146,6 +172,20 @@ void relu_bf16(const BFloat16* x, BFloat16* y, int64_t n) {
   if (bf16_convert_vectorized()) return relu_bf16_avx512(x, y, n);
 #endif
   relu_bf16_scalar(x, y, n);
+}
+
+void relu_f32(const float* x, float* y, int64_t n) {
+#if EMBER_BF16_CONVERT_X86
+  if (cpu_features().avx512f) return relu_f32_avx512(x, y, n);
+#endif
+  relu_f32_scalar(x, y, n);
+}
+
+void relu_backward_f32(const float* g, const float* y, float* gi, int64_t n) {
+#if EMBER_BF16_CONVERT_X86
+  if (cpu_features().avx512f) return relu_backward_f32_avx512(g, y, gi, n);
+#endif
+  relu_backward_f32_scalar(g, y, gi, n);
 }
 
 void relu_backward_bf16(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {

@@ -1,6 +1,6 @@
 #pragma once
-// bf16 <-> f32 conversion of contiguous arrays, and the bf16 ReLU loops built on it (internal to
-// kernels/cpu).
+// bf16 <-> f32 conversion of contiguous arrays, and the contiguous ReLU loops of bf16 (built on it)
+// and f32 (internal to kernels/cpu).
 //
 // Note [Vectorized bf16 conversion on the CPU]
 // Widening a bf16 is a 16-bit shift; narrowing rounds to nearest even exactly as
@@ -13,7 +13,8 @@
 // NaN payloads included. It does not use VCVTNEPS2BF16 (AVX512_BF16): that instruction treats
 // subnormal inputs as zero, which the scalar conversion does not. Other CPUs run the scalar loops.
 // The ReLU loops compute what the generic elementwise loop computes for bf16 — widen, the f32
-// functor (ops::Relu in kernels/elementwise.h), one rounding — 16 elements at a time.
+// functor (ops::Relu in kernels/elementwise.h), one rounding — 16 elements at a time; the f32 ReLU
+// loops the functor itself with a compare mask (x <= 0 gives +0, NaN passes; y > 0 keeps g).
 
 #include <cstdint>
 
@@ -32,11 +33,17 @@ void f32_to_bf16(const float* src, BFloat16* dst, int64_t n);
 void relu_bf16(const BFloat16* x, BFloat16* y, int64_t n);
 // gi = bf16(y > 0 ? float(g) : 0): the elementwise unary Relu's backward (it reads y only).
 void relu_backward_bf16(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n);
+// The same two in f32 (the AVX-512 path needs only AVX-512F; the scalar loops vectorize as the
+// build's baseline allows).
+void relu_f32(const float* x, float* y, int64_t n);
+void relu_backward_f32(const float* g, const float* y, float* gi, int64_t n);
 
 // The scalar loops (what every path must equal; the tests compare against them).
 void bf16_to_f32_scalar(const BFloat16* src, float* dst, int64_t n);
 void f32_to_bf16_scalar(const float* src, BFloat16* dst, int64_t n);
 void relu_bf16_scalar(const BFloat16* x, BFloat16* y, int64_t n);
 void relu_backward_bf16_scalar(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n);
+void relu_f32_scalar(const float* x, float* y, int64_t n);
+void relu_backward_f32_scalar(const float* g, const float* y, float* gi, int64_t n);
 
 }  // namespace ember::kernels::cpu

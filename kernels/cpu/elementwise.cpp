@@ -1,7 +1,7 @@
 // CPU elementwise kernels: the per-op functors from kernels/elementwise.h run through
 // cpu_foreach (kernels/cpu/loops.h). Each element is loaded, widened to A = acc_t<T> (float for
 // f16/bf16; T itself for f32/f64), computed on in A and rounded once when stored (Note
-// [Accumulation types] in core/dtype.h). Contiguous bf16 ReLU (forward and backward) and
+// [Accumulation types] in core/dtype.h). Contiguous bf16 and f32 ReLU (forward and backward) and
 // contiguous f32 <-> bf16 copies run the AVX-512 loops of bf16_convert.h instead, which compute the
 // same bits 16 elements at a time (Note [Vectorized bf16 conversion on the CPU]).
 
@@ -47,6 +47,14 @@ void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand
       return;
     }
   }
+  if (dtype == DType::f32 && op == UnaryOp::Relu && shape.numel() > 0) {
+    if (const int64_t n = contiguous_numel<2>(shape, {out, in}); n >= 0) {
+      const auto* x = static_cast<const float*>(in.data);
+      auto* y = static_cast<float*>(out.data);
+      contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_f32(x + lo, y + lo, hi - lo); });
+      return;
+    }
+  }
   EMBER_DISPATCH_FLOATING(dtype, "unary", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
@@ -65,6 +73,15 @@ void unary_backward(UnaryOp op, DType dtype, const IterShape& shape, Operand gra
       const auto* yv = static_cast<const BFloat16*>(y.data);
       auto* gi = static_cast<BFloat16*>(grad_in.data);
       contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_backward_bf16(g + lo, yv + lo, gi + lo, hi - lo); });
+      return;
+    }
+  }
+  if (dtype == DType::f32 && op == UnaryOp::Relu && shape.numel() > 0 && y.data != nullptr) {
+    if (const int64_t n = contiguous_numel<3>(shape, {grad_in, grad_out, y}); n >= 0) {
+      const auto* g = static_cast<const float*>(grad_out.data);
+      const auto* yv = static_cast<const float*>(y.data);
+      auto* gi = static_cast<float*>(grad_in.data);
+      contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_backward_f32(g + lo, yv + lo, gi + lo, hi - lo); });
       return;
     }
   }
