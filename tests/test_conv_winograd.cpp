@@ -1,7 +1,8 @@
 // The Winograd F(2x2, 3x3) convolution (kernels/cpu/conv_winograd.h): forward, input gradient and
 // weight gradient against the float64 direct references over odd and even sizes, paddings 0-2,
 // blocks of tiles that cross images and threads; the AVX-512 and portable transforms bit for
-// bit; which geometries take the path; and conv2d's autograd on it.
+// bit, in f32 and bf16; bf16 against float32 on the widened values; which geometries take the
+// path; and conv2d's autograd on it.
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -119,7 +120,7 @@ TEST_CASE("winograd conv: forward and both gradients match the float64 reference
   kc::set_winograd_vectorized(saved);
 }
 
-TEST_CASE("winograd conv: the AVX-512 and portable transforms give the same bits", "[conv][winograd]") {
+TEST_CASE("winograd conv: the AVX-512 and portable transforms give the same bits (f32 and bf16)", "[conv][winograd]") {
   const bool saved = kc::winograd_vectorized();
   if (!kc::set_winograd_vectorized(true)) {
     WARN("this CPU has no AVX-512F: only the portable transforms exist here");
@@ -144,6 +145,30 @@ TEST_CASE("winograd conv: the AVX-512 and portable transforms give the same bits
   for (int pass = 0; pass < 3; ++pass) {
     INFO("pass " << pass);
     CHECK(wide[pass] == portable[pass]);
+  }
+  // bf16: the AVX-512 loops widen while loading and round while storing; the portable ones per element.
+  auto to_bf16 = [](const VF& v) {
+    std::vector<BFloat16> b;
+    for (float f : v) b.push_back(BFloat16(f));
+    return b;
+  };
+  const std::vector<BFloat16> xb = to_bf16(x), wb = to_bf16(w), bb = to_bf16(bias), gyb = to_bf16(gy);
+  auto run_bf16 = [&](bool vec) {
+    REQUIRE(kc::set_winograd_vectorized(vec));
+    std::vector<BFloat16> y(yn), gx(xn), gw(wn);
+    kc::conv2d_forward(DType::bf16, g, xb.data(), wb.data(), bb.data(), y.data());
+    kc::conv2d_backward_data(DType::bf16, g, gyb.data(), wb.data(), gx.data());
+    kc::conv2d_backward_weight(DType::bf16, g, gyb.data(), xb.data(), gw.data());
+    std::vector<std::vector<uint16_t>> bits(3);
+    for (const BFloat16& v : y) bits[0].push_back(v.bits);
+    for (const BFloat16& v : gx) bits[1].push_back(v.bits);
+    for (const BFloat16& v : gw) bits[2].push_back(v.bits);
+    return bits;
+  };
+  const auto wide16 = run_bf16(true), portable16 = run_bf16(false);
+  for (int pass = 0; pass < 3; ++pass) {
+    INFO("bf16 pass " << pass);
+    CHECK(wide16[pass] == portable16[pass]);
   }
   kc::set_winograd_vectorized(saved);
 }
@@ -198,7 +223,7 @@ TEST_CASE("winograd conv: conv2d's autograd runs it and matches float64", "[conv
   testing::check_close(w.grad(), wd.grad().to_vector<double>(), 1e-4, 1e-5);
 }
 
-TEST_CASE("winograd conv: bf16 runs it on float32 copies, rounded once at the end", "[conv][winograd][bf16]") {
+TEST_CASE("winograd conv: bf16 computes what float32 computes on the widened values, rounded once", "[conv][winograd][bf16]") {
   const kernels::Conv2dGeometry g = geometry(2, 16, 9, 12, 24, 1, 1);
   const int64_t xn = g.n * g.c_in * g.h * g.w, wn = g.c_out * g.c_in * 9, yn = g.n * g.c_out * g.out_h * g.out_w;
   auto bf16_values = [](size_t n, uint32_t seed) {  // bf16 values and their exact float32 widening

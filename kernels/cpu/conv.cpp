@@ -4,15 +4,12 @@
 
 #include <algorithm>
 #include <climits>
-#include <initializer_list>
 #include <memory>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "../../core/error.h"
 #include "gemm.h"
-#include "bf16_convert.h"
 #include "conv_parts.h"
 #include "conv_winograd.h"
 #include "gemm_bf16.h"
@@ -197,51 +194,19 @@ void gather_images(const T* t, int64_t first, int64_t b, int64_t c_out, int64_t 
     }
 }
 
-// The Winograd path (Note [Winograd convolution] in conv_winograd.cpp) for f32, and for bf16 on
-// float32 copies: widening bf16 is exact, the products and sums are float32 as the bf16 GEMM's
-// are, and each float32 result is rounded to bf16 at the end — the contract of Note [bf16
-// convolutions] — while the 3x3 layers take 2.25 times fewer products than im2col with the bf16
-// GEMM (measured faster on the cnn model's 32 -> 64 layer: docs/benchmarks.md). `run` is called with float pointers for each input (null stays
-// null) and a float32 output buffer of `out_elems`, which is then narrowed into `out`.
-template <typename T, typename Run>
-bool run_winograd(const Conv2dGeometry& g, bool backward_data, std::initializer_list<std::pair<const T*, int64_t>> in,
-                  T* out, int64_t out_elems, const Run& run) {
-  if (!winograd_applies(g, backward_data)) return false;
-  if constexpr (std::is_same_v<T, float>) {
-    std::vector<const float*> ptrs;
-    for (const auto& [ptr, n] : in) ptrs.push_back(ptr);
-    run(ptrs, out);
-    return true;
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    std::vector<std::unique_ptr<float[]>> wide;
-    std::vector<const float*> ptrs;
-    for (const auto& [ptr, n] : in) {
-      if (!ptr) {
-        ptrs.push_back(nullptr);
-        continue;
-      }
-      wide.push_back(scratch<float>(n));
-      bf16_to_f32(ptr, wide.back().get(), n);
-      ptrs.push_back(wide.back().get());
-    }
-    auto result = scratch<float>(out_elems);
-    run(ptrs, result.get());
-    f32_to_bf16(result.get(), out, out_elems);
-    return true;
-  } else {
-    return false;  // f64: im2col + GEMM, the exact path
-  }
-}
+// The Winograd path (Note [Winograd convolution] in conv_winograd.cpp) takes f32 and bf16 3x3
+// stride-1 convolutions (bf16 computed in float32 and rounded once: the contract of Note [bf16
+// convolutions], with 2.25 times fewer products than im2col and the bf16 GEMM); f64 stays on
+// im2col + GEMM, the exact path.
+template <typename T>
+constexpr bool kWinogradType = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
 
 template <typename T>
 void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: the GEMM writes f32 (Note [bf16 convolutions])
-  const int64_t x_elems = g.n * g.c_in * g.h * g.w, w_elems = g.c_out * g.c_in / g.groups * g.kh * g.kw;
-  const int64_t y_elems = g.n * g.c_out * g.out_h * g.out_w;
-  if (run_winograd<T>(g, false, {{x, x_elems}, {w, w_elems}, {bias, g.c_out}}, y, y_elems,
-                      [&](const std::vector<const float*>& f, float* out) { winograd_forward(g, f[0], f[1], f[2], out); }))
-    return;
+  if constexpr (kWinogradType<T>)
+    if (winograd_applies(g, false)) return winograd_forward(g, x, w, bias, y);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -281,11 +246,8 @@ template <typename T>
 void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: dcol and col2im in f32 (Note [bf16 convolutions])
-  const int64_t x_elems = g.n * g.c_in * g.h * g.w, w_elems = g.c_out * g.c_in / g.groups * g.kh * g.kw;
-  const int64_t y_elems = g.n * g.c_out * g.out_h * g.out_w;
-  if (run_winograd<T>(g, true, {{gy, y_elems}, {w, w_elems}}, gx, x_elems,
-                      [&](const std::vector<const float*>& f, float* out) { winograd_backward_data(g, f[0], f[1], out); }))
-    return;
+  if constexpr (kWinogradType<T>)
+    if (winograd_applies(g, true)) return winograd_backward_data(g, gy, w, gx);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -335,15 +297,8 @@ template <typename T>
 void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: every part sums in f32 (Note [bf16 convolutions])
-  {
-    const int64_t x_elems = g.n * g.c_in * g.h * g.w, w_elems = g.c_out * g.c_in / g.groups * g.kh * g.kw;
-    const int64_t y_elems = g.n * g.c_out * g.out_h * g.out_w;
-    if (run_winograd<T>(g, false, {{gy, y_elems}, {x, x_elems}}, gw, w_elems, [&](const std::vector<const float*>& f,
-                                                                                  float* out) {
-          winograd_backward_weight(g, f[0], f[1], out);
-        }))
-      return;
-  }
+  if constexpr (kWinogradType<T>)
+    if (winograd_applies(g, false)) return winograd_backward_weight(g, gy, x, gw);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;

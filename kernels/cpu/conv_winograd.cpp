@@ -3,6 +3,7 @@
 #include "conv_winograd.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -126,12 +127,13 @@ Problem make_problem(int64_t n, int64_t C, int64_t h, int64_t w, int64_t K, int6
   return p;
 }
 
-// U[xi][k][c] = (G g G^T)[xi] for g = filter(k, c), a 3x3 array of 9 floats at filter(k, c).
+// U[xi][k][c] = (G g G^T)[xi] for g = filter(k, c): 9 values, row-major, the filter's tap (i, j)
+// at g[3 i + j].
 template <typename Filter>
 void transform_weights(int64_t K, int64_t C, const Filter& filter, float* u) {
   for (int64_t k = 0; k < K; ++k)
     for (int64_t c = 0; c < C; ++c) {
-      const float* g = filter(k, c);
+      const std::array<double, 9> g = filter(k, c);
       double s[4][3];  // G g: 4 rows of 3
       for (int j = 0; j < 3; ++j) {
         const double g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
@@ -187,14 +189,14 @@ std::vector<TileRow> tile_rows(const Problem& p, int64_t first_tile, int64_t cou
 
 // Step 1 for the tiles tx0 <= tx < tx1 of tile row ty of one channel plane xc (h, w):
 // v[(4 i + j) plane + tx] = (B^T d B)[i][j] of tile tx, d its 4 x 4 input (zero outside the image).
-void input_row_portable(const Problem& p, const float* xc, int64_t ty, int64_t tx0, int64_t tx1, float* v,
-                        int64_t plane) {
+template <typename T>
+void input_row_portable(const Problem& p, const T* xc, int64_t ty, int64_t tx0, int64_t tx1, float* v, int64_t plane) {
   for (int64_t tx = tx0; tx < tx1; ++tx) {
     float d[4][4];
     for (int r = 0; r < 4; ++r)
       for (int c = 0; c < 4; ++c) {
         const int64_t iy = 2 * ty - p.pad_h + r, ix = 2 * tx - p.pad_w + c;
-        d[r][c] = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? xc[iy * p.w + ix] : 0.0f;
+        d[r][c] = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? static_cast<float>(xc[iy * p.w + ix]) : 0.0f;
       }
     float t[4][4];  // B^T d, down the columns
     for (int c = 0; c < 4; ++c) {
@@ -214,8 +216,9 @@ void input_row_portable(const Problem& p, const float* xc, int64_t ty, int64_t t
 
 // Step 3 for the tiles tx0 <= tx < tx1 of tile row ty of one output plane yk (oh, ow):
 // mi[4 i + j][tx] is m[i][j] of tile tx; the tile's 2 x 2 outputs A^T m A + add, cut to the plane.
-void output_row_portable(const Problem& p, const float* const mi[16], int64_t ty, int64_t tx0, int64_t tx1,
-                         float add, float* yk) {
+template <typename T>
+void output_row_portable(const Problem& p, const float* const mi[16], int64_t ty, int64_t tx0, int64_t tx1, float add,
+                         T* yk) {
   for (int64_t tx = tx0; tx < tx1; ++tx) {
     float s0[4], s1[4];  // A^T m: 2 rows of 4
     for (int j = 0; j < 4; ++j) {
@@ -228,21 +231,21 @@ void output_row_portable(const Problem& p, const float* const mi[16], int64_t ty
     for (int r = 0; r < 2; ++r)
       for (int c = 0; c < 2; ++c) {
         const int64_t oy = 2 * ty + r, ox = 2 * tx + c;
-        if (oy < p.oh && ox < p.ow) yk[oy * p.ow + ox] = out[r][c] + add;
+        if (oy < p.oh && ox < p.ow) yk[oy * p.ow + ox] = T(out[r][c] + add);
       }
   }
 }
 
 // The weight gradient's step 1 for dy: w[(4 i + j) plane + tx] = (A dy A^T)[i][j] of tile tx of
 // tile row ty of one output-gradient plane gk (oh, ow), dy the tile's 2 x 2 (zero past the plane).
-void grad_row_portable(const Problem& p, const float* gk, int64_t ty, int64_t tx0, int64_t tx1, float* w,
-                       int64_t plane) {
+template <typename T>
+void grad_row_portable(const Problem& p, const T* gk, int64_t ty, int64_t tx0, int64_t tx1, float* w, int64_t plane) {
   for (int64_t tx = tx0; tx < tx1; ++tx) {
     float dy[2][2];
     for (int r = 0; r < 2; ++r)
       for (int c = 0; c < 2; ++c) {
         const int64_t oy = 2 * ty + r, ox = 2 * tx + c;
-        dy[r][c] = oy < p.oh && ox < p.ow ? gk[oy * p.ow + ox] : 0.0f;
+        dy[r][c] = oy < p.oh && ox < p.ow ? static_cast<float>(gk[oy * p.ow + ox]) : 0.0f;
       }
     float t[4][2];  // A dy, down the columns: rows dy0, dy0 + dy1, dy0 - dy1, -dy1
     for (int c = 0; c < 2; ++c) {
@@ -265,7 +268,28 @@ void grad_row_portable(const Problem& p, const float* gk, int64_t ty, int64_t tx
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in bf16_convert.cpp)
 #endif
-#define EMBER_AVX512_TARGET __attribute__((target("avx512f")))
+#define EMBER_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// 16 values as floats (lanes outside `m` are not read and are 0): f32 as they are, bf16 widened
+// (a 16-bit shift: exact).
+EMBER_AVX512_TARGET inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+EMBER_AVX512_TARGET inline __m512 load16(const BFloat16* p, __mmask16 m) {
+  const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+// The lanes in `m` stored: f32 as they are, bf16 rounded to nearest even as BFloat16(float) does
+// (a NaN keeps its top bits with the quiet bit set).
+EMBER_AVX512_TARGET inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+EMBER_AVX512_TARGET inline void store16(BFloat16* p, __mmask16 m, __m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, rounding), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x0040)));
+  _mm512_mask_cvtepi32_storeu_epi16(p, m, r);
+}
 
 // The lanes l of a 16-float access at column c0 + l whose column lies in [0, w).
 inline __mmask16 columns_inside(int64_t c0, int64_t w) {
@@ -280,10 +304,11 @@ EMBER_AVX512_TARGET inline __m256 low8(__m512 v) { return _mm512_castps512_ps256
 // tile tx + l at lane 2l, so vector arithmetic on the four shifted vectors computes every tile's
 // transform in the even lanes, which are then packed into 8 consecutive floats and stored. The
 // shifts are made in registers from two loads per row.
-EMBER_AVX512_TARGET void input_row_avx512(const Problem& p, const float* xc, int64_t ty, int64_t tx0, int64_t tx1,
-                                          float* v, int64_t plane) {
+template <typename T>
+EMBER_AVX512_TARGET void input_row_avx512(const Problem& p, const T* xc, int64_t ty, int64_t tx0, int64_t tx1, float* v,
+                                          int64_t plane) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-  const float* rows[4];
+  const T* rows[4];
   bool inside[4];
   for (int r = 0; r < 4; ++r) {
     const int64_t iy = 2 * ty - p.pad_h + r;
@@ -297,8 +322,8 @@ EMBER_AVX512_TARGET void input_row_avx512(const Problem& p, const float* xc, int
     const __mmask16 m_lo = columns_inside(c0, p.w), m_hi = columns_inside(c0 + 16, p.w);
     __m512 lo[4], hi[4];
     for (int r = 0; r < 4; ++r) {
-      lo[r] = inside[r] ? _mm512_maskz_loadu_ps(m_lo, rows[r] + c0) : _mm512_setzero_ps();
-      hi[r] = inside[r] ? _mm512_maskz_loadu_ps(m_hi, rows[r] + c0 + 16) : _mm512_setzero_ps();
+      lo[r] = inside[r] ? load16(rows[r] + c0, m_lo) : _mm512_setzero_ps();
+      hi[r] = inside[r] ? load16(rows[r] + c0 + 16, m_hi) : _mm512_setzero_ps();
     }
     // B^T d down the columns, on both halves; then t[i][s] = those columns shifted left by s
     // lanes (valignd across the two halves): lane 2l of t[i][s] is column s of tile tx + l.
@@ -341,8 +366,9 @@ inline __mmask16 lanes_between(int64_t a, int64_t b) {
 // m[xi] is loaded from 16 consecutive columns of each plane, the (r, 0) and (r, 1) outputs of
 // tile l are interleaved into lanes 2l and 2l + 1 of 32, and each segment of the group is stored
 // into its own output row through a mask. `segments` lists the group's segments (at most 16).
+template <typename T>
 EMBER_AVX512_TARGET void output_group_avx512(const Problem& p, const float* const mi[16], int64_t lanes,
-                                             const Segment* segments, int64_t nseg, float add, float* yk_image0,
+                                             const Segment* segments, int64_t nseg, float add, T* yk_image0,
                                              int64_t image_stride) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -370,13 +396,13 @@ EMBER_AVX512_TARGET void output_group_avx512(const Problem& p, const float* cons
     // Lane e (of 32) holds output column 2 tx0 - 2 lane0 + e of the segment's rows.
     const int64_t shift = 2 * sg.tx0 - 2 * sg.lane0;
     const int64_t e0 = 2 * sg.lane0, e1 = std::min(2 * sg.lane1, p.ow - shift);  // lanes inside the plane
-    float* plane = yk_image0 + sg.image * image_stride;
+    T* plane = yk_image0 + sg.image * image_stride;
     for (int r = 0; r < 2; ++r) {
       const int64_t oy = 2 * sg.ty + r;
       if (oy >= p.oh) break;
-      float* dst = plane + oy * p.ow + shift;  // masked-off lanes are not written: may point before the row
-      _mm512_mask_storeu_ps(dst, lanes_between(e0, e1), cols[r][0]);
-      _mm512_mask_storeu_ps(dst + 16, lanes_between(e0 - 16, e1 - 16), cols[r][1]);
+      T* dst = plane + oy * p.ow + shift;  // masked-off lanes are not written: may point before the row
+      store16(dst, lanes_between(e0, e1), cols[r][0]);
+      store16(dst + 16, lanes_between(e0 - 16, e1 - 16), cols[r][1]);
     }
   }
 }
@@ -388,16 +414,17 @@ EMBER_AVX512_TARGET inline __m512 negate(__m512 v) {
 
 // 8 tiles at a time: the 16 columns from 2 tx of the tile row's two output rows, split into
 // their even (left) and odd (right) columns, one tile per lane.
-EMBER_AVX512_TARGET void grad_row_avx512(const Problem& p, const float* gk, int64_t ty, int64_t tx0, int64_t tx1,
-                                         float* w, int64_t plane) {
+template <typename T>
+EMBER_AVX512_TARGET void grad_row_avx512(const Problem& p, const T* gk, int64_t ty, int64_t tx0, int64_t tx1, float* w,
+                                         int64_t plane) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
   const bool second_row = 2 * ty + 1 < p.oh;
   for (int64_t tx = tx0; tx < tx1; tx += 8) {
     const __mmask16 m = columns_inside(2 * tx, p.ow);
-    const float* r0 = gk + 2 * ty * p.ow + 2 * tx;
-    const __m512 row0 = _mm512_maskz_loadu_ps(m, r0);
-    const __m512 row1 = second_row ? _mm512_maskz_loadu_ps(m, r0 + p.ow) : _mm512_setzero_ps();
+    const T* r0 = gk + 2 * ty * p.ow + 2 * tx;
+    const __m512 row0 = load16(r0, m);
+    const __m512 row1 = second_row ? load16(r0 + p.ow, m) : _mm512_setzero_ps();
     const __m512 dy[2][2] = {{_mm512_permutexvar_ps(even, row0), _mm512_permutexvar_ps(odd, row0)},
                              {_mm512_permutexvar_ps(even, row1), _mm512_permutexvar_ps(odd, row1)}};
     __m512 t[4][2];  // A dy, down the columns
@@ -421,7 +448,8 @@ EMBER_AVX512_TARGET void grad_row_avx512(const Problem& p, const float* gk, int6
 std::atomic<bool>& use_avx512() {
   static std::atomic<bool> on{[] {
 #if EMBER_WINOGRAD_X86
-    return cpu_features().avx512f;
+    const CpuFeatures& f = cpu_features();
+    return f.avx512f && f.avx512bw && f.avx512vl;
 #else
     return false;
 #endif
@@ -430,13 +458,14 @@ std::atomic<bool>& use_avx512() {
 }
 
 // Step 1: v[xi][c][q] = (B^T d B)[xi] for every channel c and tile q of the block.
-void input_transform(const Problem& p, const float* x, int64_t first_tile, int64_t count, float* v) {
+template <typename T>
+void input_transform(const Problem& p, const T* x, int64_t first_tile, int64_t count, float* v) {
   const int64_t ld = row_ld(count), plane = p.C * ld + kPlanePad;  // v's channel and xi strides
   const bool wide = use_avx512().load(std::memory_order_relaxed);
   const std::vector<TileRow> rows = tile_rows(p, first_tile, count);
   for (int64_t c = 0; c < p.C; ++c)
     for (const TileRow& r : rows) {
-      const float* xc = x + (r.image * p.C + c) * p.h * p.w;
+      const T* xc = x + (r.image * p.C + c) * p.h * p.w;
       float* vc = v + c * ld + r.q - r.tx0;
 #if EMBER_WINOGRAD_X86
       if (wide) {
@@ -449,8 +478,8 @@ void input_transform(const Problem& p, const float* x, int64_t first_tile, int64
 }
 
 // Step 3: y's 2x2 output tiles from m[xi][k][q] (A^T m A), plus bias.
-void output_transform(const Problem& p, const float* m, const float* bias, int64_t first_tile, int64_t count,
-                      float* y) {
+template <typename T>
+void output_transform(const Problem& p, const float* m, const float* bias, int64_t first_tile, int64_t count, T* y) {
   const int64_t ld = row_ld(count), plane = p.K * ld + kPlanePad;
 #if EMBER_WINOGRAD_X86
   if (use_avx512().load(std::memory_order_relaxed)) {
@@ -491,13 +520,14 @@ void output_transform(const Problem& p, const float* m, const float* bias, int64
 
 // The weight gradient's step 1 for dy: w[xi][k][q] = (A dy A^T)[xi] for every output channel k
 // and tile q of the block.
-void grad_transform(const Problem& p, const float* gy, int64_t first_tile, int64_t count, float* w) {
+template <typename T>
+void grad_transform(const Problem& p, const T* gy, int64_t first_tile, int64_t count, float* w) {
   const int64_t ld = row_ld(count), plane = p.K * ld + kPlanePad;
   const bool wide = use_avx512().load(std::memory_order_relaxed);
   const std::vector<TileRow> rows = tile_rows(p, first_tile, count);
   for (int64_t k = 0; k < p.K; ++k)
     for (const TileRow& r : rows) {
-      const float* gk = gy + (r.image * p.K + k) * p.oh * p.ow;
+      const T* gk = gy + (r.image * p.K + k) * p.oh * p.ow;
       float* wk = w + k * ld + r.q - r.tx0;
 #if EMBER_WINOGRAD_X86
       if (wide) {
@@ -509,7 +539,8 @@ void grad_transform(const Problem& p, const float* gy, int64_t first_tile, int64
     }
 }
 
-void run(const Problem& p, const float* x, const float* u, const float* bias, float* y) {
+template <typename T>
+void run(const Problem& p, const T* x, const float* u, const float* bias, T* y) {
   const ImageSplit s = split_images(p.n);
   const int64_t block = std::min(kTileBlock, p.n * p.tiles);
   const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), m_elems = 16 * (p.K * row_ld(block) + kPlanePad);
@@ -533,7 +564,8 @@ void run(const Problem& p, const float* x, const float* u, const float* bias, fl
 
 // The weight gradient: dU[xi] (K, C) = sum over the tiles of W[xi] (K, tiles) @ V[xi]^T, each part
 // summing its own images' blocks in order, the parts then added in part order.
-void run_weight(const Problem& p, const float* x, const float* gy, float* du) {
+template <typename T>
+void run_weight(const Problem& p, const T* x, const T* gy, float* du) {
   const ImageSplit s = split_images(p.n);
   const int64_t block = std::min(kTileBlock, p.n * p.tiles);
   const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), w_elems = 16 * (p.K * row_ld(block) + kPlanePad);
@@ -594,7 +626,7 @@ bool winograd_vectorized() { return use_avx512().load(std::memory_order_relaxed)
 
 bool set_winograd_vectorized(bool on) {
 #if EMBER_WINOGRAD_X86
-  if (on && !cpu_features().avx512f) return false;
+  if (on && !(cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vl)) return false;
 #else
   if (on) return false;
 #endif
@@ -602,36 +634,50 @@ bool set_winograd_vectorized(bool on) {
   return true;
 }
 
-void winograd_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+namespace {
+
+template <typename T>
+void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   const Problem p = make_problem(g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w);
   auto u = scratch<float>(16 * p.K * p.C);
-  transform_weights(p.K, p.C, [&](int64_t k, int64_t c) { return w + (k * g.c_in + c) * 9; }, u.get());
-  run(p, x, u.get(), bias, y);
+  transform_weights(p.K, p.C,
+                    [&](int64_t k, int64_t c) {
+                      std::array<double, 9> f;
+                      for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(k * g.c_in + c) * 9 + i]);
+                      return f;
+                    },
+                    u.get());
+  std::vector<float> b;  // the bias as float32 (added before the output's one rounding)
+  if (bias)
+    for (int64_t k = 0; k < g.c_out; ++k) b.push_back(static_cast<float>(bias[k]));
+  run(p, x, u.get(), bias ? b.data() : nullptr, y);
 }
 
-void winograd_backward_data(const Conv2dGeometry& g, const float* gy, const float* w, float* gx) {
+template <typename T>
+void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
   // dx = conv2d(dy, w') with padding 2 - p: C = c_out channels in, K = c_in out, and
   // w'[c_in][c_out] = w[c_out][c_in] rotated by 180 degrees.
   const Problem p = make_problem(g.n, g.c_out, g.out_h, g.out_w, g.c_in, 2 - g.pad_h, 2 - g.pad_w);
   auto u = scratch<float>(16 * p.K * p.C);
-  float rotated[9];
   transform_weights(p.K, p.C,
                     [&](int64_t k, int64_t c) {
-                      const float* src = w + (c * g.c_in + k) * 9;
-                      for (int i = 0; i < 9; ++i) rotated[i] = src[8 - i];
-                      return static_cast<const float*>(rotated);
+                      std::array<double, 9> f;
+                      for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(c * g.c_in + k) * 9 + 8 - i]);
+                      return f;
                     },
                     u.get());
-  run(p, gy, u.get(), nullptr, gx);
+  run<T>(p, gy, u.get(), nullptr, gx);
 }
 
-void winograd_backward_weight(const Conv2dGeometry& g, const float* gy, const float* x, float* gw) {
+template <typename T>
+void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   const Problem p = make_problem(g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w);
   auto du = scratch<float>(16 * p.K * p.C);
   run_weight(p, x, gy, du.get());
   // dg = G^T dU G for each filter (3 x 3 from 4 x 4), in double; G^T = | 1 1/2  1/2 0 |
   //                                                                      | 0 1/2 -1/2 0 |
   //                                                                      | 0 1/2  1/2 1 |
+  // rounded to float32, then (bf16) to the output's type.
   for (int64_t k = 0; k < p.K; ++k)
     for (int64_t c = 0; c < p.C; ++c) {
       double e[4][4];
@@ -642,13 +688,35 @@ void winograd_backward_weight(const Conv2dGeometry& g, const float* gy, const fl
         r[1][j] = (e[1][j] - e[2][j]) / 2;
         r[2][j] = (e[1][j] + e[2][j]) / 2 + e[3][j];
       }
-      float* out = gw + (k * g.c_in + c) * 9;
+      T* out = gw + (k * g.c_in + c) * 9;
       for (int i = 0; i < 3; ++i) {  // (G^T dU) G
-        out[i * 3 + 0] = static_cast<float>(r[i][0] + (r[i][1] + r[i][2]) / 2);
-        out[i * 3 + 1] = static_cast<float>((r[i][1] - r[i][2]) / 2);
-        out[i * 3 + 2] = static_cast<float>((r[i][1] + r[i][2]) / 2 + r[i][3]);
+        out[i * 3 + 0] = T(static_cast<float>(r[i][0] + (r[i][1] + r[i][2]) / 2));
+        out[i * 3 + 1] = T(static_cast<float>((r[i][1] - r[i][2]) / 2));
+        out[i * 3 + 2] = T(static_cast<float>((r[i][1] + r[i][2]) / 2 + r[i][3]));
       }
     }
+}
+
+}  // namespace
+
+void winograd_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+  forward_impl(g, x, w, bias, y);
+}
+void winograd_forward(const Conv2dGeometry& g, const BFloat16* x, const BFloat16* w, const BFloat16* bias,
+                      BFloat16* y) {
+  forward_impl(g, x, w, bias, y);
+}
+void winograd_backward_data(const Conv2dGeometry& g, const float* gy, const float* w, float* gx) {
+  backward_data_impl(g, gy, w, gx);
+}
+void winograd_backward_data(const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* w, BFloat16* gx) {
+  backward_data_impl(g, gy, w, gx);
+}
+void winograd_backward_weight(const Conv2dGeometry& g, const float* gy, const float* x, float* gw) {
+  backward_weight_impl(g, gy, x, gw);
+}
+void winograd_backward_weight(const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* x, BFloat16* gw) {
+  backward_weight_impl(g, gy, x, gw);
 }
 
 }  // namespace ember::kernels::cpu

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../../core/dtype.h"
 #include "../conv.h"
 
 namespace ember::kernels::cpu {
@@ -38,13 +39,20 @@ int64_t winograd_convolutions();
 bool winograd_vectorized();
 bool set_winograd_vectorized(bool on);
 
+// f32, and bf16 read and written as bf16 but computed in float32 exactly as f32 is (widening is
+// exact), each result rounded to bf16 once at the end: the contract of Note [bf16 convolutions].
+//
 // y (n, c_out, out_h, out_w) = conv2d(x, w) + bias (bias may be null), for a geometry that
 // winograd_applies(g, false).
 void winograd_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y);
+void winograd_forward(const Conv2dGeometry& g, const BFloat16* x, const BFloat16* w, const BFloat16* bias,
+                      BFloat16* y);
 // gx (n, c_in, h, w) = the gradient of the input, for a geometry that winograd_applies(g, true).
 void winograd_backward_data(const Conv2dGeometry& g, const float* gy, const float* w, float* gx);
+void winograd_backward_data(const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* w, BFloat16* gx);
 // gw (c_out, c_in, 3, 3) = the gradient of the weights (overwritten), for a geometry that
 // winograd_applies(g): the products in the transformed space, transformed back per filter.
 void winograd_backward_weight(const Conv2dGeometry& g, const float* gy, const float* x, float* gw);
+void winograd_backward_weight(const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* x, BFloat16* gw);
 
 }  // namespace ember::kernels::cpu
