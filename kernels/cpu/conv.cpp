@@ -166,7 +166,9 @@ struct ChunkScratch {
 // operands, f32 C), and everything summed — the GEMM outputs, col2im's overlapping columns, dw
 // across chunks and parts — stays f32 until one final rounding to bf16 per output element. So
 // y = round(bias + sum), dx = round(col2im(sum)), dw = round(sum over all images). For f32 and
-// f64, A = T and nothing changes.
+// f64, A = T and nothing changes. The 3x3 stride-1 convolutions that the Winograd path takes
+// (below) keep the same contract there: bf16 widened as it is read, float32 products and sums,
+// one rounding as each result is stored.
 template <typename T>
 using conv_acc_t = std::conditional_t<std::is_same_v<T, BFloat16>, float, T>;
 
