@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../elementwise.h"
+#include "bf16_simd.h"
 #include "cpu_features.h"
 
 #if defined(__x86_64__)
@@ -47,33 +48,7 @@ void relu_backward_f32_scalar(const float* g, const float* y, float* gi, int64_t
 namespace {
 
 #if EMBER_BF16_CONVERT_X86
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
-// reports (falsely) once they inline into a target("avx512f") function.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define EMBER_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-// 16 bf16 -> 16 floats: zero-extend to 32 bits, shift into the high half. The lanes outside
-// `mask` are not read (and are 0).
-EMBER_AVX512_TARGET inline __m512 widen16(const BFloat16* src, __mmask16 mask = 0xffff) {
-  const __m256i h = _mm256_maskz_loadu_epi16(mask, src);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-// 16 floats -> 16 bf16, the steps of BFloat16::from_float on each lane; only the lanes in `mask`
-// are stored.
-EMBER_AVX512_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 mask = 0xffff) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_srli_epi32(x, 16);
-  const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, rounding), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x0040));
-  const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
-  _mm512_mask_cvtepi32_storeu_epi16(dst, mask, r);
-}
+#define EMBER_AVX512_TARGET EMBER_BF16_SIMD_TARGET
 
 // The low `k` lanes, 0 < k < 16 (the tail of an array).
 inline __mmask16 tail_mask(int64_t k) { return static_cast<__mmask16>((1u << k) - 1u); }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bf16_simd.h"
 #include "conv_parts.h"
 #include "cpu_features.h"
 #include "gemm.h"
@@ -265,31 +266,14 @@ void grad_row_portable(const Problem& p, const T* gk, int64_t ty, int64_t tx0, i
 }
 
 #if EMBER_WINOGRAD_X86
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in bf16_convert.cpp)
-#endif
-#define EMBER_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define EMBER_AVX512_TARGET EMBER_BF16_SIMD_TARGET
 
 // 16 values as floats (lanes outside `m` are not read and are 0): f32 as they are, bf16 widened
-// (a 16-bit shift: exact).
+// (exact). And the lanes in `m` stored: f32 as they are, bf16 rounded as BFloat16(float) does.
 EMBER_AVX512_TARGET inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-EMBER_AVX512_TARGET inline __m512 load16(const BFloat16* p, __mmask16 m) {
-  const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-}
-// The lanes in `m` stored: f32 as they are, bf16 rounded to nearest even as BFloat16(float) does
-// (a NaN keeps its top bits with the quiet bit set).
+EMBER_AVX512_TARGET inline __m512 load16(const BFloat16* p, __mmask16 m) { return widen16(p, m); }
 EMBER_AVX512_TARGET inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
-EMBER_AVX512_TARGET inline void store16(BFloat16* p, __mmask16 m, __m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_srli_epi32(x, 16);
-  const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, rounding), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x0040)));
-  _mm512_mask_cvtepi32_storeu_epi16(p, m, r);
-}
+EMBER_AVX512_TARGET inline void store16(BFloat16* p, __mmask16 m, __m512 v) { narrow16(v, p, m); }
 
 // The lanes l of a 16-float access at column c0 + l whose column lies in [0, w).
 inline __mmask16 columns_inside(int64_t c0, int64_t w) {
@@ -457,24 +441,30 @@ std::atomic<bool>& use_avx512() {
   return on;
 }
 
+// The step-1 transforms' walk: row(src_plane, tile_row, dst, plane) for every channel plane of
+// src (`channels` planes of `plane_elems` per image) and every tile row of the block, the
+// channel's planes in order (front to back in memory); dst points at the channel's row of the 16
+// transformed planes (row_ld(count) apart, `plane` apart).
+template <typename T, typename Row>
+void transform_planes(const Problem& p, const T* src, int64_t channels, int64_t plane_elems, int64_t first_tile,
+                      int64_t count, float* dst, const Row& row) {
+  const int64_t ld = row_ld(count), plane = channels * ld + kPlanePad;
+  const std::vector<TileRow> rows = tile_rows(p, first_tile, count);
+  for (int64_t c = 0; c < channels; ++c)
+    for (const TileRow& r : rows) row(src + (r.image * channels + c) * plane_elems, r, dst + c * ld + r.q - r.tx0, plane);
+}
+
 // Step 1: v[xi][c][q] = (B^T d B)[xi] for every channel c and tile q of the block.
 template <typename T>
 void input_transform(const Problem& p, const T* x, int64_t first_tile, int64_t count, float* v) {
-  const int64_t ld = row_ld(count), plane = p.C * ld + kPlanePad;  // v's channel and xi strides
-  const bool wide = use_avx512().load(std::memory_order_relaxed);
-  const std::vector<TileRow> rows = tile_rows(p, first_tile, count);
-  for (int64_t c = 0; c < p.C; ++c)
-    for (const TileRow& r : rows) {
-      const T* xc = x + (r.image * p.C + c) * p.h * p.w;
-      float* vc = v + c * ld + r.q - r.tx0;
+  [[maybe_unused]] const bool wide = use_avx512().load(std::memory_order_relaxed);
+  transform_planes(p, x, p.C, p.h * p.w, first_tile, count, v,
+                   [&](const T* xc, const TileRow& r, float* vc, int64_t plane) {
 #if EMBER_WINOGRAD_X86
-      if (wide) {
-        input_row_avx512(p, xc, r.ty, r.tx0, r.tx1, vc, plane);
-        continue;
-      }
+                     if (wide) return input_row_avx512(p, xc, r.ty, r.tx0, r.tx1, vc, plane);
 #endif
-      input_row_portable(p, xc, r.ty, r.tx0, r.tx1, vc, plane);
-    }
+                     input_row_portable(p, xc, r.ty, r.tx0, r.tx1, vc, plane);
+                   });
 }
 
 // Step 3: y's 2x2 output tiles from m[xi][k][q] (A^T m A), plus bias.
@@ -522,21 +512,14 @@ void output_transform(const Problem& p, const float* m, const float* bias, int64
 // and tile q of the block.
 template <typename T>
 void grad_transform(const Problem& p, const T* gy, int64_t first_tile, int64_t count, float* w) {
-  const int64_t ld = row_ld(count), plane = p.K * ld + kPlanePad;
-  const bool wide = use_avx512().load(std::memory_order_relaxed);
-  const std::vector<TileRow> rows = tile_rows(p, first_tile, count);
-  for (int64_t k = 0; k < p.K; ++k)
-    for (const TileRow& r : rows) {
-      const T* gk = gy + (r.image * p.K + k) * p.oh * p.ow;
-      float* wk = w + k * ld + r.q - r.tx0;
+  [[maybe_unused]] const bool wide = use_avx512().load(std::memory_order_relaxed);
+  transform_planes(p, gy, p.K, p.oh * p.ow, first_tile, count, w,
+                   [&](const T* gk, const TileRow& r, float* wk, int64_t plane) {
 #if EMBER_WINOGRAD_X86
-      if (wide) {
-        grad_row_avx512(p, gk, r.ty, r.tx0, r.tx1, wk, plane);
-        continue;
-      }
+                     if (wide) return grad_row_avx512(p, gk, r.ty, r.tx0, r.tx1, wk, plane);
 #endif
-      grad_row_portable(p, gk, r.ty, r.tx0, r.tx1, wk, plane);
-    }
+                     grad_row_portable(p, gk, r.ty, r.tx0, r.tx1, wk, plane);
+                   });
 }
 
 template <typename T>

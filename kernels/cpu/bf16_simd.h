@@ -1,0 +1,45 @@
+#pragma once
+// The AVX-512 bf16 <-> float conversions of 16 lanes that the vectorized CPU loops share
+// (bf16_convert.cpp, conv_winograd.cpp), internal to kernels/cpu: Note [Vectorized bf16
+// conversion on the CPU] in bf16_convert.h says why they give BFloat16's scalar bits. Callers are
+// functions compiled with EMBER_BF16_SIMD_TARGET and run only where cpu_features() reports AVX-512
+// F, BW and VL.
+
+#include "../../core/dtype.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
+// reports (falsely) once they inline into a target("avx512f") function.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define EMBER_BF16_SIMD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+namespace ember::kernels::cpu {
+
+// 16 bf16 -> 16 floats: zero-extend to 32 bits, shift into the high half. The lanes outside
+// `mask` are not read (and are 0).
+EMBER_BF16_SIMD_TARGET inline __m512 widen16(const BFloat16* src, __mmask16 mask = 0xffff) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, src);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// 16 floats -> 16 bf16, the steps of BFloat16::from_float on each lane; only the lanes in `mask`
+// are stored.
+EMBER_BF16_SIMD_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 mask = 0xffff) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, rounding), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x0040));
+  const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
+  _mm512_mask_cvtepi32_storeu_epi16(dst, mask, r);
+}
+
+}  // namespace ember::kernels::cpu
+#endif
