@@ -305,8 +305,9 @@ void check_output_file(const char* option, const std::string& path, const char* 
     if (e.path().filename().string().rfind(prefix, 0) == 0 && e.is_regular_file(ec)) fs::remove(e.path(), ec);
 }
 
-// The divergence error (Note [Divergence guard]): the step, what was not finite, the last finite
-// loss, the checkpoint left as it was, and what to change. Writes the metrics "diverged" event.
+// The divergence error (Note [Divergence guard] in train/step_guard.h): the step, what was not
+// finite, the last finite loss, the checkpoint left as it was, and what to change. Writes the
+// metrics "diverged" event.
 [[noreturn]] void throw_diverged(Run& r, int64_t step, const std::string& what) {
   const TrainConfig& cfg = r.cfg;
   write_metrics(r, json{{"event", "diverged"}, {"epoch", r.epoch_now + 1}, {"step", step},
@@ -789,7 +790,7 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
     std::fprintf(stderr, ", %.0f img/s, %s\n", es.images_per_sec, format_duration(es.seconds).c_str());
   }
   r.summary.epochs.push_back(es);
-  // "best" among finite evaluations only (Note [Divergence guard]).
+  // "best" among finite evaluations only (Note [Divergence guard] in train/step_guard.h).
   const bool improved = std::isfinite(es.test_acc) && std::isfinite(es.test_loss) && es.test_acc > r.best_acc;
   if (improved) {
     r.best_acc = es.test_acc;
