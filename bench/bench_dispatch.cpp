@@ -1,13 +1,14 @@
 // bench_dispatch: the fixed cost of one op call — argument checks, output allocation, the device
 // switch, the kernel call on one element, and (with autograd) recording a node on the tape.
 //
-//   ./build/bench/bench_dispatch [--ops N] [--runs R]
+//   ./build/bench/bench_dispatch [--ops N] [--runs R] [--autograd off|on|both]
 //
 // Times N calls of add() on two 1-element float32 tensors, R times, and prints the median (and
 // min/max) in nanoseconds per op as one JSON line per configuration:
 //   {"bench":"dispatch","op":"add_1elem","autograd":false,"ns_per_op":...,...}
 // "autograd":true makes one operand a leaf that requires grad, so every call also records an
-// AddBackward node (the graph is dropped with the result: no backward is run).
+// AddBackward node (the graph is dropped with the result: no backward is run). --autograd picks one
+// configuration (both by default), e.g. to profile one of them alone.
 // Threads: a 1-element op never leaves the calling thread (parallel_for runs inline below its grain).
 
 #include <algorithm>
@@ -61,19 +62,29 @@ int64_t parse_positive(const char* flag, const char* value) {
 int main(int argc, char** argv) {
   int64_t ops = 200000;
   int runs = 7;
+  std::vector<bool> configs{false, true};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--ops") == 0) {
       ops = parse_positive("--ops", i + 1 < argc ? argv[++i] : nullptr);
     } else if (std::strcmp(argv[i], "--runs") == 0) {
       runs = static_cast<int>(parse_positive("--runs", i + 1 < argc ? argv[++i] : nullptr));
+    } else if (std::strcmp(argv[i], "--autograd") == 0 && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v == "off") configs = {false};
+      else if (v == "on") configs = {true};
+      else if (v == "both") configs = {false, true};
+      else {
+        std::fprintf(stderr, "bench_dispatch: --autograd takes off, on or both, got '%s'\n", v.c_str());
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--ops N] [--runs R]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--ops N] [--runs R] [--autograd off|on|both]\n", argv[0]);
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
 
   try {
-    for (const bool autograd : {false, true}) {
+    for (const bool autograd : configs) {
       Tensor a = full({1}, 1.5f);
       Tensor b = full({1}, 2.0f);
       if (autograd) a.requires_grad_(true);

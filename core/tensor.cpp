@@ -2,6 +2,7 @@
 
 #include "tensor.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "../kernels/cpu/elementwise.h"
@@ -372,7 +373,14 @@ Tensor Tensor::pin_memory() const {
 #endif
 }
 
+namespace {
+std::atomic<int64_t> g_host_reads{0};
+}  // namespace
+
+int64_t host_read_count() { return g_host_reads.load(std::memory_order_relaxed); }
+
 double Tensor::item() const {
+  g_host_reads.fetch_add(1, std::memory_order_relaxed);
   EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
               shape(), ")");
   detail::check_not_capturing(device(), "Tensor::item", "reads a device value on the host (it waits for the device)");
@@ -382,6 +390,7 @@ double Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  g_host_reads.fetch_add(1, std::memory_order_relaxed);
   NoGradGuard g;
   detail::check_not_capturing(device(), "Tensor::to_vector", "reads device values on the host (it waits for the device)");
   Tensor c = to(Device::cpu(), dtype_of<T>::value).contiguous();

@@ -137,7 +137,8 @@ class Tensor {
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
 
-  // The value of a one-element tensor.
+  // The value of a one-element tensor. item() and to_vector() are the host's reads of tensor
+  // values: on a GPU each waits for the device, and host_read_count() counts them.
   double item() const;
   template <typename T>
   T item() const { return static_cast<T>(item()); }
@@ -212,6 +213,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // "(2, 3) float32 cpu" — for error messages.
 std::string describe(const Tensor& t);
+
+// How many times this process has read tensor values with item() or to_vector() (any device).
+// Tests bound a loop's reads with it (e.g. ember train's reads per epoch).
+int64_t host_read_count();
 
 // ---- factories ----------------------------------------------------------------------------
 Tensor empty(const Shape& shape, TensorOptions opt = {});

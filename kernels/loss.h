@@ -10,7 +10,9 @@
 // run. Per-sample results are double, so a 'mean' over many float32 samples loses nothing before
 // it is divided. Outputs are overwritten.
 //   find_invalid_target(target, count, num_classes, ignore_index)
-//       the position of the first target that is neither ignore_index nor in [0, num_classes), or -1
+//       the position of the first target that is neither ignore_index nor in [0, num_classes); when
+//       every target is valid, kTargetsValid, or kTargetsValidSomeIgnored when some equal ignore_index
+//       (a 'mean' then needs the total weight; without, it is the number of targets)
 //   cross_entropy_forward(dtype, layout, logits, target, weight, ignore_index, eps, loss, target_weight, lse)
 //       from logits with label smoothing eps, per sample i with target t and logp = log_softmax
 //       over the classes (PyTorch's formula: the smoothing term weighs each class by its own weight):
@@ -33,6 +35,10 @@
 #include <cstdint>
 
 namespace ember::kernels {
+
+// find_invalid_target's answers when no target is invalid.
+inline constexpr int64_t kTargetsValid = -1;
+inline constexpr int64_t kTargetsValidSomeIgnored = -2;
 
 struct ClassLayout {
   int64_t n = 0, c = 0, s = 1;

@@ -20,6 +20,10 @@
 //   update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)
 //       the scale's next value (amp_update_scale below), read and written where it lives: a host
 //       float and int32 for kernels::cpu, device memory for kernels::gpu (no host sync)
+// AdamHyper::skip and SgdHyper::skip (torch's found_inf of its fused optimizers): null, or one
+// float in the kernel's memory, read when the update runs; nonzero makes the call change nothing
+// (no parameter, no state array). A step can then be cancelled by a flag computed on the device,
+// with no host read (Note [Divergence guard] in train/step_guard.h).
 // Every array holds n contiguous elements of `dtype` (float32 or float64), all of the same dtype;
 // param and the state arrays are read and overwritten in place, grad is only read; no array may
 // alias another. Pointers are host memory for kernels::cpu, device memory of the current device
@@ -76,6 +80,7 @@ struct AdamHyper {
   WeightDecayMode decay = WeightDecayMode::None;
   bool amsgrad = false;
   bool maximize = false;
+  const float* skip = nullptr;  // see the contract above
 };
 
 // The per-step scalars, computed in double exactly as torch.optim does, then cast to T where the
@@ -93,6 +98,7 @@ struct AdamCoeffs {
   T bias_correction2_sqrt;  // sqrt(1 - beta2^t)
   T eps;
   T neg_step_size;          // -lr / (1 - beta1^t)
+  const float* skip;        // AdamHyper::skip
 };
 
 template <typename T>
@@ -113,8 +119,12 @@ inline AdamCoeffs<T> make_adam_coeffs(const AdamHyper& h) {
   c.bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
   c.eps = static_cast<T>(h.eps);
   c.neg_step_size = static_cast<T>(-step_size);
+  c.skip = h.skip;
   return c;
 }
+
+// Whether an update with this skip flag (AdamHyper::skip, SgdHyper::skip) is cancelled.
+EMBER_HD inline bool step_skipped(const float* skip) { return skip != nullptr && *skip != 0.0f; }
 
 // ATen's lerp: the branch keeps the result exact at both ends (w = 0 gives a, w = 1 gives b).
 template <typename T>
@@ -165,6 +175,7 @@ struct SgdHyper {
   double weight_decay = 0;
   bool nesterov = false;
   bool maximize = false;
+  const float* skip = nullptr;  // see the contract at the top
 };
 
 template <typename T>
@@ -174,12 +185,13 @@ struct SgdCoeffs {
   T momentum;
   T one_minus_dampening;
   T neg_lr;
+  const float* skip;  // SgdHyper::skip
 };
 
 template <typename T>
 inline SgdCoeffs<T> make_sgd_coeffs(const SgdHyper& h) {
   return {h.maximize ? T(-1) : T(1), static_cast<T>(h.weight_decay), static_cast<T>(h.momentum),
-          static_cast<T>(1 - h.dampening), static_cast<T>(-h.lr)};
+          static_cast<T>(1 - h.dampening), static_cast<T>(-h.lr), h.skip};
 }
 
 // One element of SGD, following torch.optim.SGD:

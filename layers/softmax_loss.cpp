@@ -81,8 +81,9 @@ Tensor softmax_op(SoftmaxKind kind, const char* op, const char* node, const Tens
 // ---- class-index losses ---------------------------------------------------------------------------
 
 // Checks scores / target / weight (Note [Class-index losses]) and returns the (N, C, S) layout.
+// `some_ignored`: set to whether any target equals ignore_index (a 'mean' then reads its total weight).
 ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor& target, const Tensor& weight,
-                             int64_t ignore_index) {
+                             int64_t ignore_index, bool* some_ignored) {
   detail::check_floating(op, scores);
   EMBER_CHECK(scores.dim() >= 1, op, ": expected input of shape (N, C) or (N, C, d1, ...), got ", describe(scores));
   EMBER_CHECK(target.dtype() == DType::i64, op, ": expected int64 class indices as target, got ", describe(target),
@@ -119,6 +120,7 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
   if (!detail::capturing_graph(t.device()))
     EMBER_KERNEL_CALL_INTO(bad, t.device(), op, find_invalid_target, t.data_ptr<int64_t>(), t.numel(), l.c,
                            ignore_index);
+  *some_ignored = bad == kernels::kTargetsValidSomeIgnored;
   if (bad >= 0) {
     const int64_t value = t.reshape({-1}).slice(0, bad, bad + 1).item<int64_t>();
     EMBER_THROW(op, ": target ", value, " (at flat position ", bad, ") is out of bounds for ", l.c,
@@ -131,22 +133,24 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
 // Returns the loss in `dtype` and, for the backward, the factor that scales the incoming gradient.
 // `weighted`: class weights were given.
 std::pair<Tensor, double> reduce_loss(const Tensor& per_sample, const Tensor& target_weight, Reduction reduction,
-                                      const Shape& target_shape, DType dtype, bool weighted) {
+                                      const Shape& target_shape, DType dtype, bool weighted, bool some_ignored) {
   NoGradGuard ng;
   switch (reduction) {
     case Reduction::None: return {per_sample.reshape(target_shape).to(dtype), 1.0};
     case Reduction::Sum: return {sum(per_sample).to(dtype), 1.0};
     case Reduction::Mean: {
-      // 0 / 0 = NaN when every target is ignored, as PyTorch. The total weight is read on the
-      // host; a CUDA graph cannot do that, so while one is being captured every target is taken
-      // to be a class index (the check above is left out too: the caller checks the staged
-      // targets), and without class weights the total is the number of targets, exactly the sum
-      // an eager step reads (Note [CUDA graphs in ember] in kernels/cuda/graph.h).
+      // 0 / 0 = NaN when every target is ignored, as PyTorch. Without class weights and with no
+      // target ignored the total weight is the number of targets (the sum of as many 1.0s, exact);
+      // otherwise it is read on the host. A CUDA graph cannot read, so while one is being captured
+      // every target is taken to be a class index (the check above is left out too: the caller
+      // checks the staged targets), and without class weights the total is the number of targets,
+      // exactly the sum an eager step would read (Note [CUDA graphs in ember] in kernels/cuda/graph.h).
       double total_weight = static_cast<double>(per_sample.numel());
       if (weighted)
         detail::check_not_capturing(per_sample.device(), "cross_entropy / nll_loss with class weights and reduction "
                                     "'mean'", "divides by the targets' total weight, read on the host");
-      if (!detail::capturing_graph(per_sample.device())) total_weight = sum(target_weight).item();
+      if ((weighted || some_ignored) && !detail::capturing_graph(per_sample.device()))
+        total_weight = sum(target_weight).item();
       return {div(sum(per_sample), total_weight).to(dtype), 1.0 / total_weight};
     }
   }
@@ -211,7 +215,8 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
   EMBER_CHECK(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0,
               "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", opt.label_smoothing);
   if (target0.defined() && is_floating(target0.dtype())) return soft_cross_entropy(logits0, target0, opt);
-  const ClassLayout l = check_class_loss("cross_entropy", logits0, target0, opt.weight, opt.ignore_index);
+  bool some_ignored = false;
+  const ClassLayout l = check_class_loss("cross_entropy", logits0, target0, opt.weight, opt.ignore_index, &some_ignored);
   // Detached: the kernels read raw data; this op records its own node.
   const Tensor logits = logits0.detach().contiguous(), target = target0.contiguous();
   const Tensor weight = opt.weight.defined() ? opt.weight.detach().to(logits.dtype()).contiguous() : Tensor();
@@ -223,7 +228,8 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
                     opt.label_smoothing, per_sample.data_ptr<double>(), target_weight.data_ptr<double>(),
                     lse.data_ptr<double>());
   auto [out, grad_factor] =
-      reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), logits.dtype(), weight.defined());
+      reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), logits.dtype(), weight.defined(),
+                  some_ignored);
   const double factor = grad_factor;  // a plain local: the backward closure captures it
   if (any_requires_grad({&logits0})) {
     const char* node = "CrossEntropyBackward";
@@ -247,7 +253,8 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
 Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOptions& opt) {
   if (const auto dt = autocast::op_dtype(CastPolicy::fp32, {&input0}))
     return nll_loss(autocast::cast(input0, *dt), target0, opt);
-  const ClassLayout l = check_class_loss("nll_loss", input0, target0, opt.weight, opt.ignore_index);
+  bool some_ignored = false;
+  const ClassLayout l = check_class_loss("nll_loss", input0, target0, opt.weight, opt.ignore_index, &some_ignored);
   const Tensor input = input0.detach().contiguous(), target = target0.contiguous();
   const Tensor weight = opt.weight.defined() ? opt.weight.detach().to(input.dtype()).contiguous() : Tensor();
   const TensorOptions f64{.dtype = DType::f64, .device = input.device()};
@@ -256,7 +263,8 @@ Tensor nll_loss(const Tensor& input0, const Tensor& target0, const NllLossOption
                     target.data_ptr<int64_t>(), weight.defined() ? weight.data() : nullptr, opt.ignore_index,
                     per_sample.data_ptr<double>(), target_weight.data_ptr<double>());
   auto [out, grad_factor] =
-      reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), input.dtype(), weight.defined());
+      reduce_loss(per_sample, target_weight, opt.reduction, target.shape(), input.dtype(), weight.defined(),
+                  some_ignored);
   const double factor = grad_factor;
   if (any_requires_grad({&input0})) {
     const char* node = "NllLossBackward";

@@ -71,6 +71,7 @@ kernels::AdamHyper Adam::hyper(const Group& group, double step) const {
   h.step = static_cast<int64_t>(step);
   h.amsgrad = options_.amsgrad;
   h.maximize = options_.maximize;
+  h.skip = skip_ptr();
   // Adam adds the L2 term only when weight_decay != 0 (torch skips the add: 0 * inf = NaN);
   // AdamW always multiplies by 1 - lr * weight_decay.
   h.decay = decoupled_ ? kernels::WeightDecayMode::Decoupled

@@ -102,6 +102,18 @@ void Optimizer::set_initial_lr(size_t group, double lr) {
   groups_[group].initial_lr = lr;
 }
 
+void Optimizer::set_skip_flag(Tensor flag) {
+  if (flag.defined()) {
+    EMBER_CHECK(flag.dtype() == DType::f32 && flag.numel() == 1 && flag.is_contiguous(), name_,
+                ".set_skip_flag: the flag must be one contiguous float32 element, got ", describe(flag));
+    for (const Group& g : groups_)
+      for (const Tensor& p : g.params)
+        EMBER_CHECK(p.device() == flag.device(), name_, ".set_skip_flag: the flag is on ", flag.device(),
+                    " but a parameter is on ", p.device());
+  }
+  skip_flag_ = std::move(flag);
+}
+
 void Optimizer::zero_grad() {
   for (Group& g : groups_)
     for (Tensor& p : g.params) p.set_grad(Tensor());

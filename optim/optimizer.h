@@ -82,6 +82,15 @@ class Optimizer {
   std::optional<double> get_initial_lr(size_t group) const { return param_group(group).initial_lr; }
   void set_initial_lr(size_t group, double lr);
 
+  // A device flag that cancels steps without a host read (torch's found_inf of its fused
+  // optimizers; AdamHyper::skip in kernels/optim.h): while it holds a nonzero value when a step's
+  // kernels run, they change no parameter and no state tensor. float32, one element, on the
+  // parameters' device; an undefined tensor removes it. The host's own counts still advance (Adam's
+  // step count, SGD's first-step flag): a cancelled step is for a run that stops after it
+  // (Note [Divergence guard] in train/step_guard.h), not for one that goes on.
+  void set_skip_flag(Tensor flag);
+  const Tensor& skip_flag() const { return skip_flag_; }
+
   // "Adam", "AdamW", "SGD": used in error messages.
   const std::string& name() const { return name_; }
 
@@ -126,6 +135,8 @@ class Optimizer {
   }
   // A zero-filled contiguous tensor like `p` (for new state).
   static Tensor zeros_like_param(const Tensor& p);
+  // The skip flag's address for AdamHyper::skip / SgdHyper::skip (null without one).
+  const float* skip_ptr() const { return skip_flag_.defined() ? skip_flag_.data_ptr<float>() : nullptr; }
 
   std::vector<Group> groups_;
   std::vector<ParamState> state_;  // by parameter index
@@ -134,6 +145,7 @@ class Optimizer {
 
  private:
   std::string name_;
+  Tensor skip_flag_;
 };
 
 }  // namespace ember::optim

@@ -46,6 +46,7 @@ kernels::SgdHyper SGD::hyper(const Group& group) const {
   h.weight_decay = group.weight_decay;
   h.nesterov = options_.nesterov;
   h.maximize = options_.maximize;
+  h.skip = skip_ptr();
   return h;
 }
 

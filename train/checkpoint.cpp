@@ -183,7 +183,7 @@ std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& ten
 void save_weights(const std::string& path, const nn::Module& model, const TrainConfig& cfg, const DataInfo& d,
                   const std::string& run, int64_t step) {
   const std::vector<std::pair<std::string, Tensor>> tensors = model.state_dict();
-  // Nothing non-finite is ever written (Note [Divergence guard] in train/trainer.cpp).
+  // Nothing non-finite is ever written (Note [Divergence guard] in train/step_guard.h).
   for (const auto& [name, t] : tensors)
     EMBER_CHECK(all_finite(t), "refusing to write ", path, ": parameter '", name, "' holds a NaN or an infinity",
                 step >= 0 ? " at step " + std::to_string(step) : std::string());

@@ -20,10 +20,11 @@ namespace ember::train {
 // [CUDA graphs in ember] in kernels/cuda/graph.h). The first full batch runs eagerly: it creates
 // the optimizer's state and fills the cuDNN algorithm cache, which a capture cannot do. The
 // second is captured and replayed, with the batch copied into static device tensors that the graph
-// reads; every later full batch is copied into the same tensors and replayed. The loss and the
-// count of correct predictions stay in the graph's output tensors on the device; the trainer reads
-// them when it shows them (progress lines, --log-every step events, the end of an epoch). The
-// optimizer's step count and the scheduled learning rate are host values: the optimizer moves
+// reads; every later full batch is copied into the same tensors and replayed. The captured step
+// folds its loss and count of correct predictions into the trainer's StepGuard on the device
+// (Note [Divergence guard] in train/step_guard.h) before its update, which the guard's flag
+// cancels after a non-finite loss, as in an eager step; the trainer reads the sums when it shows
+// them (progress lines, --log-every step events, the end of an epoch). The optimizer's step count and the scheduled learning rate are host values: the optimizer moves
 // them into device memory before each replay (before_each_replay), so the scheduler is stepped
 // between replays as it is between eager steps. A batch of another shape (the epoch's last,
 // partial batch) runs eagerly. The weights are those of eager training, bit for bit.

@@ -42,6 +42,7 @@
 #include "interrupt.h"
 #include "report.h"
 #include "run_report.h"
+#include "step_guard.h"
 
 namespace ember::train {
 
@@ -52,6 +53,15 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The batch's correct predictions, summed on the training device (float64). Mixed batches
+// (Mixup/CutMix) carry class probabilities: a prediction counts as correct when it is the class
+// with the largest share of the image.
+Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
+  NoGradGuard g;
+  const Tensor truth = labels.dim() == 2 ? argmax(labels, 1) : labels;
+  return sum(eq(argmax(logits, 1), truth).to(DType::f64));
 }
 
 // One param group, or with --finetune: the backbone's (lr * --backbone-lr-scale, or none at all
@@ -168,35 +178,6 @@ int64_t report_skipped(const data::ImageDataset* ds, const char* what, bool quie
   return static_cast<int64_t>(skipped.size());
 }
 
-// Adds a batch's misclassified images to `kept` (the most confident first, at most options.keep)
-// with their images in `images`. logits: (B, classes) on any device; indices: the batch's dataset
-// indices (used when no image of the batch was left out).
-void keep_mistakes(std::vector<Mistake>& kept, std::vector<Tensor>& images, const MistakeOptions& options,
-                   const Tensor& logits, const data::Batch& batch, const std::vector<int64_t>& pred,
-                   const std::vector<int64_t>& truth, const std::vector<int64_t>& indices) {
-  const std::vector<double> z = logits.detach().to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();
-  const size_t classes = pred.empty() ? 0 : z.size() / pred.size();
-  for (size_t i = 0; i < pred.size(); ++i) {
-    if (pred[i] == truth[i]) continue;
-    // softmax(z)[pred] with pred the argmax: 1 / sum_j exp(z_j - z_pred).
-    double sum = 0;
-    for (size_t j = 0; j < classes; ++j) sum += std::exp(z[i * classes + j] - z[i * classes + static_cast<size_t>(pred[i])]);
-    const double confidence = 1 / sum;
-    if (static_cast<int64_t>(kept.size()) == options.keep && confidence <= kept.back().confidence) continue;
-    size_t at = 0;
-    while (at < kept.size() && kept[at].confidence >= confidence) ++at;
-    kept.insert(kept.begin() + static_cast<std::ptrdiff_t>(at),
-                Mistake{.index = indices.size() == pred.size() ? indices[i] : -1, .truth = truth[i],
-                        .predicted = pred[i], .confidence = confidence, .png = {}});
-    images.insert(images.begin() + static_cast<std::ptrdiff_t>(at),
-                  batch.images.select(0, static_cast<int64_t>(i)).to(Device::cpu()).to(DType::f32).clone());
-    if (static_cast<int64_t>(kept.size()) > options.keep) {
-      kept.pop_back();
-      images.pop_back();
-    }
-  }
-}
-
 }  // namespace
 
 Device resolve_device(const std::string& spec) {
@@ -208,63 +189,6 @@ Device resolve_device(const std::string& spec) {
                 cuda_device_count(), ")");
   }
   return d;
-}
-
-EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
-                           parallel::Communicator* comm, const MistakeOptions& mistakes) {
-  NoGradGuard no_grad;
-  // The model's device (the first parameter's; the CPU for a model without parameters).
-  const std::vector<Tensor> params = model.parameters();
-  const Device device = params.empty() ? Device::cpu() : params.front().device();
-  const bool was_training = model.is_training();
-  model.eval();
-  EvalResult r;
-  r.confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
-  double loss_sum = 0;
-  int64_t correct = 0;
-  const int64_t epoch = loader.position().epoch;
-  const int64_t first = comm ? comm->rank() : 0, stride = comm ? comm->world_size() : 1;
-  std::vector<Tensor> kept_images;  // beside r.mistakes: the images, made thumbnails at the end
-  for (int64_t b = first; b < loader.size(); b += stride) {
-    data::Batch batch = loader.load_batch(epoch, b);
-    if (batch.labels.numel() == 0) continue;  // every file unreadable and skipped (BadImages::skip)
-    Tensor logits = model.forward(batch.images.to(device));
-    loss_sum += cross_entropy(logits, batch.labels.to(device), {.reduction = Reduction::Sum}).item();
-    const std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>();
-    const std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
-    for (size_t i = 0; i < pred.size(); ++i) {
-      correct += pred[i] == truth[i];
-      r.confusion[truth[i]][pred[i]] += 1;
-    }
-    r.count += static_cast<int64_t>(pred.size());
-    if (mistakes.keep > 0) keep_mistakes(r.mistakes, kept_images, mistakes, logits, batch, pred, truth,
-                                         loader.batch_indices(epoch, b));
-  }
-  model.train(was_training);
-  for (size_t i = 0; i < r.mistakes.size(); ++i)
-    r.mistakes[i].png = thumbnail_png(kept_images[i], mistakes.mean, mistakes.std);
-  if (comm != nullptr && comm->world_size() > 1) {
-    std::vector<int64_t> counts{correct, r.count};
-    for (const auto& row : r.confusion) counts.insert(counts.end(), row.begin(), row.end());
-    Tensor t = from_vector<int64_t>(counts);
-    comm->all_reduce(t);
-    counts = t.to_vector<int64_t>();
-    correct = counts[0];
-    r.count = counts[1];
-    for (int64_t c = 0; c < num_classes; ++c)
-      for (int64_t p = 0; p < num_classes; ++p) r.confusion[c][p] = counts[2 + c * num_classes + p];
-    Tensor l = scalar_tensor(loss_sum, {.dtype = DType::f64});
-    comm->all_reduce(l);
-    loss_sum = l.item();
-  }
-  r.accuracy = r.count ? static_cast<double>(correct) / static_cast<double>(r.count) : NAN;
-  r.loss = r.count ? loss_sum / static_cast<double>(r.count) : NAN;
-  for (int64_t c = 0; c < num_classes; ++c) {
-    int64_t total = 0;
-    for (int64_t p = 0; p < num_classes; ++p) total += r.confusion[c][p];
-    r.per_class_accuracy.push_back(total ? static_cast<double>(r.confusion[c][c]) / static_cast<double>(total) : NAN);
-  }
-  return r;
 }
 
 namespace {
@@ -298,6 +222,10 @@ struct Run {
   Progress progress{true};
   std::unique_ptr<profiler::Profiler> profiler;  // --profile, --profile-trace: from the first step
   std::unique_ptr<GraphedStep> graphed;          // --cuda-graphs
+  // The running sums and the divergence flag on the device (Note [Divergence guard] in
+  // train/step_guard.h); its flag is the optimizer's skip flag.
+  std::unique_ptr<StepGuard> guard;
+  bool metrics_enabled = false;  // a metrics stream takes the step events
   // Position and totals.
   int64_t step = 0;
   int start_epoch = 0;
@@ -377,8 +305,9 @@ void check_output_file(const char* option, const std::string& path, const char* 
     if (e.path().filename().string().rfind(prefix, 0) == 0 && e.is_regular_file(ec)) fs::remove(e.path(), ec);
 }
 
-// The divergence error (Note [Divergence guard]): the step, what was not finite, the last finite
-// loss, the checkpoint left as it was, and what to change. Writes the metrics "diverged" event.
+// The divergence error (Note [Divergence guard] in train/step_guard.h): the step, what was not
+// finite, the last finite loss, the checkpoint left as it was, and what to change. Writes the
+// metrics "diverged" event.
 [[noreturn]] void throw_diverged(Run& r, int64_t step, const std::string& what) {
   const TrainConfig& cfg = r.cfg;
   write_metrics(r, json{{"event", "diverged"}, {"epoch", r.epoch_now + 1}, {"step", step},
@@ -403,6 +332,19 @@ bool parameters_finite(const nn::Module& model) {
     if (!std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); })) return false;
   }
   return true;
+}
+
+// Reads the guard (Note [Divergence guard] in train/step_guard.h) and keeps its last finite
+// loss; after a non-finite loss, stops the run naming the first step that had one.
+StepGuard::Totals read_guard(Run& r) {
+  const StepGuard::Totals g = r.guard->read();
+  if (g.finite_steps > 0) {
+    r.last_finite_loss = g.last_finite_loss;
+    r.last_finite_step = g.last_finite_step;
+  }
+  if (g.diverged)
+    throw_diverged(r, g.first_bad_step, std::string("the loss is ") + (std::isnan(g.first_bad_loss) ? "NaN" : "infinite"));
+  return g;
 }
 
 // One epoch's running sums on this process.
@@ -611,6 +553,9 @@ Run start_run(TrainConfig cfg) {
   r.criterion = std::make_unique<nn::CrossEntropyLoss>(CrossEntropyOptions{.label_smoothing = cfg.label_smoothing});
   r.cfg = std::move(cfg);
   if (r.cfg.profile || !r.cfg.profile_trace.empty()) r.profiler = std::make_unique<profiler::Profiler>();
+  r.metrics_enabled = r.metrics->enabled() || r.run_metrics != nullptr;
+  r.guard = std::make_unique<StepGuard>(r.device);
+  r.optimizer->set_skip_flag(r.guard->flag());
   if (r.cfg.cuda_graphs) {
     EMBER_CHECK(!r.distributed, "--cuda-graphs cannot be used with several processes: the gradient all-reduce "
                 "synchronizes with the host, which a CUDA graph cannot record");
@@ -619,19 +564,18 @@ Run start_run(TrainConfig cfg) {
     nn::Module* model = r.model.get();
     optim::Optimizer* opt = r.optimizer.get();
     nn::CrossEntropyLoss* criterion = r.criterion.get();
+    StepGuard* guard = r.guard.get();
     r.graphed = std::make_unique<GraphedStep>(
-        r.device, static_cast<int64_t>(r.d.classes.size()), [model, opt, criterion](const Tensor& x, const Tensor& y) {
+        r.device, static_cast<int64_t>(r.d.classes.size()),
+        [model, opt, criterion, guard](const Tensor& x, const Tensor& y) {
           opt->zero_grad();
           const Tensor logits = model->forward(x);
           GraphedStep::Outputs out;
           out.loss = (*criterion)(logits, y);
           out.loss.backward();
-          {
-            NoGradGuard g;
-            const Tensor truth = y.dim() == 2 ? argmax(y, 1) : y;
-            out.correct = sum(eq(argmax(logits, 1), truth).to(DType::f64));
-          }
-          opt->step();
+          out.correct = correct_predictions(logits, y);
+          guard->record(out.loss, out.correct, y.size(0));
+          opt->step();  // a no-op on the device after a non-finite loss (the guard's flag)
           return out;
         });
   }
@@ -670,11 +614,9 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
     train_with_frozen_backbone(*r.model, cfg.model);
   else
     r.model->train();
-  // This epoch's correct predictions, summed on the training device and read only when a progress
-  // line shows them and at the end of the epoch: on a GPU each read waits for the device.
-  Tensor correct_sum;
-  // --cuda-graphs: the replayed steps' loss times batch size, summed on the device (f64).
-  Tensor replayed_loss_sum;
+  // The epoch's loss and correct sums stay on the training device until a read (Note [Divergence
+  // guard] in train/step_guard.h): a step event, a progress line, the end of the epoch.
+  r.guard->start_epoch(r.step);
   for (auto& [host_images, host_labels] : loader) {
     if (host_labels.numel() == 0) {  // every file of the batch was unreadable and skipped
       // Every rank must take part in each step's gradient all-reduce: no step can be left out.
@@ -682,42 +624,24 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
                   "processes a step cannot be skipped: remove the files (ember inspect lists them)");
       continue;
     }
+    r.epoch_now = epoch;
     const profiler::Scope step_scope("step", profiler::Phase::step);
     // EMBER_FAULT=slow-step-ms:N (a testing hook): the whole N ms, even across a signal.
     if (const int64_t ms = io::fault_value("slow-step-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     const int64_t n = host_labels.size(0);
     const double lr_used = opt.get_lr(0);
-    const bool step_event = (r.step + 1) % cfg.log_every == 0;
-    double l = NAN;  // this step's loss on the host (a replayed step reads it only for a step event)
-    double batch_acc = NAN;
+    // A step event reads the guard: only when a metrics stream takes it.
+    const bool step_event = (r.step + 1) % cfg.log_every == 0 && r.metrics_enabled;
     bool interrupt = interrupt_requested();
-    Tensor correct;  // the batch's correct predictions, on the training device
     if (r.graphed && r.graphed->replays(host_images, host_labels)) {
-      // --cuda-graphs (Note [Training with CUDA graphs] in train/graph_step.h): the whole step is
-      // one replay; the loss stays on the device and is read when it is shown.
+      // --cuda-graphs (Note [Training with CUDA graphs] in train/graph_step.h): the whole step,
+      // the guard's record included, is one replay.
       const bool capture = r.graphed->node_count() == 0;
-      const GraphedStep::Outputs out = r.graphed->run(host_images, host_labels);
+      r.graphed->run(host_images, host_labels);
       if (capture && r.lead && !cfg.quiet)
         std::fprintf(stderr, "ember train: --cuda-graphs: step %lld captured as a CUDA graph of %zu nodes; every full "
                      "batch replays it\n", static_cast<long long>(r.step + 1), r.graphed->node_count());
       if (r.scheduler) r.scheduler->step();
-      correct = out.correct;
-      {
-        NoGradGuard g;
-        const Tensor weighted = out.loss.to(DType::f64) * static_cast<double>(n);
-        if (replayed_loss_sum.defined())
-          replayed_loss_sum.add_(weighted);
-        else
-          replayed_loss_sum = weighted;
-      }
-      r.epoch_now = epoch;
-      if (step_event) {
-        l = out.loss.item();
-        batch_acc = correct.item() / static_cast<double>(n);
-        if (!std::isfinite(l))
-          throw_diverged(r, r.step + 1, std::string("the loss is ") + (std::isnan(l) ? "NaN" : "infinite") +
-                                            " (--cuda-graphs reads it after the step's update, every --log-every steps)");
-      }
     } else {
       Tensor images, labels;
       {
@@ -733,76 +657,58 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
         if (r.amp_dtype) amp.emplace(r.device.type, *r.amp_dtype);
         logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
         loss = (*r.criterion)(logits, labels);
+        // EMBER_FAULT=nan-loss-at:K (a testing hook): step K's loss is NaN, and so are its gradients.
+        if (io::fault_value("nan-loss-at") == r.step + 1) loss = mul(loss, std::nan(""));
       }
       {
         const profiler::Scope scope("backward", profiler::Phase::backward);
         r.scaler->scale(loss).backward();  // with DDP: returns with the gradients averaged over the ranks
       }
-      l = loss.item();
-      // The batch's correct predictions, summed on the training device. A step event shows them:
-      // read then, before the optimizer's kernels are queued, so the read waits for these few only.
-      // Mixed batches (Mixup/CutMix) carry class probabilities: a prediction counts as correct when
-      // it is the class with the largest share of the image.
-      {
-        NoGradGuard g;
-        const Tensor truth = labels.dim() == 2 ? argmax(labels, 1) : labels;
-        correct = sum(eq(argmax(logits, 1), truth).to(DType::f64));
-      }
-      batch_acc = step_event ? correct.item() / static_cast<double>(n) : NAN;
-      // Note [Divergence guard]
-      // A non-finite loss stops the run before the optimizer step, so the weights stay those of
-      // the last finite step; nothing non-finite is written (save_weights refuses NaN/inf
-      // parameters) and "best" is chosen among finite evaluations only. With several processes the
-      // flags are all-reduced, so every rank stops at the same step. The error names the step, the
-      // last finite loss and what to change. (--cuda-graphs checks the loss of replayed steps when
-      // it reads it: Note [Training with CUDA graphs] in train/graph_step.h.)
-      bool diverged = !std::isfinite(l);
+      r.guard->record(loss, correct_predictions(logits, labels), n);
       if (r.distributed) {
+        // Every rank stops at the same step, before its update (Note [Divergence guard]).
+        const bool diverged = r.guard->read().diverged;
         Tensor flags = from_vector<double>({diverged ? 1.0 : 0.0, interrupt ? 1.0 : 0.0});
         r.comm->all_reduce(flags);
         const std::vector<double> v = flags.to_vector<double>();
-        diverged = v[0] > 0;
         interrupt = v[1] > 0;
+        if (v[0] > 0) {
+          read_guard(r);  // throws when this rank's own loss was not finite
+          throw_diverged(r, r.step + 1, "the loss of another process was not finite");
+        }
       }
-      r.epoch_now = epoch;
-      if (diverged) throw_diverged(r, r.step + 1, std::string("the loss is ") + (std::isnan(l) ? "NaN" : "infinite"));
       {
         const profiler::Scope scope("optimizer", profiler::Phase::optimizer);
         if (cfg.clip_grad_norm > 0) {
           r.scaler->unscale_(opt);  // clip the true gradients, not the scaled ones
           optim::clip_grad_norm_(r.model->parameters(), cfg.clip_grad_norm);
         }
-        r.scaler->step(opt);  // skipped when a scaled gradient overflowed (fp16)
+        r.scaler->step(opt);  // skipped when a scaled gradient overflowed (fp16); a no-op after a non-finite loss
         r.scaler->update();
         if (r.scheduler) r.scheduler->step();
       }
-      t.loss_sum += l * static_cast<double>(n);
       // The first full batch is the warm-up of --cuda-graphs: the next one of its shapes is captured.
       if (r.graphed && n == cfg.batch_size) r.graphed->eager_step_done(host_images, host_labels);
     }
     ++r.step;
-    if (!std::isnan(l)) {
-      r.last_finite_loss = l;
-      r.last_finite_step = r.step;
-    }
-    if (correct_sum.defined())
-      correct_sum.add_(correct);
-    else
-      correct_sum = correct.clone();  // a copy: a replayed step's `correct` is the graph's output
     t.seen += n;
     const double ips = static_cast<double>(t.seen) / std::max(1e-9, seconds_since(t.started));
     const int64_t shown = loader.position().batch == 0 ? r.steps_per_epoch : loader.position().batch;
-    if (r.progress.due(shown)) {
-      t.correct = static_cast<int64_t>(correct_sum.item());
-      const double loss_sum = t.loss_sum + (replayed_loss_sum.defined() ? replayed_loss_sum.item() : 0.0);
-      r.progress.step(shown, loss_sum / static_cast<double>(t.seen),
-                      static_cast<double>(t.correct) / static_cast<double>(t.seen), ips);
-    }
-    if (step_event) {
-      json event{{"event", "step"}, {"epoch", epoch + 1}, {"step", r.step},         {"loss", l},
-                 {"acc", batch_acc}, {"lr", lr_used},      {"images_per_sec", ips}};
-      if (r.scaler->is_enabled()) event["loss_scale"] = r.scaler->get_scale();  // S for the next step
-      write_metrics(r, event.dump());
+    if (r.progress.due(shown) || step_event) {
+      const StepGuard::Totals g = read_guard(r);  // throws after a non-finite loss
+      if (r.progress.due(shown))
+        r.progress.step(shown, g.loss_sum / static_cast<double>(t.seen), g.correct / static_cast<double>(t.seen), ips);
+      if (step_event) {
+        json event{{"event", "step"},
+                   {"epoch", epoch + 1},
+                   {"step", r.step},
+                   {"loss", g.step_loss},
+                   {"acc", g.step_correct / static_cast<double>(n)},
+                   {"lr", lr_used},
+                   {"images_per_sec", ips}};
+        if (r.scaler->is_enabled()) event["loss_scale"] = r.scaler->get_scale();  // S for the next step
+        write_metrics(r, event.dump());
+      }
     }
     if (cfg.max_steps > 0 && r.step >= cfg.max_steps) {
       r.stopped = true;
@@ -813,13 +719,9 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       break;
     }
   }
-  if (correct_sum.defined()) t.correct = static_cast<int64_t>(correct_sum.item());
-  if (replayed_loss_sum.defined()) {
-    t.loss_sum += replayed_loss_sum.item();
-    if (!std::isfinite(t.loss_sum))
-      throw_diverged(r, r.step, "the loss of a replayed step was not finite (--cuda-graphs reads it after the "
-                                "step's update)");
-  }
+  const StepGuard::Totals g = read_guard(r);
+  t.loss_sum = g.loss_sum;
+  t.correct = static_cast<int64_t>(g.correct);
   r.progress.end_epoch();
   return t;
 }
@@ -888,7 +790,7 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
     std::fprintf(stderr, ", %.0f img/s, %s\n", es.images_per_sec, format_duration(es.seconds).c_str());
   }
   r.summary.epochs.push_back(es);
-  // "best" among finite evaluations only (Note [Divergence guard]).
+  // "best" among finite evaluations only (Note [Divergence guard] in train/step_guard.h).
   const bool improved = std::isfinite(es.test_acc) && std::isfinite(es.test_loss) && es.test_acc > r.best_acc;
   if (improved) {
     r.best_acc = es.test_acc;

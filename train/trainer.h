@@ -138,7 +138,7 @@ struct TrainSummary {
 
 // Runs a whole training (or its remainder, with resume_dir). Progress goes to stderr, the
 // one-line summary to stdout (unless quiet). A non-finite loss throws (Note [Divergence guard] in
-// train/trainer.cpp); SIGINT / SIGTERM stop it after the current step with a checkpoint and
+// train/step_guard.h); SIGINT / SIGTERM stop it after the current step with a checkpoint and
 // summary.interrupted set (Note [Clean interrupts]).
 //
 // Started by mpirun / srun with more than one process (parallel::init_from_env), every process

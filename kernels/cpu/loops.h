@@ -8,6 +8,7 @@
 //   2. split the flattened range across threads (parallel_for);
 //   3. walk each chunk with an odometer over the outer dims and a tight inner loop; when every
 //      operand has stride 1 innermost, the inner loop is a plain indexed loop the compiler vectorizes.
+//      A single coalesced dim (every contiguous operand set) needs no odometer: the chunk is one run.
 
 #include <array>
 #include <cstdint>
@@ -30,7 +31,7 @@ struct Coalesced {
 
 template <int N>
 Coalesced<N> coalesce(const IterShape& shape, const std::array<const int64_t*, N>& strides) {
-  Coalesced<N> c{};
+  Coalesced<N> c;  // only the first c.ndim entries are written and read
   c.ndim = 0;
   for (int d = 0; d < shape.ndim; ++d) {
     if (shape.sizes[d] == 1) continue;  // size-1 dims never move the pointer
@@ -74,6 +75,20 @@ void cpu_foreach(const IterShape& shape, const std::array<Operand, sizeof...(Ts)
   for (int k = 0; k < N; ++k)
     if (c.strides[k][inner] != 1) inner_contiguous = false;
 
+  if (c.ndim == 1) {
+    // One run per chunk, at lo: no odometer (its divisions cost more than a small op's loop).
+    parallel_for(0, total, grain, [&](int64_t lo, int64_t hi) {
+      [&]<size_t... I>(std::index_sequence<I...>) {
+        auto ptrs = std::make_tuple((static_cast<Ts*>(ops[I].data) + lo * c.strides[I][0])...);
+        if (inner_contiguous) {
+          for (int64_t j = 0; j < hi - lo; ++j) f(std::get<I>(ptrs)[j]...);
+        } else {
+          for (int64_t j = 0; j < hi - lo; ++j) f(std::get<I>(ptrs)[j * c.strides[I][0]]...);
+        }
+      }(std::make_index_sequence<N>{});
+    });
+    return;
+  }
   parallel_for(0, total, grain, [&](int64_t lo, int64_t hi) {
     // Odometer position of `lo`.
     int64_t idx[kMaxDims];

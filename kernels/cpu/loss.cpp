@@ -36,11 +36,16 @@ int64_t grad_loss_extent(const ClassLayout& layout, int64_t grad_stride) {
 }  // namespace
 
 int64_t find_invalid_target(const int64_t* target, int64_t count, int64_t num_classes, int64_t ignore_index) {
+  bool ignored = false;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t t = target[i];
-    if (t != ignore_index && (t < 0 || t >= num_classes)) return i;
+    if (t == ignore_index) {
+      ignored = true;
+    } else if (t < 0 || t >= num_classes) {
+      return i;
+    }
   }
-  return -1;
+  return ignored ? kTargetsValidSomeIgnored : kTargetsValid;
 }
 
 void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* logits, const int64_t* target,

@@ -88,7 +88,7 @@ void sgd_dispatch_momentum(int64_t n, T* p, const T* g, T* buf, bool first, cons
 void adam_step(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                void* max_exp_avg_sq, const AdamHyper& h) {
   EMBER_CHECK(!h.amsgrad || max_exp_avg_sq != nullptr, "adam_step: amsgrad needs max_exp_avg_sq");
-  if (n == 0) return;
+  if (n == 0 || step_skipped(h.skip)) return;
   EMBER_DISPATCH_FLOAT(dtype, "adam_step", [&] {
     using T = scalar_t;
     T* p = static_cast<T*>(param);
@@ -109,7 +109,7 @@ void adam_step(DType dtype, int64_t n, void* param, const void* grad, void* exp_
 void sgd_step(DType dtype, int64_t n, void* param, const void* grad, void* momentum_buffer, bool init_buffer,
               const SgdHyper& h) {
   EMBER_CHECK(h.momentum == 0 || momentum_buffer != nullptr, "sgd_step: momentum needs a momentum buffer");
-  if (n == 0) return;
+  if (n == 0 || step_skipped(h.skip)) return;
   EMBER_DISPATCH_FLOAT(dtype, "sgd_step", [&] {
     using T = scalar_t;
     T* p = static_cast<T*>(param);

@@ -42,11 +42,16 @@ __device__ acc_t<T> class_weight(const T* weight, int64_t c) {
   return weight ? static_cast<acc_t<T>>(weight[c]) : acc_t<T>(1);
 }
 
+// answer[0]: the first bad position (atomicMin from all ones); answer[1]: 1 when a target is ignored.
 __global__ void find_invalid_target_kernel(const int64_t* target, int64_t count, int64_t num_classes,
-                                           int64_t ignore_index, unsigned long long* first) {
+                                           int64_t ignore_index, unsigned long long* answer) {
   EMBER_THREAD_LOOP(i, count) {
     const int64_t t = target[i];
-    if (t != ignore_index && (t < 0 || t >= num_classes)) atomicMin(first, static_cast<unsigned long long>(i));
+    if (t == ignore_index) {
+      atomicExch(answer + 1, 1ULL);
+    } else if (t < 0 || t >= num_classes) {
+      atomicMin(answer, static_cast<unsigned long long>(i));
+    }
   }
 }
 
@@ -156,20 +161,23 @@ __global__ void nll_loss_backward_kernel(int64_t total, int64_t C, int64_t S, T*
 }  // namespace
 
 int64_t find_invalid_target(const int64_t* target, int64_t count, int64_t num_classes, int64_t ignore_index) {
-  if (count == 0) return -1;
+  if (count == 0) return kTargetsValid;
   const cudaStream_t stream = cuda::current_stream();
-  cuda::Scratch first(sizeof(unsigned long long));
-  // All-ones bytes = the largest unsigned value: "no invalid target yet" for atomicMin.
-  EMBER_CUDA_CHECK(cudaMemsetAsync(first.get(), 0xFF, sizeof(unsigned long long), stream));
+  cuda::Scratch answer(2 * sizeof(unsigned long long));
+  // All-ones bytes = the largest unsigned value: "no invalid target yet" for atomicMin; then 0:
+  // "no target ignored yet".
+  EMBER_CUDA_CHECK(cudaMemsetAsync(answer.get(), 0xFF, sizeof(unsigned long long), stream));
+  EMBER_CUDA_CHECK(cudaMemsetAsync(answer.as<unsigned long long>() + 1, 0, sizeof(unsigned long long), stream));
   EMBER_LAUNCH_FLAT(find_invalid_target_kernel, grid_for(count, kThreads), kThreads, stream, target, count, num_classes,
-                    ignore_index, first.as<unsigned long long>());
+                    ignore_index, answer.as<unsigned long long>());
   cuda::check_launch("find_invalid_target");
   // The answer is needed on the host (the caller throws on a bad target): copy it back and
   // wait for the stream. This is the one synchronization of the loss kernels.
-  unsigned long long host = 0;
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(&host, first.get(), sizeof(host), cudaMemcpyDeviceToHost, stream));
+  unsigned long long host[2] = {0, 0};
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(host, answer.get(), sizeof(host), cudaMemcpyDeviceToHost, stream));
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return host == ~0ULL ? -1 : static_cast<int64_t>(host);
+  if (host[0] != ~0ULL) return static_cast<int64_t>(host[0]);
+  return host[1] != 0 ? kTargetsValidSomeIgnored : kTargetsValid;
 }
 
 void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* logits, const int64_t* target,

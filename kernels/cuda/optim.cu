@@ -36,6 +36,7 @@ constexpr int kThreads = 256;
 // as in the CPU loop, so the body is straight-line code.
 template <WeightDecayMode Decay, bool Amsgrad, typename T>
 __global__ void adam_kernel(int64_t n, T* p, const T* g, T* m, T* v, T* vmax, AdamCoeffs<T> c) {
+  if (step_skipped(c.skip)) return;  // a cancelled step (AdamHyper::skip)
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     adam_update<Decay, Amsgrad>(p[i], g[i], m[i], v[i], Amsgrad ? vmax + i : static_cast<T*>(nullptr), c);
 }
@@ -44,6 +45,7 @@ __global__ void adam_kernel(int64_t n, T* p, const T* g, T* m, T* v, T* vmax, Ad
 template <WeightDecayMode Decay, bool Amsgrad, typename T>
 __global__ void adam_device_coeffs_kernel(int64_t n, T* p, const T* g, T* m, T* v, T* vmax, const AdamCoeffs<T>* coeffs) {
   const AdamCoeffs<T> c = *coeffs;
+  if (step_skipped(c.skip)) return;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     adam_update<Decay, Amsgrad>(p[i], g[i], m[i], v[i], Amsgrad ? vmax + i : static_cast<T*>(nullptr), c);
 }
@@ -51,12 +53,14 @@ __global__ void adam_device_coeffs_kernel(int64_t n, T* p, const T* g, T* m, T* 
 template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
 __global__ void sgd_device_coeffs_kernel(int64_t n, T* p, const T* g, T* buf, const SgdCoeffs<T>* coeffs) {
   const SgdCoeffs<T> c = *coeffs;
+  if (step_skipped(c.skip)) return;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     sgd_update<L2, Momentum, Nesterov, First>(p[i], g[i], Momentum ? buf + i : static_cast<T*>(nullptr), c);
 }
 
 template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
 __global__ void sgd_kernel(int64_t n, T* p, const T* g, T* buf, SgdCoeffs<T> c) {
+  if (step_skipped(c.skip)) return;  // a cancelled step (AdamHyper::skip)
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     sgd_update<L2, Momentum, Nesterov, First>(p[i], g[i], Momentum ? buf + i : static_cast<T*>(nullptr), c);
 }
@@ -98,6 +102,7 @@ struct SgdRef {
 
 template <WeightDecayMode Decay, bool Amsgrad, typename T>
 __global__ void adam_multi_kernel(const AdamRef<T>* refs, const Job* jobs, AdamCoeffs<T> c) {
+  if (step_skipped(c.skip)) return;  // a cancelled step (AdamHyper::skip)
   const Job job = jobs[blockIdx.x];
   const AdamRef<T> r = refs[job.tensor];
   const int64_t end = min(job.start + kChunk, r.n);
@@ -107,6 +112,7 @@ __global__ void adam_multi_kernel(const AdamRef<T>* refs, const Job* jobs, AdamC
 
 template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
 __global__ void sgd_multi_kernel(const SgdRef<T>* refs, const Job* jobs, SgdCoeffs<T> c) {
+  if (step_skipped(c.skip)) return;  // a cancelled step (AdamHyper::skip)
   const Job job = jobs[blockIdx.x];
   const SgdRef<T> r = refs[job.tensor];
   const int64_t end = min(job.start + kChunk, r.n);

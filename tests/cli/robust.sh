@@ -310,6 +310,15 @@ if grep -qE "^ember: error: training diverged at step [0-9]+ \(epoch 1\): the lo
 if [ ! -e div/checkpoint.json ]; then ok; else fail "div: a checkpoint was written"; fi
 if grep -q '"event":"diverged"' div.jsonl; then ok; else fail "div: no diverged event"; fi
 
+# A NaN loss at step 12 (EMBER_FAULT=nan-loss-at, in epoch 2) while the loss is read every 100 steps
+# only: the error still names step 12 and the last finite step 11; the step-8 checkpoint stays.
+EMBER_FAULT=nan-loss-at:12 run nan train "${common[@]}" --log-every 100 --save nan --metrics nan.jsonl
+expect_rc nan 1
+if grep -qE "^ember: error: training diverged at step 12 \(epoch 2\): the loss is NaN; the last finite loss was [0-9.e+-]+ at step 11; the checkpoint in 'nan' \(step 8\) is untouched\. Lower --lr \(0\.002\), add --clip-grad-norm 1 or use --warmup-epochs$" nan.err; then ok; else
+  fail "nan: $(tail -1 nan.err)"; fi
+if python3 -c "import json,sys; d=[e for e in map(json.loads, open('nan.jsonl')) if e['event']=='diverged']; sys.exit(0 if len(d)==1 and d[0]['step']==12 and d[0]['epoch']==2 else 1)"; then ok; else
+  fail "nan: no diverged event for step 12 in epoch 2"; fi
+
 # A divergence after the first checkpoint: that checkpoint stays, whole and finite, and is used.
 run div2 train --data idx --epochs 4 --batch-size 32 --optimizer sgd --scheduler onecycle --lr 2 --save div2
 expect_rc div2 1

@@ -22,3 +22,15 @@ print(f"train on cuda:0: loss {first:.3f} -> {last:.3f}, test accuracy {acc:.3f}
 assert last < 0.75 * first, "the loss did not go down"
 assert acc > 0.5, "test accuracy is not clearly above chance (0.1)"
 PY
+# A NaN loss at step 7 (EMBER_FAULT=nan-loss-at) while the loss stays on the device for 100 steps:
+# the run stops at the next read (the end of --max-steps 20) naming step 7 and the last finite step 6.
+set +e
+EMBER_FAULT=nan-loss-at:7 "$ember" train --device cuda --model simple_cnn --max-steps 20 --batch-size 16 \
+  --eval-limit 16 --log-every 100 --quiet 2>"$work/nan.err"
+rc=$?
+set -e
+if [ "$rc" -ne 1 ] || ! grep -qE "^ember: error: training diverged at step 7 \(epoch 1\): the loss is NaN; the last finite loss was [0-9.e+-]+ at step 6\. " "$work/nan.err"; then
+  echo "FAIL: a NaN loss at step 7 on cuda: exit $rc, $(cat "$work/nan.err")"
+  exit 1
+fi
+echo "a NaN loss at step 7 on cuda:0 stops the run naming step 7"

@@ -159,5 +159,9 @@ TEST_CASE("cuda find_invalid_target returns the first bad position like the CPU"
   DeviceBuffer<int64_t> d(t);
   CHECK(cpu::find_invalid_target(t.data(), 3001, 10, kIgnore) == 1500);
   CHECK(gpu::find_invalid_target(d.data(), 3001, 10, kIgnore) == 1500);
-  CHECK(gpu::find_invalid_target(d.data(), 1500, 10, kIgnore) == -1);
+  // Valid, with an ignored target among them: told apart from all valid (a 'mean' reads its weight).
+  CHECK(gpu::find_invalid_target(d.data(), 1500, 10, kIgnore) == ember::kernels::kTargetsValidSomeIgnored);
+  CHECK(cpu::find_invalid_target(t.data(), 1500, 10, kIgnore) == ember::kernels::kTargetsValidSomeIgnored);
+  CHECK(gpu::find_invalid_target(d.data(), 100, 10, kIgnore) == ember::kernels::kTargetsValid);
+  CHECK(cpu::find_invalid_target(t.data(), 100, 10, kIgnore) == ember::kernels::kTargetsValid);
 }
