@@ -22,16 +22,17 @@
 //   - an operand that is not device memory (cuDNN would fault on the GPU):
 //     CUDNN_STATUS_EXECUTION_FAILED.
 // Both print a line on stderr naming the operand.
-// The shim computes float32 and float64 in NCHW only, and for convolutions, bias gradients and
-// cudnnAddTensor also CUDNN_DATA_HALF and CUDNN_DATA_BFLOAT16 with float compute: the 16-bit
-// values are widened to float (exactly), the float computation runs (sums in float, alpha and beta
-// applied in float) and each output element is rounded to 16 bits once, as a GPU computing
-// PSEUDO_HALF_CONFIG / PSEUDO_BFLOAT16_CONFIG does. cuDNN's table has no 16-bit data with a double
-// compute type, nor bfloat16 compute: NOT_SUPPORTED, as from cuDNN. TRUE_HALF_CONFIG (half
-// compute), other data types, NHWC filters, the CUDNN_CONVOLUTION (flipped) mode, 16-bit pooling
-// and activations, activations other than ReLU/sigmoid/tanh and max pooling without NaN
-// propagation are CUDNN_STATUS_NOT_SUPPORTED here although cuDNN has them (ember does not use
-// them).
+// The shim computes float32 and float64 in NCHW only, and also CUDNN_DATA_HALF and
+// CUDNN_DATA_BFLOAT16 with float compute for convolutions, bias gradients, cudnnAddTensor, pooling
+// and activations: the 16-bit values are widened to float (exactly), the float32 CPU kernel runs on
+// them (alpha and beta applied in float) and each output element is rounded to 16 bits once, as a
+// GPU computing PSEUDO_HALF_CONFIG / PSEUDO_BFLOAT16_CONFIG does. (The float32 average-pooling
+// kernel sums a window in double and rounds the mean to float before that one 16-bit rounding.)
+// cuDNN's table has no 16-bit data with a double compute type, nor bfloat16 compute:
+// NOT_SUPPORTED, as from cuDNN. TRUE_HALF_CONFIG (half compute), other data types, NHWC filters,
+// the CUDNN_CONVOLUTION (flipped) mode, activations other than ReLU/sigmoid/tanh and max pooling
+// without NaN propagation are CUDNN_STATUS_NOT_SUPPORTED here although cuDNN has them (ember does
+// not use them).
 //
 // A call then waits for the handle's stream (the shim runs on the host, outside the stream order)
 // and computes with ember's CPU kernels (kernels/cpu/conv.h, pool.h, elementwise.h), honouring
@@ -49,6 +50,7 @@
 #include "../../core/dtype.h"
 #include "../cpu/elementwise.h"
 #include "../cpu/pool.h"
+#include "../elementwise.h"
 #include "../pool.h"
 
 namespace ember::simt::cudnn_shim::detail {
@@ -86,7 +88,7 @@ cudnnStatus_t pool_geometry(const cudnnPoolingStruct* pd, const cudnnTensorStruc
   const int64_t oh = ember::kernels::pool_output_size(x->h, pd->window_h, pd->pad_h, pd->stride_h, 1, false);
   const int64_t ow = ember::kernels::pool_output_size(x->w, pd->window_w, pd->pad_w, pd->stride_w, 1, false);
   if (oh <= 0 || ow <= 0 || y->h != oh || y->w != ow) return CUDNN_STATUS_NOT_SUPPORTED;
-  if (!computed_type(x->type, dt)) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (!computed_type(x->type, dt) && !computed_16bit_type(x->type, dt)) return CUDNN_STATUS_NOT_SUPPORTED;
   if (pd->nan != CUDNN_PROPAGATE_NAN && (pd->mode == CUDNN_POOLING_MAX || pd->mode == CUDNN_POOLING_MAX_DETERMINISTIC))
     return CUDNN_STATUS_NOT_SUPPORTED;
   return CUDNN_STATUS_SUCCESS;
@@ -96,6 +98,22 @@ bool is_max(const cudnnPoolingStruct* pd) {
   return pd->mode == CUDNN_POOLING_MAX || pd->mode == CUDNN_POOLING_MAX_DETERMINISTIC;
 }
 
+// Counts one pooling or activation call of dtype dt in the 16-bit counters (i: 0 forward, 1
+// backward); f32 and f64 calls are counted by the caller only.
+void count_16bit(int64_t (Calls::*f16)[2], int64_t (Calls::*bf16)[2], DType dt, int i) {
+  if (dt == DType::f16) count([&](Calls& c) { ++(c.*f16)[i]; });
+  if (dt == DType::bf16) count([&](Calls& c) { ++(c.*bf16)[i]; });
+}
+
+// A pooling or activation call on 16-bit data: `compute(r)` runs the float32 CPU kernel on the
+// widened (exact) inputs into r (out_n floats), and out = round(alpha * r + beta * out) with one
+// rounding per element, as cuDNN computes 16-bit data in float.
+template <typename Compute>
+void compute_16bit(DType dt, Scaling sc, void* out, size_t out_n, Compute compute) {
+  std::vector<float> r(out_n);
+  compute(r.data());
+  round_blend(dt, out, r.data(), out_n, static_cast<float>(sc.alpha), static_cast<float>(sc.beta));
+}
 
 // ---- activations ----------------------------------------------------------------------------------
 
@@ -274,9 +292,23 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolin
       st != CUDNN_STATUS_SUCCESS)
     return st;
   count([](Calls& c) { ++c.pooling_forward; });
-  const size_t out_n = static_cast<size_t>(numel(yd));
+  count_16bit(&Calls::pooling_f16, &Calls::pooling_bf16, dt, 0);
+  const size_t in_n = static_cast<size_t>(numel(xd)), out_n = static_cast<size_t>(numel(yd));
   const Scaling sc = read_scaling(dt, alpha, beta);
   const bool max = is_max(pd), include_padding = pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  if (ember::is_low_precision(dt)) {
+    return in_stream_order(h, [=] {
+      compute_16bit(dt, sc, y, out_n, [&](float* r) {
+        const std::vector<float> x32 = widen(dt, x, in_n);
+        if (max) {
+          std::vector<int64_t> indices(out_n);
+          ember::kernels::cpu::max_pool2d_forward(DType::f32, g, x32.data(), r, indices.data());
+        } else {
+          ember::kernels::cpu::avg_pool2d_forward(DType::f32, g, include_padding, x32.data(), r);
+        }
+      });
+    });
+  }
   return in_stream_order(h, [=] {
     with_scaling(dt, sc, y, out_n, [&](void* dst) {
       if (max) {
@@ -311,8 +343,25 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
       st != CUDNN_STATUS_SUCCESS)
     return st;
   count([](Calls& c) { ++c.pooling_backward; });
+  count_16bit(&Calls::pooling_f16, &Calls::pooling_bf16, dt, 1);
   const Scaling sc = read_scaling(dt, alpha, beta);
   const bool max = is_max(pd), include_padding = pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  if (ember::is_low_precision(dt)) {  // overlapping windows' gradients summed in float
+    return in_stream_order(h, [=] {
+      compute_16bit(dt, sc, dx, in_n, [&](float* r) {
+        const std::vector<float> dy32 = widen(dt, dy, out_n);
+        if (max) {
+          const std::vector<float> x32 = widen(dt, x, in_n);
+          std::vector<int64_t> indices(out_n);
+          std::vector<float> out(out_n);
+          ember::kernels::cpu::max_pool2d_forward(DType::f32, g, x32.data(), out.data(), indices.data());
+          ember::kernels::cpu::max_pool2d_backward(DType::f32, g, dy32.data(), indices.data(), r);
+        } else {
+          ember::kernels::cpu::avg_pool2d_backward(DType::f32, g, include_padding, dy32.data(), r);
+        }
+      });
+    });
+  }
   return in_stream_order(h, [=] {
     with_scaling(dt, sc, dx, in_n, [&](void* dst) {
       if (max) {
@@ -350,7 +399,8 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationForward(cudnnHandle_t h, cudnnActivatio
   if (alpha == nullptr || beta == nullptr || x == nullptr || y == nullptr) return CUDNN_STATUS_BAD_PARAM;
   ember::kernels::UnaryOp op;
   DType dt;
-  if (activation_op(ad, &op) != CUDNN_STATUS_SUCCESS || !computed_type(xd->type, &dt))
+  if (activation_op(ad, &op) != CUDNN_STATUS_SUCCESS ||
+      (!computed_type(xd->type, &dt) && !computed_16bit_type(xd->type, &dt)))
     return CUDNN_STATUS_NOT_SUPPORTED;
   const int64_t n = numel(xd);
   const size_t bytes = static_cast<size_t>(n) * elem_size(dt);
@@ -359,7 +409,16 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationForward(cudnnHandle_t h, cudnnActivatio
       st != CUDNN_STATUS_SUCCESS)
     return st;
   count([](Calls& c) { ++c.activation_forward; });
+  count_16bit(&Calls::activation_f16, &Calls::activation_bf16, dt, 0);
   const Scaling sc = read_scaling(dt, alpha, beta);
+  if (ember::is_low_precision(dt)) {
+    return in_stream_order(h, [=] {
+      compute_16bit(dt, sc, y, static_cast<size_t>(n), [&](float* r) {
+        const std::vector<float> x32 = widen(dt, x, static_cast<size_t>(n));
+        ember::kernels::cpu::unary(op, DType::f32, flat(n), contiguous(r), contiguous(x32.data()), 0.0);
+      });
+    });
+  }
   return in_stream_order(h, [=] {
     with_scaling(dt, sc, y, static_cast<size_t>(n),
                  [&](void* dst) { ember::kernels::cpu::unary(op, dt, flat(n), contiguous(dst), contiguous(x), 0.0); });
@@ -381,7 +440,8 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationBackward(cudnnHandle_t h, cudnnActivati
     return CUDNN_STATUS_BAD_PARAM;
   ember::kernels::UnaryOp op;
   DType dt;
-  if (activation_op(ad, &op) != CUDNN_STATUS_SUCCESS || !computed_type(xd->type, &dt))
+  if (activation_op(ad, &op) != CUDNN_STATUS_SUCCESS ||
+      (!computed_type(xd->type, &dt) && !computed_16bit_type(xd->type, &dt)))
     return CUDNN_STATUS_NOT_SUPPORTED;
   const int64_t n = numel(xd);
   const size_t bytes = static_cast<size_t>(n) * elem_size(dt);
@@ -390,7 +450,18 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationBackward(cudnnHandle_t h, cudnnActivati
       st != CUDNN_STATUS_SUCCESS)
     return st;
   count([](Calls& c) { ++c.activation_backward; });
+  count_16bit(&Calls::activation_f16, &Calls::activation_bf16, dt, 1);
   const Scaling sc = read_scaling(dt, alpha, beta);
+  if (ember::is_low_precision(dt)) {
+    return in_stream_order(h, [=] {
+      compute_16bit(dt, sc, dx, static_cast<size_t>(n), [&](float* r) {
+        const size_t m = static_cast<size_t>(n);
+        const std::vector<float> dy32 = widen(dt, dy, m), x32 = widen(dt, x, m), y32 = widen(dt, y, m);
+        ember::kernels::cpu::unary_backward(op, DType::f32, flat(n), contiguous(r), contiguous(dy32.data()),
+                                            contiguous(x32.data()), contiguous(y32.data()), 0.0);
+      });
+    });
+  }
   return in_stream_order(h, [=] {
     with_scaling(dt, sc, dx, static_cast<size_t>(n), [&](void* dst) {
       ember::kernels::cpu::unary_backward(op, dt, flat(n), contiguous(dst), contiguous(dy), contiguous(x),
