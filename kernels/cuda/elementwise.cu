@@ -70,6 +70,7 @@ __device__ const auto& pack_get(const Packs<K, T, Ts...>& p) {
   if constexpr (I == 0) return p.head;
   else return pack_get<I - 1>(p.tail);
 }
+
 // ---- Note [16-bit pairs] -------------------------------------------------------------------------
 // A GPU serves the 32 lanes of a warp's load instruction as one request for the 32-byte sectors
 // their addresses touch. 32 lanes reading one consecutive 2-byte f16 each ask for 64 bytes: two
@@ -86,14 +87,16 @@ __device__ const auto& pack_get(const Packs<K, T, Ts...>& p) {
 // store on a GPU; the emulator's host headers copy them member by member, which only its access
 // counters would see, and libember's kernels are not counted), split into two lanes and computed
 // one lane at a time in float with the functor the scalar kernel runs, then rounded with
-// core/dtype.h's conversions: bit for bit the scalar kernel's results. CUDA's 2-wide arithmetic
+// core/dtype.h's conversions: bit for bit the scalar kernel's results (on the emulator, which NaN
+// a NaN + NaN gives follows the host compiler's operand order, in any path). CUDA's 2-wide arithmetic
 // is not bit-identical to that: __hmax2(x, 0) returns 0 for a NaN x where ember's ReLU keeps the
 // NaN; __half22float2 and __float22half2_rn give NaNs of their own (0x7fffffff, 0x7fff) where
 // core/dtype.h keeps the sign (sign | 0x7e00) — with the host headers the emulator compiles
 // against, all 2046 f16 NaN patterns widen differently; a + alpha * b takes alpha in float, which
 // __hfma2 cannot, and a 16-bit alpha would round once in __hfma2 but twice (float, then 16 bits)
-// in the scalar path. (For finite values __hadd2 and __hmul2 would match: float has more than 2 * 11 + 2
-// bits, so its rounding followed by the 16-bit one is the 16-bit rounding of the exact result.)
+// in the scalar path. (For finite values __hadd2 and __hmul2 would match: float has more than
+// 2 * 11 + 2 bits, so its rounding followed by the 16-bit one is the 16-bit rounding of the exact
+// result.)
 
 // Elements of T from their bits (core/dtype.h's Half and BFloat16 are a uint16_t each).
 template <typename T>
