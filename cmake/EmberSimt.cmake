@@ -100,15 +100,15 @@ function(ember_add_simt_flavour target)
     set_source_files_properties(${_uninstrumented} PROPERTIES COMPILE_OPTIONS "-fno-sanitize=thread")
   endif()
   if(NOT EMBER_SIMT_CUDNN)
-    list(FILTER _emulator EXCLUDE REGEX "/cudnn_shim\\.cpp$")
+    list(FILTER _emulator EXCLUDE REGEX "/cudnn_shim(_conv)?\\.cpp$")
   endif()
   target_sources(${target} PRIVATE ${_cu} ${_emulator})
   if(EMBER_SIMT_CUDNN)
-    # Only the two files that include <cudnn.h> see it (the rest of the library is unchanged).
+    # Only the files that include <cudnn.h> see it (the rest of the library is unchanged).
     set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cuda/cudnn.cu PROPERTIES
       COMPILE_DEFINITIONS EMBER_HAVE_CUDNN=1 INCLUDE_DIRECTORIES ${EMBER_CUDNN_INCLUDE_DIR})
-    set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/simt/cudnn_shim.cpp PROPERTIES
-      INCLUDE_DIRECTORIES ${EMBER_CUDNN_INCLUDE_DIR})
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/simt/cudnn_shim.cpp
+      ${PROJECT_SOURCE_DIR}/kernels/simt/cudnn_shim_conv.cpp PROPERTIES INCLUDE_DIRECTORIES ${EMBER_CUDNN_INCLUDE_DIR})
   endif()
   # The NCCL communicator runs over the emulator's NCCL shim (kernels/simt/nccl_shim.cpp).
   set_source_files_properties(${PROJECT_SOURCE_DIR}/parallel/nccl_communicator.cpp PROPERTIES

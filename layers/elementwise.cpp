@@ -76,7 +76,7 @@ bool cudnn_activation(UnaryOp op, const Tensor& t, kernels::gpu::cudnn::Activati
   // cuDNN's tensor descriptors count at most 2^31 - 1 elements.
   if (t.device().type != DeviceType::CUDA || !t.is_contiguous() || t.numel() == 0 || t.numel() > INT32_MAX)
     return false;
-  if (t.dtype() != DType::f32 && t.dtype() != DType::f64) return false;
+  if (!is_floating(t.dtype())) return false;
   switch (op) {
     case UnaryOp::Relu: *a = kernels::gpu::cudnn::Activation::Relu; break;
     case UnaryOp::Sigmoid: *a = kernels::gpu::cudnn::Activation::Sigmoid; break;

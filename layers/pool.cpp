@@ -77,8 +77,8 @@ Tensor contiguous_grad(const Tensor& g, DType dt) { return g.to(dt).contiguous()
 // Whether pooling x with geometry g goes through cuDNN.
 bool via_cudnn(const Tensor& x, const Pool2dGeometry& g) {
 #if EMBER_CUDA_BACKEND
-  // The cuDNN calls are made for f32 and f64 data; f16/bf16 use the hand-written kernels.
-  return x.device().type == DeviceType::CUDA && !is_low_precision(x.dtype()) && kernels::gpu::cudnn::use_for_pool(g);
+  // f32, f64, and f16/bf16 computed in float (Note [16-bit pooling and activations] in cudnn.h).
+  return x.device().type == DeviceType::CUDA && kernels::gpu::cudnn::use_for_pool(g);
 #else
   (void)x, (void)g;
   return false;

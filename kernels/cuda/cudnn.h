@@ -11,7 +11,8 @@
 // Where ember has both, a layer on a CUDA device uses cuDNN: convolutions (layers/conv.cpp), max
 // and average pooling whose output size is cuDNN's floor formula (layers/pool.cpp; ceil_mode
 // windows, dilation and max_pool2d_with_indices, whose indices are part of ember's contract, stay
-// hand-written), and contiguous ReLU, sigmoid and tanh (layers/elementwise.cpp). EMBER_CUDNN=0 in
+// hand-written), and contiguous ReLU, sigmoid and tanh (layers/elementwise.cpp), in f32, f64, f16
+// and bf16 (Note [16-bit pooling and activations]). EMBER_CUDNN=0 in
 // the environment selects the hand-written kernels for all of them (to compare the two, or to
 // rule cuDNN out); ctest runs the CUDA parity tests both ways.
 //
@@ -44,6 +45,18 @@
 // with a double compute type and operands of different data types; ember asks for neither. The
 // tests' bound (tests/cuda/test_cudnn.cpp) is float summation plus one rounding; an FFT or
 // Winograd algorithm a GPU may pick for 16-bit data transforms in its own precision instead.
+//
+// Note [16-bit pooling and activations]
+// Pooling and activations of f16 and bf16 data follow the convolutions: x, y (and dy, dx) are
+// described as CUDNN_DATA_HALF / CUDNN_DATA_BFLOAT16, alpha and beta are floats, and cuDNN computes
+// in float and rounds each output once. Max pooling and ReLU only select or zero values, so they
+// equal the hand-written kernels bit for bit; so do sigmoid and tanh on the emulator (its shim runs
+// the same float functors as ember's kernels), while a GPU's cuDNN may differ from them by an ulp.
+// Average pooling rounds the window mean once; a max-pooling backward sums the gradients of
+// overlapping windows in float and rounds once, as the hand-written kernels do (tests/cuda/
+// test_cudnn_16bit_pool_act.cpp compares both with double references and the hand-written kernels).
+// The shim counts the 16-bit calls by dtype (kernels/simt/cudnn_shim.h), so tests see that a
+// 16-bit layer reached cuDNN natively, without a conversion to f32 around it.
 
 #include <cstdint>
 
@@ -76,7 +89,8 @@ void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, 
 void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw);
 void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
 
-// Pooling for a geometry use_for_pool() accepts; x/out as in kernels/pool.h (planes of (h, w)).
+// Pooling for a geometry use_for_pool() accepts; x/out as in kernels/pool.h (planes of (h, w));
+// f32, f64, or f16 / bf16 computed in float (Note [16-bit pooling and activations]).
 // Average pooling with PyTorch's meaning of count_include_pad; max pooling with NaN winning, like
 // the hand-written kernel, but without indices: its backward reads x and out instead.
 void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out);
@@ -89,7 +103,7 @@ void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* x, co
 enum class Activation { Relu, Sigmoid, Tanh };
 // y = act(x) over n contiguous elements; grad_x = act'(x) * grad_y, where act' is computed from the
 // output y alone (ReLU: y > 0; sigmoid: y (1 - y); tanh: 1 - y^2), as ember's kernels do. cuDNN
-// also takes x; a caller that kept only y may pass y for x.
+// also takes x; a caller that kept only y may pass y for x. Dtypes as for pooling.
 void activation_forward(Activation a, DType dtype, int64_t n, const void* x, void* y);
 void activation_backward(Activation a, DType dtype, int64_t n, const void* x, const void* y, const void* grad_y,
                          void* grad_x);

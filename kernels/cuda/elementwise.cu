@@ -1,12 +1,16 @@
 // CUDA elementwise kernels: the functors of kernels/elementwise.h applied to every position of
 // a strided iteration (contracts in elementwise.h).
 //
-// Every op here is "out = f(in0, in1, ...)" for one element. Three kernels run such an f:
+// Every op here is "out = f(in0, in1, ...)" for one element. Four kernels run such an f:
 //   contiguous_kernel<4>  every operand contiguous and 4-element aligned: each thread loads four
 //                         consecutive elements of each input with one vector load (a float4 for
-//                         f32), applies f four times and stores four outputs at once. Consecutive
-//                         threads touch consecutive 16-byte chunks: fully coalesced, a quarter of
-//                         the memory instructions.
+//                         f32, 8 bytes for f16/bf16), applies f four times and stores four outputs
+//                         at once. Consecutive threads touch consecutive chunks: fully coalesced, a
+//                         quarter of the memory instructions.
+//   contiguous_kernel<2>  launches with a 16-bit operand whose operands are 2-element but not
+//                         4-element aligned (a view two elements in): one __half2 /
+//                         __nv_bfloat162 (4 bytes) per 16-bit operand and thread (Note [16-bit
+//                         pairs]).
 //   contiguous_kernel<1>  contiguous but not aligned (a view at an odd offset): one element each.
 //   strided_kernel        anything else (broadcast, permuted, sliced): thread i finds its offset
 //                         in each operand with the offset calculator (Note [Offset calculator]).
@@ -18,6 +22,9 @@
 // when they return (Note [Accumulation types] in core/dtype.h), as the CPU loop does.
 
 #include "launch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "elementwise.h"
 
@@ -63,12 +70,87 @@ __device__ const auto& pack_get(const Packs<K, T, Ts...>& p) {
   if constexpr (I == 0) return p.head;
   else return pack_get<I - 1>(p.tail);
 }
+
+// ---- Note [16-bit pairs] -------------------------------------------------------------------------
+// A GPU serves the 32 lanes of a warp's load instruction as one request for the 32-byte sectors
+// their addresses touch. 32 lanes reading one consecutive 2-byte f16 each ask for 64 bytes: two
+// sectors per request, and a kernel needs one request per element per warp. Reading a __half2
+// (4 bytes, aligned) per lane asks for 128 bytes, four full sectors, with half the requests; the
+// 4-element packs of contiguous_kernel<4> (8 bytes per lane: 256 bytes, eight sectors) quarter
+// them. The sectors moved are the same — every byte is read once either way — but a load
+// instruction and its request have a cost of their own (issue slots, load-store queue entries,
+// address computations), and a memory-bound kernel that runs out of outstanding requests before
+// it runs out of bandwidth goes faster with wider ones. tests/simt/test_pair_sectors.cu counts
+// this on the emulator: 2 sectors per request for __half, 4 for __half2, half the requests.
+//
+// The pairs are moved as CUDA's own 2-wide types (__half2, __nv_bfloat162: one 4-byte load or
+// store on a GPU; the emulator's host headers copy them member by member, which only its access
+// counters would see, and libember's kernels are not counted), split into two lanes and computed
+// one lane at a time in float with the functor the scalar kernel runs, then rounded with
+// core/dtype.h's conversions: bit for bit the scalar kernel's results (on the emulator, which NaN
+// a NaN + NaN gives follows the host compiler's operand order, in any path). CUDA's 2-wide arithmetic
+// is not bit-identical to that: __hmax2(x, 0) returns 0 for a NaN x where ember's ReLU keeps the
+// NaN; __half22float2 and __float22half2_rn give NaNs of their own (0x7fffffff, 0x7fff) where
+// core/dtype.h keeps the sign (sign | 0x7e00) — with the host headers the emulator compiles
+// against, all 2046 f16 NaN patterns widen differently; a + alpha * b takes alpha in float, which
+// __hfma2 cannot, and a 16-bit alpha would round once in __hfma2 but twice (float, then 16 bits)
+// in the scalar path. (For finite values __hadd2 and __hmul2 would match: float has more than
+// 2 * 11 + 2 bits, so its rounding followed by the 16-bit one is the 16-bit rounding of the exact
+// result.)
+
+// Elements of T from their bits (core/dtype.h's Half and BFloat16 are a uint16_t each).
+template <typename T>
+__device__ T from_bits(unsigned short b) {
+  T t;
+  t.bits = b;
+  return t;
+}
+template <typename T>
+struct Pair16 {};  // the CUDA 2-wide type of a 16-bit element type, with split and join
+template <>
+struct Pair16<Half> {
+  using type = __half2;
+  static __device__ Pack<Half, 2> split(type v) {
+    return {{from_bits<Half>(__half_as_ushort(__low2half(v))), from_bits<Half>(__half_as_ushort(__high2half(v)))}};
+  }
+  static __device__ type join(Pack<Half, 2> p) {
+    return __halves2half2(__ushort_as_half(p.v[0].bits), __ushort_as_half(p.v[1].bits));
+  }
+};
+template <>
+struct Pair16<BFloat16> {
+  using type = __nv_bfloat162;
+  static __device__ Pack<BFloat16, 2> split(type v) {
+    return {{from_bits<BFloat16>(__bfloat16_as_ushort(__low2bfloat16(v))),
+             from_bits<BFloat16>(__bfloat16_as_ushort(__high2bfloat16(v)))}};
+  }
+  static __device__ type join(Pack<BFloat16, 2> p) {
+    return __halves2bfloat162(__ushort_as_bfloat16(p.v[0].bits), __ushort_as_bfloat16(p.v[1].bits));
+  }
+};
+
+// Pack v of K elements of T at p: one aligned access, through Pair16 for a pair of 16-bit values.
+template <typename T, int K>
+__device__ Pack<T, K> load_pack(const void* p, int64_t v) {
+  if constexpr (K == 2 && is_low_precision_v<T>)
+    return Pair16<T>::split(static_cast<const typename Pair16<T>::type*>(p)[v]);
+  else
+    return static_cast<const Pack<T, K>*>(p)[v];
+}
+template <typename T, int K>
+__device__ void store_pack(void* p, int64_t v, Pack<T, K> r) {
+  if constexpr (K == 2 && is_low_precision_v<T>)
+    static_cast<typename Pair16<T>::type*>(p)[v] = Pair16<T>::join(r);
+  else
+    static_cast<Pack<T, K>*>(p)[v] = r;
+}
+
 // Loads the packs of inputs I.. (typed Ts..) at pack index v.
 template <int K, size_t I, typename... Ts>
 __device__ void load_packs(Packs<K, Ts...>& dst, const void* const* src, int64_t v) {}
 template <int K, size_t I, typename T, typename... Ts>
 __device__ void load_packs(Packs<K, T, Ts...>& dst, const void* const* src, int64_t v) {
-  dst.head = static_cast<const Pack<T, K>*>(src[I])[v];
+  dst.head = load_pack<T, K>(src[I], v);
   load_packs<K, I + 1>(dst.tail, src, v);
 }
 
@@ -79,7 +161,7 @@ __device__ void apply_packed(int64_t v, Out* out, const Inputs<sizeof...(In)>& i
   load_packs<K, 0>(loaded, in.p, v);
   Pack<Out, K> r;
   for (int j = 0; j < K; ++j) r.v[j] = f(pack_get<I>(loaded).v[j]...);
-  reinterpret_cast<Pack<Out, K>*>(out)[v] = r;
+  store_pack<Out, K>(out, v, r);
 }
 
 template <typename Out, typename F, typename... In, size_t... I>
@@ -136,14 +218,22 @@ void launch(const char* op, const IterShape& shape, Operand out, const std::arra
   Out* o = static_cast<Out*>(out.data);
   const cudaStream_t stream = cuda::current_stream();
   if (ix.contiguous()) {
-    constexpr int K = 4;
     // Vector loads need every operand aligned to its own pack size (16 bytes for 4 floats).
-    bool vec = aligned(out.data, sizeof(Out) * K);
     const size_t sizes[] = {sizeof(In)..., 1};
-    for (int k = 0; k < N - 1; ++k) vec = vec && aligned(in.p[k], sizes[k] * K);
-    if (vec) {
-      EMBER_LAUNCH_FLAT((contiguous_kernel<K, Out, F, In...>), grid_for(n / K + 1, kThreads), kThreads, stream, n, o,
+    auto all_aligned = [&](int k_elems) {
+      bool ok = aligned(out.data, sizeof(Out) * k_elems);
+      for (int k = 0; k < N - 1; ++k) ok = ok && aligned(in.p[k], sizes[k] * k_elems);
+      return ok;
+    };
+    constexpr bool has_16bit = is_low_precision_v<Out> || (is_low_precision_v<In> || ...);
+    if (all_aligned(4)) {
+      EMBER_LAUNCH_FLAT((contiguous_kernel<4, Out, F, In...>), grid_for(n / 4 + 1, kThreads), kThreads, stream, n, o,
                         in, f);
+    } else if (has_16bit && all_aligned(2)) {
+      if constexpr (has_16bit) {  // instantiated only for launches with a 16-bit operand
+        EMBER_LAUNCH_FLAT((contiguous_kernel<2, Out, F, In...>), grid_for(n / 2 + 1, kThreads), kThreads, stream, n,
+                          o, in, f);
+      }
     } else {
       EMBER_LAUNCH_FLAT((contiguous_kernel<1, Out, F, In...>), grid_for(n, kThreads), kThreads, stream, n, o, in, f);
     }

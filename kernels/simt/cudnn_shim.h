@@ -1,8 +1,9 @@
 #pragma once
-// What the cuDNN shim (kernels/simt/cudnn_shim.cpp) tells tests about the calls it served: how
-// many of each, and which algorithm and workspace the last convolution of each pass ran with, so
-// a test can see that a layer really went through cuDNN, which algorithm ember chose, and that
-// its workspace grew. The counters only ever grow; tests compare before and after.
+// What the cuDNN shim (kernels/simt/cudnn_shim.cpp, cudnn_shim_conv.cpp) tells tests about the
+// calls it served: how many of each, and which algorithm and workspace the last convolution of
+// each pass ran with, so a test can see that a layer really went through cuDNN, which algorithm
+// ember chose, and that its workspace grew. The counters only ever grow; tests compare before
+// and after.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,9 @@ struct Calls {
   int64_t backward_bias_16bit = 0, add_tensor_16bit = 0;
   int64_t pooling_forward = 0, pooling_backward = 0;
   int64_t activation_forward = 0, activation_backward = 0;
+  // The 16-bit pooling and activation calls among them, [0] forward and [1] backward.
+  int64_t pooling_f16[2] = {}, pooling_bf16[2] = {};
+  int64_t activation_f16[2] = {}, activation_bf16[2] = {};
 };
 
 // A snapshot of the counters (all handles, all threads).

@@ -146,12 +146,19 @@ template <class T>
 inline T __ldcs(const T* p) { return ember_simt_load_whole(p); }
 template <class T>
 inline T __ldlu(const T* p) { return ember_simt_load_whole(p); }
+// Stores likewise: one sizeof(T) copy. (The host side of cuda_fp16.h / cuda_bf16.h assigns a
+// __half2 or __nv_bfloat162 member by member, two 2-byte stores where the GPU makes one 4-byte
+// store; kernels whose accesses are counted move pairs with __ldg and __stcs.)
 template <class T>
-inline void __stcg(T* p, T v) { *p = v; }
+inline void ember_simt_store_whole(T* p, const T& v) {
+  __builtin_memcpy(static_cast<void*>(p), static_cast<const void*>(&v), sizeof(T));
+}
 template <class T>
-inline void __stcs(T* p, T v) { *p = v; }
+inline void __stcg(T* p, T v) { ember_simt_store_whole(p, v); }
 template <class T>
-inline void __stwt(T* p, T v) { *p = v; }
+inline void __stcs(T* p, T v) { ember_simt_store_whole(p, v); }
+template <class T>
+inline void __stwt(T* p, T v) { ember_simt_store_whole(p, v); }
 
 // ---- time ------------------------------------------------------------------------------------
 inline long long clock64() {

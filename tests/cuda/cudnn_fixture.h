@@ -1,18 +1,23 @@
 #pragma once
-// What the cuDNN tests share (test_cudnn.cpp, test_cudnn_16bit.cpp): the dtype of a test type,
-// downloads that check the guard bytes, the text of an ember error, the emulator's cuDNN call
-// counters, and a set of cuDNN objects for the tests that call cuDNN directly.
+// What the cuDNN tests share (test_cudnn.cpp, test_cudnn_16bit.cpp, test_cudnn_16bit_pool.cpp): the
+// dtype of a test type, downloads that check the guard bytes, the text of an ember error, pooling
+// geometries, 16-bit data and the bound of a float sum rounded once to 16 bits, the emulator's
+// cuDNN call counters, and a set of cuDNN objects for the tests that call cuDNN directly.
 
 #include <cudnn.h>
 #include <ember/ember.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "../../core/error.h"
+#include "../../kernels/pool.h"
 #include "device_buffer.h"
+#include "random_data.h"
 
 #if EMBER_SIMT
 #include "../../kernels/simt/cudnn_shim.h"
@@ -38,6 +43,53 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// A square pooling window of size k, stride s and padding p over planes of (in_h, in_w).
+inline ember::kernels::Pool2dGeometry pool_geometry(int64_t planes, int64_t in_h, int64_t in_w, int64_t k, int64_t s,
+                                                    int64_t p, bool ceil_mode) {
+  ember::kernels::Pool2dGeometry g;
+  g.planes = planes, g.in_h = in_h, g.in_w = in_w, g.kernel_h = g.kernel_w = k, g.stride_h = g.stride_w = s;
+  g.pad_h = g.pad_w = p;
+  g.out_h = ember::kernels::pool_output_size(in_h, k, p, s, 1, ceil_mode);
+  g.out_w = ember::kernels::pool_output_size(in_w, k, p, s, 1, ceil_mode);
+  return g;
+}
+
+// n values drawn in [-1, 1) and rounded to the 16-bit type H.
+template <typename H>
+std::vector<H> random_16bit(size_t n, uint64_t seed) {
+  const std::vector<float> f = ember::testing::random_vector<float>(n, seed);
+  std::vector<H> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = H(f[i]);
+  return r;
+}
+
+template <typename H>
+std::vector<double> to_double(const std::vector<H>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = static_cast<float>(v[i]);
+  return r;
+}
+
+// The bound of a 16-bit result from the same 16-bit inputs: the sum of `terms` exact products in
+// float (any order) is within 2 terms eps32 S of the exact sum (S the sum of the terms' absolute
+// values, as in conv_check.h), and one rounding to H adds at most u |result| (u = 2^-11 for f16,
+// 2^-8 for bf16), plus half the spacing of H's subnormals (2^-25 for f16) near zero. So
+//   |got - want| <= 2 terms eps32 S (1 + u) + u |want| + tiny.
+template <typename H>
+void require_16bit_within(const std::vector<H>& got, const std::vector<double>& want,
+                          const std::vector<double>& abs_sum, int64_t terms, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  const bool f16 = std::is_same_v<H, ember::Half>;
+  const double u = f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8), tiny = f16 ? std::ldexp(1.0, -25) : 0.0;
+  const double eps32 = std::numeric_limits<float>::epsilon();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = static_cast<float>(got[i]), w = want[i];
+    const double sum_err = 2.0 * static_cast<double>(terms) * eps32 * abs_sum[i];
+    INFO(what << " element " << i << ": got " << g << ", want " << w);
+    REQUIRE(std::fabs(g - w) <= sum_err * (1 + u) + u * std::fabs(w) + tiny);
+  }
 }
 
 #if EMBER_SIMT

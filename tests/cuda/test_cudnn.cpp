@@ -92,15 +92,6 @@ void check_conv(const Conv2dGeometry& g, uint64_t seed) {
   ember::testing::require_close(checked(dgb), want_gb, 1e-12, std::numeric_limits<T>::epsilon(), "backward bias");
 }
 
-Pool2dGeometry pool_geometry(int64_t planes, int64_t in_h, int64_t in_w, int64_t k, int64_t s, int64_t p,
-                             bool ceil_mode) {
-  Pool2dGeometry g;
-  g.planes = planes, g.in_h = in_h, g.in_w = in_w, g.kernel_h = g.kernel_w = k, g.stride_h = g.stride_w = s;
-  g.pad_h = g.pad_w = p;
-  g.out_h = ember::kernels::pool_output_size(in_h, k, p, s, 1, ceil_mode);
-  g.out_w = ember::kernels::pool_output_size(in_w, k, p, s, 1, ceil_mode);
-  return g;
-}
 
 }  // namespace
 

@@ -43,42 +43,6 @@ using ember::testing::random_vector;
 namespace cudnn = ember::kernels::gpu::cudnn;
 using namespace ember::testing::cudnn_fixture;
 
-// n values drawn in [-1, 1) and rounded to the 16-bit type H.
-template <typename H>
-std::vector<H> random_16bit(size_t n, uint64_t seed) {
-  const std::vector<float> f = random_vector<float>(n, seed);
-  std::vector<H> r(n);
-  for (size_t i = 0; i < n; ++i) r[i] = H(f[i]);
-  return r;
-}
-
-template <typename H>
-std::vector<double> to_double(const std::vector<H>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = static_cast<float>(v[i]);
-  return r;
-}
-
-// The bound of a 16-bit result from the same 16-bit inputs: the sum of `terms` exact products in
-// float (any order) is within 2 terms eps32 S of the exact sum (S the sum of the terms' absolute
-// values, as in conv_check.h), and one rounding to H adds at most u |result| (u = 2^-11 for f16,
-// 2^-8 for bf16), plus half the spacing of H's subnormals (2^-25 for f16) near zero. So
-//   |got - want| <= 2 terms eps32 S (1 + u) + u |want| + tiny.
-template <typename H>
-void require_16bit_within(const std::vector<H>& got, const std::vector<double>& want,
-                          const std::vector<double>& abs_sum, int64_t terms, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  const bool f16 = std::is_same_v<H, ember::Half>;
-  const double u = f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8), tiny = f16 ? std::ldexp(1.0, -25) : 0.0;
-  const double eps32 = std::numeric_limits<float>::epsilon();
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = static_cast<float>(got[i]), w = want[i];
-    const double sum_err = 2.0 * static_cast<double>(terms) * eps32 * abs_sum[i];
-    INFO(what << " element " << i << ": got " << g << ", want " << w);
-    REQUIRE(std::fabs(g - w) <= sum_err * (1 + u) + u * std::fabs(w) + tiny);
-  }
-}
-
 // The double reference of one kernel run on the absolute values too (the bound's S).
 struct Reference {
   std::vector<double> want, abs_sum;
@@ -220,7 +184,7 @@ TEST_CASE("cudnn conv2d layer in f16/bf16: native 16-bit convolutions, unless EM
 // NOT_SUPPORTED), and data types that differ between x, w and y (BAD_PARAM). Half data with half
 // compute (TRUE_HALF_CONFIG) is cuDNN's but not the shim's (NOT_SUPPORTED); FFT and Winograd are
 // float32 only in the shim (Note [The shim's convolution algorithms]), so the heuristics rank them
-// unsupported; 16-bit pooling and activations are not computed by the shim.
+// unsupported. (16-bit pooling and activations: test_cudnn_16bit_pool.cpp.)
 TEST_CASE("cudnn shim: 16-bit convolutions with float compute only, refusing what cuDNN refuses",
           "[cuda][cudnn][low_precision]") {
   Objects o;
@@ -277,9 +241,6 @@ TEST_CASE("cudnn shim: 16-bit convolutions with float compute only, refusing wha
   const void* odd = reinterpret_cast<const char*>(x.data()) + 1;
   CHECK(cudnnConvolutionForward(o.h, &one, o.x, odd, o.w, w.data(), o.conv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                                 nullptr, 0, &zero, o.y, y.data()) == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER);
-  // 16-bit pooling and activations: not computed by the shim.
-  REQUIRE(cudnnSetActivationDescriptor(o.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0) == CUDNN_STATUS_SUCCESS);
-  CHECK(cudnnActivationForward(o.h, o.act, &one, o.x, x.data(), &zero, o.x, y.data()) == CUDNN_STATUS_NOT_SUPPORTED);
 }
 
 // alpha and beta on 16-bit data: out = round(alpha * conv + beta * out), blended in float and
