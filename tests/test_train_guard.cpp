@@ -119,7 +119,7 @@ TEST_CASE("StepGuard: the sums of finite steps, and a NaN loss at step k leaves 
   }
 }
 
-TEST_CASE("StepGuard: an infinite loss counts as diverged; bad arguments are refused", "[train][guard]") {
+TEST_CASE("StepGuard: an infinite loss counts as diverged, and bad arguments are refused", "[train][guard]") {
   train::StepGuard g(Device::cpu());
   g.start_epoch(0);
   g.record(scalar_tensor(2.0), scalar_tensor(3.0, {.dtype = DType::f64}), 4);
@@ -189,7 +189,7 @@ std::vector<StepEvent> step_events(const std::string& metrics) {
 
 }  // namespace
 
-TEST_CASE("train: host reads per epoch do not grow with the steps; --log-every events match --log-every 1",
+TEST_CASE("train: host reads per epoch do not grow with the steps, and --log-every events match --log-every 1",
           "[train][guard]") {
   for (const Device device : devices()) {
     INFO(device.str());

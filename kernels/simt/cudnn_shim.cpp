@@ -302,7 +302,7 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolin
         const std::vector<float> x32 = widen(dt, x, in_n);
         if (max) {
           std::vector<int64_t> indices(out_n);
-          ember::kernels::cpu::max_pool2d_forward(DType::f32, g, x32.data(), r, indices.data());
+          ember::kernels::cpu::max_pool2d_forward(DType::f32, DType::i64, g, x32.data(), r, indices.data());
         } else {
           ember::kernels::cpu::avg_pool2d_forward(DType::f32, g, include_padding, x32.data(), r);
         }
@@ -354,8 +354,8 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
           const std::vector<float> x32 = widen(dt, x, in_n);
           std::vector<int64_t> indices(out_n);
           std::vector<float> out(out_n);
-          ember::kernels::cpu::max_pool2d_forward(DType::f32, g, x32.data(), out.data(), indices.data());
-          ember::kernels::cpu::max_pool2d_backward(DType::f32, g, dy32.data(), indices.data(), r);
+          ember::kernels::cpu::max_pool2d_forward(DType::f32, DType::i64, g, x32.data(), out.data(), indices.data());
+          ember::kernels::cpu::max_pool2d_backward(DType::f32, DType::i64, g, dy32.data(), indices.data(), r);
         } else {
           ember::kernels::cpu::avg_pool2d_backward(DType::f32, g, include_padding, dy32.data(), r);
         }

@@ -99,10 +99,10 @@ void check_pool_16bit(const Pool2dGeometry& g, uint64_t seed) {
 
   // Max: a selection, bit for bit the hand-written kernel's, forward and backward.
   cudnn::max_pool2d_forward(dt, g, dx.data(), dout.data());
-  gpu::max_pool2d_forward(dt, g, dx.data(), hout.data(), idx.data());
+  gpu::max_pool2d_forward(dt, DType::i64, g, dx.data(), hout.data(), idx.data());
   require_same_bits(checked(dout), checked(hout), "max forward");
   cudnn::max_pool2d_backward(dt, g, dx.data(), dout.data(), dgo.data(), dgi.data());
-  gpu::max_pool2d_backward(dt, g, dgo.data(), idx.data(), hgi.data());
+  gpu::max_pool2d_backward(dt, DType::i64, g, dgo.data(), idx.data(), hgi.data());
   if (g.stride_h >= g.kernel_h && g.stride_w >= g.kernel_w) {
     require_same_bits(checked(dgi), checked(hgi), "max backward (disjoint windows)");
   } else {
