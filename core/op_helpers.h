@@ -39,8 +39,8 @@ MemoryFormat elementwise_format(const Shape& shape, std::initializer_list<const 
 // the elementwise ops between these layers (ReLU, the residual add) run on channels-last tensors.
 // Each conversion is one read and one write of the tensor: docs/amp.md measures what they cost.
 //
-// `t` (a fresh result, cut from the graph) in `format`: t itself unless format is channels_last and
-// t is 4-D, a channels-last copy then (made without recording autograd).
+// `t` (a fresh result, cut from the graph; may be undefined) in `format`: t itself unless format is
+// channels_last and t is 4-D, a channels-last copy then (made without recording autograd).
 Tensor to_format(const Tensor& t, MemoryFormat format);
 // channels_last when t is a 4-D tensor with channels-last strides (suggest_memory_format()).
 bool is_channels_last(const Tensor& t);

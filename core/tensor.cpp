@@ -60,7 +60,7 @@ kernels::Operand operand(const Tensor& t, const Shape& shape, MemoryFormat order
 }
 
 Tensor to_format(const Tensor& t, MemoryFormat format) {
-  if (format != MemoryFormat::channels_last || t.dim() != 4) return t;
+  if (!t.defined() || format != MemoryFormat::channels_last || t.dim() != 4) return t;
   NoGradGuard g;
   return t.contiguous(format);
 }

@@ -140,7 +140,7 @@ void Module::to(MemoryFormat format) {
   std::vector<std::pair<std::string, Tensor*>> slots;
   collect("", true, true, slots);
   for (auto& [n, t] : slots)
-    if (t->dim() == 4 && t->is_floating_point())
+    if (t->defined() && t->dim() == 4 && t->is_floating_point())
       replace_tensor(t, [&](const Tensor& x) { return x.contiguous(format); });
 }
 

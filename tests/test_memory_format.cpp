@@ -124,6 +124,17 @@ TEST_CASE("a CNN in channels-last: the format propagates, values and gradients a
   CHECK(nhwc.gbn == nchw.gbn);
 }
 
+TEST_CASE("a channels-last conv whose input needs no gradient (a network's first layer)", "[memory_format]") {
+  const Tensor x = rnd({2, 3, 5, 5}, 8, 1.0);
+  Tensor w = rnd({4, 3, 3, 3}, 9, 0.5).requires_grad_(true);
+  Tensor wc = rnd({4, 3, 3, 3}, 9, 0.5).contiguous(kCL).detach().requires_grad_(true);
+  sum(mul(conv2d(x, w), conv2d(x, w))).backward();
+  const Tensor y = conv2d(x.contiguous(kCL), wc);
+  CHECK(y.suggest_memory_format() == kCL);
+  sum(mul(y, y)).backward();  // no input gradient to convert
+  CHECK(vec(wc.grad()) == vec(w.grad()));
+}
+
 TEST_CASE("a channels-last CNN under bf16 autocast matches the NCHW one", "[memory_format]") {
   auto run = [](bool cl) {
     AutocastGuard amp(DeviceType::CPU, DType::bf16);
