@@ -13,14 +13,15 @@
 // channels_last when x's strides are exactly channels-last ones and differ from the row-major
 // ones, contiguous otherwise. clone() and to() preserve the format of a channels-last tensor;
 // every other tensor (a transposed or sliced view included) is copied into row-major strides —
-// PyTorch keeps the strides of any dense tensor there, ember only the two formats.
+// PyTorch keeps the strides of any dense tensor there, ember only the two formats. empty_like,
+// zeros_like and a leaf's accumulated .grad are row-major whatever the format of their model.
 //
 // Which ops keep channels-last (an op not listed returns the row-major format, with the same
 // values): elementwise unary and binary ops take the format of their first operand that has the
 // output's full shape (PyTorch's TensorIterator gives ties to the first input), and run over the
 // operands in that memory order; conv2d (input or weight channels-last), batch_norm, max_pool2d,
 // avg_pool2d and adaptive_avg_pool2d return channels-last for a channels-last input (Note
-// [Channels-last through the NCHW kernels] in layers/channels_last.h).
+// [Channels-last through the NCHW kernels] in core/op_helpers.h).
 
 #include <cstdint>
 
