@@ -3,6 +3,8 @@
 // internal, not part of the public API): turning tensors into kernel operands, the common
 // argument checks, and the device dispatch of core/dispatch.h (Note [Device dispatch]).
 
+#include <initializer_list>
+
 #include "autograd.h"
 #include "dispatch.h"
 #include "tensor.h"
@@ -17,6 +19,31 @@ kernels::IterShape iter_shape(const Shape& shape);
 kernels::Operand operand(const Tensor& t, const Shape& shape);
 // An operand over t in its own shape.
 inline kernels::Operand operand(const Tensor& t) { return operand(t, t.shape()); }
+// The same iteration with its dims walked in the memory order of `order`: for channels_last and a
+// 4-D shape, (N, H, W, C), so that the kernels' loops (which merge dims that are contiguous with
+// each other) run over channels-last operands as one flat range. Every operand of one kernel call
+// must be built with the same order.
+kernels::IterShape iter_shape(const Shape& shape, MemoryFormat order);
+kernels::Operand operand(const Tensor& t, const Shape& shape, MemoryFormat order);
+// The memory format of an elementwise op's output of `shape`: that of the first input with that
+// full shape (Note [Memory formats] in core/memory_format.h), contiguous when none has it.
+MemoryFormat elementwise_format(const Shape& shape, std::initializer_list<const Tensor*> inputs);
+
+// Note [Channels-last through the NCHW kernels]
+// The kernels of conv2d, batch_norm and the 2-D pools (kernels/conv.h, batchnorm.h, pool.h, and
+// the cuDNN calls in kernels/cuda/cudnn.h) read and write NCHW. For a channels-last input the op
+// copies it to NCHW (the .contiguous() each op already makes), computes, and returns its result
+// copied back into channels-last with to_format(); its backward likewise computes the input
+// gradient in NCHW and returns it channels-last. The values are those of the NCHW op, bit for bit
+// (the copies move values, they do not round), and the format propagates through a network, so
+// the elementwise ops between these layers (ReLU, the residual add) run on channels-last tensors.
+// Each conversion is one read and one write of the tensor: docs/amp.md measures what they cost.
+//
+// `t` (a fresh result, cut from the graph; may be undefined) in `format`: t itself unless format is
+// channels_last and t is 4-D, a channels-last copy then (made without recording autograd).
+Tensor to_format(const Tensor& t, MemoryFormat format);
+// channels_last when t is a 4-D tensor with channels-last strides (suggest_memory_format()).
+bool is_channels_last(const Tensor& t);
 
 // Throws: "<op>: expected all tensors on one device, got cpu and cuda:0".
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);

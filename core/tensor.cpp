@@ -37,6 +37,45 @@ kernels::Operand operand(const Tensor& t, const Shape& shape) {
   return op;
 }
 
+namespace {
+// Channels-last memory order of the dims of a 4-D iteration, slowest first: N, H, W, C.
+constexpr int kNhwc[4] = {0, 2, 3, 1};
+bool reorders(const Shape& shape, MemoryFormat order) {
+  return order == MemoryFormat::channels_last && shape.size() == 4;
+}
+}  // namespace
+
+kernels::IterShape iter_shape(const Shape& shape, MemoryFormat order) {
+  kernels::IterShape s = iter_shape(shape);
+  if (!reorders(shape, order)) return s;
+  for (int i = 0; i < 4; ++i) s.sizes[i] = shape[kNhwc[i]];
+  return s;
+}
+
+kernels::Operand operand(const Tensor& t, const Shape& shape, MemoryFormat order) {
+  kernels::Operand op = operand(t, shape);
+  if (!reorders(shape, order)) return op;
+  const kernels::Operand plain = op;
+  for (int i = 0; i < 4; ++i) op.strides[i] = plain.strides[kNhwc[i]];
+  return op;
+}
+
+Tensor to_format(const Tensor& t, MemoryFormat format) {
+  if (!t.defined() || format != MemoryFormat::channels_last || t.dim() != 4) return t;
+  NoGradGuard g;
+  return t.contiguous(format);
+}
+
+bool is_channels_last(const Tensor& t) {
+  return t.defined() && t.dim() == 4 && t.suggest_memory_format() == MemoryFormat::channels_last;
+}
+
+MemoryFormat elementwise_format(const Shape& shape, std::initializer_list<const Tensor*> inputs) {
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->shape() == shape) return t->suggest_memory_format();
+  return MemoryFormat::contiguous;
+}
+
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
   EMBER_CHECK(a.device() == b.device(), op, ": expected all tensors on one device, got ", a.device(), " and ",
               b.device());
@@ -237,6 +276,14 @@ void copy_across_devices(Tensor& dst, const Tensor& src) {
                                 "copies through host memory and waits for the device");
   }
   NoGradGuard g;
+  // Two dense tensors with the same strides (both channels-last, say) hold the same bytes in the
+  // same order: one transfer.
+  if (src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.strides() == dst.strides() &&
+      dst.is_contiguous(MemoryFormat::channels_last)) {
+    cuda::copy_bytes(dst.data(), dst.device(), src.data(), src.device(),
+                     static_cast<size_t>(dst.numel() * dtype_size(dst.dtype())));
+    return;
+  }
   Tensor staged = src;
   if (src.dtype() != dst.dtype() || src.shape() != dst.shape() || !src.is_contiguous()) {
     staged = empty(dst.shape(), {.dtype = dst.dtype(), .device = src.device()});
@@ -268,13 +315,16 @@ Tensor& Tensor::copy_(const Tensor& src) {
     NoGradGuard g;
     return copy_(src.clone());
   }
+  // Walk the elements in the destination's memory order, so the writes are sequential.
+  const MemoryFormat order = suggest_memory_format();
   if (device().is_cpu() && src.device().is_cpu()) {
-    kernels::cpu::copy(detail::iter_shape(shape()), dtype(), detail::operand(*this), src.dtype(),
-                       detail::operand(src, shape()));
+    kernels::cpu::copy(detail::iter_shape(shape(), order), dtype(), detail::operand(*this, shape(), order),
+                       src.dtype(), detail::operand(src, shape(), order));
   } else if (device() == src.device()) {
     EMBER_CUDA_CALL(device(), "copy_",
-                    kernels::gpu::copy(detail::iter_shape(shape()), dtype(), detail::operand(*this), src.dtype(),
-                                       detail::operand(src, shape())));
+                    kernels::gpu::copy(detail::iter_shape(shape(), order), dtype(),
+                                       detail::operand(*this, shape(), order), src.dtype(),
+                                       detail::operand(src, shape(), order)));
   } else {
     copy_across_devices(*this, src);
   }
@@ -291,20 +341,10 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
-  return clone();
+  return clone(MemoryFormat::contiguous);
 }
 
-Tensor Tensor::clone() const {
-  Tensor out = empty(shape(), {.dtype = dtype(), .device = device()});
-  {
-    NoGradGuard g;
-    out.copy_(*this);
-  }
-  if (any_requires_grad({this})) {
-    record("CloneBackward", {*this}, {out}, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
-  }
-  return out;
-}
+// clone(MemoryFormat) is in memory_format.cpp.
 
 Tensor Tensor::to(DType dt) const { return to(device(), dt); }
 Tensor Tensor::to(Device d) const { return to(d, dtype()); }
@@ -312,7 +352,7 @@ Tensor Tensor::to(Device d) const { return to(d, dtype()); }
 Tensor Tensor::to(Device d, DType dt) const {
   if (d == device() && dt == dtype()) return *this;
   if (d.is_cuda()) allocator_for(d);  // throws a clear error in a CPU-only build
-  Tensor out = empty(shape(), {.dtype = dt, .device = d});
+  Tensor out = empty(shape(), {.dtype = dt, .device = d}, suggest_memory_format());
   {
     NoGradGuard g;
     out.copy_(*this);

@@ -20,6 +20,7 @@
 #include "device.h"
 #include "dtype.h"
 #include "error.h"
+#include "memory_format.h"
 #include "shape.h"
 #include "storage.h"
 
@@ -84,6 +85,10 @@ class Tensor {
   int64_t element_size() const { return dtype_size(dtype()); }
   int64_t nbytes() const { return numel() * element_size(); }
   bool is_contiguous() const;
+  // Dense in `format`'s strides (Note [Memory formats] in core/memory_format.h).
+  bool is_contiguous(MemoryFormat format) const;
+  // channels_last for a tensor with exact channels-last strides, contiguous otherwise.
+  MemoryFormat suggest_memory_format() const;
   bool is_floating_point() const { return is_floating(dtype()); }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   // True when both tensors view the same Storage.
@@ -118,9 +123,14 @@ class Tensor {
   Tensor unflatten(int64_t dim, const Shape& sizes) const;
 
   // ---- copies and conversion ---------------------------------------------------------------
-  Tensor contiguous() const;  // self if already contiguous
-  Tensor clone() const;       // always a fresh contiguous copy (differentiable)
+  Tensor contiguous() const;  // self if already contiguous (row-major)
+  // Self if already dense in `format` (contiguous or channels_last), else a differentiable copy.
+  Tensor contiguous(MemoryFormat format) const;
+  // A fresh copy (differentiable); preserve keeps a channels-last tensor channels-last and copies
+  // every other one into row-major strides (Note [Memory formats]).
+  Tensor clone(MemoryFormat format = MemoryFormat::preserve) const;
   Tensor& copy_(const Tensor& src);  // broadcasts src into self; converts dtype; in place
+  // The conversions keep a channels-last tensor channels-last (MemoryFormat::preserve).
   Tensor to(DType dtype) const;      // self if the dtype already matches
   Tensor to(Device device) const;
   Tensor to(Device device, DType dtype) const;
@@ -220,6 +230,8 @@ int64_t host_read_count();
 
 // ---- factories ----------------------------------------------------------------------------
 Tensor empty(const Shape& shape, TensorOptions opt = {});
+// Uninitialized, with the strides of `format` (contiguous or channels_last; channels_last needs 4 dims).
+Tensor empty(const Shape& shape, TensorOptions opt, MemoryFormat format);
 Tensor zeros(const Shape& shape, TensorOptions opt = {});
 Tensor ones(const Shape& shape, TensorOptions opt = {});
 Tensor full(const Shape& shape, double value, TensorOptions opt = {});

@@ -104,6 +104,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   }
   const profiler::Scope scope("conv2d", conv2d_flops(g));
   const DType dt = x.dtype();
+  // Channels-last when the input or the weight is, as PyTorch's convolutions decide (Note
+  // [Channels-last through the NCHW kernels] in core/op_helpers.h).
+  const MemoryFormat fmt = detail::is_channels_last(x) || detail::is_channels_last(weight)
+                               ? MemoryFormat::channels_last
+                               : MemoryFormat::contiguous;
   const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor y = empty({g.n, g.c_out, g.out_h, g.out_w}, {.dtype = dt, .device = x.device()});
@@ -121,6 +126,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
       });
       break;
   }
+  y = detail::to_format(y, fmt);
   if (!any_requires_grad({&x, &weight, &bias})) return y;
 
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
@@ -158,7 +164,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         });
         break;
     }
-    return std::vector<Tensor>{gx, gw, gb};
+    return std::vector<Tensor>{detail::to_format(gx, fmt), gw, gb};
   });
   return y;
 }

@@ -55,7 +55,8 @@ const char* binary_name(BinaryOp op) {
   return "binary";
 }
 
-// The forward computation of a binary op (no autograd). Returns a new contiguous tensor.
+// The forward computation of a binary op (no autograd). Returns a new dense tensor in the memory
+// format of the first operand of the output's shape (Note [Memory formats] in core/memory_format.h).
 Tensor binary_forward(BinaryOp op, const Tensor& a0, const Tensor& b0, double alpha) {
   const char* name = binary_name(op);
   detail::check_same_device(name, a0, b0);
@@ -63,19 +64,23 @@ Tensor binary_forward(BinaryOp op, const Tensor& a0, const Tensor& b0, double al
   EMBER_CHECK(is_floating(dt), name, ": expected floating-point tensors, got ", describe(a0), " and ", describe(b0));
   const Shape shape = broadcast_shapes(a0.shape(), b0.shape(), name);
   const Tensor a = a0.to(dt), b = b0.to(dt);
-  Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
-  EMBER_KERNEL_CALL(out.device(), name, binary, op, dt, detail::iter_shape(shape), detail::operand(out),
-                    detail::operand(a, shape), detail::operand(b, shape), alpha);
+  const MemoryFormat fmt = detail::elementwise_format(shape, {&a, &b});
+  Tensor out = empty(shape, {.dtype = dt, .device = a.device()}, fmt);
+  EMBER_KERNEL_CALL(out.device(), name, binary, op, dt, detail::iter_shape(shape, fmt),
+                    detail::operand(out, shape, fmt), detail::operand(a, shape, fmt), detail::operand(b, shape, fmt),
+                    alpha);
   return out;
 }
 
-// ReLU, sigmoid and tanh of a contiguous CUDA tensor go through cuDNN (Note [cuDNN or the
-// hand-written kernels] in kernels/cuda/cudnn.h); their backward reads only the output.
+// ReLU, sigmoid and tanh of a dense (contiguous or channels-last) CUDA tensor go through cuDNN
+// (Note [cuDNN or the hand-written kernels] in kernels/cuda/cudnn.h), as one flat range of elements:
+// the output and the gradients are allocated with the same strides. Their backward reads only the
+// output.
 #if EMBER_CUDA_BACKEND
 bool cudnn_activation(UnaryOp op, const Tensor& t, kernels::gpu::cudnn::Activation* a) {
   // cuDNN's tensor descriptors count at most 2^31 - 1 elements.
-  if (t.device().type != DeviceType::CUDA || !t.is_contiguous() || t.numel() == 0 || t.numel() > INT32_MAX)
-    return false;
+  const bool dense = t.is_contiguous() || t.suggest_memory_format() == MemoryFormat::channels_last;
+  if (t.device().type != DeviceType::CUDA || !dense || t.numel() == 0 || t.numel() > INT32_MAX) return false;
   if (!is_floating(t.dtype())) return false;
   switch (op) {
     case UnaryOp::Relu: *a = kernels::gpu::cudnn::Activation::Relu; break;
@@ -89,7 +94,8 @@ bool cudnn_activation(UnaryOp op, const Tensor& t, kernels::gpu::cudnn::Activati
 
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double alpha) {
   detail::check_floating(name, x);
-  Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  const MemoryFormat fmt = x.suggest_memory_format();
+  Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()}, fmt);
 #if EMBER_CUDA_BACKEND
   if (kernels::gpu::cudnn::Activation a; cudnn_activation(op, x, &a)) {
     const profiler::Scope scope(name);
@@ -98,18 +104,20 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double alpha
     return out;
   }
 #endif
-  EMBER_KERNEL_CALL(x.device(), name, unary, op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(out),
-                    detail::operand(x), alpha);
+  EMBER_KERNEL_CALL(x.device(), name, unary, op, x.dtype(), detail::iter_shape(x.shape(), fmt),
+                    detail::operand(out, x.shape(), fmt), detail::operand(x, x.shape(), fmt), alpha);
   return out;
 }
 
 // grad_in = op.bwd(g, x, y, alpha); g, x, y all of x's shape.
 Tensor unary_backward(UnaryOp op, const char* name, const Tensor& g0, const Tensor& x, const Tensor& y, double alpha) {
   const Tensor g = g0.to(x.dtype());
-  Tensor gi = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  // The gradient in the layout of the tensor the op saved.
+  const MemoryFormat fmt = y.suggest_memory_format();
+  Tensor gi = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()}, fmt);
 #if EMBER_CUDA_BACKEND
   if (kernels::gpu::cudnn::Activation a; g.shape() == y.shape() && cudnn_activation(op, y, &a)) {
-    const Tensor gc = g.contiguous();
+    const Tensor gc = g.contiguous(fmt);
     const profiler::Scope scope(name);
     // The derivative comes from y alone, so y stands in for cuDNN's x too (kernels/cuda/cudnn.h).
     EMBER_CUDA_CALL(
@@ -118,8 +126,10 @@ Tensor unary_backward(UnaryOp op, const char* name, const Tensor& g0, const Tens
     return gi;
   }
 #endif
-  EMBER_KERNEL_CALL(x.device(), name, unary_backward, op, x.dtype(), detail::iter_shape(x.shape()), detail::operand(gi),
-                    detail::operand(g, x.shape()), detail::operand(x), detail::operand(y), alpha);
+  const Shape& s = x.shape();
+  EMBER_KERNEL_CALL(x.device(), name, unary_backward, op, x.dtype(), detail::iter_shape(s, fmt),
+                    detail::operand(gi, s, fmt), detail::operand(g, s, fmt), detail::operand(x, s, fmt),
+                    detail::operand(y, s, fmt), alpha);
   return gi;
 }
 
@@ -309,9 +319,11 @@ Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, "silu", "SiluBackw
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   detail::check_floating("clamp", x);
-  Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  EMBER_KERNEL_CALL(x.device(), "clamp", clamp, x.dtype(), detail::iter_shape(x.shape()), detail::operand(y),
-                    detail::operand(x), lo.has_value(), lo.value_or(0), hi.has_value(), hi.value_or(0));
+  const MemoryFormat fmt = x.suggest_memory_format();
+  Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()}, fmt);
+  EMBER_KERNEL_CALL(x.device(), "clamp", clamp, x.dtype(), detail::iter_shape(x.shape(), fmt),
+                    detail::operand(y, x.shape(), fmt), detail::operand(x, x.shape(), fmt), lo.has_value(),
+                    lo.value_or(0), hi.has_value(), hi.value_or(0));
   if (any_requires_grad({&x})) {
     SavedTensor sx(x, "ClampBackward");
     record("ClampBackward", {x}, {y}, [=](const std::vector<Tensor>& g) {

@@ -135,6 +135,15 @@ void Module::to(DType dtype) {
     if (t->is_floating_point()) replace_tensor(t, [&](const Tensor& x) { return x.to(dtype); });
 }
 
+void Module::to(MemoryFormat format) {
+  EMBER_CHECK(format != MemoryFormat::preserve, "Module::to: MemoryFormat::preserve is not a format to convert to");
+  std::vector<std::pair<std::string, Tensor*>> slots;
+  collect("", true, true, slots);
+  for (auto& [n, t] : slots)
+    if (t->defined() && t->dim() == 4 && t->is_floating_point())
+      replace_tensor(t, [&](const Tensor& x) { return x.contiguous(format); });
+}
+
 void Module::zero_grad() {
   for (Tensor& p : parameters()) p.set_grad(Tensor());
 }

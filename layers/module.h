@@ -60,6 +60,10 @@ class Module {
   // leaves that require grad; gradients are dropped.
   void to(Device device);
   void to(DType dtype);
+  // Copies every 4-D floating-point parameter and buffer into `format` (contiguous or
+  // channels_last), as PyTorch's module.to(memory_format=...): the same values, new tensors (so
+  // call it before an optimizer takes the parameters). Others are left as they are.
+  void to(MemoryFormat format);
   void zero_grad();
 
   // ---- state ----

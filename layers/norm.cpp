@@ -72,6 +72,7 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
   EMBER_CHECK(!training || count > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
               describe(x0));
 
+  const MemoryFormat fmt = x0.suggest_memory_format();  // Note [Channels-last through the NCHW kernels]
   const Tensor x = x0.detach().contiguous();
   const Tensor w = plain(weight, pdt), b = plain(bias, pdt);
   Tensor mean, invstd;
@@ -97,6 +98,7 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
   Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()});
   EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_apply, dt, pdt, sh, x.data(), mean.data(), invstd.data(),
                     data_or_null(w), data_or_null(b), y.data());
+  y = detail::to_format(y, fmt);
 
   if (any_requires_grad({&x0, &weight, &bias})) {
     const bool need_x = x0.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
@@ -114,7 +116,8 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
       EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, pdt, sh, training, xs.data(), gy.data(),
                         smean.get().data(), sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
                         data_or_null(gx), data_or_null(gw), data_or_null(gb));
-      return std::vector<Tensor>{gx, need_w ? gw.to(dw) : Tensor(), need_b ? gb.to(db) : Tensor()};
+      return std::vector<Tensor>{detail::to_format(gx, fmt), need_w ? gw.to(dw) : Tensor(),
+                                 need_b ? gb.to(db) : Tensor()};
     });
   }
   return y;

@@ -88,6 +88,8 @@ bool via_cudnn(const Tensor& x, const Pool2dGeometry& g) {
 // max_pool2d or avg_pool2d through cuDNN: forward, and a backward node that keeps x and out.
 Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool2dGeometry& g, bool is_max,
                   bool include_pad) {
+  // Note [Channels-last through the NCHW kernels] in core/op_helpers.h.
+  const MemoryFormat fmt = x0.suggest_memory_format();
   const Tensor x = x0.contiguous();
   const DType dt = x.dtype();
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = dt, .device = x.device()});
@@ -101,10 +103,11 @@ Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool
         cudnn::avg_pool2d_forward(dt, g, include_pad, x.data(), out.data());
     });
   }
+  const Tensor result = detail::to_format(out, fmt);
   if (any_requires_grad({&x0})) {
     SavedTensor sx(x.detach(), node), so(out.detach(), node);
     const Shape in_shape = x0.shape();
-    record(node, {x0}, {out}, [=](const std::vector<Tensor>& grads) {
+    record(node, {x0}, {result}, [=](const std::vector<Tensor>& grads) {
       if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
       const Tensor go = contiguous_grad(grads[0], dt);
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
@@ -119,10 +122,10 @@ Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool
         else
           cudnn::avg_pool2d_backward(dt, g, include_pad, xs, os, go.data(), gi.data());
       });
-      return std::vector<Tensor>{gi};
+      return std::vector<Tensor>{detail::to_format(gi, fmt)};
     });
   }
-  return out;
+  return result;
 }
 
 }  // namespace
@@ -132,12 +135,15 @@ namespace {
 // max_pool2d with indices of index_dtype (int32 or int64; kernels/pool.h), and a backward node
 // that keeps them.
 std::pair<Tensor, Tensor> max_pool2d_indexed(const Tensor& x0, const Pool2dGeometry& g, DType index_dtype) {
+  // Note [Channels-last through the NCHW kernels] in core/op_helpers.h.
+  const MemoryFormat fmt = x0.suggest_memory_format();
   const Tensor x = x0.contiguous();
   const Shape out_shape = pooled_shape(x, g.out_h, g.out_w);
   Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
   Tensor indices = empty(out_shape, {.dtype = index_dtype, .device = x.device()});
   EMBER_KERNEL_CALL(x.device(), "max_pool2d", max_pool2d_forward, x.dtype(), index_dtype, g, x.data(), out.data(),
                     indices.data());
+  out = detail::to_format(out, fmt);
   if (any_requires_grad({&x0})) {
     SavedTensor si(indices, "MaxPool2dBackward");
     const Shape in_shape = x0.shape();
@@ -149,10 +155,10 @@ std::pair<Tensor, Tensor> max_pool2d_indexed(const Tensor& x0, const Pool2dGeome
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
       EMBER_KERNEL_CALL(go.device(), "max_pool2d backward", max_pool2d_backward, dt, idx.dtype(), g, go.data(),
                         idx.data(), gi.data());
-      return std::vector<Tensor>{gi};
+      return std::vector<Tensor>{detail::to_format(gi, fmt)};
     });
   }
-  return {out, indices};
+  return {out, detail::to_format(indices, fmt)};
 }
 
 }  // namespace
@@ -180,9 +186,11 @@ Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
   const Pool2dGeometry g = pool_geometry("avg_pool2d", x0, opt, false);
   const bool include_pad = opt.count_include_pad;
   if (via_cudnn(x0, g)) return cudnn_pool("avg_pool2d", "AvgPool2dBackward", x0, g, false, include_pad);
+  const MemoryFormat fmt = x0.suggest_memory_format();  // Note [Channels-last through the NCHW kernels]
   const Tensor x = x0.contiguous();
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
   EMBER_KERNEL_CALL(x.device(), "avg_pool2d", avg_pool2d_forward, x.dtype(), g, include_pad, x.data(), out.data());
+  out = detail::to_format(out, fmt);
   if (any_requires_grad({&x0})) {
     const Shape in_shape = x0.shape();
     const DType dt = x0.dtype();
@@ -192,7 +200,7 @@ Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
       EMBER_KERNEL_CALL(go.device(), "avg_pool2d backward", avg_pool2d_backward, dt, g, include_pad, go.data(),
                         gi.data());
-      return std::vector<Tensor>{gi};
+      return std::vector<Tensor>{detail::to_format(gi, fmt)};
     });
   }
   return out;
@@ -202,6 +210,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x0, std::pair<int64_t, int64_t> output_
   check_pool_input("adaptive_avg_pool2d", x0);
   EMBER_CHECK(output_size.first > 0 && output_size.second > 0,
               "adaptive_avg_pool2d: output size must be positive, got (", output_size.first, ", ", output_size.second, ")");
+  const MemoryFormat fmt = x0.suggest_memory_format();  // Note [Channels-last through the NCHW kernels]
   const Tensor x = x0.contiguous();
   Pool2dGeometry g;
   g.in_h = x.size(-2);
@@ -211,6 +220,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x0, std::pair<int64_t, int64_t> output_
   g.out_w = output_size.second;
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});
   EMBER_KERNEL_CALL(x.device(), "adaptive_avg_pool2d", adaptive_avg_pool2d_forward, x.dtype(), g, x.data(), out.data());
+  out = detail::to_format(out, fmt);
   if (any_requires_grad({&x0})) {
     const Shape in_shape = x0.shape();
     const DType dt = x0.dtype();
@@ -220,7 +230,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x0, std::pair<int64_t, int64_t> output_
       Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
       EMBER_KERNEL_CALL(go.device(), "adaptive_avg_pool2d backward", adaptive_avg_pool2d_backward, dt, g, go.data(),
                         gi.data());
-      return std::vector<Tensor>{gi};
+      return std::vector<Tensor>{detail::to_format(gi, fmt)};
     });
   }
   return out;

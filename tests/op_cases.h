@@ -51,4 +51,15 @@ inline Device& case_device() {
 // All cases, in family order.
 std::vector<OpCase> all_op_cases();
 
+// Channels-last cases (Note [Memory formats] in core/memory_format.h): t in channels-last strides,
+// and y after checking that an op kept the format (throws naming `op` otherwise, which fails the
+// gradcheck and the CUDA parity test that run the case).
+inline Tensor channels_last(const Tensor& t) { return t.contiguous(MemoryFormat::channels_last); }
+inline Tensor expect_channels_last(const Tensor& y, const char* op) {
+  EMBER_CHECK(y.is_contiguous(MemoryFormat::channels_last) &&
+                  y.suggest_memory_format() == MemoryFormat::channels_last,
+              op, ": expected a channels-last result, got strides ", y.strides(), " for shape ", y.shape());
+  return y;
+}
+
 }  // namespace ember::testing

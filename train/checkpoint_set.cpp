@@ -288,6 +288,7 @@ io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d,
                      {"label_smoothing", fmt(cfg.label_smoothing)},
                      {"clip_grad_norm", fmt(cfg.clip_grad_norm)},
                      {"amp", cfg.amp},
+                     {"channels_last", cfg.channels_last ? "1" : "0"},
                      {"augment", cfg.augment ? "1" : "0"},
                      {"augment_policy", cfg.augment_policy},
                      {"random_erasing", fmt(cfg.random_erasing)},
@@ -373,6 +374,7 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
   keep("label-smoothing", cfg.label_smoothing, std::stod(get("label_smoothing")), as_text);
   keep("clip-grad-norm", cfg.clip_grad_norm, std::stod(get_or("clip_grad_norm", "0")), as_text);
   keep("amp", cfg.amp, get_or("amp", "off"), as_text);
+  keep_flag("channels-last", cfg.channels_last, get_or("channels_last", "0") == "1", "--channels-last");
   keep_flag("no-augment", cfg.augment, get("augment") == "1", "augmentation");
   keep("augment", cfg.augment_policy, get_or("augment_policy", "light"), as_text);
   keep("random-erasing", cfg.random_erasing, std::stod(get_or("random_erasing", "0")), as_text);

@@ -113,6 +113,11 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainConfig& c, optim::
                                                std::vector<int64_t>{warmup});
 }
 
+// The memory format the model's input is given in (--channels-last).
+MemoryFormat model_input_format(const TrainConfig& c) {
+  return c.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+}
+
 json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoch) {
   return json{{"event", "config"},
               {"data", c.data},
@@ -129,6 +134,7 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"label_smoothing", c.label_smoothing},
               {"clip_grad_norm", c.clip_grad_norm},
               {"amp", c.amp},
+              {"channels_last", c.channels_last},
               {"augment", c.augment},
               {"augment_policy", c.augment ? c.augment_policy : "none"},
               {"random_erasing", c.random_erasing},
@@ -491,6 +497,8 @@ Run start_run(TrainConfig cfg) {
   }
   // Initialized on the CPU and then moved, so a seed gives the same weights on every device.
   r.model->to(r.device);
+  // Before the optimizer takes the parameters: to(MemoryFormat) replaces the 4-D ones.
+  if (cfg.channels_last) r.model->to(MemoryFormat::channels_last);
   if (cfg.freeze_backbone) freeze_backbone(*r.model, cfg.model);
   r.optimizer = make_optimizer(cfg, param_groups(cfg, *r.model));
   r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
@@ -565,11 +573,12 @@ Run start_run(TrainConfig cfg) {
     optim::Optimizer* opt = r.optimizer.get();
     nn::CrossEntropyLoss* criterion = r.criterion.get();
     StepGuard* guard = r.guard.get();
+    const MemoryFormat input_format = model_input_format(r.cfg);
     r.graphed = std::make_unique<GraphedStep>(
         r.device, static_cast<int64_t>(r.d.classes.size()),
-        [model, opt, criterion, guard](const Tensor& x, const Tensor& y) {
+        [model, opt, criterion, guard, input_format](const Tensor& x, const Tensor& y) {
           opt->zero_grad();
-          const Tensor logits = model->forward(x);
+          const Tensor logits = model->forward(x.contiguous(input_format));
           GraphedStep::Outputs out;
           out.loss = (*criterion)(logits, y);
           out.loss.backward();
@@ -646,7 +655,7 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       Tensor images, labels;
       {
         const profiler::Scope scope("to device", profiler::Phase::data);
-        images = host_images.to(r.device);
+        images = host_images.to(r.device).contiguous(model_input_format(r.cfg));
         labels = host_labels.to(r.device);
       }
       Tensor logits, loss;

@@ -52,6 +52,9 @@ struct TrainConfig {
   // --amp: mixed precision (Note [Mixed-precision training] in train/trainer.cpp; docs/amp.md).
   // off | bf16 (forward and loss under autocast in bfloat16) | fp16 (in float16, with loss scaling)
   std::string amp = "off";
+  // --channels-last: the model's 4-D parameters and each batch of images in the channels-last
+  // memory format (Note [Memory formats] in core/memory_format.h); the same values as without.
+  bool channels_last = false;
   bool augment = true;   // RandomCrop(pad 2) + flip ... unless --no-augment
   // --augment: light (the crop and flip above) | trivial (then TrivialAugmentWide) | randaug (then
   // RandAugment(2, 9)); docs/training.md, "Augmentation".

@@ -73,6 +73,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--clip-grad-norm", c.clip_grad_norm, "scale the gradients to this total norm at most before each step");
   app.add_option("--amp", c.amp, "mixed precision: bf16 | fp16 (with loss scaling) | off (docs/amp.md)")
       ->capture_default_str();
+  app.add_flag("--channels-last", c.channels_last, "the model's conv weights and the images in the channels-last "
+               "(NHWC) memory format, as PyTorch's model.to(memory_format=torch.channels_last) (docs/amp.md)");
   app.add_option("--eval-every", c.eval_every, "evaluate on the test set every N epochs")->capture_default_str();
   app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test images only (0: all)")
       ->capture_default_str();
@@ -108,7 +110,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
       {"Model and optimization", {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--momentum",
                                   "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
                                   "--clip-grad-norm", "--seed", "--max-steps"}},
-      {"Devices and threads", {"--device", "--data-on-device", "--cuda-graphs", "--threads", "--amp"}},
+      {"Devices and threads", {"--device", "--data-on-device", "--cuda-graphs", "--threads", "--amp", "--channels-last"}},
       {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--finetune", "--freeze-backbone",
                                    "--backbone-lr-scale", "--save-weights"}},
       {"Evaluation and output", {"--eval-every", "--eval-limit", "--metrics", "--log-every", "--quiet", "--profile",

@@ -8,8 +8,8 @@
 //                  f32 with --data-on-device; f32 with --data-on-device --cuda-graphs; --amp bf16
 //                  with --data-on-device ("precision" and "mode" in each line);
 //   resnet18_step  one ResNet-18 training step (forward, backward, Adam) on random images,
-//                  224x224, batch 256, f32 and under AutocastGuard bf16 (ember has no
-//                  channels-last): the median step time;
+//                  224x224, batch 256: f32, under AutocastGuard bf16, and bf16 with the model
+//                  and images channels-last (PyTorch's AMP run is channels-last): the median step time;
 //   recipe_to_93   the default recipe (`ember train --data-on-device --cuda-graphs`) epoch by epoch:
 //                  the training seconds until the test accuracy first reaches 93%, and the accuracy
 //                  at the end.
@@ -156,15 +156,18 @@ void train_cnn(int steps, const std::string& mode, const std::string& amp) {
 
 // One training step of ResNet-18 (ImageNet layout, 1000 classes) on random images: the step time
 // without the data loader, as the PyTorch side measures it. amp: the forward pass and the loss
-// under AutocastGuard(cuda, bf16), as `ember train --amp bf16` runs them.
-void resnet18_step(int64_t batch, int64_t size, int steps, bool amp) {
+// under AutocastGuard(cuda, bf16), as `ember train --amp bf16` runs them. channels_last: the model's
+// 4-D parameters and the images in the channels-last memory format, as `ember train --channels-last`.
+void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channels_last) {
   const Device dev = Device::cuda(0);
   manual_seed(1);
   auto model = models::create_model({.name = "resnet18", .in_channels = 3, .image_size = size, .num_classes = 1000});
   model->to(dev);
+  if (channels_last) model->to(MemoryFormat::channels_last);
   model->train();
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
   Tensor x = randn({batch, 3, size, size}, {.device = dev});
+  if (channels_last) x = x.contiguous(MemoryFormat::channels_last);
   Tensor y = randint(0, 1000, {batch}, {.dtype = DType::i64, .device = dev});
   auto step = [&] {
     opt.zero_grad();
@@ -189,9 +192,9 @@ void resnet18_step(int64_t batch, int64_t size, int steps, bool amp) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "\"bench\":\"resnet18_step\",\"batch\":%lld,\"image_size\":%lld,\"precision\":\"%s\","
-                "\"channels_last\":false,\"steps\":%d,\"ms\":%.2f,\"images_per_sec\":%.1f",
-                static_cast<long long>(batch), static_cast<long long>(size), amp ? "amp_bf16" : "f32", steps, ms,
-                batch / ms * 1e3);
+                "\"channels_last\":%s,\"steps\":%d,\"ms\":%.2f,\"images_per_sec\":%.1f",
+                static_cast<long long>(batch), static_cast<long long>(size), amp ? "amp_bf16" : "f32",
+                channels_last ? "true" : "false", steps, ms, batch / ms * 1e3);
   line(buf);
 }
 
@@ -267,7 +270,8 @@ int main(int argc, char** argv) {
       train_cnn(steps, "data_on_device", "bf16");
     }
     if (only.count("resnet18_step"))
-      for (const bool amp : {false, true}) resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10, amp);
+      for (const auto& [amp, channels_last] : {std::pair{false, false}, {true, false}, {true, true}})
+        resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10, amp, channels_last);
     if (only.count("recipe_to_93")) recipe_to_93();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda: %s\n", e.what());

@@ -11,7 +11,7 @@ import json
 import sys
 
 # (key, what it is, ember's field, "rate" / "time" / "value", unit[, PyTorch's field when it differs]);
-# key = bench[/precision][/mode], or "EMBER_KEY>TORCH_KEY" when the two sides' lines differ (ember's
+# key = bench[/precision][/mode][/channels_last], or "EMBER_KEY>TORCH_KEY" when the two sides' lines differ (ember's
 # CUDA graphs and host loader against PyTorch eager with the data on the device).
 ROWS = [
     ("bandwidth", "device-to-device copy", "d2d_copy_gbs", "rate", "GB/s"),
@@ -28,7 +28,9 @@ ROWS = [
     ("train_cnn/amp_bf16/data_on_device", "cnn training, AMP bf16, data on the device", "images_per_sec", "rate",
      "images/s"),
     ("resnet18_step/f32", "ResNet-18 step, f32", "ms", "time", "ms"),
-    ("resnet18_step/amp_bf16", "ResNet-18 step, AMP bf16 (PyTorch: + channels-last)", "ms", "time", "ms"),
+    ("resnet18_step/amp_bf16>resnet18_step/amp_bf16/channels_last",
+     "ResNet-18 step, AMP bf16 (ember NCHW, PyTorch channels-last)", "ms", "time", "ms"),
+    ("resnet18_step/amp_bf16/channels_last", "ResNet-18 step, AMP bf16, channels-last", "ms", "time", "ms"),
     ("recipe_to_93", "default recipe: training seconds to 93%", "seconds_to_93", "time", "s"),
     ("recipe_to_93", "default recipe: final test accuracy", "final_test_acc", "value", ""),
 ]
@@ -36,14 +38,16 @@ ROWS = [
 REQUIRED = {
     "ember": {"bandwidth", "sgemm", "conv3x3_fwd_bwd", "train_cnn/f32/host_loader", "train_cnn/f32/data_on_device",
               "train_cnn/f32/data_on_device+cuda_graphs", "train_cnn/amp_bf16/data_on_device", "resnet18_step/f32",
-              "resnet18_step/amp_bf16", "recipe_to_93"},
+              "resnet18_step/amp_bf16", "resnet18_step/amp_bf16/channels_last", "recipe_to_93"},
     "torch": {"bandwidth", "sgemm", "conv3x3_fwd_bwd", "train_cnn/f32/data_on_device",
-              "train_cnn/amp_bf16/data_on_device", "resnet18_step/f32", "resnet18_step/amp_bf16", "recipe_to_93"},
+              "train_cnn/amp_bf16/data_on_device", "resnet18_step/f32", "resnet18_step/amp_bf16/channels_last",
+              "recipe_to_93"},
 }
 
 
 def key(d):
-    return "/".join([d["bench"]] + [d[f] for f in ("precision", "mode") if f in d])
+    return "/".join([d["bench"]] + [d[f] for f in ("precision", "mode") if f in d] +
+                    (["channels_last"] if d.get("channels_last") else []))
 
 
 def read(path, side, problems):

@@ -53,8 +53,9 @@
 // equal the hand-written kernels bit for bit; so do sigmoid and tanh on the emulator (its shim runs
 // the same float functors as ember's kernels), while a GPU's cuDNN may differ from them by an ulp.
 // Average pooling rounds the window mean once; a max-pooling backward sums the gradients of
-// overlapping windows in float and rounds once, as the hand-written kernels do (tests/cuda/
-// test_cudnn_16bit_pool_act.cpp compares both with double references and the hand-written kernels).
+// overlapping windows in float and rounds once, as the hand-written kernels do
+// (tests/cuda/test_cudnn_16bit_pool.cpp compares both with double references and the hand-written
+// kernels).
 // The shim counts the 16-bit calls by dtype (kernels/simt/cudnn_shim.h), so tests see that a
 // 16-bit layer reached cuDNN natively, without a conversion to f32 around it.
 

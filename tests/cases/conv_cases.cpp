@@ -15,6 +15,35 @@ std::function<Tensor(const V&)> conv(Conv2dOptions opt) {
 }  // namespace
 
 void add_conv_cases(std::vector<OpCase>& c) {
+  // Channels-last input, weight or both: the output is channels-last, values and gradients as NCHW.
+  c.push_back({.name = "conv2d/channels_last_input", .inputs = {{2, 3, 5, 5}, {4, 3, 3, 3}, {4}},
+               .fn = [](const V& x) {
+                 return expect_channels_last(conv2d(channels_last(x[0]), x[1], x[2], {.padding = {1, 1}}), "conv2d");
+               }});
+  c.push_back({.name = "conv2d/channels_last_weight", .inputs = {{1, 2, 6, 5}, {3, 2, 3, 2}},
+               .fn = [](const V& x) {
+                 return expect_channels_last(conv2d(x[0], channels_last(x[1]), Tensor(), {.stride = {2, 1}}),
+                                             "conv2d");
+               }});
+  c.push_back({.name = "conv2d/channels_last_groups", .inputs = {{2, 4, 5, 5}, {6, 2, 3, 3}, {6}},
+               .fn = [](const V& x) {
+                 return expect_channels_last(
+                     conv2d(channels_last(x[0]), channels_last(x[1]), x[2], {.padding = {1, 1}, .groups = 2}),
+                     "conv2d");
+               }});
+  // A residual block in channels-last: conv, batch norm, ReLU, conv, the residual add, average
+  // pooling; every intermediate keeps the format.
+  c.push_back({.name = "conv2d/channels_last_block", .inputs = {{2, 3, 6, 6}, {3, 3, 3, 3}, {3}, {3}, {3, 3, 3, 3}},
+               .fn = [](const V& x) {
+                 const Tensor in = channels_last(x[0]);
+                 Tensor h = expect_channels_last(conv2d(in, channels_last(x[1]), Tensor(), {.padding = {1, 1}}), "conv2d");
+                 h = expect_channels_last(batch_norm(h, Tensor(), Tensor(), x[2], x[3], true), "batch_norm");
+                 h = expect_channels_last(relu(h), "relu");
+                 h = expect_channels_last(conv2d(h, channels_last(x[4]), Tensor(), {.padding = {1, 1}}), "conv2d");
+                 h = expect_channels_last(add(h, in), "add");
+                 return expect_channels_last(avg_pool2d(h, {.kernel = {2, 2}}), "avg_pool2d");
+               },
+               .tol = 1e-5});
   c.push_back({.name = "conv2d/basic", .inputs = {{2, 3, 5, 5}, {4, 3, 3, 3}, {4}}, .fn = conv({})});
   c.push_back({.name = "conv2d/no_bias", .inputs = {{2, 2, 4, 4}, {3, 2, 2, 2}}, .fn = conv({})});
   c.push_back({.name = "conv2d/stride2_pad1", .inputs = {{1, 2, 7, 6}, {3, 2, 3, 3}, {3}},

@@ -36,6 +36,21 @@ Tensor stat(std::vector<double> v) { return from_vector<double>(v, {.dtype = DTy
 
 void add_pool_norm_cases(std::vector<OpCase>& c) {
   // ---- max pool ----
+  c.push_back({.name = "max_pool2d/channels_last", .inputs = {{2, 3, 6, 5}},
+               .fn = [](const V& x) {
+                 return expect_channels_last(max_pool2d(channels_last(x[0]), pool({3, 3}, {2, 2}, {1, 1})),
+                                             "max_pool2d");
+               },
+               .prepare = distinct});
+  c.push_back({.name = "avg_pool2d/channels_last", .inputs = {{2, 3, 5, 6}},
+               .fn = [](const V& x) {
+                 return expect_channels_last(avg_pool2d(channels_last(x[0]), pool({2, 3}, {1, 2}, {1, 1})),
+                                             "avg_pool2d");
+               }});
+  c.push_back({.name = "adaptive_avg_pool2d/channels_last", .inputs = {{2, 3, 5, 4}},
+               .fn = [](const V& x) {
+                 return expect_channels_last(adaptive_avg_pool2d(channels_last(x[0]), {2, 3}), "adaptive_avg_pool2d");
+               }});
   c.push_back({.name = "max_pool2d/basic", .inputs = {{2, 2, 4, 6}},
                .fn = [](const V& x) { return max_pool2d(x[0], pool({2, 2})); }, .prepare = distinct});
   c.push_back({.name = "max_pool2d/pad_stride", .inputs = {{1, 2, 6, 7}},
@@ -74,6 +89,14 @@ void add_pool_norm_cases(std::vector<OpCase>& c) {
                  Tensor rm = zeros({3}, {.dtype = DType::f64, .device = case_device()}),
                         rv = ones({3}, {.dtype = DType::f64, .device = case_device()});
                  return batch_norm(x[0], rm, rv, x[1], x[2], true, 0.1, 1e-5);
+               },
+               .tol = 1e-5});
+  c.push_back({.name = "batch_norm/train_affine_channels_last", .inputs = {{4, 3, 2, 3}, {3}, {3}},
+               .fn = [](const V& x) {
+                 Tensor rm = zeros({3}, {.dtype = DType::f64, .device = case_device()}),
+                        rv = ones({3}, {.dtype = DType::f64, .device = case_device()});
+                 return expect_channels_last(batch_norm(channels_last(x[0]), rm, rv, x[1], x[2], true, 0.1, 1e-5),
+                                             "batch_norm");
                },
                .tol = 1e-5});
   c.push_back({.name = "batch_norm/train_plain_2d", .inputs = {{5, 3}},
