@@ -107,7 +107,8 @@ class Profiler {
   // Per (name, phase), by self time, largest first.
   std::vector<OpStats> stats() const;
   // The table printed by `ember train --profile`: op, phase, calls, total ms, self ms, % of the
-  // profiled wall time (self), GFLOP/s where the op counts its FLOPs. At most `rows` ops.
+  // profiled wall time (self), GFLOP/s where the op counts its FLOPs. At most `rows` ops (the
+  // rest summed in one "(other ops)" line); rows < 0: every op.
   std::string table(int rows = 40) const;
   // A Chrome trace (the traceEvents JSON that chrome://tracing and ui.perfetto.dev open): one
   // complete ("X") event per scope, µs, with its phase as the category. Written atomically.

@@ -814,7 +814,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
     r.profiler->stop();
     if (cfg.profile && r.lead)
       std::fprintf(stderr, "ember train: profile of %lld steps (%s)\n%s", static_cast<long long>(r.step),
-                   r.device.str().c_str(), r.profiler->table().c_str());
+                   r.device.str().c_str(), r.profiler->table(-1).c_str());
     if (!cfg.profile_trace.empty() && r.lead) {
       r.profiler->write_trace(cfg.profile_trace);
       if (!cfg.quiet) std::fprintf(stderr, "ember train: wrote the trace %s\n", cfg.profile_trace.c_str());
