@@ -275,11 +275,14 @@ EMBER_AVX512_TARGET inline __m512 load16(const BFloat16* p, __mmask16 m) { retur
 EMBER_AVX512_TARGET inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 EMBER_AVX512_TARGET inline void store16(BFloat16* p, __mmask16 m, __m512 v) { narrow16(v, p, m); }
 
-// The lanes l of a 16-float access at column c0 + l whose column lies in [0, w).
-inline __mmask16 columns_inside(int64_t c0, int64_t w) {
-  const int64_t lo = std::max<int64_t>(0, -c0), hi = std::min<int64_t>(16, w - c0);
-  return hi <= lo ? 0 : static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+// The lanes [a, b) of a 16-lane vector (clipped to 0..16).
+inline __mmask16 lanes_between(int64_t a, int64_t b) {
+  a = std::max<int64_t>(a, 0), b = std::min<int64_t>(b, 16);
+  return b <= a ? 0 : static_cast<__mmask16>(((1u << b) - 1u) & ~((1u << a) - 1u));
 }
+
+// The lanes l of a 16-float access at column c0 + l whose column lies in [0, w).
+inline __mmask16 columns_inside(int64_t c0, int64_t w) { return lanes_between(-c0, w - c0); }
 
 // The low 8 lanes.
 EMBER_AVX512_TARGET inline __m256 low8(__m512 v) { return _mm512_castps512_ps256(v); }
@@ -338,12 +341,6 @@ EMBER_AVX512_TARGET void input_row_avx512(const Problem& p, const T* xc, int64_t
 struct Segment {
   int64_t image, ty, tx0, lane0, lane1;
 };
-
-// The lanes [a, b) of a 16-lane vector (clipped to 0..16).
-inline __mmask16 lanes_between(int64_t a, int64_t b) {
-  a = std::max<int64_t>(a, 0), b = std::min<int64_t>(b, 16);
-  return b <= a ? 0 : static_cast<__mmask16>(((1u << b) - 1u) & ~((1u << a) - 1u));
-}
 
 // 16 consecutive tiles of the block at a time (lane l: tile q0 + l), whatever rows and images
 // they belong to, so that a short tile row (7 tiles at 14 x 14) does not leave most lanes idle:
