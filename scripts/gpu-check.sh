@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# One prepared check for a machine with an NVIDIA GPU (through the device tool), in at most 8
+# One prepared check for a machine with an NVIDIA GPU (through the device tool), in at most 9
 # minutes, build included:
 #   1. unpack ember's Debian dependencies from .deps/debs (scripts/fetch-gpu-deps.sh, run on the
 #      development machine) into .deps/prefix with dpkg -x — never into /;
-#   2. find cuDNN and NCCL in PyTorch's Python packages (nvidia-cudnn-cu13, nvidia-nccl-cu13);
+#   2. find cuDNN and NCCL in PyTorch's Python packages (nvidia-cudnn-cu13, nvidia-nccl-cu13) and
+#      give them the include/ and lib/ layout (with unversioned .so links) CMake looks for, in
+#      .deps/gpu (the packages themselves are left as they are);
 #   3. build the real CUDA flavour (nvcc, sm_90, ninja): the CUDA tests, bench_cuda and ember;
-#   4. run every test in tests/cuda (the parity tests CI runs on the SIMT emulator);
+#   4. run every test in tests/cuda (the parity tests CI runs on the SIMT emulator), then the CLI
+#      as a user would: `ember info` and `ember train --device cuda --amp fp16 --max-steps 300`;
 #   5. run bench_cuda (ember) and bench/cuda/torch_gpu.py (PyTorch eager on the same GPU): the same
 #      measurements on both sides, one JSON line each;
-#   6. run every version of every kernel lab (kernels/labs), timed with CUDA events, and where
-#      Nsight Compute is installed, its counters for the same kernels at the emulator's sizes, in
-#      the time the plan leaves (the budgets are worst cases);
+#   6. run every version of every kernel lab (kernels/labs), timed with CUDA events; then, where
+#      compute-sanitizer is installed, its memory checker over tests/cuda (at most 90 s); then,
+#      where Nsight Compute is installed, its counters for the labs' kernels at the emulator's
+#      sizes; all in the time the plan leaves (the budgets are worst cases);
 #   7. write the side-by-side table and the labs' table (summary.md, summary.json) and print them.
-# Every step has a time budget (the plan below, printed first); the budgets add up to at most 480 s
+# Every step has a time budget (the plan below, printed first); the budgets add up to at most 540 s
 # and each step is killed at its budget, so the run always ends with a table.
 #
 #   scripts/gpu-check.sh                     on the GPU machine (OUT: where results go)
@@ -20,11 +24,12 @@
 #       here, without a GPU: the same steps on the SIMT emulator with tiny sizes and PyTorch on the
 #       CPU, using an existing build of the default flavour (CPU + SIMT; default DIR: build). CI
 #       runs it (ctest gpu-check:dry-run), so a typo cannot waste the GPU's minutes. It fails when
-#       a measurement is missing on either side or the plan exceeds 480 s.
+#       a measurement is missing on either side or the plan exceeds 540 s.
 # Results: $OUT/gpu-check/ (OUT defaults to /tmp): gpu.txt, build.txt, ptxas.txt, cuda_tests.txt,
-# ember.jsonl, torch.jsonl, labs.jsonl (and labs/<lab>.err, labs/<lab>.ncu.csv), summary.md,
-# summary.json. Back here, scripts/labs_gpu_report.py puts the labs' measurements into their
-# READMEs.
+# sanitizer.txt, ember.jsonl, torch.jsonl, labs.jsonl (and labs/<lab>.err, labs/<lab>.ncu.csv),
+# summary.md, summary.json. The device tool brings back at most 8 files, so on a GPU the folder
+# is also packed, after every step, into $OUT/gpu-check.tar.gz (with summary.md beside it).
+# Back here, scripts/labs_gpu_report.py puts the labs' measurements into their READMEs.
 # docs/gpu-validation.md says how to read them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,26 +50,32 @@ case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 
 start=$SECONDS
 out="${OUT:-/tmp}/gpu-check"
-rm -rf "$out"
+rm -rf "$out" "$out.tar.gz"
 mkdir -p "$out"
 log() { echo "[gpu-check $((SECONDS - start))s] $*"; }
+# On a GPU, the results so far as one file beside the folder (what the device tool brings back
+# even when the command is stopped at its limit).
+bundle() {
+  [ $dry_run -eq 0 ] || return 0
+  tar -czf "$out.tar.gz.part" -C "$out" . 2>/dev/null && mv "$out.tar.gz.part" "$out.tar.gz"
+}
 
 # ---- the plan: seconds per step (each step is killed at its budget) ---------------------------
 # The build estimate: CI's nvcc build of the same targets takes about 9 minutes on 2 cores
 # (.ci/run step 3 prints it); nvcc and g++ scale almost linearly with cores, so 16 cores need
-# about 70 s, and the budget leaves twice that.
-declare -A budget=([deps]=20 [build]=140 [cuda_tests]=70 [bench_ember]=120 [bench_torch]=110 [summary]=10)
-plan_order=(deps build cuda_tests bench_ember bench_torch summary)
+# about 70 s if no single file is a long pole; the budget leaves nearly three times that.
+declare -A budget=([deps]=20 [build]=200 [cuda_tests]=80 [cli]=25 [bench_ember]=110 [bench_torch]=95 [summary]=10)
+plan_order=(deps build cuda_tests cli bench_ember bench_torch summary)
 plan_total=0
 for s in "${plan_order[@]}"; do plan_total=$((plan_total + budget[$s])); done
 {
   echo "plan (seconds; each step is stopped at its budget):"
   for s in "${plan_order[@]}"; do printf "  %-12s %4d\n" "$s" "${budget[$s]}"; done
-  printf "  %-12s %4d (limit 480)\n" total "$plan_total"
-  printf "  %-12s what the steps leave of 480 s (the kernel labs)\n" labs
+  printf "  %-12s %4d (limit 540)\n" total "$plan_total"
+  printf "  %-12s what the steps leave of 540 s (kernel labs, memory checker, counters)\n" labs
 } | tee "$out/plan.txt"
-if [ "$plan_total" -gt 480 ]; then
-  echo "gpu-check: the plan takes $plan_total s, more than the 480 s a GPU run may use" >&2
+if [ "$plan_total" -gt 540 ]; then
+  echo "gpu-check: the plan takes $plan_total s, more than the 540 s a GPU run may use" >&2
   exit 1
 fi
 # In a dry run the emulator is slow and shares 2 cores: the budgets are stretched, the plan is not.
@@ -75,13 +86,20 @@ within() {  # within STEP COMMAND...: the command, stopped at the step's budget
 }
 
 python=python3
+# PyTorch's side and the helpers in Python run with the machine's own libraries, not the
+# Debian ones unpacked below for ember.
+orig_ld_path="${LD_LIBRARY_PATH:-}"
+py() { LD_LIBRARY_PATH="$orig_ld_path" "$python" "$@"; }
 if [ $dry_run -eq 1 ]; then
   echo "dry run: SIMT emulator in $build_dir, tiny sizes, PyTorch on the CPU" | tee "$out/gpu.txt"
   # Debian's torch lives in /usr/bin/python3, which a venv on PATH would hide.
   [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null && python=/usr/bin/python3
 else
   nvidia-smi -L || { echo "gpu-check: no NVIDIA GPU visible (use --dry-run without one)" >&2; exit 1; }
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
+  { nvcc --version | tail -1; c++ --version | head -1; cmake --version | head -1; python3 --version
+    grep -m1 "model name" /proc/cpuinfo; nproc; } > "$out/tools.txt" 2>&1
+  cat "$out/tools.txt"
 
   # ---- 1. dependencies into a private prefix -------------------------------------------------
   log "deps"
@@ -100,29 +118,43 @@ else
   export EMBER_FASHION_MNIST_DIR="$prefix/usr/share/datasets/fashion-mnist"
 
   # ---- 2. cuDNN and NCCL from the Python packages --------------------------------------------
-  pydir() { python3 -c "import importlib, sys; m = importlib.import_module('$1'); print(list(m.__path__)[0])" 2>/dev/null; }
-  cudnn_dir=$(pydir nvidia.cudnn)
-  nccl_dir=$(pydir nvidia.nccl)
-  log "cuDNN: ${cudnn_dir:-not found}; NCCL: ${nccl_dir:-not found}"
+  # The wheels' layout differs between CUDA versions (nvidia/cudnn/, nvidia/cu13/...), so look
+  # for the header and the library under every site-packages folder python3 has, then give each a
+  # folder of its own in .deps/gpu with include/ and lib/ (the library's unversioned link, which
+  # the wheels do not ship, included).
+  sites=$(py -c "import site, sys; print(' '.join(p for p in site.getsitepackages() + sys.path if p.endswith('-packages')))" 2>/dev/null)
+  find_in_sites() { for s in $sites; do find "$s/nvidia" -name "$1" 2>/dev/null; done | head -1; }
+  gpu_root() {  # gpu_root NAME HEADER LIB: prints the folder made for it, or nothing
+    local h l d="$root/.deps/gpu/$1"
+    h=$(find_in_sites "$2"); l=$(find_in_sites "$3")
+    [ -n "$h" ] && [ -n "$l" ] || return 0
+    rm -rf "$d" && mkdir -p "$d/lib"
+    ln -s "$(dirname "$h")" "$d/include"
+    for so in "$(dirname "$l")"/lib*.so*; do ln -sf "$so" "$d/lib/"; done
+    ln -sf "$l" "$d/lib/lib$1.so"
+    echo "$d"
+  }
+  cudnn_dir=$(gpu_root cudnn cudnn.h 'libcudnn.so.[0-9]*')
+  nccl_dir=$(gpu_root nccl nccl.h 'libnccl.so.[0-9]*')
+  log "cuDNN: ${cudnn_dir:-not found} ($(readlink -f "$cudnn_dir/lib/libcudnn.so" 2>/dev/null)); NCCL: ${nccl_dir:-not found}"
   [ -n "$cudnn_dir" ] && export CUDNN_ROOT="$cudnn_dir" && export LD_LIBRARY_PATH="$cudnn_dir/lib:$LD_LIBRARY_PATH"
   [ -n "$nccl_dir" ] && export NCCL_ROOT="$nccl_dir" && export LD_LIBRARY_PATH="$nccl_dir/lib:$LD_LIBRARY_PATH"
-  # The wheels ship libcudnn.so.9 without the unversioned development link CMake looks for.
-  for d in "$cudnn_dir" "$nccl_dir"; do
-    [ -n "$d" ] || continue
-    for so in "$d"/lib/lib*.so.[0-9]*; do
-      base="${so%%.so.*}.so"
-      [ -e "$base" ] || ln -sf "$(basename "$so")" "$base" 2>/dev/null || true
-    done
-  done
 
   # ---- 3. build --------------------------------------------------------------------------------
-  generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+  generator=(); keep_going=(-k); command -v ninja >/dev/null && generator=(-G Ninja) && keep_going=(-k 0)
   log "configure + build (ember_cuda_tests, bench_cuda, ember_cli, labs)"
+  # <cstdint> is pre-included: a newer libstdc++ than Debian 12's (g++ 12) no longer pulls it in
+  # through other headers, and the machine's compiler may be newer.
   cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_SIMT=OFF \
     -DCMAKE_PREFIX_PATH="$prefix/usr" -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_CUDA_PTXAS_VERBOSE=ON \
+    -DCMAKE_CXX_FLAGS="-include cstdint" -DCMAKE_CUDA_FLAGS="--pre-include=cstdint" \
     ${openblas_lib:+-DBLAS_LIBRARIES="$openblas_lib"} > "$out/configure.txt" 2>&1
-  if ! within build cmake --build "$build_dir" -j"$(nproc)" --target ember_cuda_tests bench_cuda ember_cli labs > "$out/build.txt" 2>&1; then
-    tail -40 "$out/configure.txt" "$out/build.txt"; echo "gpu-check: BUILD FAILED (or over its budget)" >&2; exit 1
+  configure_rc=$?
+  log "configured (rc $configure_rc); building"
+  bundle
+  if [ $configure_rc -ne 0 ] || ! within build cmake --build "$build_dir" -j"$(nproc)" --target ember_cuda_tests bench_cuda ember_cli labs -- "${keep_going[@]}" > "$out/build.txt" 2>&1; then
+    tail -40 "$out/configure.txt"; grep -B2 -A12 -m8 -E "error|Error" "$out/build.txt" | head -150
+    echo "gpu-check: BUILD FAILED (or over its budget)" >&2; bundle; exit 1
   fi
   grep -E "ptxas info *: Used|spill" "$out/build.txt" > "$out/ptxas.txt" || true
   log "built; $(grep -c 'bytes spill' "$out/ptxas.txt" 2>/dev/null || echo 0) ptxas lines mention spills (see ptxas.txt)"
@@ -144,9 +176,23 @@ elif [ "$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")" -lt 2 ]; then
   log "one GPU: leaving out $("$build_dir"/tests/ember_cuda_tests "[multi-gpu]" --list-test-names-only | grep -c .) [multi-gpu] cases"
 fi
 log "tests/cuda ${filter[*]}"
-within cuda_tests "$build_dir"/tests/ember_cuda_tests "${filter[@]}" > "$out/cuda_tests.txt" 2>&1
+within cuda_tests "$build_dir"/tests/ember_cuda_tests "${filter[@]}" --durations yes > "$out/cuda_tests.txt" 2>&1
 cuda_rc=$?
 tail -3 "$out/cuda_tests.txt"
+[ $cuda_rc -eq 0 ] || grep -B3 -A25 -E "FAILED|failed with|due to unexpected" "$out/cuda_tests.txt" | head -120
+bundle
+
+# The CLI as a user runs it: what `ember info` says of this machine, and a short mixed-precision
+# run on the device (the loss must fall; cli.txt holds its output).
+cli_rc=0
+if [ $dry_run -eq 0 ]; then
+  log "ember info; ember train --device cuda --amp fp16 --max-steps 300"
+  { "$build_dir"/bin/ember info && within cli "$build_dir"/bin/ember train --device cuda --amp fp16 --max-steps 300 \
+      --epochs 1 --metrics "$out/cli_metrics.jsonl"; } > "$out/cli.txt" 2>&1
+  cli_rc=$?
+  tail -4 "$out/cli.txt"
+  bundle
+fi
 
 # ---- 5. the measurements, ember then PyTorch ----------------------------------------------------
 tiny=(); [ $dry_run -eq 1 ] && tiny=(--tiny)
@@ -154,16 +200,17 @@ log "bench_cuda ${tiny[*]}"
 within bench_ember "$build_dir"/bench/bench_cuda "${tiny[@]}" > "$out/ember.jsonl" 2> "$out/ember.err"
 ember_rc=$?
 log "torch_gpu.py ${tiny[*]} ($python)"
-within bench_torch "$python" bench/cuda/torch_gpu.py "${tiny[@]}" > "$out/torch.jsonl" 2> "$out/torch.err"
+within bench_torch env LD_LIBRARY_PATH="$orig_ld_path" "$python" bench/cuda/torch_gpu.py "${tiny[@]}" > "$out/torch.jsonl" 2> "$out/torch.err"
 torch_rc=$?
+bundle
 [ $ember_rc -eq 0 ] || { echo "gpu-check: bench_cuda failed (rc $ember_rc):"; tail -5 "$out/ember.err"; }
 [ $torch_rc -eq 0 ] || { echo "gpu-check: torch_gpu.py failed (rc $torch_rc):"; tail -5 "$out/torch.err"; }
 
 # ---- 6. the kernel labs ---------------------------------------------------------------------------
 # Every version of every lab (exercises included) at the lab's GPU size, timed with CUDA events; in
 # a dry run, at the emulator's sizes with its counters. They get what the steps above left of the
-# 480 s (less the summary's budget); a lab that does not fit is recorded as not run.
-labs_deadline=$((start + (480 - budget[summary]) * stretch))
+# 540 s (less the summary's budget); a lab that does not fit is recorded as not run.
+labs_deadline=$((start + (540 - budget[summary]) * stretch))
 : > "$out/labs.jsonl"
 mkdir -p "$out/labs"
 for prog in "$build_dir"/labs/lab_*; do
@@ -181,6 +228,20 @@ for prog in "$build_dir"/labs/lab_*; do
   cat "$out/labs/$lab.jsonl" >> "$out/labs.jsonl"
   [ $rc -eq 0 ] || echo "{\"lab\":\"$lab\",\"exit_status\":$rc}" >> "$out/labs.jsonl"
 done
+bundle
+# compute-sanitizer's memory checker (out-of-bounds and misaligned accesses, leaks, API errors)
+# over tests/cuda, at most 90 s of what is left: a case it stops in names the kernel and address.
+if [ $dry_run -eq 0 ] && command -v compute-sanitizer >/dev/null; then
+  left=$((labs_deadline - SECONDS - 60))
+  [ "$left" -gt 90 ] && left=90
+  if [ "$left" -gt 15 ]; then
+    log "compute-sanitizer memcheck over tests/cuda (at most ${left}s)"
+    timeout "$left" compute-sanitizer --tool memcheck --print-limit 30 --error-exitcode 86 \
+      "$build_dir"/tests/ember_cuda_tests "${filter[@]}" > "$out/sanitizer.txt" 2>&1
+    log "compute-sanitizer rc $? ($(grep -m1 -E "ERROR SUMMARY" "$out/sanitizer.txt" || echo "no summary: stopped at its limit"))"
+    bundle
+  fi
+fi
 # Nsight Compute's counters for the same kernels at the emulator's sizes (--small), one run per
 # version (--no-timing), so that scripts/labs_gpu_report.py can set them next to the emulator's.
 if [ $dry_run -eq 0 ] && command -v ncu >/dev/null; then
@@ -200,8 +261,10 @@ fi
 
 # ---- 7. the side-by-side table ------------------------------------------------------------------
 log "summary"
-"$python" bench/cuda/gpu_summary.py "$out" "$cuda_rc" "$((SECONDS - start))"
+py bench/cuda/gpu_summary.py "$out" "$cuda_rc" "$((SECONDS - start))"
 summary_rc=$?
+if [ $dry_run -eq 0 ] && [ -n "${OUT:-}" ]; then cp "$out/summary.md" "$OUT/summary.md" 2>/dev/null; fi
+bundle
 # ---- the dry run's last step: the labs' README writer, which runs back here after a GPU run ----
 readme_rc=0
 if [ $dry_run -eq 1 ]; then
@@ -215,4 +278,4 @@ if [ $dry_run -eq 1 ]; then
   done
   log "labs_gpu_report.py on a copy of the READMEs: $([ $readme_rc -eq 0 ] && echo ok || echo FAILED)"
 fi
-[ $cuda_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ] && [ $readme_rc -eq 0 ]
+[ $cuda_rc -eq 0 ] && [ $cli_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ] && [ $readme_rc -eq 0 ]

@@ -2,6 +2,9 @@
 // (bench/cuda/torch_gpu.py prints the same lines for PyTorch on the same device).
 //   bandwidth      elementwise (ReLU) and reduction (sum) GB/s next to a device-to-device copy;
 //   sgemm          the hand-written tiled kernel next to cuBLAS (f32, TF32 off), GFLOP/s;
+//   gemm_bf16      bf16 inputs and output, f32 accumulation: cuBLAS (tensor cores) and the tiled
+//                  kernel, TFLOP/s on random data, 8192^3 (the goal: cuBLAS >= 80% of
+//                  PyTorch's bf16 torch.mm on the same GPU);
 //   conv3x3        a 3x3 convolution forward + backward (cuDNN when present, else im2col + GEMM);
 //   train_cnn      training steps of the `cnn` model on Fashion-MNIST, batch 64, Adam (images/s,
 //                  loader included: what `ember train` does), four ways: f32 with the host loader;
@@ -106,6 +109,31 @@ void sgemm(int64_t s) {
                 "\"bench\":\"sgemm\",\"size\":%lld,\"tf32\":%s,\"library_gflops\":%.1f,\"tiled_gflops\":%.1f",
                 static_cast<long long>(s), kernels::gpu::allow_tf32() ? "true" : "false", flop / t_lib / 1e9,
                 flop / t_tiled / 1e9);
+  line(buf);
+}
+
+void gemm_bf16(int64_t s) {
+  const Device dev = Device::cuda(0);
+  NoGradGuard g;
+  Tensor a = randn({s, s}, {.device = dev}).to(DType::bf16), b = randn({s, s}, {.device = dev}).to(DType::bf16);
+  Tensor c = empty({s, s}, {.dtype = DType::bf16, .device = dev});
+  using kernels::Transpose;
+  const auto* pa = static_cast<const BFloat16*>(a.data());
+  const auto* pb = static_cast<const BFloat16*>(b.data());
+  auto* pc = static_cast<BFloat16*>(c.data());
+  // A product of 8192^3 takes about 1.4 ms on an H200: ten of them per timed sample.
+  const int inner = g_tiny ? 1 : 10;
+  const double t_lib = timed(5, [&] {
+    for (int i = 0; i < inner; ++i)
+      kernels::gpu::gemm(Transpose::No, Transpose::No, s, s, s, 1.0f, pa, s, pb, s, 0.0f, pc, s);
+  }) / inner;
+  const double t_tiled = timed(3, [&] {
+    kernels::gpu::gemm_tiled(Transpose::No, Transpose::No, s, s, s, 1.0f, pa, s, pb, s, 0.0f, pc, s);
+  });
+  const double flop = 2.0 * static_cast<double>(s) * s * s;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "\"bench\":\"gemm_bf16\",\"size\":%lld,\"library_tflops\":%.1f,\"tiled_tflops\":%.2f",
+                static_cast<long long>(s), flop / t_lib / 1e12, flop / t_tiled / 1e12);
   line(buf);
 }
 
@@ -227,7 +255,7 @@ void recipe_to_93() {
   line(buf);
 }
 
-const std::vector<std::string> kAll = {"bandwidth", "sgemm", "conv3x3", "train_cnn", "resnet18_step", "recipe_to_93"};
+const std::vector<std::string> kAll = {"bandwidth", "sgemm", "gemm_bf16", "conv3x3", "train_cnn", "resnet18_step", "recipe_to_93"};
 
 }  // namespace
 
@@ -261,6 +289,7 @@ int main(int argc, char** argv) {
   try {
     if (only.count("bandwidth")) bandwidth(g_tiny ? (1 << 16) : (int64_t{1} << 26));
     if (only.count("sgemm")) sgemm(g_tiny ? 128 : 4096);
+    if (only.count("gemm_bf16")) gemm_bf16(g_tiny ? 128 : 8192);
     if (only.count("conv3x3")) conv(g_tiny ? 2 : 64, g_tiny ? 8 : 64, g_tiny ? 16 : 56);
     if (only.count("train_cnn")) {
       const int steps = g_tiny ? 5 : 300;

@@ -19,6 +19,8 @@ ROWS = [
     ("bandwidth", "sum (read)", "sum_gbs", "rate", "GB/s"),
     ("sgemm", "SGEMM, library (cuBLAS) vs torch.mm", "library_gflops", "rate", "GFLOP/s"),
     ("sgemm", "SGEMM, ember's tiled kernel vs torch.mm", "tiled_gflops", "rate", "GFLOP/s", "library_gflops"),
+    ("gemm_bf16", "bf16 GEMM 8192^3, library (cuBLAS) vs torch.mm", "library_tflops", "rate", "TFLOP/s"),
+    ("gemm_bf16", "bf16 GEMM, ember's tiled kernel vs torch.mm", "tiled_tflops", "rate", "TFLOP/s", "library_tflops"),
     ("conv3x3_fwd_bwd", "conv 3x3 forward + backward", "ms", "time", "ms"),
     ("train_cnn/f32/host_loader>train_cnn/f32/data_on_device",
      "cnn training, batch 64, Adam, f32 (ember: host loader)", "images_per_sec", "rate", "images/s"),
@@ -36,10 +38,10 @@ ROWS = [
 ]
 # What each side must print.
 REQUIRED = {
-    "ember": {"bandwidth", "sgemm", "conv3x3_fwd_bwd", "train_cnn/f32/host_loader", "train_cnn/f32/data_on_device",
+    "ember": {"bandwidth", "sgemm", "gemm_bf16", "conv3x3_fwd_bwd", "train_cnn/f32/host_loader", "train_cnn/f32/data_on_device",
               "train_cnn/f32/data_on_device+cuda_graphs", "train_cnn/amp_bf16/data_on_device", "resnet18_step/f32",
               "resnet18_step/amp_bf16", "resnet18_step/amp_bf16/channels_last", "recipe_to_93"},
-    "torch": {"bandwidth", "sgemm", "conv3x3_fwd_bwd", "train_cnn/f32/data_on_device",
+    "torch": {"bandwidth", "sgemm", "gemm_bf16", "conv3x3_fwd_bwd", "train_cnn/f32/data_on_device",
               "train_cnn/amp_bf16/data_on_device", "resnet18_step/f32", "resnet18_step/amp_bf16/channels_last",
               "recipe_to_93"},
 }

@@ -4,6 +4,7 @@ with PyTorch eager on the same device, one JSON line each ("side": "torch").
 
   bandwidth      torch.relu and torch.sum GB/s next to a device-to-device copy
   sgemm          torch.mm f32 (TF32 off, as ember's default), GFLOP/s
+  gemm_bf16      torch.mm on bf16 matrices (f32 accumulation, tensor cores), 8192^3, TFLOP/s
   conv3x3        F.conv2d 3x3 forward + backward (cuDNN), ms
   train_cnn      the `cnn` model on Fashion-MNIST, batch 64, Adam, data on the device: images/s,
                  f32 and AMP bf16 (torch.autocast)
@@ -31,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ALL = ["bandwidth", "sgemm", "conv3x3", "train_cnn", "resnet18_step", "recipe_to_93"]
+ALL = ["bandwidth", "sgemm", "gemm_bf16", "conv3x3", "train_cnn", "resnet18_step", "recipe_to_93"]
 
 
 def sync(dev):
@@ -78,6 +79,19 @@ def sgemm(o, s):
     a, b = torch.randn(s, s, device=o.dev), torch.randn(s, s, device=o.dev)
     t = timed(o.dev, 5, lambda: torch.mm(a, b))
     o.line({"bench": "sgemm", "size": s, "tf32": False, "library_gflops": round(2.0 * s ** 3 / t / 1e9, 1)})
+
+
+def gemm_bf16(o, s):
+    a = torch.randn(s, s, device=o.dev).bfloat16()
+    b = torch.randn(s, s, device=o.dev).bfloat16()
+    inner = 1 if o.tiny else 10
+
+    def ten():
+        for _ in range(inner):
+            torch.mm(a, b)
+
+    t = timed(o.dev, 5, ten) / inner
+    o.line({"bench": "gemm_bf16", "size": s, "library_tflops": round(2.0 * s ** 3 / t / 1e12, 1)})
 
 
 def conv3x3(o, n, c, hw):
@@ -285,6 +299,8 @@ def main():
         bandwidth(o, 1 << 16 if tiny else 1 << 26)
     if "sgemm" in only:
         sgemm(o, 128 if tiny else 4096)
+    if "gemm_bf16" in only:
+        gemm_bf16(o, 128 if tiny else 8192)
     if "conv3x3" in only:
         conv3x3(o, *((2, 8, 16) if tiny else (64, 64, 56)))
     data = fashion_mnist(a.data_dir, dev) if ("train_cnn" in only or "recipe_to_93" in only) else None
