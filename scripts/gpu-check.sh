@@ -27,8 +27,9 @@
 #       a measurement is missing on either side or the plan exceeds 540 s.
 # Results: $OUT/gpu-check/ (OUT defaults to /tmp): gpu.txt, build.txt, ptxas.txt, cuda_tests.txt,
 # sanitizer.txt, ember.jsonl, torch.jsonl, labs.jsonl (and labs/<lab>.err, labs/<lab>.ncu.csv),
-# summary.md, summary.json. The device tool brings back at most 8 files, so on a GPU the folder
-# is also packed, after every step, into $OUT/gpu-check.tar.gz (with summary.md beside it).
+# summary.md, summary.json, log.txt (everything printed). On a GPU under the device tool (which
+# brings back at most 8 files) they are written to /tmp/gpu-check instead and packed, after every
+# step, into $OUT/gpu-check.tar.gz, with summary.md beside it.
 # Back here, scripts/labs_gpu_report.py puts the labs' measurements into their READMEs.
 # docs/gpu-validation.md says how to read them.
 set -uo pipefail
@@ -50,14 +51,21 @@ case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 
 start=$SECONDS
 out="${OUT:-/tmp}/gpu-check"
-rm -rf "$out" "$out.tar.gz"
+pack=""
+# On a GPU with the device tool's OUT, the results are kept outside it and packed into one file
+# there after every step: the tool brings back 8 files at most, and a command stopped at its
+# limit still returns what OUT holds.
+if [ $dry_run -eq 0 ] && [ -n "${OUT:-}" ]; then
+  out=/tmp/gpu-check
+  pack="$OUT/gpu-check.tar.gz"
+fi
+rm -rf "$out"
 mkdir -p "$out"
+exec > >(tee -a "$out/log.txt") 2>&1
 log() { echo "[gpu-check $((SECONDS - start))s] $*"; }
-# On a GPU, the results so far as one file beside the folder (what the device tool brings back
-# even when the command is stopped at its limit).
 bundle() {
-  [ $dry_run -eq 0 ] || return 0
-  tar -czf "$out.tar.gz.part" -C "$out" . 2>/dev/null && mv "$out.tar.gz.part" "$out.tar.gz"
+  [ -n "$pack" ] || return 0
+  tar -czf "$pack.part" -C "$out" . 2>/dev/null && mv "$pack.part" "$pack"
 }
 
 # ---- the plan: seconds per step (each step is killed at its budget) ---------------------------
@@ -263,7 +271,7 @@ fi
 log "summary"
 py bench/cuda/gpu_summary.py "$out" "$cuda_rc" "$((SECONDS - start))"
 summary_rc=$?
-if [ $dry_run -eq 0 ] && [ -n "${OUT:-}" ]; then cp "$out/summary.md" "$OUT/summary.md" 2>/dev/null; fi
+[ -z "$pack" ] || cp "$out/summary.md" "$OUT/summary.md" 2>/dev/null
 bundle
 # ---- the dry run's last step: the labs' README writer, which runs back here after a GPU run ----
 readme_rc=0
