@@ -11,6 +11,9 @@
 #      as a user would: `ember info` and `ember train --device cuda --amp fp16 --max-steps 300`;
 #   5. run bench_cuda (ember) and bench/cuda/torch_gpu.py (PyTorch eager on the same GPU): the same
 #      measurements on both sides, one JSON line each;
+#   5b. with GPU_CHECK_CPU=1: the machine's CPU, pinned to 2 cores (a 2-vCPU machine's share):
+#      `ember info`, bench_gemm and bench_train against torch.mm and PyTorch's cnn training, and a
+#      short `ember train --device cpu` run of the default recipe (cpu*.jsonl, cpu.txt);
 #   6. run every version of every kernel lab (kernels/labs), timed with CUDA events; then, where
 #      compute-sanitizer is installed, its memory checker over tests/cuda (at most 90 s); then,
 #      where Nsight Compute is installed, its counters for the labs' kernels at the emulator's
@@ -19,7 +22,8 @@
 # Every step has a time budget (the plan below, printed first); the budgets add up to at most 540 s
 # and each step is killed at its budget, so the run always ends with a table.
 #
-#   scripts/gpu-check.sh                     on the GPU machine (OUT: where results go)
+#   scripts/gpu-check.sh                     on the GPU machine (OUT: where results go;
+#                                            GPU_CHECK_SECONDS=N ends it after N <= 540 s)
 #   scripts/gpu-check.sh --dry-run [--build-dir DIR]
 #       here, without a GPU: the same steps on the SIMT emulator with tiny sizes and PyTorch on the
 #       CPU, using an existing build of the default flavour (CPU + SIMT; default DIR: build). CI
@@ -72,8 +76,8 @@ bundle() {
 # The build estimate: CI's nvcc build of the same targets takes about 9 minutes on 2 cores
 # (.ci/run step 3 prints it); nvcc and g++ scale almost linearly with cores, so 16 cores need
 # about 70 s if no single file is a long pole; the budget leaves nearly three times that.
-declare -A budget=([deps]=20 [build]=200 [cuda_tests]=80 [cli]=25 [bench_ember]=110 [bench_torch]=95 [summary]=10)
-plan_order=(deps build cuda_tests cli bench_ember bench_torch summary)
+declare -A budget=([deps]=20 [build]=200 [cuda_tests]=80 [cli]=25 [bench_ember]=110 [bench_torch]=95 [cpu]=0 [summary]=10)
+plan_order=(deps build cuda_tests cli bench_ember bench_torch cpu summary)
 plan_total=0
 for s in "${plan_order[@]}"; do plan_total=$((plan_total + budget[$s])); done
 {
@@ -82,6 +86,13 @@ for s in "${plan_order[@]}"; do plan_total=$((plan_total + budget[$s])); done
   printf "  %-12s %4d (limit 540)\n" total "$plan_total"
   printf "  %-12s what the steps leave of 540 s (kernel labs, memory checker, counters)\n" labs
 } | tee "$out/plan.txt"
+# GPU_CHECK_SECONDS (at most 540) ends the run sooner, when less device time is left: the labs,
+# the memory checker and the counters get less, the steps above keep their budgets.
+total_seconds=${GPU_CHECK_SECONDS:-540}
+if ! [[ "$total_seconds" =~ ^[0-9]+$ ]] || [ "$total_seconds" -gt 540 ]; then
+  echo "gpu-check: GPU_CHECK_SECONDS must be a number of seconds up to 540 (got '$total_seconds')" >&2
+  exit 2
+fi
 if [ "$plan_total" -gt 540 ]; then
   echo "gpu-check: the plan takes $plan_total s, more than the 540 s a GPU run may use" >&2
   exit 1
@@ -160,7 +171,7 @@ else
   configure_rc=$?
   log "configured (rc $configure_rc); building"
   bundle
-  if [ $configure_rc -ne 0 ] || ! within build cmake --build "$build_dir" -j"$(nproc)" --target ember_cuda_tests bench_cuda ember_cli labs -- "${keep_going[@]}" > "$out/build.txt" 2>&1; then
+  if [ $configure_rc -ne 0 ] || ! within build cmake --build "$build_dir" -j"$(nproc)" --target ember_cuda_tests bench_cuda ember_cli labs bench_gemm bench_train -- "${keep_going[@]}" > "$out/build.txt" 2>&1; then
     tail -40 "$out/configure.txt"; grep -B2 -A12 -m8 -E "error|Error" "$out/build.txt" | head -150
     echo "gpu-check: BUILD FAILED (or over its budget)" >&2; bundle; exit 1
   fi
@@ -214,11 +225,43 @@ bundle
 [ $ember_rc -eq 0 ] || { echo "gpu-check: bench_cuda failed (rc $ember_rc):"; tail -5 "$out/ember.err"; }
 [ $torch_rc -eq 0 ] || { echo "gpu-check: torch_gpu.py failed (rc $torch_rc):"; tail -5 "$out/torch.err"; }
 
+# ---- 5b. the CPU, with GPU_CHECK_CPU=1 -----------------------------------------------------------
+# The GPU machines have carried CPUs that the development machines were not lent (an Intel Xeon
+# of family 6 model 207, newer than Debian's OpenBLAS): ember's CPU paths measured there side by
+# side with the machine's PyTorch, on 2 pinned cores. Not part of the plan's total: the caller
+# sets GPU_CHECK_SECONDS to leave it time. In a dry run: one tiny pass of the same commands.
+cpu_rc=0
+if [ "${GPU_CHECK_CPU:-0}" = 1 ] || [ $dry_run -eq 1 ]; then
+  log "CPU on 2 pinned cores: ember info, sgemm, cnn training, ember train --device cpu"
+  budget[cpu]=100
+  data_dir="${EMBER_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"
+  steps=$([ $dry_run -eq 1 ] && echo 5 || echo 300)
+  sizes=$([ $dry_run -eq 1 ] && echo 256 || echo 1024,2048)
+  export GC_BUILD="$build_dir" GC_OUT="$out" GC_PY="$python" GC_PYLD="$orig_ld_path" GC_DATA="$data_dir" \
+    GC_STEPS="$steps" GC_SIZES="$sizes" GC_DRY=$dry_run
+  within cpu bash -c '
+    set -e
+    pin() { taskset -c 0,1 env OMP_NUM_THREADS=2 "$@"; }
+    pypin() { pin env LD_LIBRARY_PATH="$GC_PYLD" "$GC_PY" "$@"; }
+    pin "$GC_BUILD/bin/ember" info | head -12
+    pin "$GC_BUILD/bench/bench_gemm" > "$GC_OUT/cpu_gemm.jsonl"
+    pypin bench/torch_mm.py --sizes "$GC_SIZES" > "$GC_OUT/cpu_gemm_torch.jsonl"
+    [ "$GC_DRY" = 1 ] || pin "$GC_BUILD/bench/bench_train" > "$GC_OUT/cpu_train.jsonl"
+    for t in 1 2; do
+      pypin bench/pytorch_cnn.py --threads $t --max-steps "$GC_STEPS" --data-dir "$GC_DATA" >> "$GC_OUT/cpu_train_torch.jsonl"
+    done
+    pin "$GC_BUILD/bin/ember" train --device cpu --max-steps "$GC_STEPS" --epochs 1
+  ' > "$out/cpu.txt" 2>&1
+  cpu_rc=$?
+  [ $cpu_rc -eq 0 ] || { echo "gpu-check: the CPU step failed (rc $cpu_rc):"; tail -5 "$out/cpu.txt"; }
+  bundle
+fi
+
 # ---- 6. the kernel labs ---------------------------------------------------------------------------
 # Every version of every lab (exercises included) at the lab's GPU size, timed with CUDA events; in
 # a dry run, at the emulator's sizes with its counters. They get what the steps above left of the
 # 540 s (less the summary's budget); a lab that does not fit is recorded as not run.
-labs_deadline=$((start + (540 - budget[summary]) * stretch))
+labs_deadline=$((start + (total_seconds - budget[summary]) * stretch))
 : > "$out/labs.jsonl"
 mkdir -p "$out/labs"
 for prog in "$build_dir"/labs/lab_*; do
@@ -244,7 +287,7 @@ if [ $dry_run -eq 0 ] && command -v compute-sanitizer >/dev/null; then
   [ "$left" -gt 90 ] && left=90
   if [ "$left" -gt 15 ]; then
     log "compute-sanitizer memcheck over tests/cuda (at most ${left}s)"
-    timeout "$left" compute-sanitizer --tool memcheck --print-limit 30 --error-exitcode 86 \
+    timeout "$left" compute-sanitizer --tool memcheck --report-api-errors no --print-limit 30 --error-exitcode 86 \
       "$build_dir"/tests/ember_cuda_tests "${filter[@]}" > "$out/sanitizer.txt" 2>&1
     log "compute-sanitizer rc $? ($(grep -m1 -E "ERROR SUMMARY" "$out/sanitizer.txt" || echo "no summary: stopped at its limit"))"
     bundle
@@ -286,4 +329,4 @@ if [ $dry_run -eq 1 ]; then
   done
   log "labs_gpu_report.py on a copy of the READMEs: $([ $readme_rc -eq 0 ] && echo ok || echo FAILED)"
 fi
-[ $cuda_rc -eq 0 ] && [ $cli_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ] && [ $readme_rc -eq 0 ]
+[ $cuda_rc -eq 0 ] && [ $cli_rc -eq 0 ] && [ $cpu_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ] && [ $readme_rc -eq 0 ]

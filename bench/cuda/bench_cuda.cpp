@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include <ember/core/profiler.h>
 #include <ember/ember.h>
 #include <ember/kernels/cuda/cudnn.h>
 #include <ember/kernels/cuda/gemm.h>
@@ -137,22 +138,33 @@ void gemm_bf16(int64_t s) {
   line(buf);
 }
 
+// The output gradient is given (y.backward(gy)), so the time is the convolution's three passes;
+// forward alone, and all three again in cuDNN's benchmark mode (cudnnFind ranks the algorithms by
+// running them, as torch.backends.cudnn.benchmark), tell which pass and which ranking costs.
 void conv(int64_t n, int64_t c, int64_t hw) {
   const Device dev = Device::cuda(0);
-  Tensor x = randn({n, c, hw, hw}, {.device = dev});
+  Tensor x = randn({n, c, hw, hw}, {.device = dev, .requires_grad = true});
   Tensor w = randn({c, c, 3, 3}, {.device = dev, .requires_grad = true});
-  const double t = timed(5, [&] {
-    Tensor y = conv2d(x, w, Tensor(), {.padding = {1, 1}});
-    sum(y).backward();
+  Tensor gy = randn({n, c, hw, hw}, {.device = dev});
+  const auto fwd_bwd = [&] { conv2d(x, w, Tensor(), {.padding = {1, 1}}).backward(gy); };
+  const double t = timed(5, fwd_bwd);
+  const double t_fwd = timed(5, [&] {
+    NoGradGuard g;
+    (void)conv2d(x, w, Tensor(), {.padding = {1, 1}});
   });
+  namespace cudnn = kernels::gpu::cudnn;
+  const bool was = cudnn::benchmark();
+  cudnn::set_benchmark(true);
+  const double t_bench = timed(5, fwd_bwd);
+  cudnn::set_benchmark(was);
   const double flop = 3 * 2.0 * n * c * c * 9 * hw * hw;  // forward + two backward passes
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "\"bench\":\"conv3x3_fwd_bwd\",\"shape\":[%lld,%lld,%lld,%lld],\"cudnn\":%s,\"ms\":%.3f,"
-                "\"tflops\":%.2f",
+                "\"fwd_ms\":%.3f,\"ms_benchmark_mode\":%.3f,\"tflops\":%.2f",
                 static_cast<long long>(n), static_cast<long long>(c), static_cast<long long>(hw),
-                static_cast<long long>(hw), kernels::gpu::cudnn::use_for_conv() ? "true" : "false", t * 1e3,
-                flop / t / 1e12);
+                static_cast<long long>(hw), cudnn::use_for_conv() ? "true" : "false", t * 1e3, t_fwd * 1e3,
+                t_bench * 1e3, flop / t / 1e12);
   line(buf);
 }
 
@@ -217,6 +229,14 @@ void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channe
       cuda::synchronize();
     }));
   const double ms = median(t) * 1e3;
+  {  // where the time goes: two more steps under the profiler (CUDA events), on stderr
+    profiler::Profiler prof;
+    for (int i = 0; i < 2; ++i) step();
+    cuda::synchronize();
+    prof.stop();
+    std::fprintf(stderr, "resnet18_step %s%s, 2 steps:\n%s\n", amp ? "amp_bf16" : "f32",
+                 channels_last ? " channels_last" : "", prof.table(30).c_str());
+  }
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "\"bench\":\"resnet18_step\",\"batch\":%lld,\"image_size\":%lld,\"precision\":\"%s\","

@@ -96,14 +96,18 @@ def gemm_bf16(o, s):
 
 def conv3x3(o, n, c, hw):
     torch.backends.cudnn.allow_tf32 = False
-    x = torch.randn(n, c, hw, hw, device=o.dev)
+    x = torch.randn(n, c, hw, hw, device=o.dev, requires_grad=True)
     w = torch.randn(c, c, 3, 3, device=o.dev, requires_grad=True)
+    gy = torch.randn(n, c, hw, hw, device=o.dev)
 
     def step():
-        F.conv2d(x, w, padding=1).sum().backward()
+        F.conv2d(x, w, padding=1).backward(gy)
 
     t = timed(o.dev, 5, step)
+    with torch.no_grad():
+        t_fwd = timed(o.dev, 5, lambda: F.conv2d(x, w, padding=1))
     o.line({"bench": "conv3x3_fwd_bwd", "shape": [n, c, hw, hw], "ms": round(t * 1e3, 3),
+            "fwd_ms": round(t_fwd * 1e3, 3),
             "tflops": round(3 * 2.0 * n * c * c * 9 * hw * hw / t / 1e12, 2)})
 
 

@@ -338,7 +338,9 @@ void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy
 }
 
 void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb) {
-  EMBER_DISPATCH_FLOAT(dtype, "conv2d backward", [&] {
+  // f16/bf16 too: summed in float, rounded once (cuDNN's bf16 bias gradient, which cuDNN 9
+  // refuses, comes here).
+  EMBER_DISPATCH_FLOATING(dtype, "conv2d backward", [&] {
     using T = scalar_t;
     backward_bias_impl(g, static_cast<const T*>(gy), static_cast<T*>(gb));
   });

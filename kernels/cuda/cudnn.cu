@@ -18,6 +18,7 @@
 
 #include "../../core/allocator.h"
 #include "../../core/error.h"
+#include "conv.h"  // the hand-written bf16 bias gradient
 #include "runtime.h"
 
 #if EMBER_HAVE_CUDNN
@@ -413,6 +414,10 @@ void conv2d_backward_weight(DType dt, const Conv2dGeometry& g, const void* gy, c
 void conv2d_backward_bias(DType dt, const Conv2dGeometry& g, const void* gy, void* gb) {
   if (g.c_out == 0) return;
   if (g.n == 0) return zero_fill(gb, static_cast<size_t>(g.c_out), dt);
+  // cuDNN 9 answers CUDNN_STATUS_NOT_SUPPORTED for bf16 here (seen on an H200, cuDNN 9 from
+  // PyTorch's wheel; the emulator's shim answers the same): the hand-written reduction, which
+  // sums in float and rounds once like cuDNN's f16 path.
+  if (dt == DType::bf16) return kernels::gpu::conv2d_backward_bias(dt, g, gy, gb);
   cudnnHandle_t h = handle();
   TensorDesc y(dt, g.n, g.c_out, g.out_h, g.out_w), b(dt, 1, g.c_out, 1, 1);
   const auto [one, zero] = blend(dt);

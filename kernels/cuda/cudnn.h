@@ -41,7 +41,9 @@
 // convolution then accumulates onto it with beta = 1, its float result blended in float before the
 // one rounding: y = round(conv + bias). (Adding the bias after the convolution would round twice,
 // once for the convolution and again for the sum.) The bias gradient is cudnnConvolutionBackwardBias
-// on 16-bit dy (the emulator's shim sums it in float and rounds once). cuDNN refuses 16-bit data
+// on f16 dy (the emulator's shim sums it in float and rounds once); cuDNN 9 refuses bf16 there
+// (CUDNN_STATUS_NOT_SUPPORTED, on an H200 and in the shim), so a bf16 bias gradient is the
+// hand-written reduction of kernels/cuda/conv.cu, with the same float sum and one rounding. cuDNN refuses 16-bit data
 // with a double compute type and operands of different data types; ember asks for neither. The
 // tests' bound (tests/cuda/test_cudnn.cpp) is float summation plus one rounding; an FFT or
 // Winograd algorithm a GPU may pick for 16-bit data transforms in its own precision instead.

@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "../../core/error.h"
+#include "../random.h"  // mul_rn
 #include "common.cuh"
 #include "runtime.h"
 
@@ -265,14 +266,14 @@ struct BinaryFn {
   __device__ T operator()(T x, T y) const { return static_cast<T>(Op::fwd(widen(x), widen(y))); }
 };
 template <typename T>
-struct AddAlpha {  // the CPU's a + alpha * b
+struct AddAlpha {  // the CPU's a + alpha * b, the product rounded on its own (Note [No FMA contraction])
   acc_t<T> al;
-  __device__ T operator()(T x, T y) const { return static_cast<T>(widen(x) + al * widen(y)); }
+  __device__ T operator()(T x, T y) const { return static_cast<T>(widen(x) + mul_rn(al, widen(y))); }
 };
 template <typename T>
 struct SubAlpha {
   acc_t<T> al;
-  __device__ T operator()(T x, T y) const { return static_cast<T>(widen(x) - al * widen(y)); }
+  __device__ T operator()(T x, T y) const { return static_cast<T>(widen(x) - mul_rn(al, widen(y))); }
 };
 template <typename T>
 struct PowDa {

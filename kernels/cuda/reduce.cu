@@ -9,6 +9,16 @@
 // warps of a block (detail::group_all_reduce). Groups take outputs with a grid stride. Short
 // reductions with many outputs use G = 1: neighbouring threads own neighbouring outputs.
 //
+// Note [Split sums]
+// One group per output leaves a GPU idle when there are few outputs and many elements each: a
+// full sum of 2^26 floats was one block of 256 threads, 2.4 GB/s on an H200 (copy: 3,800 GB/s).
+// When the block groups would fill under two blocks per SM, each output's reduced elements are
+// cut into `splits` contiguous slices, one block per (output, slice) (blockIdx.x = output,
+// blockIdx.y = slice), each writing one acc_t partial; a finalize kernel (one thread per output)
+// adds an output's partials in slice order and rounds once. The slices are fixed by the shape and
+// the device's SM count, so a result is the same from run to run (the batch-norm statistics do
+// the same: Note [Split channel reductions] in batchnorm.cu).
+//
 // Accumulation: sums and variances accumulate in acc_t<T> (Note [Accumulation types] in
 // core/dtype.h): float for f16, bf16 and f32, double for f64. The CPU reference sums f32 in
 // double, so f32 results differ from it by the float accumulation's rounding (a relative error
@@ -20,6 +30,7 @@
 
 #include "reduce.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -103,6 +114,39 @@ __global__ void sum_kernel(Indexer ix, Operand in, Operand out) {
     acc = group_sum<G>(acc);
     if (lane == 0) static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(acc);
   }
+}
+
+// Note [Split sums]: block (o, s) sums slice s of output o into partial[o * gridDim.y + s].
+template <typename T>
+__global__ void sum_partial_kernel(Indexer ix, Operand in, int64_t slice, acc_t<T>* partial) {
+  using A = acc_t<T>;
+  const int64_t o = blockIdx.x, first = blockIdx.y * slice;
+  const int64_t last = first + slice < ix.n_red ? first + slice : ix.n_red;
+  const T* x = static_cast<const T*>(in.data) + ix.base(o, in.strides);
+  A acc = 0;
+  for (int64_t j = first + threadIdx.x; j < last; j += kThreads) acc += static_cast<A>(x[ix.offset(j, in.strides)]);
+  acc = group_sum<kThreads>(acc);
+  if (threadIdx.x == 0) partial[o * gridDim.y + blockIdx.y] = acc;
+}
+
+template <typename T>
+__global__ void sum_finalize_kernel(Indexer ix, int64_t splits, const acc_t<T>* partial, Operand out) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < ix.n_out; o += int64_t{gridDim.x} * blockDim.x) {
+    acc_t<T> acc = 0;
+    for (int64_t s = 0; s < splits; ++s) acc += partial[o * splits + s];
+    static_cast<T*>(out.data)[ix.base(o, out.strides)] = static_cast<T>(acc);
+  }
+}
+
+// Slices per output (Note [Split sums]): 1 unless the outputs are too few to give every SM two
+// blocks; then enough for about four blocks per SM, each with at least 16 elements per thread.
+int64_t sum_splits(const Indexer& ix, int group) {
+  if (group != kThreads) return 1;
+  const int64_t sms = cuda::properties(cuda::current_device()).multiprocessor_count;
+  if (ix.n_out >= 2 * sms) return 1;
+  const int64_t fill = (4 * sms + ix.n_out - 1) / ix.n_out;
+  const int64_t useful = ix.n_red / (int64_t{kThreads} * 16);
+  return std::max<int64_t>(1, std::min<int64_t>({fill, useful, 65535}));
 }
 
 // Two passes over the group's elements, as the CPU: the mean, then the squared deviations.
@@ -227,7 +271,20 @@ void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
     using T = scalar_t;
     const Indexer ix(ReduceIndexer(in_shape, out_shape));
     if (ix.n_out == 0) return;
-    with_group(group_size(ix, in), [&]<int G>() {
+    const int group = group_size(ix, in);
+    if (const int64_t splits = sum_splits(ix, group); splits > 1) {
+      using A = acc_t<T>;
+      cuda::Scratch partial(static_cast<size_t>(ix.n_out * splits) * sizeof(A));
+      const int64_t slice = (ix.n_red + splits - 1) / splits;
+      const dim3 grid(static_cast<unsigned>(ix.n_out), static_cast<unsigned>(splits));
+      EMBER_LAUNCH((sum_partial_kernel<T>), grid, kThreads, 0, cuda::current_stream(), ix, in, slice, partial.as<A>());
+      cuda::check_launch("sum");
+      EMBER_LAUNCH((sum_finalize_kernel<T>), detail::grid_for(ix.n_out, kThreads), kThreads, 0, cuda::current_stream(),
+                   ix, splits, partial.as<A>(), out);
+      cuda::check_launch("sum");
+      return;
+    }
+    with_group(group, [&]<int G>() {
       EMBER_LAUNCH((sum_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(), ix,
                    in, out);
     });

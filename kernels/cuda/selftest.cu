@@ -2,6 +2,7 @@
 #include "launch.h"
 
 #include "../../core/error.h"
+#include "../random.h"  // mul_rn
 #include "runtime.h"
 #include "selftest.h"
 
@@ -13,7 +14,9 @@ namespace {
 // threads, hence a flat launch.
 __global__ void axpy_kernel(int64_t n, float a, const float* x, float* y) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
+  // mul_rn: the product rounded on its own, as on the CPU (nvcc would otherwise fuse the
+  // multiply-add: Note [No FMA contraction] in kernels/random.h).
+  if (i < n) y[i] = kernels::mul_rn(a, x[i]) + y[i];
 }
 
 // One block per output. Each thread loads one element; each warp sums its 32 values with

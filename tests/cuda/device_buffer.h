@@ -17,6 +17,28 @@
 
 namespace ember::testing {
 
+// Note [Bits on a real GPU]
+// On the SIMT emulator the kernels are host code, so bit-for-bit checks against the CPU kernels
+// hold down to NaN payloads. On a real GPU (first run on an H200, 2026-12-04) two things differ
+// and the checks allow exactly them:
+//  - NaN bits: a GPU's arithmetic and cuDNN return a NaN of their own (f32 0x7fffffff, f16 and
+//    bf16 0x7fff) whatever NaN went in, where x86 keeps the NaN operand's sign and payload: any
+//    NaN stands for a NaN there.
+//  - cuDNN's own arithmetic: its average pooling, sigmoid and tanh round differently from the
+//    CPU kernels by an ulp or a few (kCudnnUlps), and it sums bias gradients in its own order.
+#if EMBER_SIMT
+inline constexpr bool kExactNanBits = true;
+inline constexpr double kCudnnUlps = 0;
+#else
+inline constexpr bool kExactNanBits = false;
+inline constexpr double kCudnnUlps = 4;
+#endif
+
+template <typename T>
+bool is_nan_value(const T& v) {
+  return std::isnan(static_cast<double>(v));
+}
+
 #define EMBER_TEST_CUDA(expr)                                                        \
   do {                                                                               \
     const cudaError_t e_ = (expr);                                                   \

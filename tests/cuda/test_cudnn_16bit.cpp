@@ -119,7 +119,8 @@ TEMPLATE_TEST_CASE("cudnn conv2d in f16/bf16: float sums, one rounding, against 
     CHECK(bf16_calls == (f16 ? 0 : expect));
   }
   CHECK(after.add_tensor_16bit - before.add_tensor_16bit == n);
-  CHECK(after.backward_bias_16bit - before.backward_bias_16bit == n);
+  // cuDNN 9 has no bf16 bias gradient: bf16's is the hand-written reduction.
+  CHECK(after.backward_bias_16bit - before.backward_bias_16bit == (f16 ? n : 0));
 #endif
 }
 
@@ -158,7 +159,7 @@ TEST_CASE("cudnn conv2d layer in f16/bf16: native 16-bit convolutions, unless EM
       CHECK(f16 == (dt == DType::f16 ? expect : 0));
       CHECK(bf16 == (dt == DType::bf16 ? expect : 0));
     }
-    CHECK(s1.backward_bias_16bit - s0.backward_bias_16bit == expect);
+    CHECK(s1.backward_bias_16bit - s0.backward_bias_16bit == (dt == DType::f16 ? expect : 0));
     // Against the f32 CPU convolution of the same 16-bit values: one rounding of the float sum.
     const auto f32 = [](const Tensor& t) { return t.detach().to(DType::f32).to(Device::cpu()); };
     const std::vector<float> got = f32(y).to_vector<float>();
@@ -275,5 +276,9 @@ TEST_CASE("cudnn shim: 16-bit alpha/beta blend in float with one rounding", "[cu
   REQUIRE(cudnnConvolutionBackwardBias(o.h, &one, o.x, x.data(), &four, o.b, db.data()) == CUDNN_STATUS_SUCCESS);
   CHECK(static_cast<float>(checked(db)[0]) == 1.0f + std::ldexp(1.0f, -10));
   CHECK(shim().add_tensor_16bit > 0);
+  // cuDNN 9 has no bf16 bias gradient (an H200 answered CUDNN_STATUS_NOT_SUPPORTED): nor has the shim.
+  REQUIRE(cudnnSetTensor4dDescriptor(o.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, 1, 1, 1, 2) == CUDNN_STATUS_SUCCESS);
+  REQUIRE(cudnnSetTensor4dDescriptor(o.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, 1, 1, 1, 1) == CUDNN_STATUS_SUCCESS);
+  CHECK(cudnnConvolutionBackwardBias(o.h, &one, o.x, x.data(), &zero, o.b, db.data()) == CUDNN_STATUS_NOT_SUPPORTED);
 }
 #endif

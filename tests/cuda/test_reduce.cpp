@@ -1,5 +1,5 @@
 // kernels/cuda/reduce vs the kernels/cpu reference: every entry point over shapes that select
-// each group size (a thread, a warp, a block per output), reductions over one, several and all
+// each group size (a thread, a warp, a block per output, a sum split across blocks), reductions over one, several and all
 // dims, strided inputs, NaN/ties/±0 (extremum parity is exact), empty reductions.
 
 #include <ember/kernels/cpu/reduce.h>
@@ -41,6 +41,10 @@ std::vector<ReduceCase> cases() {
   add({31, 33}, {0, 1}, "everything");
   add({1}, {0}, "one element");
   add({6000, 5}, {0}, "columns, many elements");
+  // Few outputs of many elements: split across blocks, partials added in order (Note [Split sums]).
+  add({200000}, {0}, "everything, 200000 elements: split sum");
+  add({2, 70000}, {1}, "two rows of 70000: split sum");
+  add({40000, 3}, {0}, "three strided columns of 40000: split sum");
   return c;
 }
 

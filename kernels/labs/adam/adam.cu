@@ -235,7 +235,8 @@ int main(int argc, char** argv) {
     reset();
     return err;
   };
-  reset();
+  // The timed runs of a version step p, m and v again and again: each version starts from them.
+  L.restore_inputs_with(reset);
 
   // The chunk tables for v4/v5: one TensorList per launch, filled until its tensors or blocks run
   // out; a tensor whose chunks do not all fit continues in the next launch's list.

@@ -147,6 +147,9 @@ class Lab {
                const std::function<double()>& check, double tolerance, Peak peak = Peak::fp32) {
     add(id, vname, idea, flops, run, check, tolerance, peak, false);
   }
+  // For a lab whose kernels update their inputs in place (adam): `restore` puts the inputs back
+  // before each version's checked run, since the timed runs of the version before changed them.
+  void restore_inputs_with(std::function<void()> restore) { restore_ = std::move(restore); }
   // An exercise: a version with a bug planted on purpose (docs/labs.md). Runs only with --broken or
   // --version N; its wrong result does not fail the lab.
   void broken_version(int id, const char* vname, const char* idea, double flops, const std::function<void()>& run,
@@ -229,6 +232,7 @@ class Lab {
     const bool selected = !list_ && (only_ == id || (only_ < 0 && (!broken || with_broken_)));
     if (selected) {
       r.ran = true;
+      if (restore_) restore_();
 #if defined(EMBER_SIMT)
       ember::simt::counters_start();
       run();
@@ -305,6 +309,7 @@ class Lab {
 
   std::string name_;
   std::vector<long> size_;
+  std::function<void()> restore_;
   bool emulated_ = false, json_ = false, with_broken_ = false, list_ = false, timing_ = true;
   int only_ = -1;
   std::vector<Row> rows_;
