@@ -1,6 +1,7 @@
 // The CUDA benchmark of scripts/gpu-check.sh: one JSON line per measurement, medians of 5
 // (bench/cuda/torch_gpu.py prints the same lines for PyTorch on the same device).
-//   bandwidth      elementwise (ReLU) and reduction (sum) GB/s next to a device-to-device copy;
+//   bandwidth      elementwise (ReLU: the op, which uses cuDNN's activation where cuDNN is on, and
+//                  the hand-written kernel) and reduction (sum) GB/s next to a device-to-device copy;
 //   sgemm          the hand-written tiled kernel next to cuBLAS (f32, TF32 off), GFLOP/s;
 //   gemm_bf16      bf16 inputs and output, f32 accumulation: cuBLAS (tensor cores) and the tiled
 //                  kernel, TFLOP/s on random data, 8192^3 (the goal: cuBLAS >= 80% of
@@ -34,6 +35,7 @@
 #include <ember/core/profiler.h>
 #include <ember/ember.h>
 #include <ember/kernels/cuda/cudnn.h>
+#include <ember/kernels/cuda/elementwise.h>
 #include <ember/kernels/cuda/gemm.h>
 #include <ember/kernels/cuda/runtime.h>
 #include <ember/models/zoo.h>
@@ -79,13 +81,23 @@ void bandwidth(int64_t n) {
   const double t_copy = timed(5, [&] {
     cuda::copy_bytes(y.data(), dev, x.data(), dev, static_cast<size_t>(n) * 4);
   });
-  const double t_relu = timed(5, [&] { y = relu(x); });
-  const double t_sum = timed(5, [&] { y = sum(x); });
+  const double t_relu = timed(5, [&] { y = relu(x); });  // cuDNN's activation where cuDNN is used
+  // The hand-written elementwise kernel (16-byte packs, grid-stride) on the same data.
+  kernels::IterShape shape;
+  shape.ndim = 1;
+  shape.sizes[0] = n;
+  kernels::Operand in_op, out_op;
+  in_op.data = x.data(), out_op.data = y.data();
+  in_op.strides[0] = out_op.strides[0] = 1;
+  const double t_relu_kernel = timed(5, [&] {
+    kernels::gpu::unary(kernels::UnaryOp::Relu, DType::f32, shape, out_op, in_op, 0.0);
+  });
+  const double t_sum = timed(5, [&] { (void)sum(x); });
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "\"bench\":\"bandwidth\",\"elements\":%lld,\"d2d_copy_gbs\":%.1f,\"relu_gbs\":%.1f,"
-                "\"sum_gbs\":%.1f",
-                static_cast<long long>(n), bytes2 / t_copy / 1e9, bytes2 / t_relu / 1e9,
+                "\"relu_kernel_gbs\":%.1f,\"sum_gbs\":%.1f",
+                static_cast<long long>(n), bytes2 / t_copy / 1e9, bytes2 / t_relu / 1e9, bytes2 / t_relu_kernel / 1e9,
                 static_cast<double>(n) * 4 / t_sum / 1e9);
   line(buf);
 }

@@ -16,6 +16,7 @@ import sys
 ROWS = [
     ("bandwidth", "device-to-device copy", "d2d_copy_gbs", "rate", "GB/s"),
     ("bandwidth", "ReLU (read + write)", "relu_gbs", "rate", "GB/s"),
+    ("bandwidth", "ReLU, ember's hand-written kernel vs torch.relu", "relu_kernel_gbs", "rate", "GB/s", "relu_gbs"),
     ("bandwidth", "sum (read)", "sum_gbs", "rate", "GB/s"),
     ("sgemm", "SGEMM, library (cuBLAS) vs torch.mm", "library_gflops", "rate", "GFLOP/s"),
     ("sgemm", "SGEMM, ember's tiled kernel vs torch.mm", "tiled_gflops", "rate", "GFLOP/s", "library_gflops"),
