@@ -293,7 +293,9 @@ __attribute__((always_inline)) inline void vertical_fixed_body(const uint8_t* fi
   for (int64_t x = 0; x < n; ++x) {
     int32_t a = kHalf;
     for (int q = 0; q < K; ++q) a += int32_t{first[q * n + x]} * kk[q];
-    out[x] = clip8(a);
+    // clip8 as a shift and a clamp, which vectorize to a shift, a max and a min: a sum >= 2^30
+    // shifts to >= 256, a sum <= 0 to <= 0 (the shift is arithmetic).
+    out[x] = static_cast<uint8_t>(std::clamp(a >> kPrecisionBits, 0, 255));
   }
 }
 
