@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "resample.h"
+#include "resample_rows.h"
 
 namespace ember::data {
 
@@ -69,128 +70,34 @@ int64_t center_offset(int64_t n, int64_t len) {
 }
 
 
-// PIL's taps recast with one trip count: output i reads in[start[i] .. start[i] + k) with weights
-// w[i * k + t]. Each window is PIL's shifted left where it would pass the end of the input, with
-// zero weights on the extra taps, so the integer sums (and so the bytes) are PIL's exactly while
-// the inner loop no longer depends on i. Only outputs [lo, hi) are kept (i counts from lo).
-struct FixedTaps {
-  int64_t k = 0;
-  std::vector<int32_t> start;
-  std::vector<int32_t> w;
-};
-
-FixedTaps fixed_taps(const detail::AxisCoeffs& c, int64_t in_size, int64_t lo, int64_t hi) {
-  FixedTaps t;
-  t.k = std::min(c.ksize, in_size);
-  t.start.resize(static_cast<size_t>(std::max<int64_t>(0, hi - lo)));
-  t.w.assign(t.start.size() * static_cast<size_t>(t.k), 0);
-  for (int64_t i = lo; i < hi; ++i) {
-    const int64_t first = c.first[static_cast<size_t>(i)], count = c.count[static_cast<size_t>(i)];
-    const int64_t start = std::min(first, in_size - t.k);
-    const auto j = static_cast<size_t>(i - lo);
-    t.start[j] = static_cast<int32_t>(start);
-    for (int64_t q = 0; q < count; ++q)
-      t.w[j * static_cast<size_t>(t.k) + static_cast<size_t>(first - start + q)] = c.k[static_cast<size_t>(i * c.ksize + q)];
-  }
-  return t;
-}
-
-// PIL accumulates in a C int: sum of weights is 2^22 (+ rounding), times 255, plus the half, stays
-// far below 2^31, so int32 gives PIL's sums; clip8 is PIL's on them.
-constexpr int32_t kHalf = int32_t{1} << (detail::kPrecisionBits - 1);
-
-// Samples of one channel along a row are `ps` bytes apart (1 for CHW planes, C for HWC pixels).
-template <int K, int PS>
-void horizontal_fixed(const uint8_t* row, uint8_t* dst, const FixedTaps& t) {
-  const auto n = static_cast<int64_t>(t.start.size());
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* p = row + static_cast<int64_t>(t.start[static_cast<size_t>(i)]) * PS;
-    const int32_t* k = t.w.data() + i * K;
-    int32_t a = kHalf;
-    for (int q = 0; q < K; ++q) a += int32_t{p[q * PS]} * k[q];
-    dst[i] = detail::clip8(a);
-  }
-}
-
-template <int PS>
-void horizontal_any(const uint8_t* row, uint8_t* dst, const FixedTaps& t) {
-  switch (t.k) {
-    case 3: return horizontal_fixed<3, PS>(row, dst, t);
-    case 5: return horizontal_fixed<5, PS>(row, dst, t);
-    case 7: return horizontal_fixed<7, PS>(row, dst, t);
-    case 9: return horizontal_fixed<9, PS>(row, dst, t);
-    default: break;
-  }
-  const auto n = static_cast<int64_t>(t.start.size());
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* p = row + static_cast<int64_t>(t.start[static_cast<size_t>(i)]) * PS;
-    const int32_t* k = t.w.data() + i * t.k;
-    int32_t a = kHalf;
-    for (int64_t q = 0; q < t.k; ++q) a += int32_t{p[q * PS]} * k[q];
-    dst[i] = detail::clip8(a);
-  }
-}
-
-// One row of the horizontal pass: the common tap counts and strides get loops the compiler
-// unrolls.
-void horizontal_row(const uint8_t* row, int64_t ps, uint8_t* dst, const FixedTaps& t) {
-  switch (ps) {
-    case 1: return horizontal_any<1>(row, dst, t);
-    case 3: return horizontal_any<3>(row, dst, t);
-    default: break;
-  }
-  const auto n = static_cast<int64_t>(t.start.size());
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* p = row + t.start[static_cast<size_t>(i)] * ps;
-    const int32_t* k = t.w.data() + i * t.k;
-    int32_t a = kHalf;
-    for (int64_t q = 0; q < t.k; ++q) a += int32_t{p[q * ps]} * k[q];
-    dst[i] = detail::clip8(a);
-  }
-}
-
-// One row of the vertical pass: k consecutive rows of `first` (row stride n) weighted and summed,
-// column by column (the loops vectorize).
-__attribute__((always_inline)) inline void vertical_row_body(const uint8_t* first, int64_t n, const int32_t* k,
-                                                             int64_t taps, int32_t* acc, uint8_t* out) {
-  for (int64_t x = 0; x < n; ++x) acc[x] = kHalf;
-  for (int64_t q = 0; q < taps; ++q) {
-    const uint8_t* r = first + q * n;
-    const int32_t kq = k[q];
-    if (kq == 0) continue;
-    for (int64_t x = 0; x < n; ++x) acc[x] += int32_t{r[x]} * kq;
-  }
-  for (int64_t x = 0; x < n; ++x) out[x] = detail::clip8(acc[x]);
-}
-
-__attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* first, int64_t n, const int32_t* k, int64_t taps,
-                                                       int32_t* acc, uint8_t* out) {
-  vertical_row_body(first, n, k, taps, acc, out);
-}
-
-void vertical_row_baseline(const uint8_t* first, int64_t n, const int32_t* k, int64_t taps, int32_t* acc,
-                           uint8_t* out) {
-  vertical_row_body(first, n, k, taps, acc, out);
-}
-
-// The AVX2 version where the CPU has it. A plain run-time check, not an ifunc (target_clones): an
-// ifunc resolver runs before the sanitizer runtimes start, and crashed every TSan binary.
-void vertical_row(const uint8_t* first, int64_t n, const int32_t* k, int64_t taps, int32_t* acc, uint8_t* out) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2)
-    vertical_row_avx2(first, n, k, taps, acc, out);
-  else
-    vertical_row_baseline(first, n, k, taps, acc, out);
-}
-
 // Table lookup of one output row: output column ox shows value ox + shift (zero outside
-// [0, n)), stored at ox or, mirrored, at ow - 1 - ox.
-void store_row(const uint8_t* vals, const float* table, float zero, int64_t shift, int64_t n, float* orow, int64_t ow,
-               bool mirror) {
-  for (int64_t ox = 0; ox < ow; ++ox) {
-    const int64_t x = ox + shift;
-    const float v = (x < 0 || x >= n) ? zero : table[vals[x]];
-    orow[mirror ? ow - 1 - ox : ox] = v;
+// [0, n)), read at vals[(ox + shift) * stride] and stored at ox or, mirrored, at ow - 1 - ox. The
+// borders are filled apart, so the lookup loop has no branch.
+template <int Stride>
+void store_row(const uint8_t* vals, int64_t stride, const float* table, float zero, int64_t shift, int64_t n,
+               float* orow, int64_t ow, bool mirror) {
+  if constexpr (Stride > 0) stride = Stride;
+  const int64_t lo = std::clamp<int64_t>(-shift, 0, ow), hi = std::clamp<int64_t>(n - shift, lo, ow);
+  // Columns [0, lo) and [hi, ow) are zero; mirrored, they are the stored columns [ow - lo, ow) and [0, ow - hi).
+  const int64_t z0 = mirror ? ow - hi : lo, z1 = mirror ? ow - lo : hi;
+  std::fill(orow, orow + z0, zero);
+  std::fill(orow + z1, orow + ow, zero);
+  const uint8_t* v = vals + (lo + shift) * stride;
+  if (mirror) {
+    float* o = orow + ow - 1 - lo;
+    for (int64_t x = 0; x < hi - lo; ++x) o[-x] = table[v[x * stride]];
+  } else {
+    float* o = orow + lo;
+    for (int64_t x = 0; x < hi - lo; ++x) o[x] = table[v[x * stride]];
+  }
+}
+
+void store_row(const uint8_t* vals, int64_t stride, const float* table, float zero, int64_t shift, int64_t n,
+               float* orow, int64_t ow, bool mirror) {
+  switch (stride) {
+    case 1: return store_row<1>(vals, stride, table, zero, shift, n, orow, ow, mirror);
+    case 3: return store_row<3>(vals, stride, table, zero, shift, n, orow, ow, mirror);
+    default: return store_row<0>(vals, stride, table, zero, shift, n, orow, ow, mirror);
   }
 }
 
@@ -276,9 +183,15 @@ void run_fused_pipeline(const ImagePipeline& p, const Tensor& image, SampleRng& 
   // Taps for the kept span of each resampled axis (coefficients of the whole axis, as PIL).
   const int64_t x_lo = ax.lo(), x_hi = ax.hi(), y_lo = ay.lo(), y_hi = ay.hi();
   const int64_t kept_w = std::max<int64_t>(0, x_hi - x_lo);
-  FixedTaps tx, ty;
-  if (ax.resample()) tx = fixed_taps(detail::precompute_coeffs(ax.src_len, ax.resized), ax.src_len, x_lo, x_hi);
-  if (ay.resample()) ty = fixed_taps(detail::precompute_coeffs(ay.src_len, ay.resized), ay.src_len, y_lo, y_hi);
+  // The channels one buffer holds: all of them, interleaved, for HWC (one pass over each source
+  // row); one plane at a time for CHW. Every buffer below keeps the input's interleaving.
+  const int64_t groups = hwc ? 1 : c, gc = hwc ? c : 1;
+  detail::HorizontalPass hx;
+  detail::FixedTaps ty;
+  if (ax.resample())
+    hx = detail::HorizontalPass(detail::fixed_taps(detail::precompute_coeffs(ax.src_len, ax.resized), ax.src_len, x_lo, x_hi),
+                                gc, ax.src_len);
+  if (ay.resample()) ty = detail::fixed_taps(detail::precompute_coeffs(ay.src_len, ay.resized), ay.src_len, y_lo, y_hi);
   // Source rows (relative to the window) that the kept output rows read.
   int64_t r_lo = 0, r_hi = 0;
   if (y_lo < y_hi) {
@@ -291,46 +204,46 @@ void run_fused_pipeline(const ImagePipeline& p, const Tensor& image, SampleRng& 
       r_hi = y_hi;
     }
   }
-  const int64_t rows = r_hi - r_lo;
-  std::vector<uint8_t> mid(static_cast<size_t>(rows * kept_w));  // one channel's horizontal pass
-  std::vector<int32_t> acc(static_cast<size_t>(kept_w));
-  std::vector<uint8_t> line(static_cast<size_t>(kept_w));  // one output row after the vertical pass
+  const int64_t rows = r_hi - r_lo, row_len = kept_w * gc;
+  // The horizontal pass of one buffer, and its slack for the last row's whole-word stores.
+  std::vector<uint8_t> mid(static_cast<size_t>(rows * row_len + detail::HorizontalPass::kDstSlack));
+  std::vector<int32_t> acc(static_cast<size_t>(row_len));
+  std::vector<uint8_t> line(static_cast<size_t>(row_len));  // one output row after the vertical pass
   const uint8_t* src = image.data_ptr<uint8_t>();
 
-  for (int64_t ch = 0; ch < c; ++ch) {
-    const float* table = lut.data() + ch * 256;
-    float* plane = out + ch * oh * ow;
-    const float zero = table[0];
+  for (int64_t g = 0; g < groups; ++g) {
     // Horizontal pass over the needed rows (or a plain copy when the width does not change).
     for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* row = src + base(ch, ay.src0 + r_lo + r) + ax.src0 * ps;
-      uint8_t* dst = mid.data() + r * kept_w;
-      if (ax.resample()) {
-        horizontal_row(row, ps, dst, tx);
-      } else if (ps == 1) {
-        std::memcpy(dst, row + x_lo, static_cast<size_t>(kept_w));
-      } else {
-        for (int64_t x = 0; x < kept_w; ++x) dst[x] = row[(x_lo + x) * ps];
-      }
+      const uint8_t* row = src + base(g, ay.src0 + r_lo + r) + ax.src0 * ps;
+      uint8_t* dst = mid.data() + r * row_len;
+      if (ax.resample())
+        hx.run(row, dst);
+      else
+        std::memcpy(dst, row + x_lo * ps, static_cast<size_t>(row_len));
     }
     // Vertical pass, lookup and store; rows and columns outside the resized image are zero.
     for (int64_t oy = 0; oy < oh; ++oy) {
-      float* orow = plane + oy * ow;
       const int64_t y = ay.out0 + oy;
-      if (y < y_lo || y >= y_hi) {
-        std::fill(orow, orow + ow, zero);
-        continue;
-      }
       const uint8_t* vals = nullptr;
-      if (ay.resample()) {
-        const auto i = static_cast<size_t>(y - y_lo);
-        vertical_row(mid.data() + (ty.start[i] - r_lo) * kept_w, kept_w, ty.w.data() + i * static_cast<size_t>(ty.k),
-                     ty.k, acc.data(), line.data());
-        vals = line.data();
-      } else {
-        vals = mid.data() + (y - r_lo) * kept_w;
+      if (y >= y_lo && y < y_hi) {
+        if (ay.resample()) {
+          const auto i = static_cast<size_t>(y - y_lo);
+          detail::vertical_row(mid.data() + (ty.start[i] - r_lo) * row_len, row_len,
+                               ty.w.data() + i * static_cast<size_t>(ty.k), ty.k, acc.data(), line.data());
+          vals = line.data();
+        } else {
+          vals = mid.data() + (y - r_lo) * row_len;
+        }
       }
-      store_row(vals, table, zero, ax.out0 - x_lo, kept_w, orow, ow, mirror);
+      for (int64_t j = 0; j < gc; ++j) {
+        const int64_t ch = g * gc + j;
+        const float* table = lut.data() + ch * 256;
+        float* orow = out + (ch * oh + oy) * ow;
+        if (vals == nullptr)
+          std::fill(orow, orow + ow, table[0]);
+        else
+          store_row(vals + j, gc, table, table[0], ax.out0 - x_lo, kept_w, orow, ow, mirror);
+      }
     }
   }
 }
