@@ -12,22 +12,43 @@
 // launch with the argument values of the capture. The nodes of one stream form a chain, and a
 // graph runs them in capture order: the order a GPU may not reorder either.
 //
-// What CUDA refuses during capture, the emulator refuses with the same error and, like CUDA,
-// invalidates the capture so that cudaStreamEndCapture fails with
-// cudaErrorStreamCaptureInvalidated:
-//   * waiting for the capturing stream (cudaStreamSynchronize, cudaStreamQuery), or a copy whose
-//     host side is pageable memory: cudaErrorStreamCaptureUnsupported;
-//   * "potentially unsafe" calls (cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost, synchronous
-//     cudaMemcpy / cudaMemset, cudaDeviceSynchronize) from a thread whose capture mode forbids
-//     them: cudaErrorStreamCaptureUnsupported. A thread's mode (cudaThreadExchangeStreamCaptureMode,
-//     default global) forbids them while this thread has a capture begun in global or thread-local
-//     mode, and, in global mode, while any thread has a capture begun in global mode;
-//   * work on the legacy default stream (or a synchronous call that waits for it) while a
-//     blocking stream of the device captures: cudaErrorStreamCaptureImplicit;
-//   * waiting on an event recorded outside the capture: cudaErrorStreamCaptureIsolation.
-// Capturing on the legacy stream is cudaErrorStreamCaptureUnsupported. Cross-stream capture
-// (an event recorded in a capture joining another stream into it) is not emulated: recording an
-// event on a capturing stream invalidates the capture with a warning.
+// Which calls CUDA refuses during a capture follows two rules of the CUDA Programming Guide
+// ("Prohibited and Unhandled Operations" under "Stream Capture") and the capture modes of
+// cudaThreadExchangeStreamCaptureMode, and matches what CUDA 13.0 (driver 580.159.04) did on an
+// H200 on 2026-12-04 (tests/cuda/test_graph_capture.cpp, which asserts those return codes):
+//   * Waiting for or querying what only records: cudaStreamSynchronize / cudaStreamQuery of the
+//     capturing stream is cudaErrorStreamCaptureUnsupported and invalidates the capture, so that
+//     later work on the stream and cudaStreamEndCapture return cudaErrorStreamCaptureInvalidated.
+//   * "Potentially unsafe API calls": calls that are not stream work and that capture cannot
+//     observe. A thread's mode (cudaThreadExchangeStreamCaptureMode, default global) forbids them
+//     while this thread has a capture begun in global or thread-local mode and, when the thread is
+//     in global mode, while any thread has a capture begun in global mode; a forbidden call
+//     returns cudaErrorStreamCaptureUnsupported and invalidates those captures. The emulator
+//     counts as unsafe: cudaMalloc, cudaFree, cudaMallocHost/cudaHostAlloc, cudaFreeHost (the
+//     H200 refused cudaMalloc and cudaFree), cudaDeviceSynchronize (refused, and invalidated the
+//     capture), cudaStreamSynchronize of a stream that does not capture (refused under a
+//     thread-local capture of the same thread; whether that invalidated the capture was not
+//     observed, the emulator does, as for the other unsafe calls) and cudaEventSynchronize (the
+//     same host wait on an event; not yet run on a GPU).
+//   * The legacy default stream waits for every blocking stream of its device: while one of them
+//     captures, work on the legacy stream, and the synchronous calls that use it (cudaMemcpy,
+//     cudaMemset, cudaMemcpy2D, a synchronize of the legacy stream), would make the capture depend
+//     on uncaptured work: cudaErrorStreamCaptureImplicit, and the capture is invalidated. When the
+//     capturing stream is non-blocking there is no such dependency and CUDA runs them: the H200
+//     ran a synchronous device-to-host cudaMemcpy into pageable memory during a global capture on
+//     a non-blocking stream and left the capture valid. They are not "unsafe calls".
+//   * A copy on the capturing stream whose host side is pageable memory is recorded like any other
+//     copy (the H200 returned cudaSuccess for a 256-byte device-to-host cudaMemcpyAsync into
+//     pageable memory, and cudaStreamEndCapture then returned a graph): the node reads and writes
+//     that host memory when it runs, at each replay, and the capture itself copies nothing. So CUDA
+//     does not stop a host read during a capture: ember checks for it itself (check_not_capturing,
+//     Note [CUDA graphs in ember]).
+//   * Waiting on an event recorded outside the capture: cudaErrorStreamCaptureIsolation.
+// Capturing on the legacy stream is cudaErrorStreamCaptureUnsupported. Queries of work outside
+// the capture (cudaStreamQuery of another stream, cudaEventQuery) are allowed here; how a GPU
+// answers them during a capture has not been observed. Cross-stream capture (an event recorded in
+// a capture joining another stream into it) is not emulated: recording an event on a capturing
+// stream invalidates the capture with a warning.
 
 #include <algorithm>
 #include <atomic>
@@ -156,7 +177,7 @@ cudaError_t run_in_stream_order(cudaStream_t stream, std::function<void()> work)
     e = detail::capture_node(s, cudaGraphNodeTypeKernel, std::move(work));
     return e ? detail::fail(e) : cudaSuccess;
   }
-  if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) return e;
+  if ((e = synchronize_stream(stream)) != cudaSuccess) return e;
   work();
   return cudaSuccess;
 }
