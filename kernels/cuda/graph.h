@@ -39,7 +39,9 @@
 // (Tensor::item, a copy to the CPU), a result whose shape depends on device data, the host-side
 // checks a few ops make (they say so at their declaration), cudaMalloc outside the caching
 // allocator, a synchronize. ember checks where it knows: such an op calls check_not_capturing()
-// and throws an ember::Error that names it; anything else fails the CUDA call with
+// and throws an ember::Error that names it. It has to for host reads: CUDA 13 records a copy to
+// pageable host memory on the capturing stream without complaint (Note [Stream capture in the
+// emulator]), so only the wait after it would fail. Anything else fails the CUDA call with
 // cudaErrorStreamCaptureUnsupported, which EMBER_CUDA_CHECK reports with a hint. Either way the
 // capture is abandoned, the stream is usable again, and capture() rethrows.
 //
