@@ -69,6 +69,9 @@ class CudaBackend final : public cuda::DeviceMemoryBackend {
     return reinterpret_cast<cuda::EventId>(e);
   }
   bool event_done(cuda::EventId event) override {
+    // Every allocation polls, also during a capture, where CUDA refuses cudaEventQuery to a thread
+    // in global or thread-local mode. The events are of eager work outside the capture.
+    const cuda::RelaxedCaptureMode relaxed;
     const cudaError_t err = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
     if (err == cudaErrorNotReady) {
       (void)cudaGetLastError();

@@ -80,9 +80,9 @@ void before_each_replay(std::function<void()> fn);
 
 // While alive, this host thread is in cudaStreamCaptureModeRelaxed (cudaThreadExchangeStreamCaptureMode;
 // the previous mode comes back at destruction): CUDA no longer refuses it the calls it deems
-// "potentially unsafe" during a capture (cudaMalloc, synchronizing a stream that does not
-// capture). For work a capture deliberately leaves outside the graph; waiting for the capturing
-// stream itself is still refused.
+// "potentially unsafe" during a capture (cudaMalloc, synchronizing or querying a stream that does
+// not capture, or an event). For work a capture deliberately leaves outside the graph; waiting for
+// the capturing stream itself is still refused.
 class RelaxedCaptureMode {
  public:
   RelaxedCaptureMode();

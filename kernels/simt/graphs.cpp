@@ -15,40 +15,42 @@
 // Which calls CUDA refuses during a capture follows two rules of the CUDA Programming Guide
 // ("Prohibited and Unhandled Operations" under "Stream Capture") and the capture modes of
 // cudaThreadExchangeStreamCaptureMode, and matches what CUDA 13.0 (driver 580.159.04) did on an
-// H200 on 2026-12-04 (tests/cuda/test_graph_capture.cpp, which asserts those return codes):
+// H200 on 2026-12-04 (tests/cuda/test_graph_capture.cpp asserts those return codes):
 //   * Waiting for or querying what only records: cudaStreamSynchronize / cudaStreamQuery of the
 //     capturing stream is cudaErrorStreamCaptureUnsupported and invalidates the capture, so that
 //     later work on the stream and cudaStreamEndCapture return cudaErrorStreamCaptureInvalidated.
-//   * "Potentially unsafe API calls": calls that are not stream work and that capture cannot
-//     observe. A thread's mode (cudaThreadExchangeStreamCaptureMode, default global) forbids them
+//   * "Potentially unsafe API calls": calls that are not stream work, which the capture cannot
+//     see. A thread's mode (cudaThreadExchangeStreamCaptureMode, default global) forbids them
 //     while this thread has a capture begun in global or thread-local mode and, when the thread is
 //     in global mode, while any thread has a capture begun in global mode; a forbidden call
-//     returns cudaErrorStreamCaptureUnsupported and invalidates those captures. The emulator
-//     counts as unsafe: cudaMalloc, cudaFree, cudaMallocHost/cudaHostAlloc, cudaFreeHost (the
-//     H200 refused cudaMalloc and cudaFree), cudaDeviceSynchronize (refused, and invalidated the
-//     capture), cudaStreamSynchronize of a stream that does not capture (refused under a
-//     thread-local capture of the same thread; whether that invalidated the capture was not
-//     observed, the emulator does, as for the other unsafe calls) and cudaEventSynchronize (the
-//     same host wait on an event; not yet run on a GPU).
+//     returns cudaErrorStreamCaptureUnsupported and invalidates those captures. Unsafe here:
+//     cudaMalloc, cudaFree, cudaMallocHost/cudaHostAlloc, cudaFreeHost, cudaDeviceSynchronize, and
+//     synchronizing or querying work outside the capture: cudaStreamSynchronize and cudaStreamQuery
+//     of a stream that does not capture (the legacy stream included), cudaEventSynchronize and
+//     cudaEventQuery. On the H200 each of these, under a global capture, was refused and
+//     invalidated the capture (cudaMalloc and cudaFree under compute-sanitizer), as were
+//     cudaStreamSynchronize and cudaStreamQuery of another stream under a thread-local capture of
+//     the same thread; in relaxed mode the thread synchronized the legacy stream and the capture
+//     stayed valid. A library that waits for eager work during a capture relaxes its thread's
+//     mode for that call (cuda::RelaxedCaptureMode in kernels/cuda/graph.h).
 //   * The legacy default stream waits for every blocking stream of its device: while one of them
 //     captures, work on the legacy stream, and the synchronous calls that use it (cudaMemcpy,
-//     cudaMemset, cudaMemcpy2D, a synchronize of the legacy stream), would make the capture depend
-//     on uncaptured work: cudaErrorStreamCaptureImplicit, and the capture is invalidated. When the
-//     capturing stream is non-blocking there is no such dependency and CUDA runs them: the H200
-//     ran a synchronous device-to-host cudaMemcpy into pageable memory during a global capture on
-//     a non-blocking stream and left the capture valid. They are not "unsafe calls".
+//     cudaMemset, cudaMemcpy2D), would make the capture depend on uncaptured work:
+//     cudaErrorStreamCaptureImplicit, and the capture is invalidated. When the capturing stream is
+//     non-blocking there is no such dependency and CUDA runs them: on the H200 a synchronous
+//     device-to-host cudaMemcpy into pageable memory and a synchronous cudaMemset returned
+//     cudaSuccess during a global capture on a non-blocking stream, and the capture stayed valid.
+//     They are not "unsafe calls".
 //   * A copy on the capturing stream whose host side is pageable memory is recorded like any other
-//     copy (the H200 returned cudaSuccess for a 256-byte device-to-host cudaMemcpyAsync into
-//     pageable memory, and cudaStreamEndCapture then returned a graph): the node reads and writes
-//     that host memory when it runs, at each replay, and the capture itself copies nothing. So CUDA
-//     does not stop a host read during a capture: ember checks for it itself (check_not_capturing,
-//     Note [CUDA graphs in ember]).
+//     copy: on the H200 a device-to-host and a host-to-device cudaMemcpyAsync with pageable memory
+//     each became one memcpy node, the capture copied nothing, and a replay wrote the host memory.
+//     The node reads and writes that memory when it runs, at each replay. So CUDA does not stop a
+//     host read during a capture: ember checks for it itself (check_not_capturing, Note [CUDA
+//     graphs in ember]).
 //   * Waiting on an event recorded outside the capture: cudaErrorStreamCaptureIsolation.
-// Capturing on the legacy stream is cudaErrorStreamCaptureUnsupported. Queries of work outside
-// the capture (cudaStreamQuery of another stream, cudaEventQuery) are allowed here; how a GPU
-// answers them during a capture has not been observed. Cross-stream capture (an event recorded in
-// a capture joining another stream into it) is not emulated: recording an event on a capturing
-// stream invalidates the capture with a warning.
+// Capturing on the legacy stream is cudaErrorStreamCaptureUnsupported. Cross-stream capture (an
+// event recorded in a capture joining another stream into it) is not emulated: recording an
+// event on a capturing stream invalidates the capture with a warning.
 
 #include <algorithm>
 #include <atomic>

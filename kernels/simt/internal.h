@@ -133,7 +133,8 @@ cudaError_t capture_node(CUstream_st* s, cudaGraphNodeType type, std::function<v
 // Ends s's capture as failed (cudaStreamEndCapture then returns cudaErrorStreamCaptureInvalidated).
 void invalidate_capture(CUstream_st* s);
 // For a call CUDA calls "potentially unsafe" during capture (cudaMalloc, cudaFree, pinned host
-// allocations, device, stream and event synchronization): cudaErrorStreamCaptureUnsupported when
+// allocations, synchronizing the device, synchronizing or querying a stream that does not capture
+// or an event): cudaErrorStreamCaptureUnsupported when
 // the calling thread's capture mode forbids it (those captures are invalidated), else cudaSuccess.
 cudaError_t check_unsafe_call();
 // Work on the legacy default stream of `device` waits for every blocking stream: while one of them

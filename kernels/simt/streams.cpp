@@ -268,6 +268,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     invalidate_capture(s);
     return fail(cudaErrorStreamCaptureUnsupported);
   }
+  if (const cudaError_t err = check_unsafe_call()) return fail(err);  // querying another stream is unsafe too
   std::lock_guard<std::recursive_mutex> lock(defer_mutex);
   return s->queue.empty() ? cudaSuccess : cudaErrorNotReady;
 }
@@ -377,13 +378,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   const EventState& st = *event->state;
   return !st.recorded || st.completed ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
-  if (const cudaError_t e = check_unsafe_call()) return fail(e);  // a host wait, like cudaStreamSynchronize
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   std::shared_ptr<EventState> st = event->state;
   if (!st->recorded || st->completed) return cudaSuccess;
   std::lock_guard<std::recursive_mutex> lock(defer_mutex);

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <functional>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <ember/kernels/cuda/runtime.h>
@@ -130,24 +132,61 @@ TEST_CASE("cuda graphs: capture refuses the legacy stream, a second begin, and a
   CHECK(a.download() == std::vector<float>(16, 0.0f));
 }
 
-TEST_CASE("cuda graphs: waiting for another stream is refused to a thread that captures", "[cuda][graphs]") {
-  // cudaStreamSynchronize is one of the "potentially unsafe" calls that a thread-local (or global)
-  // capture forbids to its thread, even for a stream that is not capturing.
+TEST_CASE("cuda graphs: waiting for or querying other work is refused to a thread that captures",
+          "[cuda][graphs]") {
+  // Synchronizing or querying a stream or an event outside the capture is one of the "potentially
+  // unsafe" calls that a global or thread-local capture forbids to its thread: refused, and the
+  // capture is invalidated.
   TestStream stream, other;
-  EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
-  CHECK(cudaStreamSynchronize(other.s) == cudaErrorStreamCaptureUnsupported);
-  (void)cudaGetLastError();
-  // Whether the refusal invalidated the capture has not been observed on a GPU: end it either way.
-  cudaGraph_t g = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream.s, &g);
-  CHECK((ended == cudaSuccess || ended == cudaErrorStreamCaptureInvalidated));
-  if (g != nullptr) EMBER_TEST_CUDA(cudaGraphDestroy(g));
-  (void)cudaGetLastError();
-  cudaStreamCaptureStatus status{};
-  EMBER_TEST_CUDA(cudaStreamIsCapturing(stream.s, &status));
-  CHECK(status == cudaStreamCaptureStatusNone);
-  // With no capture left, the same wait succeeds.
+  cudaEvent_t done = nullptr;
+  EMBER_TEST_CUDA(cudaEventCreate(&done));
+  EMBER_TEST_CUDA(cudaEventRecord(done, other.s));
   EMBER_TEST_CUDA(cudaStreamSynchronize(other.s));
+  // The call, and whether it was also run on a GPU under a thread-local capture (every one was
+  // under a global capture).
+  const std::vector<std::tuple<const char*, std::function<cudaError_t()>, bool>> calls = {
+      {"cudaStreamSynchronize(other)", [&] { return cudaStreamSynchronize(other.s); }, true},
+      {"cudaStreamSynchronize(legacy)", [&] { return cudaStreamSynchronize(nullptr); }, false},
+      {"cudaStreamQuery(other)", [&] { return cudaStreamQuery(other.s); }, true},
+      {"cudaEventQuery", [&] { return cudaEventQuery(done); }, false},
+      {"cudaEventSynchronize", [&] { return cudaEventSynchronize(done); }, false},
+  };
+  for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+    for (const auto& [name, call, thread_local_seen] : calls) {
+      if (mode == cudaStreamCaptureModeThreadLocal && !thread_local_seen) continue;
+      INFO(name << (mode == cudaStreamCaptureModeGlobal ? " in global mode" : " in thread-local mode"));
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, mode));
+      CHECK(call() == cudaErrorStreamCaptureUnsupported);
+      (void)cudaGetLastError();
+      cudaStreamCaptureStatus status{};
+      EMBER_TEST_CUDA(cudaStreamIsCapturing(stream.s, &status));
+      CHECK(status == cudaStreamCaptureStatusInvalidated);
+      end_invalidated(stream.s);
+    }
+  }
+  SECTION("a thread in relaxed mode may wait, and the capture stays valid") {
+    DeviceBuffer<float> d(16);
+    std::vector<float> host(16, 2.5f);
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    EMBER_TEST_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
+    EMBER_TEST_CUDA(cudaStreamSynchronize(nullptr));
+    EMBER_TEST_CUDA(cudaMemcpy(d.data(), host.data(), 16 * sizeof(float), cudaMemcpyHostToDevice));
+    EMBER_TEST_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaGraph_t g = nullptr;
+    EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+    size_t nodes = 99;
+    EMBER_TEST_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
+    CHECK(nodes == 0);
+    EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    CHECK(d.download() == host);
+  }
+  // With no capture left, the same calls succeed.
+  for (const auto& [name, call, thread_local_seen] : calls) {
+    INFO(name);
+    CHECK(call() == cudaSuccess);
+  }
+  EMBER_TEST_CUDA(cudaEventDestroy(done));
 }
 
 TEST_CASE("cuda graphs: synchronizing with a capturing stream invalidates the capture", "[cuda][graphs]") {
@@ -179,7 +218,7 @@ TEST_CASE("cuda graphs: synchronizing with a capturing stream invalidates the ca
   CHECK(d.download() == host);
 }
 
-TEST_CASE("cuda graphs: copies to pageable host memory do not disturb a capture on a non-blocking stream",
+TEST_CASE("cuda graphs: copies with pageable host memory do not disturb a capture on a non-blocking stream",
           "[cuda][graphs]") {
   // CUDA does not refuse a read of device memory into pageable host memory during a capture, so
   // ember must refuse host reads itself (check_not_capturing, Note [CUDA graphs in ember]).
@@ -188,22 +227,63 @@ TEST_CASE("cuda graphs: copies to pageable host memory do not disturb a capture 
   for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i) - 3.0f;
   DeviceBuffer<float> d(values);
   std::vector<float> host(64, 1.0f);
-  cudaGraph_t g = nullptr;
 
-  SECTION("cudaMemcpyAsync on the capturing stream is recorded (what Tensor.item() would do)") {
-    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
-    EMBER_TEST_CUDA(cudaMemcpyAsync(host.data(), d.data(), 64 * sizeof(float), cudaMemcpyDeviceToHost, stream.s));
-    EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
-    CHECK(g != nullptr);
+  SECTION("cudaMemcpyAsync on the capturing stream is a copy node, run at each replay") {
+    for (cudaMemcpyKind kind : {cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice}) {
+      const bool to_host = kind == cudaMemcpyDeviceToHost;
+      INFO((to_host ? "device to host" : "host to device"));
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+      if (to_host) {
+        EMBER_TEST_CUDA(cudaMemcpyAsync(host.data(), d.data(), 64 * sizeof(float), kind, stream.s));
+      } else {
+        EMBER_TEST_CUDA(cudaMemcpyAsync(d.data(), host.data(), 64 * sizeof(float), kind, stream.s));
+      }
+      cudaGraph_t g = nullptr;
+      EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+      REQUIRE(g != nullptr);
+      // Nothing was copied yet.
+      CHECK(host == std::vector<float>(64, 1.0f));
+      CHECK(d.download() == values);
+      size_t nodes = 0;
+      cudaGraphNode_t node = nullptr;
+      EMBER_TEST_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
+      REQUIRE(nodes == 1);
+      EMBER_TEST_CUDA(cudaGraphGetNodes(g, &node, &nodes));
+      cudaGraphNodeType type{};
+      EMBER_TEST_CUDA(cudaGraphNodeGetType(node, &type));
+      CHECK(type == cudaGraphNodeTypeMemcpy);
+      if (to_host) {
+        cudaGraphExec_t exec = nullptr;
+        EMBER_TEST_CUDA(cudaGraphInstantiate(&exec, g, 0));
+        EMBER_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+        EMBER_TEST_CUDA(cudaStreamSynchronize(stream.s));
+        CHECK(host == values);
+        EMBER_TEST_CUDA(cudaGraphExecDestroy(exec));
+        host.assign(64, 1.0f);
+      }
+      EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    }
   }
-  SECTION("synchronous cudaMemcpy in global mode (on the legacy stream, which the capture does not block)") {
+  SECTION("synchronous cudaMemcpy and cudaMemset in global mode (on the legacy stream, which the capture does not block)") {
+    cudaGraph_t g = nullptr;
     EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
     EMBER_TEST_CUDA(cudaMemcpy(host.data(), d.data(), 64 * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(host == values);  // it ran, and returned once the copy was done
     EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
-    CHECK(g != nullptr);
+    REQUIRE(g != nullptr);
+    EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    EMBER_TEST_CUDA(cudaMemset(d.data(), 0, sizeof(float)));
+    EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+    REQUIRE(g != nullptr);
+    size_t nodes = 99;
+    EMBER_TEST_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
+    CHECK(nodes == 0);
+    EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    std::vector<float> want = values;
+    want[0] = 0.0f;
+    CHECK(d.download() == want);
   }
-  if (g != nullptr) EMBER_TEST_CUDA(cudaGraphDestroy(g));
 }
 
 TEST_CASE("cuda graphs: cudaMalloc during capture depends on the thread's capture mode", "[cuda][graphs]") {
