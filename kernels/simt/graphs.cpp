@@ -19,20 +19,27 @@
 //   * Waiting for or querying what only records: cudaStreamSynchronize / cudaStreamQuery of the
 //     capturing stream is cudaErrorStreamCaptureUnsupported and invalidates the capture, so that
 //     later work on the stream and cudaStreamEndCapture return cudaErrorStreamCaptureInvalidated.
+//     So is cudaDeviceSynchronize while any stream of the device captures, whatever the modes (a
+//     "broader handle" that contains the capture): on the H200 it was refused, and invalidated the
+//     capture, under a global, a thread-local and a relaxed capture of the calling thread.
 //   * "Potentially unsafe API calls": calls that are not stream work, which the capture cannot
 //     see. A thread's mode (cudaThreadExchangeStreamCaptureMode, default global) forbids them
 //     while this thread has a capture begun in global or thread-local mode and, when the thread is
 //     in global mode, while any thread has a capture begun in global mode; a forbidden call
 //     returns cudaErrorStreamCaptureUnsupported and invalidates those captures. Unsafe here:
-//     cudaMalloc, cudaFree, cudaMallocHost/cudaHostAlloc, cudaFreeHost, cudaDeviceSynchronize, and
-//     synchronizing or querying work outside the capture: cudaStreamSynchronize and cudaStreamQuery
-//     of a stream that does not capture (the legacy stream included), cudaEventSynchronize and
-//     cudaEventQuery. On the H200 each of these, under a global capture, was refused and
-//     invalidated the capture (cudaMalloc and cudaFree under compute-sanitizer), as were
-//     cudaStreamSynchronize and cudaStreamQuery of another stream under a thread-local capture of
-//     the same thread; in relaxed mode the thread synchronized the legacy stream and the capture
-//     stayed valid. A library that waits for eager work during a capture relaxes its thread's
-//     mode for that call (cuda::RelaxedCaptureMode in kernels/cuda/graph.h).
+//     cudaMalloc, cudaFree, cudaMallocHost/cudaHostAlloc, cudaFreeHost, and synchronizing or
+//     querying work outside the capture: cudaStreamSynchronize and cudaStreamQuery of a stream
+//     that does not capture (the legacy stream included), cudaEventSynchronize, cudaEventQuery.
+//     On the H200 all of these that were tried were refused and invalidated the capture: under a
+//     global capture each of them but cudaHostAlloc and cudaFreeHost, which were not tried
+//     (cudaFree under compute-sanitizer); under a thread-local one
+//     cudaMalloc and every wait or query; from a second thread in global mode while the first
+//     captured in global mode, cudaStreamQuery and cudaStreamSynchronize of another stream. The
+//     same calls succeeded, and the capture stayed valid, from a second thread in thread-local
+//     mode, from a second thread while the capture was thread-local, from the capturing thread
+//     after it switched to relaxed mode, and under a capture begun in relaxed mode. A library that
+//     waits for eager work during a capture relaxes its thread's mode for that call
+//     (cuda::RelaxedCaptureMode in kernels/cuda/graph.h).
 //   * The legacy default stream waits for every blocking stream of its device: while one of them
 //     captures, work on the legacy stream, and the synchronous calls that use it (cudaMemcpy,
 //     cudaMemset, cudaMemcpy2D), would make the capture depend on uncaptured work:
@@ -151,6 +158,19 @@ cudaError_t check_unsafe_call() {
     }
   }
   return forbidden ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
+cudaError_t check_device_wait(int device) {
+  if (!capture_active()) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(capture_mutex);
+  bool conflict = false;
+  for (Capture* c : captures()) {
+    if (c->origin->device == device) {
+      c->invalidated = true;
+      conflict = true;
+    }
+  }
+  return conflict ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 
 cudaError_t check_legacy_use(int device) {

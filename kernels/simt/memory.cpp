@@ -525,8 +525,8 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int) {
 // ---- whole-device operations --------------------------------------------------------------------
 
 cudaError_t cudaDeviceSynchronize(void) {
+  if (const cudaError_t e = check_device_wait(current_device())) return fail(e);
   if (const cudaError_t e = check_unsafe_call()) return fail(e);
-  if (const cudaError_t e = check_legacy_use(current_device())) return fail(e);
   drain_device(current_device());
   return cudaSuccess;
 }

@@ -142,18 +142,15 @@ TEST_CASE("cuda graphs: waiting for or querying other work is refused to a threa
   EMBER_TEST_CUDA(cudaEventCreate(&done));
   EMBER_TEST_CUDA(cudaEventRecord(done, other.s));
   EMBER_TEST_CUDA(cudaStreamSynchronize(other.s));
-  // The call, and whether it was also run on a GPU under a thread-local capture (every one was
-  // under a global capture).
-  const std::vector<std::tuple<const char*, std::function<cudaError_t()>, bool>> calls = {
-      {"cudaStreamSynchronize(other)", [&] { return cudaStreamSynchronize(other.s); }, true},
-      {"cudaStreamSynchronize(legacy)", [&] { return cudaStreamSynchronize(nullptr); }, false},
-      {"cudaStreamQuery(other)", [&] { return cudaStreamQuery(other.s); }, true},
-      {"cudaEventQuery", [&] { return cudaEventQuery(done); }, false},
-      {"cudaEventSynchronize", [&] { return cudaEventSynchronize(done); }, false},
+  const std::vector<std::pair<const char*, std::function<cudaError_t()>>> calls = {
+      {"cudaStreamSynchronize(other)", [&] { return cudaStreamSynchronize(other.s); }},
+      {"cudaStreamSynchronize(legacy)", [&] { return cudaStreamSynchronize(nullptr); }},
+      {"cudaStreamQuery(other)", [&] { return cudaStreamQuery(other.s); }},
+      {"cudaEventQuery", [&] { return cudaEventQuery(done); }},
+      {"cudaEventSynchronize", [&] { return cudaEventSynchronize(done); }},
   };
   for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
-    for (const auto& [name, call, thread_local_seen] : calls) {
-      if (mode == cudaStreamCaptureModeThreadLocal && !thread_local_seen) continue;
+    for (const auto& [name, call] : calls) {
       INFO(name << (mode == cudaStreamCaptureModeGlobal ? " in global mode" : " in thread-local mode"));
       EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, mode));
       CHECK(call() == cudaErrorStreamCaptureUnsupported);
@@ -182,7 +179,47 @@ TEST_CASE("cuda graphs: waiting for or querying other work is refused to a threa
     CHECK(d.download() == host);
   }
   // With no capture left, the same calls succeed.
-  for (const auto& [name, call, thread_local_seen] : calls) {
+  SECTION("a capture begun in relaxed mode allows them, but not cudaDeviceSynchronize") {
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeRelaxed));
+    EMBER_TEST_CUDA(cudaStreamQuery(other.s));
+    EMBER_TEST_CUDA(cudaStreamSynchronize(other.s));
+    cudaStreamCaptureStatus status{};
+    EMBER_TEST_CUDA(cudaStreamIsCapturing(stream.s, &status));
+    CHECK(status == cudaStreamCaptureStatusActive);
+    // Synchronizing the device would wait for the capturing stream itself.
+    CHECK(cudaDeviceSynchronize() == cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    end_invalidated(stream.s);
+  }
+  SECTION("other threads: refused while a global capture runs, unless they are in thread-local mode") {
+    for (cudaStreamCaptureMode capture_mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+      for (cudaStreamCaptureMode thread_mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+        const bool refused =
+            capture_mode == cudaStreamCaptureModeGlobal && thread_mode == cudaStreamCaptureModeGlobal;
+        INFO("capture mode " << capture_mode << ", other thread's mode " << thread_mode);
+        EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, capture_mode));
+        cudaError_t query = cudaSuccess, sync = cudaSuccess;
+        std::thread([&] {
+          cudaStreamCaptureMode m = thread_mode;
+          (void)cudaThreadExchangeStreamCaptureMode(&m);
+          query = cudaStreamQuery(other.s);
+          sync = cudaStreamSynchronize(other.s);
+          (void)cudaGetLastError();
+        }).join();
+        CHECK(query == (refused ? cudaErrorStreamCaptureUnsupported : cudaSuccess));
+        CHECK(sync == (refused ? cudaErrorStreamCaptureUnsupported : cudaSuccess));
+        if (refused) {
+          end_invalidated(stream.s);
+        } else {
+          cudaGraph_t g = nullptr;
+          EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+          EMBER_TEST_CUDA(cudaGraphDestroy(g));
+        }
+      }
+    }
+  }
+  // With no capture left, the same calls succeed.
+  for (const auto& [name, call] : calls) {
     INFO(name);
     CHECK(call() == cudaSuccess);
   }
@@ -252,16 +289,16 @@ TEST_CASE("cuda graphs: copies with pageable host memory do not disturb a captur
       cudaGraphNodeType type{};
       EMBER_TEST_CUDA(cudaGraphNodeGetType(node, &type));
       CHECK(type == cudaGraphNodeTypeMemcpy);
-      if (to_host) {
-        cudaGraphExec_t exec = nullptr;
-        EMBER_TEST_CUDA(cudaGraphInstantiate(&exec, g, 0));
-        EMBER_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
-        EMBER_TEST_CUDA(cudaStreamSynchronize(stream.s));
-        CHECK(host == values);
-        EMBER_TEST_CUDA(cudaGraphExecDestroy(exec));
-        host.assign(64, 1.0f);
-      }
+      // A replay copies what the host memory holds then, not at capture.
+      cudaGraphExec_t exec = nullptr;
+      EMBER_TEST_CUDA(cudaGraphInstantiate(&exec, g, 0));
+      if (!to_host) host[3] = 42.0f;
+      EMBER_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+      EMBER_TEST_CUDA(cudaStreamSynchronize(stream.s));
+      CHECK((to_host ? host : d.download()) == (to_host ? values : host));
+      EMBER_TEST_CUDA(cudaGraphExecDestroy(exec));
       EMBER_TEST_CUDA(cudaGraphDestroy(g));
+      host.assign(64, 1.0f);
     }
   }
   SECTION("synchronous cudaMemcpy and cudaMemset in global mode (on the legacy stream, which the capture does not block)") {
@@ -290,9 +327,16 @@ TEST_CASE("cuda graphs: cudaMalloc during capture depends on the thread's captur
   TestStream stream;
   void* p = nullptr;
 
-  SECTION("global: refused, and the capture is invalidated") {
+  SECTION("global or thread-local: refused, and the capture is invalidated") {
+    for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, mode));
+      CHECK(cudaMalloc(&p, 1024) == cudaErrorStreamCaptureUnsupported);
+      (void)cudaGetLastError();
+      end_invalidated(stream.s);
+    }
+    // Pinned host memory too.
     EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
-    CHECK(cudaMalloc(&p, 1024) == cudaErrorStreamCaptureUnsupported);
+    CHECK(cudaMallocHost(&p, 1024) == cudaErrorStreamCaptureUnsupported);
     (void)cudaGetLastError();
     end_invalidated(stream.s);
   }
