@@ -34,11 +34,13 @@
 //     global capture each of them but cudaHostAlloc and cudaFreeHost, which were not tried
 //     (cudaFree under compute-sanitizer); under a thread-local one
 //     cudaMalloc and every wait or query; from a second thread in global mode while the first
-//     captured in global mode, cudaStreamQuery and cudaStreamSynchronize of another stream. The
-//     same calls succeeded, and the capture stayed valid, from a second thread in thread-local
-//     mode, from a second thread while the capture was thread-local, from the capturing thread
-//     after it switched to relaxed mode, and under a capture begun in relaxed mode. A library that
-//     waits for eager work during a capture relaxes its thread's mode for that call
+//     captured in global mode, cudaStreamQuery and cudaStreamSynchronize of another stream. These
+//     succeeded and left the capture valid: cudaStreamQuery of another stream from a second
+//     thread in thread-local mode, and from a second thread in global mode while the capture was
+//     thread-local; cudaStreamSynchronize of the legacy stream and a synchronous cudaMemcpy from
+//     the capturing thread after it switched to relaxed mode; cudaStreamQuery and
+//     cudaStreamSynchronize of another stream under a capture begun in relaxed mode. A library
+//     that waits for eager work during a capture relaxes its thread's mode for that call
 //     (cuda::RelaxedCaptureMode in kernels/cuda/graph.h).
 //   * The legacy default stream waits for every blocking stream of its device: while one of them
 //     captures, work on the legacy stream, and the synchronous calls that use it (cudaMemcpy,
@@ -50,8 +52,8 @@
 //     They are not "unsafe calls".
 //   * A copy on the capturing stream whose host side is pageable memory is recorded like any other
 //     copy: on the H200 a device-to-host and a host-to-device cudaMemcpyAsync with pageable memory
-//     each became one memcpy node, the capture copied nothing, and a replay wrote the host memory.
-//     The node reads and writes that memory when it runs, at each replay. So CUDA does not stop a
+//     each became one memcpy node, the capture copied nothing, and a replay copied the memory as
+//     it was at the replay. The node reads and writes that memory when it runs, at each replay. So CUDA does not stop a
 //     host read during a capture: ember checks for it itself (check_not_capturing, Note [CUDA
 //     graphs in ember]).
 //   * Waiting on an event recorded outside the capture: cudaErrorStreamCaptureIsolation.

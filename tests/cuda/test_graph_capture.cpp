@@ -192,29 +192,31 @@ TEST_CASE("cuda graphs: waiting for or querying other work is refused to a threa
     end_invalidated(stream.s);
   }
   SECTION("other threads: refused while a global capture runs, unless they are in thread-local mode") {
-    for (cudaStreamCaptureMode capture_mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
-      for (cudaStreamCaptureMode thread_mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
-        const bool refused =
-            capture_mode == cudaStreamCaptureModeGlobal && thread_mode == cudaStreamCaptureModeGlobal;
-        INFO("capture mode " << capture_mode << ", other thread's mode " << thread_mode);
-        EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, capture_mode));
-        cudaError_t query = cudaSuccess, sync = cudaSuccess;
-        std::thread([&] {
-          cudaStreamCaptureMode m = thread_mode;
-          (void)cudaThreadExchangeStreamCaptureMode(&m);
-          query = cudaStreamQuery(other.s);
-          sync = cudaStreamSynchronize(other.s);
-          (void)cudaGetLastError();
-        }).join();
-        CHECK(query == (refused ? cudaErrorStreamCaptureUnsupported : cudaSuccess));
-        CHECK(sync == (refused ? cudaErrorStreamCaptureUnsupported : cudaSuccess));
-        if (refused) {
-          end_invalidated(stream.s);
-        } else {
-          cudaGraph_t g = nullptr;
-          EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
-          EMBER_TEST_CUDA(cudaGraphDestroy(g));
-        }
+    // (capture mode, the other thread's mode, whether it waits too): the combinations run on a GPU.
+    const std::vector<std::tuple<cudaStreamCaptureMode, cudaStreamCaptureMode, bool>> cases = {
+        {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeGlobal, false},
+        {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeGlobal, true},
+        {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, false},
+        {cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal, false},
+    };
+    for (const auto& [capture_mode, thread_mode, wait] : cases) {
+      const bool refused = capture_mode == cudaStreamCaptureModeGlobal && thread_mode == cudaStreamCaptureModeGlobal;
+      INFO("capture mode " << capture_mode << ", other thread's mode " << thread_mode << (wait ? ", waits" : ", queries"));
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, capture_mode));
+      cudaError_t got = cudaSuccess;
+      std::thread([&] {
+        cudaStreamCaptureMode m = thread_mode;
+        (void)cudaThreadExchangeStreamCaptureMode(&m);
+        got = wait ? cudaStreamSynchronize(other.s) : cudaStreamQuery(other.s);
+        (void)cudaGetLastError();
+      }).join();
+      CHECK(got == (refused ? cudaErrorStreamCaptureUnsupported : cudaSuccess));
+      if (refused) {
+        end_invalidated(stream.s);
+      } else {
+        cudaGraph_t g = nullptr;
+        EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+        EMBER_TEST_CUDA(cudaGraphDestroy(g));
       }
     }
   }
