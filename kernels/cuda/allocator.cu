@@ -44,10 +44,11 @@ class CudaBackend final : public cuda::DeviceMemoryBackend {
     // A new segment during a graph capture is the allocator's business, not the graph's: it is
     // not part of the captured work and stays reserved for the graph's private pool. CUDA forbids
     // cudaMalloc in a global-mode capture unless this thread relaxes its mode, as PyTorch does.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    EMBER_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    const cudaError_t err = cudaMalloc(&p, bytes);
-    EMBER_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaError_t err = cudaSuccess;
+    {
+      const cuda::RelaxedCaptureMode relaxed;
+      err = cudaMalloc(&p, bytes);
+    }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();  // out of memory is answered with nullptr, not a sticky error
       return nullptr;
@@ -68,6 +69,9 @@ class CudaBackend final : public cuda::DeviceMemoryBackend {
     return reinterpret_cast<cuda::EventId>(e);
   }
   bool event_done(cuda::EventId event) override {
+    // Every allocation polls, also during a capture, where CUDA refuses cudaEventQuery to a thread
+    // in global or thread-local mode. The events are of eager work outside the capture.
+    const cuda::RelaxedCaptureMode relaxed;
     const cudaError_t err = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
     if (err == cudaErrorNotReady) {
       (void)cudaGetLastError();

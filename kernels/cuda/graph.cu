@@ -48,6 +48,17 @@ void check_not_capturing(const char* op, const char* why) {
               ". Keep it out of the captured function (Note [CUDA graphs in ember] in kernels/cuda/graph.h)");
 }
 
+RelaxedCaptureMode::RelaxedCaptureMode() {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  EMBER_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  previous_ = static_cast<int>(mode);
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  auto mode = static_cast<cudaStreamCaptureMode>(previous_);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);  // a valid mode: cannot fail
+}
+
 void hold_for_replays(std::shared_ptr<void> resource) {
   if (tls_held != nullptr && is_capturing()) tls_held->push_back(std::move(resource));
 }

@@ -39,7 +39,9 @@
 // (Tensor::item, a copy to the CPU), a result whose shape depends on device data, the host-side
 // checks a few ops make (they say so at their declaration), cudaMalloc outside the caching
 // allocator, a synchronize. ember checks where it knows: such an op calls check_not_capturing()
-// and throws an ember::Error that names it; anything else fails the CUDA call with
+// and throws an ember::Error that names it. It has to for host reads: CUDA 13 records a copy to
+// pageable host memory on the capturing stream without complaint (Note [Stream capture in the
+// emulator]), so only the wait after it would fail. Anything else fails the CUDA call with
 // cudaErrorStreamCaptureUnsupported, which EMBER_CUDA_CHECK reports with a hint. Either way the
 // capture is abandoned, the stream is usable again, and capture() rethrows.
 //
@@ -76,15 +78,35 @@ void check_not_capturing(const char* op, const char* why);
 // every replay of that graph (Note [CUDA graphs in ember], "Host state that changes every step").
 void before_each_replay(std::function<void()> fn);
 
-// Calls `allocate` (which makes and returns a tensor, or any value owning device memory) with the
-// legacy default stream of `device` current, so that its memory comes from the ordinary cache, not
-// from the capture's private pool. For the device buffers a before_each_replay hook writes: the
-// hook runs before the whole graph, and the pool's blocks are reused by the graph's own
-// temporaries, whose kernels would overwrite the hook's values before the graph reads them.
+// While alive, this host thread is in cudaStreamCaptureModeRelaxed (cudaThreadExchangeStreamCaptureMode;
+// the previous mode comes back at destruction): CUDA no longer refuses it the calls it deems
+// "potentially unsafe" during a capture (cudaMalloc, synchronizing or querying a stream that does
+// not capture, or an event). For work a capture deliberately leaves outside the graph; waiting for
+// the capturing stream itself is still refused.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode();
+  ~RelaxedCaptureMode();  // never throws
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  int previous_;  // cudaStreamCaptureMode
+};
+
+// Calls `allocate` (which makes and returns a tensor, or any value owning device memory, and may
+// fill it from the host) with the legacy default stream of `device` current, so that its memory
+// comes from the ordinary cache, not from the capture's private pool, and in relaxed capture mode,
+// so that an upload that waits for the legacy stream is not refused: a thread with a global-mode
+// capture may not synchronize even a stream that does not capture (Note [Stream capture in the
+// emulator], as CUDA 13.0 did on an H200). For the device buffers a before_each_replay hook
+// writes: the hook runs before the whole graph, and the pool's blocks are reused by the graph's
+// own temporaries, whose kernels would overwrite the hook's values before the graph reads them.
 template <typename F>
 auto replay_input(int device, F allocate) {
   const DeviceGuard device_guard(device);
   const StreamGuard outside(nullptr);
+  const RelaxedCaptureMode relaxed;
   return allocate();
 }
 

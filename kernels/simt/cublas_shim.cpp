@@ -138,7 +138,7 @@ void compute_16bit(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 }
 
 cublasStatus_t sync(cublasHandle_t h) {
-  return cudaStreamSynchronize(h->stream) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+  return ember::simt::synchronize_stream(h->stream) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 // The computation in stream order on the handle's stream (now, or a node of a capture).

@@ -198,7 +198,7 @@ inline cudnnStatus_t check_device(const char* fn, size_t align, std::initializer
 }
 
 inline cudnnStatus_t sync(cudnnHandle_t h) {
-  return cudaStreamSynchronize(h->stream) == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+  return ember::simt::synchronize_stream(h->stream) == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
 }
 
 // The computation in stream order on the handle's stream: now, or a node of a capture (Find,

@@ -12,21 +12,53 @@
 // launch with the argument values of the capture. The nodes of one stream form a chain, and a
 // graph runs them in capture order: the order a GPU may not reorder either.
 //
-// What CUDA refuses during capture, the emulator refuses with the same error and, like CUDA,
-// invalidates the capture so that cudaStreamEndCapture fails with
-// cudaErrorStreamCaptureInvalidated:
-//   * waiting for the capturing stream (cudaStreamSynchronize, cudaStreamQuery), or a copy whose
-//     host side is pageable memory: cudaErrorStreamCaptureUnsupported;
-//   * "potentially unsafe" calls (cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost, synchronous
-//     cudaMemcpy / cudaMemset, cudaDeviceSynchronize) from a thread whose capture mode forbids
-//     them: cudaErrorStreamCaptureUnsupported. A thread's mode (cudaThreadExchangeStreamCaptureMode,
-//     default global) forbids them while this thread has a capture begun in global or thread-local
-//     mode, and, in global mode, while any thread has a capture begun in global mode;
-//   * work on the legacy default stream (or a synchronous call that waits for it) while a
-//     blocking stream of the device captures: cudaErrorStreamCaptureImplicit;
-//   * waiting on an event recorded outside the capture: cudaErrorStreamCaptureIsolation.
-// Capturing on the legacy stream is cudaErrorStreamCaptureUnsupported. Cross-stream capture
-// (an event recorded in a capture joining another stream into it) is not emulated: recording an
+// Which calls CUDA refuses during a capture follows two rules of the CUDA Programming Guide
+// ("Prohibited and Unhandled Operations" under "Stream Capture") and the capture modes of
+// cudaThreadExchangeStreamCaptureMode, and matches what CUDA 13.0 (driver 580.159.04) did on an
+// H200 on 2026-12-04 (tests/cuda/test_graph_capture.cpp asserts those return codes):
+//   * Waiting for or querying what only records: cudaStreamSynchronize / cudaStreamQuery of the
+//     capturing stream is cudaErrorStreamCaptureUnsupported and invalidates the capture, so that
+//     later work on the stream and cudaStreamEndCapture return cudaErrorStreamCaptureInvalidated.
+//     So is cudaDeviceSynchronize while any stream of the device captures, whatever the modes (a
+//     "broader handle" that contains the capture): on the H200 it was refused, and invalidated the
+//     capture, under a global, a thread-local and a relaxed capture of the calling thread.
+//   * "Potentially unsafe API calls": calls that are not stream work, which the capture cannot
+//     see. A thread's mode (cudaThreadExchangeStreamCaptureMode, default global) forbids them
+//     while this thread has a capture begun in global or thread-local mode and, when the thread is
+//     in global mode, while any thread has a capture begun in global mode; a forbidden call
+//     returns cudaErrorStreamCaptureUnsupported and invalidates those captures. Unsafe here:
+//     cudaMalloc, cudaFree, cudaMallocHost/cudaHostAlloc, cudaFreeHost, and synchronizing or
+//     querying work outside the capture: cudaStreamSynchronize and cudaStreamQuery of a stream
+//     that does not capture (the legacy stream included), cudaEventSynchronize, cudaEventQuery.
+//     On the H200 all of these that were tried were refused and invalidated the capture: under a
+//     global capture each of them but cudaHostAlloc and cudaFreeHost, which were not tried
+//     (cudaFree under compute-sanitizer); under a thread-local one
+//     cudaMalloc and every wait or query; from a second thread in global mode while the first
+//     captured in global mode, cudaStreamQuery and cudaStreamSynchronize of another stream. These
+//     succeeded and left the capture valid: cudaStreamQuery of another stream from a second
+//     thread in thread-local mode, and from a second thread in global mode while the capture was
+//     thread-local; cudaStreamSynchronize of the legacy stream and a synchronous cudaMemcpy from
+//     the capturing thread after it switched to relaxed mode; cudaStreamQuery and
+//     cudaStreamSynchronize of another stream under a capture begun in relaxed mode. A library
+//     that waits for eager work during a capture relaxes its thread's mode for that call
+//     (cuda::RelaxedCaptureMode in kernels/cuda/graph.h).
+//   * The legacy default stream waits for every blocking stream of its device: while one of them
+//     captures, work on the legacy stream, and the synchronous calls that use it (cudaMemcpy,
+//     cudaMemset, cudaMemcpy2D), would make the capture depend on uncaptured work:
+//     cudaErrorStreamCaptureImplicit, and the capture is invalidated. When the capturing stream is
+//     non-blocking there is no such dependency and CUDA runs them: on the H200 a synchronous
+//     device-to-host cudaMemcpy into pageable memory and a synchronous cudaMemset returned
+//     cudaSuccess during a global capture on a non-blocking stream, and the capture stayed valid.
+//     They are not "unsafe calls".
+//   * A copy on the capturing stream whose host side is pageable memory is recorded like any other
+//     copy: on the H200 a device-to-host and a host-to-device cudaMemcpyAsync with pageable memory
+//     each became one memcpy node, the capture copied nothing, and a replay copied the memory as
+//     it was at the replay. The node reads and writes that memory when it runs, at each replay. So CUDA does not stop a
+//     host read during a capture: ember checks for it itself (check_not_capturing, Note [CUDA
+//     graphs in ember]).
+//   * Waiting on an event recorded outside the capture: cudaErrorStreamCaptureIsolation.
+// Capturing on the legacy stream is cudaErrorStreamCaptureUnsupported. Cross-stream capture (an
+// event recorded in a capture joining another stream into it) is not emulated: recording an
 // event on a capturing stream invalidates the capture with a warning.
 
 #include <algorithm>
@@ -130,6 +162,19 @@ cudaError_t check_unsafe_call() {
   return forbidden ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 
+cudaError_t check_device_wait(int device) {
+  if (!capture_active()) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(capture_mutex);
+  bool conflict = false;
+  for (Capture* c : captures()) {
+    if (c->origin->device == device) {
+      c->invalidated = true;
+      conflict = true;
+    }
+  }
+  return conflict ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
 cudaError_t check_legacy_use(int device) {
   if (!capture_active()) return cudaSuccess;
   std::lock_guard<std::mutex> lock(capture_mutex);
@@ -156,7 +201,7 @@ cudaError_t run_in_stream_order(cudaStream_t stream, std::function<void()> work)
     e = detail::capture_node(s, cudaGraphNodeTypeKernel, std::move(work));
     return e ? detail::fail(e) : cudaSuccess;
   }
-  if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) return e;
+  if ((e = synchronize_stream(stream)) != cudaSuccess) return e;
   work();
   return cudaSuccess;
 }

@@ -132,10 +132,14 @@ bool capture_active();
 cudaError_t capture_node(CUstream_st* s, cudaGraphNodeType type, std::function<void()> work);
 // Ends s's capture as failed (cudaStreamEndCapture then returns cudaErrorStreamCaptureInvalidated).
 void invalidate_capture(CUstream_st* s);
-// For a call CUDA calls "potentially unsafe" during capture (cudaMalloc, cudaFree, synchronous
-// copies and memsets, device synchronization): cudaErrorStreamCaptureUnsupported when the calling
-// thread's capture mode forbids it (its captures are invalidated), else cudaSuccess.
+// For a call CUDA calls "potentially unsafe" during capture (cudaMalloc, cudaFree, pinned host
+// allocations, synchronizing or querying a stream that does not capture, or an event): cudaErrorStreamCaptureUnsupported when
+// the calling thread's capture mode forbids it (those captures are invalidated), else cudaSuccess.
 cudaError_t check_unsafe_call();
+// Waiting for the whole device waits for its capturing streams too, whatever the capture modes:
+// invalidates every capture of `device` and returns cudaErrorStreamCaptureUnsupported;
+// cudaSuccess when none captures.
+cudaError_t check_device_wait(int device);
 // Work on the legacy default stream of `device` waits for every blocking stream: while one of them
 // is capturing that is an implicit dependency capture cannot express. Invalidates those captures
 // and returns cudaErrorStreamCaptureImplicit; cudaSuccess when none is capturing.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "internal.h"
+#include "shim_memory.h"
 
 namespace ember::simt::detail {
 
@@ -422,7 +423,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* pt
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   if (const cudaError_t e = check_copy(dst, src, n, kind)) return fail(e);
-  if (const cudaError_t e = check_unsafe_call()) return fail(e);
+  // Legacy-stream work: refused only while a blocking stream captures (Note [Stream capture in the emulator]).
   if (const cudaError_t e = check_legacy_use(device_of(dst, src))) return fail(e);
   drain_device(device_of(dst, src));  // synchronous: waits for the device's queued work first
   if (n) std::memmove(dst, src, n);
@@ -431,7 +432,9 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
 
 // CUDA's rules for pageable (unregistered) host memory matter with EMBER_SIMT_DEFER=1: a copy
 // from it returns once the data is staged (the caller may free the buffer right away), a copy to
-// it returns once the copy is done. Only pinned memory is truly asynchronous.
+// it returns once the copy is done. Only pinned memory is truly asynchronous. On a capturing
+// stream neither happens: the copy, pageable or not, becomes a node that reads and writes the
+// host memory when it runs, at each replay (Note [Stream capture in the emulator]).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
   cudaError_t e = check_copy(dst, src, n, kind);
   if (e) return fail(e);
@@ -441,11 +444,9 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   Allocation a;
   const bool src_pageable = !find_allocation(src, false, &a);
   const bool dst_pageable = !find_allocation(dst, false, &a);
-  if (s->capture && (src_pageable || dst_pageable)) {
-    // A copy node reads and writes its host side at every replay: only pinned memory is
-    // addressable then, and a copy to pageable memory would make the host wait.
-    invalidate_capture(s);
-    return fail(cudaErrorStreamCaptureUnsupported);
+  if (s->capture) {
+    e = capture_node(s, cudaGraphNodeTypeMemcpy, [=] { std::memmove(dst, src, n); });
+    return e ? fail(e) : cudaSuccess;
   }
   if (config().defer && src_pageable) {
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
@@ -454,7 +455,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     e = enqueue(s, cudaGraphNodeTypeMemcpy, [=] { std::memmove(dst, src, n); });
   }
   if (e) return fail(e);
-  if (dst_pageable) cudaStreamSynchronize(stream);
+  if (dst_pageable) ember::simt::synchronize_stream(stream);
   return cudaSuccess;
 }
 
@@ -467,11 +468,6 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   cudaError_t e = cudaSuccess;
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
-  Allocation a;
-  if (s->capture && (!find_allocation(src, false, &a) || !find_allocation(dst, false, &a))) {
-    invalidate_capture(s);  // as in cudaMemcpyAsync: pageable memory cannot be a node's operand
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
   e = enqueue(s, cudaGraphNodeTypeMemcpy, [=] {
     for (size_t row = 0; row < height; ++row)
       std::memmove(static_cast<char*>(dst) + row * dpitch, static_cast<const char*>(src) + row * spitch, width);
@@ -481,7 +477,6 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
 
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                          cudaMemcpyKind kind) {
-  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   drain_device(device_of(dst, src));
   const cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, nullptr);
   drain_device(device_of(dst, src));
@@ -498,7 +493,6 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int, const void* src, int, size_t n, 
 
 cudaError_t cudaMemset(void* p, int value, size_t n) {
   if (const cudaError_t e = check_memset(p, n)) return fail(e);
-  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   if (const cudaError_t e = check_legacy_use(device_of(p, nullptr))) return fail(e);
   drain_device(device_of(p, nullptr));
   if (n) std::memset(p, value, n);
@@ -531,8 +525,8 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int) {
 // ---- whole-device operations --------------------------------------------------------------------
 
 cudaError_t cudaDeviceSynchronize(void) {
+  if (const cudaError_t e = check_device_wait(current_device())) return fail(e);
   if (const cudaError_t e = check_unsafe_call()) return fail(e);
-  if (const cudaError_t e = check_legacy_use(current_device())) return fail(e);
   drain_device(current_device());
   return cudaSuccess;
 }

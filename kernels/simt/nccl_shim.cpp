@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "internal.h"
+#include "shim_memory.h"
 
 namespace {
 
@@ -672,7 +673,7 @@ ncclResult_t collective(const char* fn, Post p, ncclComm_t handle, cudaStream_t 
   if ((r = check_buffer(fn, "recvbuff", p.recv, bytes * gathered, c->device)) != ncclSuccess) return r;
 
   // Note [Collectives outside the stream order].
-  if (cudaStreamSynchronize(stream) != cudaSuccess) {
+  if (ember::simt::synchronize_stream(stream) != cudaSuccess) {
     (void)cudaGetLastError();
     return warn(ncclUnhandledCudaError, format("%s : cudaStreamSynchronize failed", fn));
   }

@@ -1,7 +1,7 @@
 #pragma once
 // What the library shims (cublas_shim.cpp, cudnn_shim.cpp) use of the emulator: the check of a
-// pointer argument, asked through the public CUDA API as a real library would, and the one place
-// where a shim's host computation enters stream order.
+// pointer argument, asked through the public CUDA API as a real library would, the one place
+// where a shim's host computation enters stream order, and the stream wait the emulator makes itself.
 
 #include <cuda_runtime.h>
 
@@ -31,5 +31,12 @@ inline bool is_device_range(const void* p, size_t bytes) {
 // descriptor contents): it runs again at each replay. Returns the error of the synchronization or
 // of the capture (cudaErrorStreamCaptureInvalidated).
 cudaError_t run_in_stream_order(cudaStream_t stream, std::function<void()> work);
+
+// cudaStreamSynchronize without the capture-mode check of "potentially unsafe" calls (Note [Stream
+// capture in the emulator]), for the waits the emulator makes itself (a shim computing on the host,
+// a copy into pageable memory): on a GPU those happen inside the library or the driver, not as
+// calls of the program. Waiting for a capturing stream is still cudaErrorStreamCaptureUnsupported
+// and invalidates its capture.
+cudaError_t synchronize_stream(cudaStream_t stream);
 
 }  // namespace ember::simt

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "internal.h"
+#include "shim_memory.h"
 
 namespace ember::simt::detail {
 
@@ -179,6 +180,29 @@ void drain_device(int device) {
 
 }  // namespace ember::simt::detail
 
+namespace ember::simt {
+
+cudaError_t synchronize_stream(cudaStream_t stream) {
+  using namespace detail;
+  cudaError_t e = cudaSuccess;
+  CUstream_st* s = resolve_stream(stream, &e);
+  if (s == nullptr) return fail(e);
+  if (s->capture) {  // the host cannot wait for work that is only being recorded
+    invalidate_capture(s);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  if (s->legacy) {
+    if (const cudaError_t err = check_legacy_use(s->device)) return fail(err);
+  }
+  if (config().defer) {
+    std::lock_guard<std::recursive_mutex> lock(defer_mutex);
+    drain_stream(s);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace ember::simt
+
 using namespace ember::simt::detail;
 
 extern "C" {
@@ -228,18 +252,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   cudaError_t e = cudaSuccess;
   CUstream_st* s = resolve_stream(stream, &e);
   if (s == nullptr) return fail(e);
-  if (s->capture) {  // the host cannot wait for work that is only being recorded
-    invalidate_capture(s);
-    return fail(cudaErrorStreamCaptureUnsupported);
+  // Waiting for a stream that does not capture is a "potentially unsafe" call (Note [Stream
+  // capture in the emulator]); waiting for the capturing stream is refused by synchronize_stream.
+  if (!s->capture) {
+    if (const cudaError_t err = check_unsafe_call()) return fail(err);
   }
-  if (s->legacy) {
-    if (const cudaError_t err = check_legacy_use(s->device)) return fail(err);
-  }
-  if (config().defer) {
-    std::lock_guard<std::recursive_mutex> lock(defer_mutex);
-    drain_stream(s);
-  }
-  return cudaSuccess;
+  return ember::simt::synchronize_stream(stream);
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
@@ -250,6 +268,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     invalidate_capture(s);
     return fail(cudaErrorStreamCaptureUnsupported);
   }
+  if (const cudaError_t err = check_unsafe_call()) return fail(err);  // querying another stream is unsafe too
   std::lock_guard<std::recursive_mutex> lock(defer_mutex);
   return s->queue.empty() ? cudaSuccess : cudaErrorNotReady;
 }
@@ -359,12 +378,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   const EventState& st = *event->state;
   return !st.recorded || st.completed ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = check_unsafe_call()) return fail(e);
   std::shared_ptr<EventState> st = event->state;
   if (!st->recorded || st->completed) return cudaSuccess;
   std::lock_guard<std::recursive_mutex> lock(defer_mutex);

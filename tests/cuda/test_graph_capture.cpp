@@ -1,12 +1,15 @@
 // Stream capture and CUDA graphs through the CUDA runtime API: what is recorded instead of run,
 // what a replay does, and the errors CUDA returns for calls a capture cannot contain. Runs
-// unchanged on a real GPU and on the SIMT emulator (Note [Stream capture in the emulator]).
+// unchanged on a real GPU and on the SIMT emulator (Note [Stream capture in the emulator]). The
+// return codes asserted here are those CUDA 13.0 (driver 580.159.04) gave on an H200 on 2026-12-04.
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <functional>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <ember/kernels/cuda/runtime.h>
@@ -120,13 +123,109 @@ TEST_CASE("cuda graphs: capture refuses the legacy stream, a second begin, and a
   (void)cudaGetLastError();
   // Work on another, non-blocking stream is not part of the capture and runs.
   EMBER_TEST_CUDA(cudaMemsetAsync(a.data(), 0, 16 * sizeof(float), other.s));
-  EMBER_TEST_CUDA(cudaStreamSynchronize(other.s));
   EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
-  CHECK(a.download() == std::vector<float>(16, 0.0f));
   size_t nodes = 99;
   EMBER_TEST_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
   CHECK(nodes == 0);
   EMBER_TEST_CUDA(cudaGraphDestroy(g));
+  EMBER_TEST_CUDA(cudaStreamSynchronize(other.s));
+  CHECK(a.download() == std::vector<float>(16, 0.0f));
+}
+
+TEST_CASE("cuda graphs: waiting for or querying other work is refused to a thread that captures",
+          "[cuda][graphs]") {
+  // Synchronizing or querying a stream or an event outside the capture is one of the "potentially
+  // unsafe" calls that a global or thread-local capture forbids to its thread: refused, and the
+  // capture is invalidated.
+  TestStream stream, other;
+  cudaEvent_t done = nullptr;
+  EMBER_TEST_CUDA(cudaEventCreate(&done));
+  EMBER_TEST_CUDA(cudaEventRecord(done, other.s));
+  EMBER_TEST_CUDA(cudaStreamSynchronize(other.s));
+  const std::vector<std::pair<const char*, std::function<cudaError_t()>>> calls = {
+      {"cudaStreamSynchronize(other)", [&] { return cudaStreamSynchronize(other.s); }},
+      {"cudaStreamSynchronize(legacy)", [&] { return cudaStreamSynchronize(nullptr); }},
+      {"cudaStreamQuery(other)", [&] { return cudaStreamQuery(other.s); }},
+      {"cudaEventQuery", [&] { return cudaEventQuery(done); }},
+      {"cudaEventSynchronize", [&] { return cudaEventSynchronize(done); }},
+  };
+  for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+    for (const auto& [name, call] : calls) {
+      INFO(name << (mode == cudaStreamCaptureModeGlobal ? " in global mode" : " in thread-local mode"));
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, mode));
+      CHECK(call() == cudaErrorStreamCaptureUnsupported);
+      (void)cudaGetLastError();
+      cudaStreamCaptureStatus status{};
+      EMBER_TEST_CUDA(cudaStreamIsCapturing(stream.s, &status));
+      CHECK(status == cudaStreamCaptureStatusInvalidated);
+      end_invalidated(stream.s);
+    }
+  }
+  SECTION("a thread in relaxed mode may wait, and the capture stays valid") {
+    DeviceBuffer<float> d(16);
+    std::vector<float> host(16, 2.5f);
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    EMBER_TEST_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
+    EMBER_TEST_CUDA(cudaStreamSynchronize(nullptr));
+    EMBER_TEST_CUDA(cudaMemcpy(d.data(), host.data(), 16 * sizeof(float), cudaMemcpyHostToDevice));
+    EMBER_TEST_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaGraph_t g = nullptr;
+    EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+    size_t nodes = 99;
+    EMBER_TEST_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
+    CHECK(nodes == 0);
+    EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    CHECK(d.download() == host);
+  }
+  // With no capture left, the same calls succeed.
+  SECTION("a capture begun in relaxed mode allows them, but not cudaDeviceSynchronize") {
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeRelaxed));
+    EMBER_TEST_CUDA(cudaStreamQuery(other.s));
+    EMBER_TEST_CUDA(cudaStreamSynchronize(other.s));
+    cudaStreamCaptureStatus status{};
+    EMBER_TEST_CUDA(cudaStreamIsCapturing(stream.s, &status));
+    CHECK(status == cudaStreamCaptureStatusActive);
+    // Synchronizing the device would wait for the capturing stream itself.
+    CHECK(cudaDeviceSynchronize() == cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    end_invalidated(stream.s);
+  }
+  SECTION("other threads: refused while a global capture runs, unless they are in thread-local mode") {
+    // (capture mode, the other thread's mode, whether it waits too): the combinations run on a GPU.
+    const std::vector<std::tuple<cudaStreamCaptureMode, cudaStreamCaptureMode, bool>> cases = {
+        {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeGlobal, false},
+        {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeGlobal, true},
+        {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, false},
+        {cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal, false},
+    };
+    for (const auto& [capture_mode, thread_mode, wait] : cases) {
+      const bool refused = capture_mode == cudaStreamCaptureModeGlobal && thread_mode == cudaStreamCaptureModeGlobal;
+      INFO("capture mode " << capture_mode << ", other thread's mode " << thread_mode << (wait ? ", waits" : ", queries"));
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, capture_mode));
+      cudaError_t got = cudaSuccess;
+      std::thread([&] {
+        cudaStreamCaptureMode m = thread_mode;
+        (void)cudaThreadExchangeStreamCaptureMode(&m);
+        got = wait ? cudaStreamSynchronize(other.s) : cudaStreamQuery(other.s);
+        (void)cudaGetLastError();
+      }).join();
+      CHECK(got == (refused ? cudaErrorStreamCaptureUnsupported : cudaSuccess));
+      if (refused) {
+        end_invalidated(stream.s);
+      } else {
+        cudaGraph_t g = nullptr;
+        EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+        EMBER_TEST_CUDA(cudaGraphDestroy(g));
+      }
+    }
+  }
+  // With no capture left, the same calls succeed.
+  for (const auto& [name, call] : calls) {
+    INFO(name);
+    CHECK(call() == cudaSuccess);
+  }
+  EMBER_TEST_CUDA(cudaEventDestroy(done));
 }
 
 TEST_CASE("cuda graphs: synchronizing with a capturing stream invalidates the capture", "[cuda][graphs]") {
@@ -146,19 +245,7 @@ TEST_CASE("cuda graphs: synchronizing with a capturing stream invalidates the ca
     (void)cudaGetLastError();
     end_invalidated(stream.s);
   }
-  SECTION("a copy to pageable host memory (what Tensor.item() does)") {
-    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
-    CHECK(cudaMemcpyAsync(host.data(), d.data(), 64 * sizeof(float), cudaMemcpyDeviceToHost, stream.s) ==
-          cudaErrorStreamCaptureUnsupported);
-    (void)cudaGetLastError();
-    end_invalidated(stream.s);
-  }
-  SECTION("synchronous cudaMemcpy and cudaDeviceSynchronize in global mode") {
-    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
-    CHECK(cudaMemcpy(host.data(), d.data(), 64 * sizeof(float), cudaMemcpyDeviceToHost) ==
-          cudaErrorStreamCaptureUnsupported);
-    (void)cudaGetLastError();
-    end_invalidated(stream.s);
+  SECTION("cudaDeviceSynchronize in global mode") {
     EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
     CHECK(cudaDeviceSynchronize() == cudaErrorStreamCaptureUnsupported);
     (void)cudaGetLastError();
@@ -170,13 +257,88 @@ TEST_CASE("cuda graphs: synchronizing with a capturing stream invalidates the ca
   CHECK(d.download() == host);
 }
 
+TEST_CASE("cuda graphs: copies with pageable host memory do not disturb a capture on a non-blocking stream",
+          "[cuda][graphs]") {
+  // CUDA does not refuse a read of device memory into pageable host memory during a capture, so
+  // ember must refuse host reads itself (check_not_capturing, Note [CUDA graphs in ember]).
+  TestStream stream;
+  std::vector<float> values(64);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  DeviceBuffer<float> d(values);
+  std::vector<float> host(64, 1.0f);
+
+  SECTION("cudaMemcpyAsync on the capturing stream is a copy node, run at each replay") {
+    for (cudaMemcpyKind kind : {cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice}) {
+      const bool to_host = kind == cudaMemcpyDeviceToHost;
+      INFO((to_host ? "device to host" : "host to device"));
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+      if (to_host) {
+        EMBER_TEST_CUDA(cudaMemcpyAsync(host.data(), d.data(), 64 * sizeof(float), kind, stream.s));
+      } else {
+        EMBER_TEST_CUDA(cudaMemcpyAsync(d.data(), host.data(), 64 * sizeof(float), kind, stream.s));
+      }
+      cudaGraph_t g = nullptr;
+      EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+      REQUIRE(g != nullptr);
+      // Nothing was copied yet.
+      CHECK(host == std::vector<float>(64, 1.0f));
+      CHECK(d.download() == values);
+      size_t nodes = 0;
+      cudaGraphNode_t node = nullptr;
+      EMBER_TEST_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
+      REQUIRE(nodes == 1);
+      EMBER_TEST_CUDA(cudaGraphGetNodes(g, &node, &nodes));
+      cudaGraphNodeType type{};
+      EMBER_TEST_CUDA(cudaGraphNodeGetType(node, &type));
+      CHECK(type == cudaGraphNodeTypeMemcpy);
+      // A replay copies what the host memory holds then, not at capture.
+      cudaGraphExec_t exec = nullptr;
+      EMBER_TEST_CUDA(cudaGraphInstantiate(&exec, g, 0));
+      if (!to_host) host[3] = 42.0f;
+      EMBER_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+      EMBER_TEST_CUDA(cudaStreamSynchronize(stream.s));
+      CHECK((to_host ? host : d.download()) == (to_host ? values : host));
+      EMBER_TEST_CUDA(cudaGraphExecDestroy(exec));
+      EMBER_TEST_CUDA(cudaGraphDestroy(g));
+      host.assign(64, 1.0f);
+    }
+  }
+  SECTION("synchronous cudaMemcpy and cudaMemset in global mode (on the legacy stream, which the capture does not block)") {
+    cudaGraph_t g = nullptr;
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    EMBER_TEST_CUDA(cudaMemcpy(host.data(), d.data(), 64 * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(host == values);  // it ran, and returned once the copy was done
+    EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+    REQUIRE(g != nullptr);
+    EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    EMBER_TEST_CUDA(cudaMemset(d.data(), 0, sizeof(float)));
+    EMBER_TEST_CUDA(cudaStreamEndCapture(stream.s, &g));
+    REQUIRE(g != nullptr);
+    size_t nodes = 99;
+    EMBER_TEST_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
+    CHECK(nodes == 0);
+    EMBER_TEST_CUDA(cudaGraphDestroy(g));
+    std::vector<float> want = values;
+    want[0] = 0.0f;
+    CHECK(d.download() == want);
+  }
+}
+
 TEST_CASE("cuda graphs: cudaMalloc during capture depends on the thread's capture mode", "[cuda][graphs]") {
   TestStream stream;
   void* p = nullptr;
 
-  SECTION("global: refused, and the capture is invalidated") {
+  SECTION("global or thread-local: refused, and the capture is invalidated") {
+    for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+      EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, mode));
+      CHECK(cudaMalloc(&p, 1024) == cudaErrorStreamCaptureUnsupported);
+      (void)cudaGetLastError();
+      end_invalidated(stream.s);
+    }
+    // Pinned host memory too.
     EMBER_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
-    CHECK(cudaMalloc(&p, 1024) == cudaErrorStreamCaptureUnsupported);
+    CHECK(cudaMallocHost(&p, 1024) == cudaErrorStreamCaptureUnsupported);
     (void)cudaGetLastError();
     end_invalidated(stream.s);
   }

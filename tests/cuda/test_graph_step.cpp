@@ -163,6 +163,25 @@ TEST_CASE("cuda graph: memory of the capture stays with the graph", "[cuda][grap
   CHECK(cuda::memory_stats(0).reserved_bytes < private_before);
 }
 
+TEST_CASE("cuda graph: a capture that allocates while freed memory waits for another stream", "[cuda][graphs]") {
+  // A block freed after record_stream waits for an event on the other stream; every allocation
+  // polls those events (cudaEventQuery), which CUDA refuses to a thread whose global-mode capture
+  // runs, unless the thread relaxes its mode (Note [Stream capture in the emulator]).
+  const Device d = Device::cuda(0);
+  cuda::StreamHandle side(0);
+  {
+    Tensor used = full({4096}, 1.0f, {.device = d});
+    cuda::record_stream(used.data(), 0, side.get());
+  }
+  Tensor x = full({16}, 2.0f, {.device = d});
+  Tensor out;
+  cuda::Graph graph;
+  graph.capture([&] { out = x * 3.0; });
+  REQUIRE(graph.captured());
+  graph.replay();
+  CHECK(out.to_vector<float>() == std::vector<float>(16, 6.0f));
+}
+
 TEST_CASE("cuda graph: ops that wait for the device say so by name", "[cuda][graphs]") {
   const Device d = Device::cuda(0);
   Tensor x = full({16}, 1.5f, {.device = d});

@@ -304,3 +304,41 @@ TEST_CASE("simt: streams order work, deferred mode waits for synchronization", "
   CHECK(cudaStreamDestroy(s) == cudaErrorInvalidResourceHandle);
   (void)cudaGetLastError();
 }
+
+TEST_CASE("simt: a captured copy with a pageable host side runs at each replay", "[simt]") {
+  // The emulator's model of what CUDA 13.0 accepted on an H200 (Note [Stream capture in the
+  // emulator]): the copy becomes a memcpy node that reads and writes the host memory when it runs.
+  std::vector<float> values(64);
+  std::iota(values.begin(), values.end(), -10.0f);
+  Dev<float> d(values);
+  std::vector<float> out(64, 1.0f), in(1, 7.0f);  // pageable
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(out.data(), d.p, 64 * sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(d.p, in.data(), sizeof(float), cudaMemcpyHostToDevice, s) == cudaSuccess);
+  cudaGraph_t g = nullptr;
+  REQUIRE(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  CHECK(out == std::vector<float>(64, 1.0f));  // recorded, not run
+  CHECK(d.get() == values);
+  size_t nodes = 0;
+  REQUIRE(cudaGraphGetNodes(g, nullptr, &nodes) == cudaSuccess);
+  CHECK(nodes == 2);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(out == values);
+  std::vector<float> want = values;
+  want[0] = 7.0f;
+  CHECK(d.get() == want);
+  in[0] = 42.0f;  // read by the second node at the next replay, not frozen at capture
+  REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(out == want);
+  want[0] = 42.0f;
+  CHECK(d.get() == want);
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(g) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+}
