@@ -43,8 +43,13 @@ void run_info(bool json) {
   std::printf("  library    %s\n", blas.library.c_str());
   std::printf("  bf16       %s\n", kc::bf16_gemm_path_name(kc::bf16_gemm_path()));
   std::printf("  conv 3x3   %s\n", kc::conv3x3_description().c_str());
-  std::printf("threads      %d (%s)\n", get_num_threads(),
-              env_threads ? (std::string("EMBER_NUM_THREADS=") + env_threads).c_str() : "all cores");
+  const int usable = available_cpus();
+  const std::string why = env_threads ? std::string("EMBER_NUM_THREADS=") + env_threads
+                          : usable == static_cast<int>(std::thread::hardware_concurrency())
+                              ? std::string("all cores")
+                              : "the " + std::to_string(usable) + (usable == 1 ? " CPU" : " CPUs") + " this process may run on, of " +
+                                    std::to_string(std::thread::hardware_concurrency());
+  std::printf("threads      %d (%s)\n", get_num_threads(), why.c_str());
   if (!cuda_built()) {
     std::printf("CUDA         not in this build\n");
   } else if (gpus.empty()) {

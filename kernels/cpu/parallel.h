@@ -14,10 +14,14 @@
 
 namespace ember {
 
-// Threads used by ember's CPU kernels (and OpenBLAS). Default: all cores, or EMBER_NUM_THREADS.
-// Returns 1 on a thread inside a SerialThreadScope.
+// Threads used by ember's CPU kernels (and OpenBLAS). Default: EMBER_NUM_THREADS, else
+// available_cpus(). Returns 1 on a thread inside a SerialThreadScope.
 int get_num_threads();
 void set_num_threads(int n);
+// The CPUs this process may run on: its affinity mask (taskset, a container's cpuset, an MPI
+// launcher's binding), which can be fewer than the machine's cores; the machine's logical CPUs
+// where the mask cannot be read.
+int available_cpus();
 
 // While alive, the kernels called on this thread run single-threaded (get_num_threads() is 1 here):
 // the data loader's worker threads hold one, so N workers don't each start an OpenMP team of all

@@ -48,5 +48,16 @@ if [ "$want" != "SSE2" ]; then
   [ "$err" = "ember: warning: OpenBLAS runs its Prescott kernels (SSE2) on a CPU with $want (OPENBLAS_CORETYPE=Prescott): matrix products and convolutions run several times slower than they could" ] ||
     fail "OPENBLAS_CORETYPE=Prescott: stderr was '$err'"
 fi
+# Threads follow the affinity mask (Note [Threads from the affinity mask]): one CPU under taskset,
+# however many the machine has; EMBER_NUM_THREADS still wins.
+if command -v taskset >/dev/null; then
+  one=$(env -u EMBER_NUM_THREADS taskset -c 0 "$ember" info | grep '^threads')
+  cores=$(nproc --all)
+  if [ "$cores" -gt 1 ]; then want_one="threads      1 (the 1 CPU this process may run on, of $cores)"
+  else want_one="threads      1 (all cores)"; fi
+  [ "$one" = "$want_one" ] || fail "under taskset -c 0: '$one', want '$want_one'"
+  three=$(EMBER_NUM_THREADS=3 taskset -c 0 "$ember" info | grep '^threads')
+  [ "$three" = "threads      3 (EMBER_NUM_THREADS=3)" ] || fail "EMBER_NUM_THREADS=3 under taskset: '$three'"
+fi
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
