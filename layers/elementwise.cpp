@@ -11,7 +11,6 @@
 #include "reduce.h"
 
 #if EMBER_CUDA_BACKEND
-#include "../kernels/cuda/cudnn.h"
 #include "../kernels/cuda/elementwise.h"
 #endif
 
@@ -72,38 +71,10 @@ Tensor binary_forward(BinaryOp op, const Tensor& a0, const Tensor& b0, double al
   return out;
 }
 
-// ReLU, sigmoid and tanh of a dense (contiguous or channels-last) CUDA tensor go through cuDNN
-// (Note [cuDNN or the hand-written kernels] in kernels/cuda/cudnn.h), as one flat range of elements:
-// the output and the gradients are allocated with the same strides. Their backward reads only the
-// output.
-#if EMBER_CUDA_BACKEND
-bool cudnn_activation(UnaryOp op, const Tensor& t, kernels::gpu::cudnn::Activation* a) {
-  // cuDNN's tensor descriptors count at most 2^31 - 1 elements.
-  const bool dense = t.is_contiguous() || t.suggest_memory_format() == MemoryFormat::channels_last;
-  if (t.device().type != DeviceType::CUDA || !dense || t.numel() == 0 || t.numel() > INT32_MAX) return false;
-  if (!is_floating(t.dtype())) return false;
-  switch (op) {
-    case UnaryOp::Relu: *a = kernels::gpu::cudnn::Activation::Relu; break;
-    case UnaryOp::Sigmoid: *a = kernels::gpu::cudnn::Activation::Sigmoid; break;
-    case UnaryOp::Tanh: *a = kernels::gpu::cudnn::Activation::Tanh; break;
-    default: return false;
-  }
-  return kernels::gpu::cudnn::enabled();
-}
-#endif
-
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double alpha) {
   detail::check_floating(name, x);
   const MemoryFormat fmt = x.suggest_memory_format();
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()}, fmt);
-#if EMBER_CUDA_BACKEND
-  if (kernels::gpu::cudnn::Activation a; cudnn_activation(op, x, &a)) {
-    const profiler::Scope scope(name);
-    EMBER_CUDA_CALL(x.device(), name,
-                    kernels::gpu::cudnn::activation_forward(a, x.dtype(), x.numel(), x.data(), out.data()));
-    return out;
-  }
-#endif
   EMBER_KERNEL_CALL(x.device(), name, unary, op, x.dtype(), detail::iter_shape(x.shape(), fmt),
                     detail::operand(out, x.shape(), fmt), detail::operand(x, x.shape(), fmt), alpha);
   return out;
@@ -115,17 +86,6 @@ Tensor unary_backward(UnaryOp op, const char* name, const Tensor& g0, const Tens
   // The gradient in the layout of the tensor the op saved.
   const MemoryFormat fmt = y.suggest_memory_format();
   Tensor gi = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()}, fmt);
-#if EMBER_CUDA_BACKEND
-  if (kernels::gpu::cudnn::Activation a; g.shape() == y.shape() && cudnn_activation(op, y, &a)) {
-    const Tensor gc = g.contiguous(fmt);
-    const profiler::Scope scope(name);
-    // The derivative comes from y alone, so y stands in for cuDNN's x too (kernels/cuda/cudnn.h).
-    EMBER_CUDA_CALL(
-        y.device(), name,
-        kernels::gpu::cudnn::activation_backward(a, y.dtype(), y.numel(), y.data(), y.data(), gc.data(), gi.data()));
-    return gi;
-  }
-#endif
   const Shape& s = x.shape();
   EMBER_KERNEL_CALL(x.device(), name, unary_backward, op, x.dtype(), detail::iter_shape(s, fmt),
                     detail::operand(gi, s, fmt), detail::operand(g, s, fmt), detail::operand(x, s, fmt),

@@ -8,13 +8,15 @@
 // over the emulator's cuDNN shim (kernels/simt/cudnn_shim.cpp, docs/simt.md).
 //
 // Note [cuDNN or the hand-written kernels]
-// Where ember has both, a layer on a CUDA device uses cuDNN: convolutions (layers/conv.cpp), max
-// and average pooling whose output size is cuDNN's floor formula (layers/pool.cpp; ceil_mode
-// windows, dilation and max_pool2d_with_indices, whose indices are part of ember's contract, stay
-// hand-written), and contiguous ReLU, sigmoid and tanh (layers/elementwise.cpp), in f32, f64, f16
-// and bf16 (Note [16-bit pooling and activations]). EMBER_CUDNN=0 in
-// the environment selects the hand-written kernels for all of them (to compare the two, or to
-// rule cuDNN out); ctest runs the CUDA parity tests both ways.
+// Where ember has both, a layer on a CUDA device uses cuDNN for convolutions (layers/conv.cpp) and
+// for max and average pooling whose output size is cuDNN's floor formula (layers/pool.cpp;
+// ceil_mode windows, dilation and max_pool2d_with_indices, whose indices are part of ember's
+// contract, stay hand-written), in f32, f64, f16 and bf16 (Note [16-bit pooling and
+// activations]). ReLU, sigmoid and tanh use the hand-written elementwise kernels: on an H200
+// (2026-12-04) the kernel moved 3,947 GB/s through a 2^26-float ReLU and cuDNN's activation 2,787
+// (the copy: 3,778). cuDNN's activation entry points below stay, tested against the kernels.
+// EMBER_CUDNN=0 in the environment selects the hand-written kernels for everything (to compare
+// the two, or to rule cuDNN out); ctest runs the CUDA parity tests both ways.
 //
 // Note [cuDNN algorithm choice]
 // A cuDNN convolution can be computed by several algorithms (implicit GEMM, FFT, Winograd, ...)

@@ -25,7 +25,9 @@ namespace ember::testing {
 //    bf16 0x7fff) whatever NaN went in, where x86 keeps the NaN operand's sign and payload: any
 //    NaN stands for a NaN there.
 //  - cuDNN's own arithmetic: its average pooling, sigmoid and tanh round differently from the
-//    CPU kernels by an ulp or a few (kCudnnUlps), and it sums bias gradients in its own order.
+//    CPU kernels by an ulp or a few (kCudnnUlps, of the values' magnitude: an average of values
+//    of both signs can be far smaller than they are), and it sums bias gradients in its own
+//    order. Its max pooling can return +0 for a window whose largest value is -0.
 #if EMBER_SIMT
 inline constexpr bool kExactNanBits = true;
 inline constexpr double kCudnnUlps = 0;
