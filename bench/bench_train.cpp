@@ -31,6 +31,7 @@ double run_once(int threads, const std::string& amp, int steps) {
   c.augment = false;
   c.quiet = true;
   c.threads = threads;
+  c.device = "cpu";  // the CPU benchmark also in a CUDA build on a machine with a GPU
   c.amp = amp;
   c.eval_every = 1000;  // no evaluation inside the timed epoch (the last one still runs)
   c.max_steps = steps;
