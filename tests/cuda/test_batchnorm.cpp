@@ -57,6 +57,7 @@ const BatchNormShape kShapes[] = {
     {1, 1, 1},      // one element: variance 0
     {3, 70, 4},     // more channels than a warp
     {8, 3, 2000},   // few channels, many elements: split reductions (3 slices per channel on 132 SMs)
+    {300, 2, 5},    // short rows, many images: each thread's walk steps 51 rows and 1 element at a time
 };
 
 template <typename T>
