@@ -52,23 +52,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Element k (0 <= k < n * s) of channel c lies at ((k / s) * C + c) * s + k % s. A thread visits
-// k, k + step, k + 2 step, ...: it divides once, here, and advance() adds the step's whole rows
-// and remainder with a carry (Note [Batch norm without per-element division]).
-struct ChannelWalk {
-  int64_t row = 0, col = 0, rows_per_step = 0, cols_per_step = 0, s = 0;
-  __device__ ChannelWalk(int64_t k, int64_t step, int64_t s_) : s(s_) {
-    if (s_ == 0) return;  // an empty channel: nothing is visited
-    row = k / s_, col = k % s_;
-    rows_per_step = step / s_, cols_per_step = step % s_;
-  }
-  __device__ int64_t offset(const BatchNormShape& sh, int64_t c) const { return (row * sh.c + c) * s + col; }
-  __device__ void advance() {
-    row += rows_per_step;
-    col += cols_per_step;
-    if (col >= s) col -= s, ++row;
-  }
-};
+using detail::ChannelWalk;
 
 template <typename T, typename P>
 __global__ void stats_kernel(BatchNormShape sh, const T* x, P* mean, P* var) {
@@ -76,12 +60,12 @@ __global__ void stats_kernel(BatchNormShape sh, const T* x, P* mean, P* var) {
   const int64_t c = blockIdx.x, count = sh.n * sh.s;
   A sum = 0;
   ChannelWalk w(threadIdx.x, blockDim.x, sh.s);
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x, w.advance()) sum += static_cast<A>(x[w.offset(sh, c)]);
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x, w.advance()) sum += static_cast<A>(x[w.offset(sh.c, c)]);
   const A m = detail::block_sum(sum) / static_cast<A>(count);
   A sq = 0;
   w = ChannelWalk(threadIdx.x, blockDim.x, sh.s);
   for (int64_t k = threadIdx.x; k < count; k += blockDim.x, w.advance()) {
-    const A d = static_cast<A>(x[w.offset(sh, c)]) - m;
+    const A d = static_cast<A>(x[w.offset(sh.c, c)]) - m;
     sq += d * d;
   }
   sq = detail::block_sum(sq);
@@ -119,7 +103,7 @@ __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* g
   A sg = 0, sgx = 0;
   ChannelWalk w(threadIdx.x, blockDim.x, sh.s);
   for (int64_t k = threadIdx.x; k < count; k += blockDim.x, w.advance()) {
-    const int64_t off = w.offset(sh, c);
+    const int64_t off = w.offset(sh.c, c);
     const A g = gy[off];
     sg += g;
     sgx += g * (static_cast<A>(x[off]) - m) * is;
@@ -177,7 +161,7 @@ __global__ void stats_partial_kernel(BatchNormShape sh, const T* x, const acc_t<
   A acc = 0;
   ChannelWalk w(lo + threadIdx.x, blockDim.x, sh.s);
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x, w.advance()) {
-    const A v = static_cast<A>(x[w.offset(sh, c)]);
+    const A v = static_cast<A>(x[w.offset(sh.c, c)]);
     acc += mean ? (v - m) * (v - m) : v;
   }
   acc = detail::block_sum(acc);
@@ -211,7 +195,7 @@ __global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* 
   A sg = 0, sgx = 0;
   ChannelWalk w(lo + threadIdx.x, blockDim.x, sh.s);
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x, w.advance()) {
-    const int64_t off = w.offset(sh, c);
+    const int64_t off = w.offset(sh.c, c);
     const A g = gy[off];
     sg += g;
     sgx += g * (static_cast<A>(x[off]) - m) * is;

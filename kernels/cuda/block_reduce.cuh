@@ -42,6 +42,27 @@ __device__ inline T block_sum(T v) {
 
 // Blocks for a grid-stride loop over `n` items at `per_block` items per block: at least 1, at most
 // 65535 (the loop covers the rest; 65535 blocks fill any GPU many times over).
+// One channel of an (n, C, s) tensor, as a per-channel reduction walks it: element k
+// (0 <= k < n * s) of channel c lies at ((k / s) * C + c) * s + k % s. A thread that visits k,
+// k + step, k + 2 step, ... divides once, when its walk starts; advance() then adds the step's
+// whole rows and remainder, carrying into the next row when the position passes the row's end,
+// as one adds in base s. (Integer division is a software routine of dozens of instructions on a
+// GPU, 64-bit more so: Note [Batch norm without per-element division] in batchnorm.cu.)
+struct ChannelWalk {
+  int64_t row = 0, col = 0, rows_per_step = 0, cols_per_step = 0, s = 0;
+  __device__ ChannelWalk(int64_t k, int64_t step, int64_t s_) : s(s_) {
+    if (s_ == 0) return;  // an empty channel: nothing is visited
+    row = k / s_, col = k % s_;
+    rows_per_step = step / s_, cols_per_step = step % s_;
+  }
+  __device__ int64_t offset(int64_t channels, int64_t c) const { return (row * channels + c) * s + col; }
+  __device__ void advance() {
+    row += rows_per_step;
+    col += cols_per_step;
+    if (col >= s) col -= s, ++row;
+  }
+};
+
 inline unsigned grid_stride_blocks(int64_t n, int64_t per_block) {
   const int64_t b = (n + per_block - 1) / per_block;
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));

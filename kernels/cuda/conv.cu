@@ -124,10 +124,9 @@ template <typename T>
 __global__ void bias_grad_kernel(int64_t n, int64_t c_out, int64_t ohw, const T* gy, T* gb) {
   const int64_t oc = blockIdx.x;
   acc_t<T> acc = 0;
-  for (int64_t idx = threadIdx.x; idx < n * ohw; idx += blockDim.x) {
-    const int64_t img = idx / ohw, p = idx % ohw;
-    acc += static_cast<acc_t<T>>(gy[(img * c_out + oc) * ohw + p]);
-  }
+  detail::ChannelWalk w(threadIdx.x, blockDim.x, ohw);  // no division per element
+  for (int64_t idx = threadIdx.x; idx < n * ohw; idx += blockDim.x, w.advance())
+    acc += static_cast<acc_t<T>>(gy[w.offset(c_out, oc)]);
   acc = detail::block_sum(acc);
   if (threadIdx.x == 0) gb[oc] = static_cast<T>(acc);
 }
