@@ -145,8 +145,8 @@ double scaled_error(const Tensor& a, const Tensor& b) {
 
 std::string name_of(Device d) { return d.str(); }
 
-// The unit roundoff of a 16-bit dtype: half the distance from 1 to the next value (bf16 keeps 8
-// significant bits, f16 11).
+// Half the unit roundoff of a 16-bit dtype, the unit the tolerances below count in: a quarter of
+// the distance from 1 to the next value (bf16 keeps 8 significant bits: 2^-7 / 4; f16 11: 2^-10 / 4).
 double unit_roundoff(DType region) { return region == DType::bf16 ? 0x1p-9 : 0x1p-12; }
 
 }  // namespace
