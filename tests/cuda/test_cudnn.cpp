@@ -628,7 +628,7 @@ TEST_CASE("cudnn shim: alpha and beta blend into the output as cuDNN defines", "
   REQUIRE(cudnnDestroyTensorDescriptor(pooled) == CUDNN_STATUS_SUCCESS);
 }
 
-TEST_CASE("cudnn serves the layers: conv2d and max/avg pooling, unless EMBER_CUDNN=0; not the activations",
+TEST_CASE("cudnn serves the layers: conv2d and max/avg pooling (not the activations), unless EMBER_CUDNN=0",
           "[cuda][cudnn][cudnn_layers]") {
   using namespace ember;
   const Device dev = Device::cuda(0);

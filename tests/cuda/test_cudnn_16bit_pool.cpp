@@ -241,8 +241,8 @@ TEMPLATE_TEST_CASE("cudnn activations in f16/bf16 equal the hand-written kernels
 }
 
 #if EMBER_SIMT
-TEST_CASE("cudnn layers in f16/bf16: pooling reaches cuDNN natively, unless EMBER_CUDNN=0; activations stay "
-          "hand-written",
+TEST_CASE("cudnn layers in f16/bf16: pooling reaches cuDNN natively (activations stay hand-written), unless "
+          "EMBER_CUDNN=0",
           "[cuda][cudnn][cudnn_layers][low_precision]") {
   using namespace ember;
   const Device dev = Device::cuda(0);
