@@ -206,6 +206,32 @@ void train_cnn(int steps, const std::string& mode, const std::string& amp) {
   line(buf);
 }
 
+// Where a cnn step's time goes, f32 against --amp bf16 (data on the device): a short run of each
+// under `ember train --profile`'s profiler, its table on stderr (no JSON line: the profiler's
+// events are not part of the measurements above). On an H200 the bf16 run was ten times slower
+// than f32 (docs/gpu-validation.md); this shows which op.
+void profile_train_cnn(int steps) {
+  for (const char* amp : {"off", "bf16"}) {
+    train::TrainConfig cfg;
+    cfg.model = "cnn";
+    cfg.optimizer = "adam";
+    cfg.lr = 1e-3;
+    cfg.batch_size = 64;
+    cfg.epochs = 1;
+    cfg.augment = false;
+    cfg.quiet = true;
+    cfg.device = "cuda";
+    cfg.eval_every = 1000;
+    cfg.eval_limit = 64;
+    cfg.max_steps = steps;
+    cfg.data_on_device = true;
+    cfg.amp = amp;
+    cfg.profile = true;
+    std::fprintf(stderr, "train_cnn --amp %s, %d steps, data on the device:\n", amp, steps);
+    (void)train::run_training(cfg);
+  }
+}
+
 // One training step of ResNet-18 (ImageNet layout, 1000 classes) on random images: the step time
 // without the data loader, as the PyTorch side measures it. amp: the forward pass and the loss
 // under AutocastGuard(cuda, bf16), as `ember train --amp bf16` runs them. channels_last: the model's
@@ -329,6 +355,7 @@ int main(int argc, char** argv) {
       train_cnn(steps, "data_on_device", "off");
       train_cnn(steps, "data_on_device+cuda_graphs", "off");
       train_cnn(steps, "data_on_device", "bf16");
+      profile_train_cnn(g_tiny ? 3 : 50);
     }
     if (only.count("resnet18_step"))
       for (const auto& [amp, channels_last] : {std::pair{false, false}, {true, false}, {true, true}})
