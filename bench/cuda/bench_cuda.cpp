@@ -180,8 +180,9 @@ void conv(int64_t n, int64_t c, int64_t hw) {
   line(buf);
 }
 
-// mode: "host_loader", "data_on_device" or "data_on_device+cuda_graphs"; amp: "off" or "bf16".
-void train_cnn(int steps, const std::string& mode, const std::string& amp) {
+// The cnn benchmark's recipe (Adam 1e-3, batch 64, no augmentation), `steps` steps on the CUDA
+// device. mode: "host_loader", "data_on_device" or "data_on_device+cuda_graphs"; amp: "off" or "bf16".
+train::TrainConfig cnn_config(int steps, const std::string& mode, const std::string& amp) {
   train::TrainConfig cfg;
   cfg.model = "cnn";
   cfg.optimizer = "adam";
@@ -197,7 +198,11 @@ void train_cnn(int steps, const std::string& mode, const std::string& amp) {
   cfg.data_on_device = mode != "host_loader";
   cfg.cuda_graphs = mode == "data_on_device+cuda_graphs";
   cfg.amp = amp;
-  const train::TrainSummary s = train::run_training(cfg);
+  return cfg;
+}
+
+void train_cnn(int steps, const std::string& mode, const std::string& amp) {
+  const train::TrainSummary s = train::run_training(cnn_config(steps, mode, amp));
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "\"bench\":\"train_cnn\",\"precision\":\"%s\",\"mode\":\"%s\",\"batch\":64,\"steps\":%d,"
@@ -212,20 +217,8 @@ void train_cnn(int steps, const std::string& mode, const std::string& amp) {
 // than f32 (docs/gpu-validation.md); this shows which op.
 void profile_train_cnn(int steps) {
   for (const char* amp : {"off", "bf16"}) {
-    train::TrainConfig cfg;
-    cfg.model = "cnn";
-    cfg.optimizer = "adam";
-    cfg.lr = 1e-3;
-    cfg.batch_size = 64;
-    cfg.epochs = 1;
-    cfg.augment = false;
-    cfg.quiet = true;
-    cfg.device = "cuda";
-    cfg.eval_every = 1000;
+    train::TrainConfig cfg = cnn_config(steps, "data_on_device", amp);
     cfg.eval_limit = 64;
-    cfg.max_steps = steps;
-    cfg.data_on_device = true;
-    cfg.amp = amp;
     cfg.profile = true;
     std::fprintf(stderr, "train_cnn --amp %s, %d steps, data on the device:\n", amp, steps);
     (void)train::run_training(cfg);
