@@ -1,19 +1,22 @@
-// bench_conv: conv2d forward and backward (im2col + OpenBLAS sgemm) on an airbench/ResNet-like
-// layer: input (64, 32, 28, 28) f32, 64 output channels, 3x3 kernel, padding 1, with bias.
+// bench_conv: conv2d forward and backward on the CPU (the path conv.cpp picks: Winograd for 3x3
+// stride 1 with >= 16 channels, im2col + GEMM otherwise) on an airbench/ResNet-like layer: input
+// (64, 32, 28, 28), 64 output channels, 3x3 kernel, padding 1, with bias.
 //
-//   ./build/bench/bench_conv                      # the layer above
+//   ./build/bench/bench_conv                      # the layer above, float32
 //   ./build/bench/bench_conv N C_IN H W C_OUT K PAD # another layer (e.g. the cnn model's: 64 1 28 28 32 3 1
 //                                                   # and 64 32 14 14 64 3 1)
+//   ./build/bench/bench_conv --dtype bfloat16 [N C_IN H W C_OUT K PAD]   # bf16 tensors (--amp bf16's convolutions)
 //
 // One JSON line per thread count (1 and 2):
-//   {"bench":"conv2d","n":64,"c_in":32,"h":28,"w":28,"c_out":64,"k":3,"padding":1,"threads":1,
-//    "reps":5,"forward_ms":...,"backward_ms":...,"total_ms":...,"gflops":...}
+//   {"bench":"conv2d","n":64,"c_in":32,"h":28,"w":28,"c_out":64,"k":3,"padding":1,"dtype":"float32",
+//    "threads":1,"reps":7,"forward_ms":...,"backward_ms":...,"total_ms":...,"gflops":...}
 // forward_ms: conv2d with autograd recording; backward_ms: y.backward(dy) computing dx, dw and db.
 // Medians over `reps` iterations after one warm-up. gflops counts 3 x 2 N C_out OH OW C_in k^2
 // (forward, backward data, backward weight) over total_ms.
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include <ember/ember.h>
@@ -24,19 +27,30 @@ using namespace ember;
 
 int main(int argc, char** argv) {
   int64_t n = 64, c_in = 32, h = 28, w = 28, c_out = 64, k = 3, pad = 1;
-  if (argc == 8) {
+  DType dtype = DType::f32;
+  int first = 1;
+  if (argc >= 3 && std::string(argv[1]) == "--dtype") {
+    const std::string d = argv[2];
+    if (d != "float32" && d != "bfloat16") {
+      std::fprintf(stderr, "bench_conv: --dtype takes float32 or bfloat16, not '%s'\n", d.c_str());
+      return 2;
+    }
+    dtype = d == "bfloat16" ? DType::bf16 : DType::f32;
+    first = 3;
+  }
+  if (argc - first == 7) {
     int64_t* dims[] = {&n, &c_in, &h, &w, &c_out, &k, &pad};
-    for (int i = 0; i < 7; ++i) *dims[i] = std::atoll(argv[i + 1]);
-  } else if (argc != 1) {
-    std::fprintf(stderr, "usage: %s [N C_IN H W C_OUT K PAD]\n", argv[0]);
+    for (int i = 0; i < 7; ++i) *dims[i] = std::atoll(argv[first + i]);
+  } else if (argc != first) {
+    std::fprintf(stderr, "usage: %s [--dtype float32|bfloat16] [N C_IN H W C_OUT K PAD]\n", argv[0]);
     return 2;
   }
   const int reps = 7;
   Generator gen(42);
-  Tensor x = randn({n, c_in, h, w}, {}, gen).requires_grad_();
-  Tensor weight = (randn({c_out, c_in, k, k}, {}, gen) * 0.05).detach().requires_grad_();
-  Tensor bias = zeros({c_out}).requires_grad_();
-  Tensor dy = randn({n, c_out, h, w}, {}, gen);
+  Tensor x = randn({n, c_in, h, w}, {}, gen).to(dtype).requires_grad_();
+  Tensor weight = (randn({c_out, c_in, k, k}, {}, gen) * 0.05).to(dtype).detach().requires_grad_();
+  Tensor bias = zeros({c_out}).to(dtype).requires_grad_();
+  Tensor dy = randn({n, c_out, h, w}, {}, gen).to(dtype);
   const double flops = 3.0 * 2.0 * n * c_out * h * w * c_in * k * k;
   const int saved_threads = get_num_threads();
   for (int threads : {1, 2}) {
@@ -57,12 +71,12 @@ int main(int argc, char** argv) {
     const double t = bench::median(total);
     std::printf(
         "{\"bench\":\"conv2d\",\"n\":%lld,\"c_in\":%lld,\"h\":%lld,\"w\":%lld,\"c_out\":%lld,\"k\":%lld,"
-        "\"padding\":%lld,\"dtype\":\"float32\",\"threads\":%d,\"reps\":%d,\"forward_ms\":%.2f,\"backward_ms\":%.2f,"
-        "\"total_ms\":%.2f,\"gflops\":%.1f,%s}\n",
+        "\"padding\":%lld,\"dtype\":\"%s\",\"threads\":%d,\"reps\":%d,\"forward_ms\":%.2f,"
+        "\"backward_ms\":%.2f,\"total_ms\":%.2f,\"gflops\":%.1f,%s}\n",
         static_cast<long long>(n), static_cast<long long>(c_in), static_cast<long long>(h),
         static_cast<long long>(w), static_cast<long long>(c_out), static_cast<long long>(k),
-        static_cast<long long>(pad), threads, reps, bench::median(fwd) * 1e3, bench::median(bwd) * 1e3, t * 1e3,
-        flops / t / 1e9, bench::machine_fields().c_str());
+        static_cast<long long>(pad), dtype == DType::bf16 ? "bfloat16" : "float32", threads, reps,
+        bench::median(fwd) * 1e3, bench::median(bwd) * 1e3, t * 1e3, flops / t / 1e9, bench::machine_fields().c_str());
     std::fflush(stdout);
   }
   set_num_threads(saved_threads);

@@ -13,6 +13,7 @@
 #include "conv_parts.h"
 #include "conv_winograd.h"
 #include "gemm_bf16.h"
+#include "bf16_convert.h"
 
 namespace ember::kernels::cpu {
 
@@ -186,6 +187,16 @@ void conv_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, cons
   gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
+// dst = src rounded to T: for bf16 from f32 the vectorized conversion (bf16_convert.h: the bits of
+// BFloat16(float), 16 at a time where the CPU has AVX-512), otherwise element by element.
+template <typename A, typename T>
+void store_rounded(const A* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<A, float> && std::is_same_v<T, BFloat16>)
+    f32_to_bf16(src, dst, n);
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = T(src[i]);
+}
+
 // Copies images [first, first + b) of t (n, C_out, ohw) side by side into buf (C_out, b ohw), or back.
 template <typename T>
 void gather_images(const T* t, int64_t first, int64_t b, int64_t c_out, int64_t ohw, T* buf) {
@@ -235,10 +246,13 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
       if (direct) continue;
       for (int64_t k = 0; k < b; ++k)
         for (int64_t oc = 0; oc < g.c_out; ++oc) {
-          const A* src = out + oc * ld + k * ohw;
+          A* src = out + oc * ld + k * ohw;  // the chunk's scratch: the bias is added in place
           T* dst = y + ((first + k) * g.c_out + oc) * ohw;
-          const A add = bias ? A(bias[oc]) : A(0);
-          for (int64_t p = 0; p < ohw; ++p) dst[p] = T(src[p] + add);
+          if (bias) {
+            const A add = A(bias[oc]);
+            for (int64_t p = 0; p < ohw; ++p) src[p] += add;
+          }
+          store_rounded(src, dst, ohw);
         }
     }
   });
@@ -276,7 +290,7 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
                   A(0), dcol + gr * kk * ld, ld);
       if (pointwise) {
         if constexpr (narrow)  // dcol is the image's gradient (C_in, h w) in f32
-          for (int64_t i = 0; i < x_img; ++i) gx[first * x_img + i] = T(dcol[i]);
+          store_rounded(dcol, gx + first * x_img, x_img);
         continue;
       }
       for (int64_t k = 0; k < b; ++k) {
@@ -285,7 +299,7 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
           A* acc = image_acc.get() + part * x_img;
           std::fill(acc, acc + x_img, A(0));
           col2im_impl(g, col + k * ohw, acc, ld);
-          for (int64_t i = 0; i < x_img; ++i) gxi[i] = T(acc[i]);
+          store_rounded(acc, gxi, x_img);
         } else {
           std::fill(gxi, gxi + x_img, T(0));
           col2im_impl(g, col + k * ohw, gxi, ld);

@@ -598,7 +598,7 @@ int64_t winograd_convolutions() { return winograd_count.load(std::memory_order_r
 std::string conv3x3_description() {
   if (conv3x3_path() == Conv3x3Path::im2col) return std::string(conv3x3_path_name(Conv3x3Path::im2col)) + " (EMBER_CPU_CONV=im2col)";
   return std::string(conv3x3_path_name(Conv3x3Path::winograd)) + " (" +
-         (winograd_vectorized() ? "AVX-512" : "portable") + " transforms; f32, stride 1, >= " +
+         (winograd_vectorized() ? "AVX-512" : "portable") + " transforms; f32 and bf16, stride 1, >= " +
          std::to_string(kMinChannels) + " channels; im2col + GEMM otherwise)";
 }
 

@@ -1,8 +1,8 @@
 #pragma once
-// Winograd F(2x2, 3x3) convolution on the CPU, f32, NCHW (Note [Winograd convolution] in
+// Winograd F(2x2, 3x3) convolution on the CPU, f32 and bf16 (computed in f32), NCHW (Note [Winograd convolution] in
 // conv_winograd.cpp). conv.cpp sends a convolution here when winograd_applies() says so — 3x3,
 // stride 1, no dilation, one group, padding at most 2, enough channels on both sides — for the
-// forward pass and both gradients; every other convolution (and f64, bf16) stays im2col + GEMM.
+// forward pass and both gradients; every other convolution (and f64) stays im2col + GEMM.
 // The direct references in conv.h are what the tests hold both paths to.
 
 #include <cstdint>
@@ -15,14 +15,15 @@ namespace ember::kernels::cpu {
 
 enum class Conv3x3Path { winograd, im2col };
 
-// The path that f32 3x3 convolutions take: winograd unless the environment says
+// The path that f32 and bf16 3x3 convolutions take: winograd unless the environment says
 // EMBER_CPU_CONV=im2col. set_conv3x3_path chooses it for the whole process (tests and benchmarks
 // compare both); not thread-safe with convolutions in flight.
 Conv3x3Path conv3x3_path();
 void set_conv3x3_path(Conv3x3Path path);
 const char* conv3x3_path_name(Conv3x3Path path);  // "winograd F(2x2,3x3)" or "im2col + GEMM"
 // What `ember info` and the benchmarks print: the path, and for winograd the transforms' loops
-// and the cases it covers, e.g. "winograd F(2x2,3x3) (AVX-512 transforms; f32, stride 1, >= 16 channels)".
+// and the cases it covers, e.g. "winograd F(2x2,3x3) (AVX-512 transforms; f32 and bf16, stride 1, >= 16
+// channels; im2col + GEMM otherwise)".
 std::string conv3x3_description();
 
 // Whether this geometry's forward pass (backward_data = false) or input gradient (true) runs on
