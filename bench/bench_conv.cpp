@@ -7,9 +7,13 @@
 //                                                   # and 64 32 14 14 64 3 1)
 //   ./build/bench/bench_conv --dtype bfloat16 [N C_IN H W C_OUT K PAD]   # bf16 tensors (--amp bf16's convolutions)
 //
-// One JSON line per thread count (1 and 2):
+// bfloat16 on a CPU with AVX512_BF16 runs two configurations, interleaved rep by rep:
+// "winograd_products":"bf16" (the Winograd path's products on bf16 pairs) and "f32" (float32
+// planes and sgemm): Note [bf16 Winograd products] in kernels/cpu/conv_winograd.cpp.
+//
+// One JSON line per thread count (1 and 2) and configuration:
 //   {"bench":"conv2d","n":64,"c_in":32,"h":28,"w":28,"c_out":64,"k":3,"padding":1,"dtype":"float32",
-//    "threads":1,"reps":7,"forward_ms":...,"backward_ms":...,"total_ms":...,"gflops":...}
+//    "winograd_products":"f32","threads":1,"reps":7,"forward_ms":...,"backward_ms":...,"total_ms":...,"gflops":...}
 // forward_ms: conv2d with autograd recording; backward_ms: y.backward(dy) computing dx, dw and db.
 // Medians over `reps` iterations after one warm-up. gflops counts 3 x 2 N C_out OH OW C_in k^2
 // (forward, backward data, backward weight) over total_ms.
@@ -19,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include <ember/kernels/cpu/conv_winograd.h>
+
 #include <ember/ember.h>
 
 #include "bench_util.h"
@@ -26,6 +32,7 @@
 using namespace ember;
 
 int main(int argc, char** argv) {
+  namespace kc = kernels::cpu;
   int64_t n = 64, c_in = 32, h = 28, w = 28, c_out = 64, k = 3, pad = 1;
   DType dtype = DType::f32;
   int first = 1;
@@ -52,33 +59,44 @@ int main(int argc, char** argv) {
   Tensor bias = zeros({c_out}).to(dtype).requires_grad_();
   Tensor dy = randn({n, c_out, h, w}, {}, gen).to(dtype);
   const double flops = 3.0 * 2.0 * n * c_out * h * w * c_in * k * k;
+  // The configurations: float32 has one; bfloat16 both Winograd product modes where it can.
+  const bool saved_products = kc::winograd_bf16_products();
+  std::vector<bool> bf16_products = {false};
+  if (dtype == DType::bf16 && kc::set_winograd_bf16_products(true)) bf16_products = {true, false};
   const int saved_threads = get_num_threads();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    std::vector<double> fwd, bwd, total;
+    std::vector<std::vector<double>> fwd(bf16_products.size()), bwd(bf16_products.size()), total(bf16_products.size());
     for (int r = 0; r <= reps; ++r) {  // r == 0 is the warm-up
-      x.set_grad(Tensor());
-      weight.set_grad(Tensor());
-      bias.set_grad(Tensor());
-      Tensor y;
-      const double tf = bench::time_s([&] { y = conv2d(x, weight, bias, {.padding = {pad, pad}}); });
-      const double tb = bench::time_s([&] { y.backward(dy); });
-      if (r == 0) continue;
-      fwd.push_back(tf);
-      bwd.push_back(tb);
-      total.push_back(tf + tb);
+      for (size_t c = 0; c < bf16_products.size(); ++c) {
+        kc::set_winograd_bf16_products(bf16_products[c]);
+        x.set_grad(Tensor());
+        weight.set_grad(Tensor());
+        bias.set_grad(Tensor());
+        Tensor y;
+        const double tf = bench::time_s([&] { y = conv2d(x, weight, bias, {.padding = {pad, pad}}); });
+        const double tb = bench::time_s([&] { y.backward(dy); });
+        if (r == 0) continue;
+        fwd[c].push_back(tf);
+        bwd[c].push_back(tb);
+        total[c].push_back(tf + tb);
+      }
     }
-    const double t = bench::median(total);
-    std::printf(
-        "{\"bench\":\"conv2d\",\"n\":%lld,\"c_in\":%lld,\"h\":%lld,\"w\":%lld,\"c_out\":%lld,\"k\":%lld,"
-        "\"padding\":%lld,\"dtype\":\"%s\",\"threads\":%d,\"reps\":%d,\"forward_ms\":%.2f,"
-        "\"backward_ms\":%.2f,\"total_ms\":%.2f,\"gflops\":%.1f,%s}\n",
-        static_cast<long long>(n), static_cast<long long>(c_in), static_cast<long long>(h),
-        static_cast<long long>(w), static_cast<long long>(c_out), static_cast<long long>(k),
-        static_cast<long long>(pad), dtype == DType::bf16 ? "bfloat16" : "float32", threads, reps,
-        bench::median(fwd) * 1e3, bench::median(bwd) * 1e3, t * 1e3, flops / t / 1e9, bench::machine_fields().c_str());
-    std::fflush(stdout);
+    for (size_t c = 0; c < bf16_products.size(); ++c) {
+      const double t = bench::median(total[c]);
+      std::printf(
+          "{\"bench\":\"conv2d\",\"n\":%lld,\"c_in\":%lld,\"h\":%lld,\"w\":%lld,\"c_out\":%lld,\"k\":%lld,"
+          "\"padding\":%lld,\"dtype\":\"%s\",\"winograd_products\":\"%s\",\"threads\":%d,\"reps\":%d,"
+          "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"total_ms\":%.2f,\"gflops\":%.1f,%s}\n",
+          static_cast<long long>(n), static_cast<long long>(c_in), static_cast<long long>(h),
+          static_cast<long long>(w), static_cast<long long>(c_out), static_cast<long long>(k),
+          static_cast<long long>(pad), dtype == DType::bf16 ? "bfloat16" : "float32",
+          bf16_products[c] ? "bf16" : "f32", threads, reps, bench::median(fwd[c]) * 1e3,
+          bench::median(bwd[c]) * 1e3, t * 1e3, flops / t / 1e9, bench::machine_fields().c_str());
+      std::fflush(stdout);
+    }
   }
+  kc::set_winograd_bf16_products(saved_products);
   set_num_threads(saved_threads);
   return 0;
 }

@@ -27,9 +27,9 @@ EMBER_BF16_SIMD_TARGET inline __m512 widen16(const BFloat16* src, __mmask16 mask
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// 16 floats -> 16 bf16, the steps of BFloat16::from_float on each lane; only the lanes in `mask`
-// are stored.
-EMBER_BF16_SIMD_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 mask = 0xffff) {
+// 16 floats -> their 16 bf16 bit patterns (in the low half of each 32-bit lane, the high half
+// 0), the steps of BFloat16::from_float on each lane.
+EMBER_BF16_SIMD_TARGET inline __m512i bf16_bits16(__m512 v) {
   const __m512i x = _mm512_castps_si512(v);
   const __m512i hi = _mm512_srli_epi32(x, 16);
   const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
@@ -37,8 +37,12 @@ EMBER_BF16_SIMD_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 m
   const __mmask16 nan =
       _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x0040));
-  const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
-  _mm512_mask_cvtepi32_storeu_epi16(dst, mask, r);
+  return _mm512_mask_blend_epi32(nan, rounded, quiet);
+}
+
+// 16 floats -> 16 bf16; only the lanes in `mask` are stored.
+EMBER_BF16_SIMD_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 mask = 0xffff) {
+  _mm512_mask_cvtepi32_storeu_epi16(dst, mask, bf16_bits16(v));
 }
 
 }  // namespace ember::kernels::cpu

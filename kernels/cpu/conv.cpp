@@ -168,8 +168,10 @@ struct ChunkScratch {
 // across chunks and parts — stays f32 until one final rounding to bf16 per output element. So
 // y = round(bias + sum), dx = round(col2im(sum)), dw = round(sum over all images). For f32 and
 // f64, A = T and nothing changes. The 3x3 stride-1 convolutions that the Winograd path takes
-// (below) keep the same contract there: bf16 widened as it is read, float32 products and sums,
-// one rounding as each result is stored.
+// (below) keep the same contract where the CPU has no AVX512_BF16 (or EMBER_CPU_WINOGRAD_BF16=off):
+// bf16 widened as it is read, float32 products and sums, one rounding as each result is stored.
+// With AVX512_BF16 they run their products on bf16 pairs, which also rounds the transformed
+// tiles: Note [bf16 Winograd products] in conv_winograd.cpp.
 template <typename T>
 using conv_acc_t = std::conditional_t<std::is_same_v<T, BFloat16>, float, T>;
 
@@ -208,9 +210,8 @@ void gather_images(const T* t, int64_t first, int64_t b, int64_t c_out, int64_t 
 }
 
 // The Winograd path (Note [Winograd convolution] in conv_winograd.cpp) takes f32 and bf16 3x3
-// stride-1 convolutions (bf16 computed in float32 and rounded once: the contract of Note [bf16
-// convolutions], with 2.25 times fewer products than im2col and the bf16 GEMM); f64 stays on
-// im2col + GEMM, the exact path.
+// stride-1 convolutions (bf16: Note [bf16 convolutions] above; 2.25 times fewer products than
+// im2col and the bf16 GEMM); f64 stays on im2col + GEMM, the exact path.
 template <typename T>
 constexpr bool kWinogradType = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
 

@@ -1,5 +1,5 @@
 #pragma once
-// Winograd F(2x2, 3x3) convolution on the CPU, f32 and bf16 (computed in f32), NCHW (Note [Winograd convolution] in
+// Winograd F(2x2, 3x3) convolution on the CPU, f32 and bf16, NCHW (Note [Winograd convolution] in
 // conv_winograd.cpp). conv.cpp sends a convolution here when winograd_applies() says so — 3x3,
 // stride 1, no dilation, one group, padding at most 2, enough channels on both sides — for the
 // forward pass and both gradients; every other convolution (and f64) stays im2col + GEMM.
@@ -23,7 +23,7 @@ void set_conv3x3_path(Conv3x3Path path);
 const char* conv3x3_path_name(Conv3x3Path path);  // "winograd F(2x2,3x3)" or "im2col + GEMM"
 // What `ember info` and the benchmarks print: the path, and for winograd the transforms' loops
 // and the cases it covers, e.g. "winograd F(2x2,3x3) (AVX-512 transforms; f32 and bf16, stride 1, >= 16
-// channels; im2col + GEMM otherwise)".
+// channels; bf16 products on bf16 pairs (VDPBF16PS); im2col + GEMM otherwise)".
 std::string conv3x3_description();
 
 // Whether this geometry's forward pass (backward_data = false) or input gradient (true) runs on
@@ -39,9 +39,18 @@ int64_t winograd_convolutions();
 // AVX-512F (tests run both where they can).
 bool winograd_vectorized();
 bool set_winograd_vectorized(bool on);
+// Whether bf16 convolutions run step 2's products (forward and input gradient) on bf16 pairs
+// with VDPBF16PS, f32 accumulation (Note [bf16 Winograd products] in conv_winograd.cpp): by
+// default where the bf16 GEMM takes its avx512_bf16 path and EMBER_CPU_WINOGRAD_BF16 is not off.
+// set_winograd_bf16_products chooses for the whole process; it returns false, changing nothing,
+// when asked for bf16 products on a CPU without AVX512_BF16. Not thread-safe with convolutions in flight.
+bool winograd_bf16_products();
+bool set_winograd_bf16_products(bool on);
 
-// f32, and bf16 read and written as bf16 but computed in float32 exactly as f32 is (widening is
-// exact), each result rounded to bf16 once at the end: the contract of Note [bf16 convolutions].
+// f32, and bf16 read and written as bf16: computed in float32 exactly as f32 is (widening is
+// exact), each result rounded to bf16 once at the end (the contract of Note [bf16 convolutions]),
+// or, with winograd_bf16_products(), with the transformed tiles rounded to bf16 pairs for
+// VDPBF16PS (Note [bf16 Winograd products]).
 //
 // y (n, c_out, out_h, out_w) = conv2d(x, w) + bias (bias may be null), for a geometry that
 // winograd_applies(g, false).

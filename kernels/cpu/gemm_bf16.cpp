@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "../../core/error.h"
+#include "bf16_dot.h"
 #include "cpu_features.h"
 #include "gemm.h"
 #include "parallel.h"
@@ -152,38 +153,10 @@ void pack_sliver(const BFloat16* src, int64_t ld, bool k_contig, int64_t xw, int
 
 #if EMBER_BF16_X86
 // c (kMR x kNR, row stride ldc) = alpha * Apack . Bpack (overwrite) or c += that, over kcp k-pairs.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void micro_kernel(int64_t kcp, const uint32_t* ap,
-                                                                                   const uint32_t* bp, float alpha,
-                                                                                   float* c, int64_t ldc,
-                                                                                   bool overwrite) {
-  __m512 acc[kMR][kNV];
-#pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r)
-#pragma GCC unroll 3
-    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < kcp; ++p) {
-    __m512bh b[kNV];
-#pragma GCC unroll 3
-    for (int v = 0; v < kNV; ++v) b[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < kMR; ++r) {
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r]));
-#pragma GCC unroll 3
-      for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, b[v]);
-    }
-    ap += kMR;
-    bp += kNR;
-  }
-  const __m512 va = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r)
-#pragma GCC unroll 3
-    for (int v = 0; v < kNV; ++v) {
-      float* cv = c + r * ldc + 16 * v;
-      __m512 x = _mm512_mul_ps(acc[r][v], va);
-      if (!overwrite) x = _mm512_add_ps(x, _mm512_loadu_ps(cv));
-      _mm512_storeu_ps(cv, x);
-    }
+static_assert(kMR == kDotRows, "the shared micro-kernel's tile has kDotRows rows");
+EMBER_BF16_DOT_TARGET void micro_kernel(int64_t kcp, const uint32_t* ap, const uint32_t* bp, float alpha, float* c,
+                                        int64_t ldc, bool overwrite) {
+  bf16_dot_tile<kNV, true>(kcp, ap, 0, bp, kNR, alpha, c, ldc, !overwrite);
 }
 #else
 void micro_kernel(int64_t, const uint32_t*, const uint32_t*, float, float*, int64_t, bool) {
