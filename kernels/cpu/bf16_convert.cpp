@@ -1,5 +1,5 @@
-// bf16 <-> f32 conversion and the bf16 ReLU loops: Note [Vectorized bf16 conversion on the CPU] in
-// bf16_convert.h.
+// bf16 <-> f32 and f16 <-> f32 conversion and the 16-bit ReLU loops: Note [Vectorized bf16
+// conversion on the CPU] in bf16_convert.h.
 
 #include "bf16_convert.h"
 
@@ -22,19 +22,37 @@ namespace ember::kernels::cpu {
 
 // ---- scalar --------------------------------------------------------------------------------------
 
-void bf16_to_f32_scalar(const BFloat16* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16::to_float(src[i].bits);
+namespace {
+
+template <typename T>
+void to_f32_scalar(const T* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
-void f32_to_bf16_scalar(const float* src, BFloat16* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16(src[i]);
+template <typename T>
+void from_f32_scalar(const float* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = T(src[i]);
 }
-void relu_bf16_scalar(const BFloat16* x, BFloat16* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = BFloat16(ops::Relu::fwd(static_cast<float>(x[i]), 0.0f));
+template <typename T>
+void relu_scalar(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = T(ops::Relu::fwd(static_cast<float>(x[i]), 0.0f));
 }
+template <typename T>
+void relu_backward_scalar(const T* g, const T* y, T* gi, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gi[i] = T(ops::Relu::bwd(static_cast<float>(g[i]), 0.0f, static_cast<float>(y[i]), 0.0f));
+}
+
+}  // namespace
+
+void bf16_to_f32_scalar(const BFloat16* src, float* dst, int64_t n) { to_f32_scalar(src, dst, n); }
+void f32_to_bf16_scalar(const float* src, BFloat16* dst, int64_t n) { from_f32_scalar(src, dst, n); }
+void relu_bf16_scalar(const BFloat16* x, BFloat16* y, int64_t n) { relu_scalar(x, y, n); }
 void relu_backward_bf16_scalar(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    gi[i] = BFloat16(ops::Relu::bwd(static_cast<float>(g[i]), 0.0f, static_cast<float>(y[i]), 0.0f));
+  relu_backward_scalar(g, y, gi, n);
 }
+void f16_to_f32_scalar(const Half* src, float* dst, int64_t n) { to_f32_scalar(src, dst, n); }
+void f32_to_f16_scalar(const float* src, Half* dst, int64_t n) { from_f32_scalar(src, dst, n); }
+void relu_f16_scalar(const Half* x, Half* y, int64_t n) { relu_scalar(x, y, n); }
+void relu_backward_f16_scalar(const Half* g, const Half* y, Half* gi, int64_t n) { relu_backward_scalar(g, y, gi, n); }
 
 void relu_f32_scalar(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = ops::Relu::fwd(x[i], 0.0f);
@@ -53,7 +71,9 @@ namespace {
 // The low `k` lanes, 0 < k < 16 (the tail of an array).
 inline __mmask16 tail_mask(int64_t k) { return static_cast<__mmask16>((1u << k) - 1u); }
 
-EMBER_AVX512_TARGET void bf16_to_f32_avx512(const BFloat16* src, float* dst, int64_t n) {
+// T is BFloat16 or Half: widen16 and narrow16 (bf16_simd.h) convert either.
+template <typename T>
+EMBER_AVX512_TARGET void to_f32_avx512(const T* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, widen16(src + i));
   if (i < n) {
@@ -62,7 +82,8 @@ EMBER_AVX512_TARGET void bf16_to_f32_avx512(const BFloat16* src, float* dst, int
   }
 }
 
-EMBER_AVX512_TARGET void f32_to_bf16_avx512(const float* src, BFloat16* dst, int64_t n) {
+template <typename T>
+EMBER_AVX512_TARGET void from_f32_avx512(const float* src, T* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) narrow16(_mm512_loadu_ps(src + i), dst + i);
   if (i < n) {
@@ -72,7 +93,8 @@ EMBER_AVX512_TARGET void f32_to_bf16_avx512(const float* src, BFloat16* dst, int
 }
 
 // ops::Relu::fwd: x <= 0 ? 0 : x (a NaN is not <= 0, so it passes through and is quieted on store).
-EMBER_AVX512_TARGET void relu_bf16_avx512(const BFloat16* x, BFloat16* y, int64_t n) {
+template <typename T>
+EMBER_AVX512_TARGET void relu_avx512(const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
     const __m512 v = widen16(x + i, m);
@@ -82,7 +104,8 @@ EMBER_AVX512_TARGET void relu_bf16_avx512(const BFloat16* x, BFloat16* y, int64_
 }
 
 // ops::Relu::bwd: y > 0 ? g : 0.
-EMBER_AVX512_TARGET void relu_backward_bf16_avx512(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {
+template <typename T>
+EMBER_AVX512_TARGET void relu_backward_avx512(const T* g, const T* y, T* gi, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
     const __mmask16 gt = _mm512_cmp_ps_mask(widen16(y + i, m), _mm512_setzero_ps(), _CMP_GT_OQ);
@@ -128,25 +151,36 @@ bool bf16_convert_vectorized() {
   return on;
 }
 
+// The public loops: the AVX-512 template where the CPU can, the scalar loop elsewhere.
+#if EMBER_BF16_CONVERT_X86
+#define EMBER_CONVERT_PATHS(vector_call, scalar_call)   \
+  if (bf16_convert_vectorized()) return vector_call;    \
+  scalar_call
+#else
+#define EMBER_CONVERT_PATHS(vector_call, scalar_call) scalar_call
+#endif
+
 void bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
-#if EMBER_BF16_CONVERT_X86
-  if (bf16_convert_vectorized()) return bf16_to_f32_avx512(src, dst, n);
-#endif
-  bf16_to_f32_scalar(src, dst, n);
+  EMBER_CONVERT_PATHS(to_f32_avx512(src, dst, n), to_f32_scalar(src, dst, n));
 }
-
 void f32_to_bf16(const float* src, BFloat16* dst, int64_t n) {
-#if EMBER_BF16_CONVERT_X86
-  if (bf16_convert_vectorized()) return f32_to_bf16_avx512(src, dst, n);
-#endif
-  f32_to_bf16_scalar(src, dst, n);
+  EMBER_CONVERT_PATHS(from_f32_avx512(src, dst, n), from_f32_scalar(src, dst, n));
 }
-
 void relu_bf16(const BFloat16* x, BFloat16* y, int64_t n) {
-#if EMBER_BF16_CONVERT_X86
-  if (bf16_convert_vectorized()) return relu_bf16_avx512(x, y, n);
-#endif
-  relu_bf16_scalar(x, y, n);
+  EMBER_CONVERT_PATHS(relu_avx512(x, y, n), relu_scalar(x, y, n));
+}
+void relu_backward_bf16(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {
+  EMBER_CONVERT_PATHS(relu_backward_avx512(g, y, gi, n), relu_backward_scalar(g, y, gi, n));
+}
+void f16_to_f32(const Half* src, float* dst, int64_t n) {
+  EMBER_CONVERT_PATHS(to_f32_avx512(src, dst, n), to_f32_scalar(src, dst, n));
+}
+void f32_to_f16(const float* src, Half* dst, int64_t n) {
+  EMBER_CONVERT_PATHS(from_f32_avx512(src, dst, n), from_f32_scalar(src, dst, n));
+}
+void relu_f16(const Half* x, Half* y, int64_t n) { EMBER_CONVERT_PATHS(relu_avx512(x, y, n), relu_scalar(x, y, n)); }
+void relu_backward_f16(const Half* g, const Half* y, Half* gi, int64_t n) {
+  EMBER_CONVERT_PATHS(relu_backward_avx512(g, y, gi, n), relu_backward_scalar(g, y, gi, n));
 }
 
 void relu_f32(const float* x, float* y, int64_t n) {
@@ -161,13 +195,6 @@ void relu_backward_f32(const float* g, const float* y, float* gi, int64_t n) {
   if (cpu_features().avx512f) return relu_backward_f32_avx512(g, y, gi, n);
 #endif
   relu_backward_f32_scalar(g, y, gi, n);
-}
-
-void relu_backward_bf16(const BFloat16* g, const BFloat16* y, BFloat16* gi, int64_t n) {
-#if EMBER_BF16_CONVERT_X86
-  if (bf16_convert_vectorized()) return relu_backward_bf16_avx512(g, y, gi, n);
-#endif
-  relu_backward_bf16_scalar(g, y, gi, n);
 }
 
 }  // namespace ember::kernels::cpu

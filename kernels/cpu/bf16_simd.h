@@ -1,5 +1,5 @@
 #pragma once
-// The AVX-512 bf16 <-> float conversions of 16 lanes that the vectorized CPU loops share
+// The AVX-512 bf16 <-> float and f16 <-> float conversions of 16 lanes that the vectorized CPU loops share
 // (bf16_convert.cpp, conv_winograd.cpp), internal to kernels/cpu: Note [Vectorized bf16
 // conversion on the CPU] in bf16_convert.h says why they give BFloat16's scalar bits. Callers are
 // functions compiled with EMBER_BF16_SIMD_TARGET and run only where cpu_features() reports AVX-512
@@ -43,6 +43,32 @@ EMBER_BF16_SIMD_TARGET inline __m512i bf16_bits16(__m512 v) {
 // 16 floats -> 16 bf16; only the lanes in `mask` are stored.
 EMBER_BF16_SIMD_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 mask = 0xffff) {
   _mm512_mask_cvtepi32_storeu_epi16(dst, mask, bf16_bits16(v));
+}
+
+// 16 f16 -> 16 floats by VCVTPH2PS, exact like Half::to_float, except that the instruction quiets a
+// signalling NaN where the scalar conversion keeps the payload as it is: NaN lanes are rebuilt
+// from their bits (sign, all-ones exponent, the 10 payload bits shifted up). The lanes outside
+// `mask` are not read (and are 0).
+EMBER_BF16_SIMD_TARGET inline __m512 widen16(const Half* src, __mmask16 mask = 0xffff) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, src);
+  const __m512i w = _mm512_cvtepu16_epi32(h);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7fff)), _mm512_set1_epi32(0x7c00));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16);
+  const __m512i payload = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13);
+  const __m512i nan_bits = _mm512_or_si512(_mm512_or_si512(sign, _mm512_set1_epi32(0x7f800000)), payload);
+  return _mm512_mask_blend_ps(nan, _mm512_cvtph_ps(h), _mm512_castsi512_ps(nan_bits));
+}
+
+// 16 floats -> 16 f16 by VCVTPS2PH, rounding to nearest even like Half::from_float (subnormal
+// results, overflow to infinity), except NaN: the scalar conversion gives sign | 0x7e00, the
+// instruction keeps payload bits, so NaN lanes are replaced. Only the lanes in `mask` are stored.
+EMBER_BF16_SIMD_TARGET inline void narrow16(__m512 v, Half* dst, __mmask16 mask = 0xffff) {
+  const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  const __m256i sign = _mm512_cvtepi32_epi16(_mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 16),
+                                                              _mm512_set1_epi32(0x8000)));
+  const __m256i canonical = _mm256_or_si256(sign, _mm256_set1_epi16(0x7e00));
+  _mm256_mask_storeu_epi16(dst, mask, _mm256_mask_blend_epi16(nan, h, canonical));
 }
 
 }  // namespace ember::kernels::cpu

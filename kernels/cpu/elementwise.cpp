@@ -36,25 +36,44 @@ void contiguous_chunks(int64_t n, const F& f) {
   parallel_for(0, n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { f(lo, hi); });
 }
 
+// ReLU over contiguous operands of f32, bf16 or f16: the vectorized loops of bf16_convert.h, split
+// across threads; false (nothing done) for any other case.
+bool relu_contiguous(DType dtype, const IterShape& shape, Operand out, Operand in) {
+  if (shape.numel() == 0 || !(dtype == DType::f32 || is_low_precision(dtype))) return false;
+  const int64_t n = contiguous_numel<2>(shape, {out, in});
+  if (n < 0) return false;
+  auto run = [&]<typename T>(void (*loop)(const T*, T*, int64_t)) {
+    const auto* x = static_cast<const T*>(in.data);
+    auto* y = static_cast<T*>(out.data);
+    contiguous_chunks(n, [&](int64_t lo, int64_t hi) { loop(x + lo, y + lo, hi - lo); });
+  };
+  if (dtype == DType::bf16) run(relu_bf16);
+  else if (dtype == DType::f16) run(relu_f16);
+  else run(relu_f32);
+  return true;
+}
+
+// Its gradient from y (gi = y > 0 ? g : 0), the same cases.
+bool relu_backward_contiguous(DType dtype, const IterShape& shape, Operand grad_in, Operand grad_out, Operand y) {
+  if (shape.numel() == 0 || y.data == nullptr || !(dtype == DType::f32 || is_low_precision(dtype))) return false;
+  const int64_t n = contiguous_numel<3>(shape, {grad_in, grad_out, y});
+  if (n < 0) return false;
+  auto run = [&]<typename T>(void (*loop)(const T*, const T*, T*, int64_t)) {
+    const auto* g = static_cast<const T*>(grad_out.data);
+    const auto* yv = static_cast<const T*>(y.data);
+    auto* gi = static_cast<T*>(grad_in.data);
+    contiguous_chunks(n, [&](int64_t lo, int64_t hi) { loop(g + lo, yv + lo, gi + lo, hi - lo); });
+  };
+  if (dtype == DType::bf16) run(relu_backward_bf16);
+  else if (dtype == DType::f16) run(relu_backward_f16);
+  else run(relu_backward_f32);
+  return true;
+}
+
 }  // namespace
 
 void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand in, double alpha) {
-  if (dtype == DType::bf16 && op == UnaryOp::Relu && shape.numel() > 0) {
-    if (const int64_t n = contiguous_numel<2>(shape, {out, in}); n >= 0) {
-      const auto* x = static_cast<const BFloat16*>(in.data);
-      auto* y = static_cast<BFloat16*>(out.data);
-      contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_bf16(x + lo, y + lo, hi - lo); });
-      return;
-    }
-  }
-  if (dtype == DType::f32 && op == UnaryOp::Relu && shape.numel() > 0) {
-    if (const int64_t n = contiguous_numel<2>(shape, {out, in}); n >= 0) {
-      const auto* x = static_cast<const float*>(in.data);
-      auto* y = static_cast<float*>(out.data);
-      contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_f32(x + lo, y + lo, hi - lo); });
-      return;
-    }
-  }
+  if (op == UnaryOp::Relu && relu_contiguous(dtype, shape, out, in)) return;
   EMBER_DISPATCH_FLOATING(dtype, "unary", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
@@ -67,24 +86,7 @@ void unary(UnaryOp op, DType dtype, const IterShape& shape, Operand out, Operand
 
 void unary_backward(UnaryOp op, DType dtype, const IterShape& shape, Operand grad_in, Operand grad_out, Operand x,
                     Operand y, double alpha) {
-  if (dtype == DType::bf16 && op == UnaryOp::Relu && shape.numel() > 0 && y.data != nullptr) {
-    if (const int64_t n = contiguous_numel<3>(shape, {grad_in, grad_out, y}); n >= 0) {
-      const auto* g = static_cast<const BFloat16*>(grad_out.data);
-      const auto* yv = static_cast<const BFloat16*>(y.data);
-      auto* gi = static_cast<BFloat16*>(grad_in.data);
-      contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_backward_bf16(g + lo, yv + lo, gi + lo, hi - lo); });
-      return;
-    }
-  }
-  if (dtype == DType::f32 && op == UnaryOp::Relu && shape.numel() > 0 && y.data != nullptr) {
-    if (const int64_t n = contiguous_numel<3>(shape, {grad_in, grad_out, y}); n >= 0) {
-      const auto* g = static_cast<const float*>(grad_out.data);
-      const auto* yv = static_cast<const float*>(y.data);
-      auto* gi = static_cast<float*>(grad_in.data);
-      contiguous_chunks(n, [&](int64_t lo, int64_t hi) { relu_backward_f32(g + lo, yv + lo, gi + lo, hi - lo); });
-      return;
-    }
-  }
+  if (op == UnaryOp::Relu && relu_backward_contiguous(dtype, shape, grad_in, grad_out, y)) return;
   EMBER_DISPATCH_FLOATING(dtype, "unary_backward", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
@@ -185,14 +187,23 @@ void clamp(DType dtype, const IterShape& shape, Operand out, Operand in, bool ha
 using ops::convert;
 
 void copy(const IterShape& shape, DType out_dtype, Operand out, DType in_dtype, Operand in) {
-  const bool to_bf16 = out_dtype == DType::bf16 && in_dtype == DType::f32;
-  const bool from_bf16 = out_dtype == DType::f32 && in_dtype == DType::bf16;
-  if ((to_bf16 || from_bf16) && shape.numel() > 0) {
+  // f32 <-> bf16 and f32 <-> f16 over contiguous operands: the vectorized conversions (bf16_convert.h).
+  const bool narrowing = in_dtype == DType::f32 && is_low_precision(out_dtype);
+  const bool widening = out_dtype == DType::f32 && is_low_precision(in_dtype);
+  if ((narrowing || widening) && shape.numel() > 0) {
     if (const int64_t n = contiguous_numel<2>(shape, {out, in}); n >= 0) {
+      const DType half_type = narrowing ? out_dtype : in_dtype;
       contiguous_chunks(n, [&](int64_t lo, int64_t hi) {
         const int64_t m = hi - lo;
-        if (to_bf16) f32_to_bf16(static_cast<const float*>(in.data) + lo, static_cast<BFloat16*>(out.data) + lo, m);
-        else bf16_to_f32(static_cast<const BFloat16*>(in.data) + lo, static_cast<float*>(out.data) + lo, m);
+        if (narrowing) {
+          const float* src = static_cast<const float*>(in.data) + lo;
+          if (half_type == DType::bf16) f32_to_bf16(src, static_cast<BFloat16*>(out.data) + lo, m);
+          else f32_to_f16(src, static_cast<Half*>(out.data) + lo, m);
+        } else {
+          float* dst = static_cast<float*>(out.data) + lo;
+          if (half_type == DType::bf16) bf16_to_f32(static_cast<const BFloat16*>(in.data) + lo, dst, m);
+          else f16_to_f32(static_cast<const Half*>(in.data) + lo, dst, m);
+        }
       });
       return;
     }

@@ -310,20 +310,21 @@ bool is_2x2_stride_2_inside(const Pool2dGeometry& g) {
          g.dilation_h == 1 && g.dilation_w == 1 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
 }
 
-// bf16 2x2 stride-2 pooling of one plane: the plane is widened to float in a per-thread buffer
-// (exact), the f32 code (SSE where built) picks the winners, and the output plane is narrowed back
-// (exact: a winner is one of the inputs; a NaN is quieted, as BFloat16(float) does). Both
-// conversions run 16 elements at a time where the CPU can (bf16_convert.h), over the whole plane
-// rather than row by row, so short rows leave no scalar tails. Same winners and indices as f32.
-template <typename I>
-void max_forward_2x2_bf16(const Pool2dGeometry& g, const BFloat16* xp, BFloat16* op, I* ip) {
+// 16-bit (bf16, f16) 2x2 stride-2 pooling of one plane: the plane is widened to float in a
+// per-thread buffer (exact), the f32 code (SSE where built) picks the winners, and the output
+// plane is narrowed back (exact: a winner is one of the inputs; a NaN is quieted, as the scalar
+// conversion does). Both conversions run 16 elements at a time where the CPU can (bf16_convert.h),
+// over the whole plane rather than row by row, so short rows leave no scalar tails. Same winners
+// and indices as f32.
+template <typename T, typename I>
+void max_forward_2x2_16bit(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
   thread_local std::vector<float> in_buf, out_buf;
   const int64_t rows = 2 * g.out_h * g.in_w, out_plane = g.out_h * g.out_w;  // the input rows read
   if (static_cast<int64_t>(in_buf.size()) < rows) in_buf.resize(static_cast<size_t>(rows));
   if (static_cast<int64_t>(out_buf.size()) < out_plane) out_buf.resize(static_cast<size_t>(out_plane));
-  bf16_to_f32(xp, in_buf.data(), rows);
+  to_f32(xp, in_buf.data(), rows);
   max_forward_2x2<float, I>(g, in_buf.data(), out_buf.data(), ip);
-  f32_to_bf16(out_buf.data(), op, out_plane);
+  from_f32(out_buf.data(), op, out_plane);
 }
 
 bool windows_disjoint(const Pool2dGeometry& g) {
@@ -332,7 +333,7 @@ bool windows_disjoint(const Pool2dGeometry& g) {
 
 }  // namespace
 
-// Max pooling picks values without arithmetic, so bf16 skips the f32 round trip where it can: the
+// Max pooling picks values without arithmetic, so bf16 and f16 skip the f32 round trip where they can: the
 // 2x2 stride-2 forward (the common pool; a plane at a time through the f32 code) and the
 // backward of non-overlapping windows run without the tensor-sized f32 copies, with the same
 // winners and indices as f32; other cases widen (widen.h).
@@ -342,14 +343,16 @@ void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g,
   EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d", [&] {
     using I = scalar_t;
     I* const ind = static_cast<I*>(indices);
-    if (dtype == DType::bf16 && is_2x2_stride_2_inside(g)) {
+    if (is_low_precision(dtype) && is_2x2_stride_2_inside(g)) {
       const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-      const auto* xb = static_cast<const BFloat16*>(x);
-      auto* ob = static_cast<BFloat16*>(out);
-      parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
-        for (int64_t p = p0; p < p1; ++p)
-          max_forward_2x2_bf16<I>(g, xb + p * in_plane, ob + p * out_plane, ind + p * out_plane);
-      });
+      auto planes = [&]<typename T>(const T* xb, T* ob) {
+        parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+          for (int64_t p = p0; p < p1; ++p)
+            max_forward_2x2_16bit<T, I>(g, xb + p * in_plane, ob + p * out_plane, ind + p * out_plane);
+        });
+      };
+      if (dtype == DType::bf16) planes(static_cast<const BFloat16*>(x), static_cast<BFloat16*>(out));
+      else planes(static_cast<const Half*>(x), static_cast<Half*>(out));
       return;
     }
     if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
@@ -373,6 +376,8 @@ void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g
     const I* const ind = static_cast<const I*>(indices);
     if (dtype == DType::bf16 && windows_disjoint(g))
       return max_backward_impl<true>(g, static_cast<const BFloat16*>(grad_out), ind, static_cast<BFloat16*>(grad_in));
+    if (dtype == DType::f16 && windows_disjoint(g))
+      return max_backward_impl<true>(g, static_cast<const Half*>(grad_out), ind, static_cast<Half*>(grad_in));
     if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
       const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
       Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);

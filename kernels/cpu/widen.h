@@ -11,10 +11,10 @@
 // accumulates in cpu_acc_t<float> = double (Note [Accumulation types] in core/dtype.h) — at
 // least as accurate as float accumulation, so the CPU stays the reference that CUDA's f16/bf16
 // kernels are compared with. The cost is one float copy of each operand, small beside the
-// kernels' own passes over the data; bf16 widens and rounds 16 elements at a time on AVX-512 CPUs
-// (Note [Vectorized bf16 conversion on the CPU] in bf16_convert.h). (bf16 max pooling picks values
-// without arithmetic, so its 2x2 stride-2 forward and non-overlapping backward run on bf16
-// directly: kernels/cpu/pool.cpp.)
+// kernels' own passes over the data; f16 and bf16 widen and round 16 elements at a time on AVX-512 CPUs
+// (Note [Vectorized bf16 conversion on the CPU] in bf16_convert.h). (bf16 and f16 max pooling picks
+// values without arithmetic, so its 2x2 stride-2 forward and non-overlapping backward run on the
+// 16-bit data directly: kernels/cpu/pool.cpp.)
 //
 //   const Widened xf(dtype, x, n);        // n elements of x (f16 or bf16) as floats
 //   Widened yf(dtype, nullptr, m);        // an f32 output buffer of m elements (zeros)
@@ -48,15 +48,15 @@ class Widened {
   }
 
  private:
-  // bf16 converts 16 elements at a time where the CPU can (bf16_convert.h), with the same bits.
-  void widen(const Half* src) {
-    for (size_t i = 0; i < v_.size(); ++i) v_[i] = static_cast<float>(src[i]);
+  // 16 elements at a time where the CPU can (bf16_convert.h), with the scalar conversion's bits.
+  template <typename T>
+  void widen(const T* src) {
+    to_f32(src, v_.data(), static_cast<int64_t>(v_.size()));
   }
-  void widen(const BFloat16* src) { bf16_to_f32(src, v_.data(), static_cast<int64_t>(v_.size())); }
-  void narrow(Half* dst) const {
-    for (size_t i = 0; i < v_.size(); ++i) dst[i] = Half(v_[i]);
+  template <typename T>
+  void narrow(T* dst) const {
+    from_f32(v_.data(), dst, static_cast<int64_t>(v_.size()));
   }
-  void narrow(BFloat16* dst) const { f32_to_bf16(v_.data(), dst, static_cast<int64_t>(v_.size())); }
 
   DType dtype_;
   std::vector<float> v_;
