@@ -27,8 +27,8 @@
 
 namespace ember::kernels::cpu {
 
-// Whether the AVX-512 conversion path runs on this CPU (AVX-512 F, BW and VL present, and not switched
-// off by EMBER_CPU_BF16_CONVERT=scalar, read once).
+// Whether the AVX-512 conversion paths (bf16 and f16) run on this CPU (AVX-512 F, BW and VL
+// present, and not switched off by EMBER_CPU_BF16_CONVERT=scalar, read once).
 bool bf16_convert_vectorized();
 
 // n contiguous elements; src and dst do not overlap (relu_bf16 may run in place: y == x).
