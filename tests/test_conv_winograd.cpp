@@ -302,7 +302,8 @@ std::array<double, 16> input_tile(const VD& x, int64_t img, int64_t C, int64_t c
       for (int r = 0; r < 4; ++r)
         for (int q = 0; q < 4; ++q) {
           const int64_t iy = 2 * ty - pad_h + r, ix = 2 * tx - pad_w + q;
-          if (iy >= 0 && iy < h && ix >= 0 && ix < w) sum += kBT[i][r] * x[((img * C + c) * h + iy) * w + ix] * kBT[j][q];
+          if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+            sum += kBT[i][r] * x[((img * C + c) * h + iy) * w + ix] * kBT[j][q];
         }
       v[i * 4 + j] = bf16_tile_of(sum);
     }

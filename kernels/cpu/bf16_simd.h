@@ -52,7 +52,8 @@ EMBER_BF16_SIMD_TARGET inline void narrow16(__m512 v, BFloat16* dst, __mmask16 m
 EMBER_BF16_SIMD_TARGET inline __m512 widen16(const Half* src, __mmask16 mask = 0xffff) {
   const __m256i h = _mm256_maskz_loadu_epi16(mask, src);
   const __m512i w = _mm512_cvtepu16_epi32(h);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7fff)), _mm512_set1_epi32(0x7c00));
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7fff)), _mm512_set1_epi32(0x7c00));
   const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16);
   const __m512i payload = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13);
   const __m512i nan_bits = _mm512_or_si512(_mm512_or_si512(sign, _mm512_set1_epi32(0x7f800000)), payload);

@@ -11,12 +11,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "bf16_dot.h"
 #include "bf16_simd.h"
 #include "conv_parts.h"
 #include "cpu_features.h"
 #include "gemm.h"
 #include "gemm_bf16.h"
+#include "winograd_pairs.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -100,8 +100,9 @@ namespace ember::kernels::cpu {
 //     over tiles. W's rows are rounded into pairs of neighbouring tiles as they lie; V is rounded
 //     the same way and transposed (16 x 16 blocks of pairs) so that 16 channels of one pair of
 //     tiles are one vector. Each part sums into its own f32 dU; the parts are added in order.
-// The micro-kernel is the bf16 GEMM's (gemm_bf16.cpp): 8 rows by up to 48 columns, 24
-// accumulators; M and dU stay float32, the output and weight transforms are unchanged.
+// The layouts are built in winograd_pairs.cpp; the micro-kernel is the bf16 GEMM's (bf16_dot.h):
+// 8 rows by up to 48 columns, 24 accumulators. M and dU stay float32, the output and weight
+// transforms are unchanged.
 //
 // What it costs is one rounding (relative error at most 2^-9, half a bf16 unit in the last place)
 // of each transformed value — V sums 4 inputs with signs, U sums up to 9 weights / 4, W up to
@@ -570,137 +571,15 @@ void grad_transform(const Problem& p, const T* gy, int64_t first_tile, int64_t c
                    });
 }
 
-// ---- step 2 on bf16 pairs (Note [bf16 Winograd products]) ---------------------------------------
+// ---- step 2 on bf16 pairs (Note [bf16 Winograd products]; the layouts: winograd_pairs.h) -----------
 
 #if EMBER_WINOGRAD_X86
-constexpr int64_t kPairTileRows = kDotRows;  // rows of M per micro-tile: one broadcast pair each
-
-int64_t pair_rows_padded(int64_t K) { return (K + kPairTileRows - 1) / kPairTileRows * kPairTileRows; }
-
-uint32_t pair_of(float lo, float hi) {
-  return static_cast<uint32_t>(BFloat16(lo).bits) | (static_cast<uint32_t>(BFloat16(hi).bits) << 16);
-}
-
-// The transformed weights as the micro-kernel broadcasts them: up[xi][s][cp][r] holds
-// (U[xi][8 s + r][2 cp], U[xi][8 s + r][2 cp + 1]) rounded to a bf16 pair, zeros past K and C.
-std::vector<uint32_t> pack_u_pairs(const Problem& p, const float* u) {
-  const int64_t c2 = (p.C + 1) / 2, slivers = pair_rows_padded(p.K) / kPairTileRows;
-  std::vector<uint32_t> up(static_cast<size_t>(16 * slivers * c2 * kPairTileRows), 0u);
-  for (int xi = 0; xi < 16; ++xi)
-    for (int64_t k = 0; k < p.K; ++k)
-      for (int64_t cp = 0; cp < c2; ++cp) {
-        const float* row = u + (xi * p.K + k) * p.C;
-        const float hi = 2 * cp + 1 < p.C ? row[2 * cp + 1] : 0.0f;
-        up[((xi * slivers + k / kPairTileRows) * c2 + cp) * kPairTileRows + k % kPairTileRows] =
-            pair_of(row[2 * cp], hi);
-      }
-  return up;
-}
-
-// 32 floats (lo: the first 16) -> 32 bf16 in order, as VCVTNE2PS2BF16 rounds: to nearest even,
-// float32 denormals to zero (the planes' one rounding, Note [bf16 Winograd products]).
-EMBER_BF16_DOT_TARGET inline __m512i bf16x32(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
-
-// One plane of V (C rows of ld floats, `cols` of them used, a multiple of 16) as bf16 pairs of
-// channels: vp[cp][q] = (V[2 cp][q], V[2 cp + 1][q]).
-EMBER_BF16_DOT_TARGET void pair_channels(const float* v, int64_t C, int64_t ld, int64_t cols, uint32_t* vp) {
-  // bf16x32(row 2cp, row 2cp + 1) holds the two rows' 16 values one after the other; this
-  // interleaves them into 16 pairs.
-  const __m512i interleave = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
-                                               0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
-                                               0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
-  for (int64_t cp = 0; cp < (C + 1) / 2; ++cp) {
-    const float* r0 = v + 2 * cp * ld;
-    const bool odd_last = 2 * cp + 1 == C;  // no partner: the high halves are 0
-    for (int64_t j = 0; j < cols; j += 16) {
-      const __m512 hi = odd_last ? _mm512_setzero_ps() : _mm512_loadu_ps(r0 + ld + j);
-      _mm512_storeu_si512(vp + cp * ld + j, _mm512_permutexvar_epi16(interleave, bf16x32(_mm512_loadu_ps(r0 + j), hi)));
-    }
-  }
-}
-
-// The weight gradient's operands, pairs along the tiles (the sum's direction). One plane of W (K
-// rows of ld floats, `count` tiles) in tile order: wn[k * np + qp] = (W[k][2 qp], W[k][2 qp + 1]),
-// zeros past count; np (pairs per row) a multiple of 16.
-EMBER_BF16_DOT_TARGET void pair_tiles(const float* w, int64_t K, int64_t ld, int64_t count, int64_t np, uint32_t* wn) {
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t q = 0; q < 2 * np; q += 32) {
-      const __m512 lo = _mm512_maskz_loadu_ps(lanes_between(0, count - q), w + k * ld + q);
-      const __m512 hi = _mm512_maskz_loadu_ps(lanes_between(0, count - q - 16), w + k * ld + q + 16);
-      _mm512_storeu_si512(wn + k * np + q / 2, bf16x32(lo, hi));
-    }
-}
-
-// A 16 x 16 transpose of 32-bit elements: r[i] row i in, column i out.
-EMBER_BF16_DOT_TARGET inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {  // within 128-bit lanes: (a0 b0 a1 b1), (a2 b2 a3 b3) of rows 2i, 2i + 1
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4i + j], lane L: rows 4i..4i+3 of column 4L + j
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  __m512i u[16];
-  for (int j = 0; j < 4; ++j) {  // column 4L + j = lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
-    const __m512i x0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), y0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
-    const __m512i x1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88), y1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
-    u[j] = _mm512_shuffle_i32x4(x0, x1, 0x88);
-    u[8 + j] = _mm512_shuffle_i32x4(x0, x1, 0xdd);
-    u[4 + j] = _mm512_shuffle_i32x4(y0, y1, 0x88);
-    u[12 + j] = _mm512_shuffle_i32x4(y0, y1, 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = u[i];
-}
-
-// One plane of V (C rows, `count` tiles) transposed into pairs of tiles: vt[qp * cpad + c] =
-// (V[c][2 qp], V[c][2 qp + 1]), zeros past count and C; cpad and np multiples of 16.
-EMBER_BF16_DOT_TARGET void pair_tiles_transposed(const float* v, int64_t C, int64_t ld, int64_t count, int64_t np,
-                                             int64_t cpad, uint32_t* vt) {
-  for (int64_t c0 = 0; c0 < cpad; c0 += 16)
-    for (int64_t q = 0; q < 2 * np; q += 32) {
-      const __mmask16 m_lo = lanes_between(0, count - q), m_hi = lanes_between(0, count - q - 16);
-      __m512i r[16];
-      for (int i = 0; i < 16; ++i) {
-        const float* row = v + (c0 + i) * ld + q;
-        r[i] = c0 + i < C ? bf16x32(_mm512_maskz_loadu_ps(m_lo, row), _mm512_maskz_loadu_ps(m_hi, row + 16))
-                          : _mm512_setzero_si512();
-      }
-      transpose16(r);
-      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(vt + (q / 2 + i) * cpad + c0, r[i]);
-    }
-}
-
-// C (8 rows per sliver, `cols` columns, a multiple of 16) by bf16_dot_tile (bf16_dot.h: the bf16
-// GEMM's micro-kernel, 8 rows by up to 48 columns), 48 columns at a time (their pairs stay in L1
-// while every sliver passes), then the last 16 or 32.
-template <bool kPackedA>
-EMBER_BF16_DOT_TARGET void pair_product(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride, int64_t lda,
-                  const uint32_t* bp, int64_t ldb, int64_t cols, float* c, int64_t ldc, bool add) {
-  for (int64_t j = 0; j < cols; j += 48) {
-    const int64_t nv = std::min<int64_t>(3, (cols - j) / 16);
-    for (int64_t s = 0; s < slivers; ++s) {
-      const uint32_t* a = ap + s * sliver_stride;
-      float* cs = c + s * kPairTileRows * ldc + j;
-      if (nv == 3)
-        bf16_dot_tile<3, kPackedA>(steps, a, lda, bp + j, ldb, 1.0f, cs, ldc, add);
-      else if (nv == 2)
-        bf16_dot_tile<2, kPackedA>(steps, a, lda, bp + j, ldb, 1.0f, cs, ldc, add);
-      else
-        bf16_dot_tile<1, kPackedA>(steps, a, lda, bp + j, ldb, 1.0f, cs, ldc, add);
-    }
-  }
-}
-
 // run() with step 2 on bf16 pairs: the input transform as float32 does it, each plane of V turned
 // into channel pairs just before its product, M in float32 for the output transform.
 template <typename T>
 void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, T* y) {
-  const std::vector<uint32_t> up = pack_u_pairs(p, u);
-  const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairTileRows, c2 = (p.C + 1) / 2;
+  const std::vector<uint32_t> up = pack_u_pairs(p.K, p.C, u);
+  const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, c2 = (p.C + 1) / 2;
   const ImageSplit s = split_images(p.n);
   const int64_t block = std::min(kTileBlock, p.n * p.tiles);
   const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), m_elems = 16 * (k_rows * row_ld(block) + kPlanePad);
@@ -719,7 +598,7 @@ void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, 
       for (int xi = 0; xi < 16; ++xi) {
         pair_channels(v + xi * (p.C * ld + kPlanePad), p.C, ld, cols, vp);
         // M[xi] (K rounded up to 8 rows, cols) = U[xi] @ V[xi] on the pairs.
-        pair_product<true>(slivers, c2, up.data() + xi * slivers * c2 * kPairTileRows, c2 * kPairTileRows, 0, vp, ld,
+        pair_product_packed(slivers, c2, up.data() + xi * slivers * c2 * kPairRows, c2 * kPairRows, 0, vp, ld,
                            cols, m + xi * (k_rows * ld + kPlanePad), ld, false);
       }
       output_transform(p, m, k_rows, bias, t, count, y);
@@ -733,7 +612,7 @@ void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, 
 // tiles; each part sums into its own padded f32 dU, the parts added in part order.
 template <typename T>
 void run_weight_pairs(const Problem& p, const T* x, const T* gy, float* du) {
-  const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairTileRows, cpad = (p.C + 15) / 16 * 16;
+  const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, cpad = (p.C + 15) / 16 * 16;
   const ImageSplit s = split_images(p.n);
   const int64_t block = std::min(kTileBlock, p.n * p.tiles);
   const int64_t max_pairs = ((block + 1) / 2 + 15) / 16 * 16;
@@ -760,7 +639,7 @@ void run_weight_pairs(const Problem& p, const T* x, const T* gy, float* du) {
       for (int xi = 0; xi < 16; ++xi) {
         pair_tiles(w + xi * (p.K * ld + kPlanePad), p.K, ld, count, np, wn);
         pair_tiles_transposed(v + xi * (p.C * ld + kPlanePad), p.C, ld, count, np, cpad, vt);
-        pair_product<false>(slivers, np, wn, kPairTileRows * np, np, vt, cpad, cpad, acc + xi * k_rows * cpad, cpad,
+        pair_product_rows(slivers, np, wn, kPairRows * np, np, vt, cpad, cpad, acc + xi * k_rows * cpad, cpad,
                             t != lo * p.tiles);
       }
     }

@@ -1,0 +1,152 @@
+// The bf16 pair layouts of the Winograd convolution's products (winograd_pairs.h; Note [bf16
+// Winograd products] in conv_winograd.cpp).
+
+#include "winograd_pairs.h"
+
+#if EMBER_WINOGRAD_PAIRS
+
+#include <algorithm>
+
+#include "../../core/dtype.h"
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
+// reports (falsely) once they inline into a target("avx512f") function (as in bf16_simd.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace ember::kernels::cpu {
+
+namespace {
+
+uint32_t pair_of(float lo, float hi) {
+  return static_cast<uint32_t>(BFloat16(lo).bits) | (static_cast<uint32_t>(BFloat16(hi).bits) << 16);
+}
+
+// 32 floats (lo: the first 16) -> 32 bf16 in order, as VCVTNE2PS2BF16 rounds: to nearest even,
+// float32 denormals to zero (the planes' one rounding, Note [bf16 Winograd products]).
+EMBER_BF16_DOT_TARGET inline __m512i bf16x32(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
+
+// The first n lanes of 16 (none for n <= 0, all for n >= 16).
+inline __mmask16 first_lanes(int64_t n) {
+  return n <= 0 ? 0 : n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// A 16 x 16 transpose of 32-bit elements: r[i] row i in, column i out.
+EMBER_BF16_DOT_TARGET inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {  // within 128-bit lanes: (a0 b0 a1 b1), (a2 b2 a3 b3) of rows 2i, 2i + 1
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], lane L: rows 4i..4i+3 of column 4L + j
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  __m512i u[16];
+  for (int j = 0; j < 4; ++j) {  // column 4L + j = lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
+    const __m512i x0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), y0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+    const __m512i x1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+    u[j] = _mm512_shuffle_i32x4(x0, x1, 0x88);
+    u[8 + j] = _mm512_shuffle_i32x4(x0, x1, 0xdd);
+    u[4 + j] = _mm512_shuffle_i32x4(y0, y1, 0x88);
+    u[12 + j] = _mm512_shuffle_i32x4(y0, y1, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = u[i];
+}
+
+// pair_product_packed / pair_product_rows: 48 columns at a time, then the last 16 or 32.
+template <bool kPackedA>
+EMBER_BF16_DOT_TARGET void pair_product(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride,
+                                        int64_t lda, const uint32_t* bp, int64_t ldb, int64_t cols, float* c,
+                                        int64_t ldc, bool add) {
+  for (int64_t j = 0; j < cols; j += 48) {
+    const int64_t nv = std::min<int64_t>(3, (cols - j) / 16);
+    for (int64_t s = 0; s < slivers; ++s) {
+      const uint32_t* a = ap + s * sliver_stride;
+      float* cs = c + s * kPairRows * ldc + j;
+      if (nv == 3)
+        bf16_dot_tile<3, kPackedA>(steps, a, lda, bp + j, ldb, 1.0f, cs, ldc, add);
+      else if (nv == 2)
+        bf16_dot_tile<2, kPackedA>(steps, a, lda, bp + j, ldb, 1.0f, cs, ldc, add);
+      else
+        bf16_dot_tile<1, kPackedA>(steps, a, lda, bp + j, ldb, 1.0f, cs, ldc, add);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t pair_rows_padded(int64_t K) { return (K + kPairRows - 1) / kPairRows * kPairRows; }
+
+std::vector<uint32_t> pack_u_pairs(int64_t K, int64_t C, const float* u) {
+  const int64_t c2 = (C + 1) / 2, slivers = pair_rows_padded(K) / kPairRows;
+  std::vector<uint32_t> up(static_cast<size_t>(16 * slivers * c2 * kPairRows), 0u);
+  for (int xi = 0; xi < 16; ++xi)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t cp = 0; cp < c2; ++cp) {
+        const float* row = u + (xi * K + k) * C;
+        const float hi = 2 * cp + 1 < C ? row[2 * cp + 1] : 0.0f;
+        up[((xi * slivers + k / kPairRows) * c2 + cp) * kPairRows + k % kPairRows] =
+            pair_of(row[2 * cp], hi);
+      }
+  return up;
+}
+
+EMBER_BF16_DOT_TARGET void pair_channels(const float* v, int64_t C, int64_t ld, int64_t cols, uint32_t* vp) {
+  // bf16x32(row 2cp, row 2cp + 1) holds the two rows' 16 values one after the other; this
+  // interleaves them into 16 pairs.
+  const __m512i interleave = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
+                                               0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
+                                               0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
+  for (int64_t cp = 0; cp < (C + 1) / 2; ++cp) {
+    const float* r0 = v + 2 * cp * ld;
+    const bool odd_last = 2 * cp + 1 == C;  // no partner: the high halves are 0
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __m512 hi = odd_last ? _mm512_setzero_ps() : _mm512_loadu_ps(r0 + ld + j);
+      _mm512_storeu_si512(vp + cp * ld + j, _mm512_permutexvar_epi16(interleave, bf16x32(_mm512_loadu_ps(r0 + j), hi)));
+    }
+  }
+}
+
+EMBER_BF16_DOT_TARGET void pair_tiles(const float* w, int64_t K, int64_t ld, int64_t count, int64_t np, uint32_t* wn) {
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t q = 0; q < 2 * np; q += 32) {
+      const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(count - q), w + k * ld + q);
+      const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(count - q - 16), w + k * ld + q + 16);
+      _mm512_storeu_si512(wn + k * np + q / 2, bf16x32(lo, hi));
+    }
+}
+
+EMBER_BF16_DOT_TARGET void pair_tiles_transposed(const float* v, int64_t C, int64_t ld, int64_t count, int64_t np,
+                                             int64_t cpad, uint32_t* vt) {
+  for (int64_t c0 = 0; c0 < cpad; c0 += 16)
+    for (int64_t q = 0; q < 2 * np; q += 32) {
+      const __mmask16 m_lo = first_lanes(count - q), m_hi = first_lanes(count - q - 16);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const float* row = v + (c0 + i) * ld + q;
+        r[i] = c0 + i < C ? bf16x32(_mm512_maskz_loadu_ps(m_lo, row), _mm512_maskz_loadu_ps(m_hi, row + 16))
+                          : _mm512_setzero_si512();
+      }
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(vt + (q / 2 + i) * cpad + c0, r[i]);
+    }
+}
+
+void pair_product_packed(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride, int64_t lda,
+                         const uint32_t* bp, int64_t ldb, int64_t cols, float* c, int64_t ldc, bool add) {
+  pair_product<true>(slivers, steps, ap, sliver_stride, lda, bp, ldb, cols, c, ldc, add);
+}
+
+void pair_product_rows(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride, int64_t lda,
+                       const uint32_t* bp, int64_t ldb, int64_t cols, float* c, int64_t ldc, bool add) {
+  pair_product<false>(slivers, steps, ap, sliver_stride, lda, bp, ldb, cols, c, ldc, add);
+}
+
+}  // namespace ember::kernels::cpu
+
+#endif
