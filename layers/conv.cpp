@@ -84,6 +84,20 @@ bool native_16bit(const Tensor& x) {
 #endif
 }
 
+// Whether a channels-last conv2d computes in NHWC without copies: on a CUDA device through cuDNN,
+// for f32, f16 and bf16 (Note [Channels-last convolutions and pooling] in kernels/cuda/cudnn.h).
+// Everywhere else a channels-last convolution goes through NCHW (Note [Channels-last through the
+// NCHW kernels] in core/op_helpers.h).
+bool native_nhwc(const Tensor& x, MemoryFormat fmt) {
+#if EMBER_CUDA_BACKEND
+  return fmt == MemoryFormat::channels_last && x.device().type == DeviceType::CUDA &&
+         kernels::gpu::cudnn::use_for_conv() && x.dtype() != DType::f64;
+#else
+  (void)x, (void)fmt;
+  return false;
+#endif
+}
+
 // Multiply-adds x 2 of one pass (forward, backward-data or backward-weight): the profiler's FLOPs.
 double conv2d_flops(const kernels::Conv2dGeometry& g) {
   return 2.0 * static_cast<double>(g.n * g.c_out * g.out_h * g.out_w) *
@@ -109,9 +123,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const MemoryFormat fmt = detail::is_channels_last(x) || detail::is_channels_last(weight)
                                ? MemoryFormat::channels_last
                                : MemoryFormat::contiguous;
-  const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
+  // The memory order the kernels read and write: NHWC where native, else NCHW.
+  const bool nhwc = native_nhwc(x, fmt);
+  const MemoryFormat mem = nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  const Tensor xc = x.detach().contiguous(mem), wc = weight.detach().contiguous(mem);
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor y = empty({g.n, g.c_out, g.out_h, g.out_w}, {.dtype = dt, .device = x.device()});
+  Tensor y = empty({g.n, g.c_out, g.out_h, g.out_w}, {.dtype = dt, .device = x.device()}, mem);
   switch (x.device().type) {
     case DeviceType::CPU:
       kernels::cpu::conv2d_forward(dt, g, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
@@ -119,14 +136,16 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     case DeviceType::CUDA:
       EMBER_CUDA_CALL(x.device(), "conv2d", {
         const void* b = bc.defined() ? bc.data() : nullptr;
-        if (kernels::gpu::cudnn::use_for_conv())
-          kernels::gpu::cudnn::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
+        namespace cudnn = kernels::gpu::cudnn;
+        if (cudnn::use_for_conv())
+          cudnn::conv2d_forward(dt, nhwc ? cudnn::Layout::NHWC : cudnn::Layout::NCHW, g, xc.data(), wc.data(), b,
+                                y.data());
         else
           kernels::gpu::conv2d_forward(dt, g, xc.data(), wc.data(), b, y.data());
       });
       break;
   }
-  y = detail::to_format(y, fmt);
+  if (!nhwc) y = detail::to_format(y, fmt);
   if (!any_requires_grad({&x, &weight, &bias})) return y;
 
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
@@ -137,10 +156,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const Shape x_shape = x.shape(), w_shape = weight.shape();
   record("Conv2dBackward", {x, weight, bias}, {y}, [=](const std::vector<Tensor>& grads) {
     if (!grads[0].defined()) return std::vector<Tensor>{Tensor(), Tensor(), Tensor()};
-    const Tensor gy = grads[0].to(dt).contiguous();
+    const Tensor gy = grads[0].to(dt).contiguous(mem);
     const TensorOptions to{.dtype = dt, .device = gy.device()};
-    Tensor gx = need_x ? empty(x_shape, to) : Tensor();
-    Tensor gw = need_w ? empty(w_shape, to) : Tensor();
+    Tensor gx = need_x ? empty(x_shape, to, mem) : Tensor();
+    Tensor gw = need_w ? empty(w_shape, to, mem) : Tensor();
     Tensor gb = need_b ? empty({g.c_out}, to) : Tensor();
     const profiler::Scope scope("conv2d backward", conv2d_flops(g) * ((need_x ? 1 : 0) + (need_w ? 1 : 0)));
     switch (gy.device().type) {
@@ -153,9 +172,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         EMBER_CUDA_CALL(gy.device(), "conv2d backward", {
           namespace kc = kernels::gpu;
           if (kc::cudnn::use_for_conv()) {
-            if (need_x) kc::cudnn::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
-            if (need_w) kc::cudnn::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
-            if (need_b) kc::cudnn::conv2d_backward_bias(dt, g, gy.data(), gb.data());
+            const auto layout = nhwc ? kc::cudnn::Layout::NHWC : kc::cudnn::Layout::NCHW;
+            if (need_x) kc::cudnn::conv2d_backward_data(dt, layout, g, gy.data(), sw.get().data(), gx.data());
+            if (need_w) kc::cudnn::conv2d_backward_weight(dt, layout, g, gy.data(), sx.get().data(), gw.data());
+            if (need_b) kc::cudnn::conv2d_backward_bias(dt, layout, g, gy.data(), gb.data());
           } else {
             if (need_x) kc::conv2d_backward_data(dt, g, gy.data(), sw.get().data(), gx.data());
             if (need_w) kc::conv2d_backward_weight(dt, g, gy.data(), sx.get().data(), gw.data());
@@ -164,7 +184,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         });
         break;
     }
-    return std::vector<Tensor>{detail::to_format(gx, fmt), gw, gb};
+    return std::vector<Tensor>{nhwc ? gx : detail::to_format(gx, fmt), gw, gb};
   });
   return y;
 }

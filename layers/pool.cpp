@@ -1,8 +1,8 @@
 // 2-D pooling with autograd: max (with indices), average, adaptive average.
 // Inputs are (N, C, H, W) or unbatched (C, H, W); the kernels see N * C contiguous planes.
 // On a CUDA device, max_pool2d and avg_pool2d go through cuDNN where it computes the same windows
-// (Note [cuDNN or the hand-written kernels] in kernels/cuda/cudnn.h); its backward reads the input
-// and the output, which are saved instead of max pooling's indices.
+// (Note [cuDNN or the hand-written kernels] in kernels/cuda/cudnn.h), channels-last inputs in NHWC;
+// its backward reads the input and the output, which are saved instead of max pooling's indices.
 
 #include "../kernels/cpu/pool.h"
 
@@ -85,44 +85,51 @@ bool via_cudnn(const Tensor& x, const Pool2dGeometry& g) {
 #endif
 }
 
-// max_pool2d or avg_pool2d through cuDNN: forward, and a backward node that keeps x and out.
+// max_pool2d or avg_pool2d through cuDNN: forward, and a backward node that keeps x and out. A
+// channels-last input of f32, f16 or bf16 is pooled in NHWC as it lies (Note [Channels-last
+// convolutions and pooling] in kernels/cuda/cudnn.h); float64 goes through NCHW (Note [Channels-last
+// through the NCHW kernels] in core/op_helpers.h).
 Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool2dGeometry& g, bool is_max,
                   bool include_pad) {
-  // Note [Channels-last through the NCHW kernels] in core/op_helpers.h.
   const MemoryFormat fmt = x0.suggest_memory_format();
-  const Tensor x = x0.contiguous();
+  const bool nhwc = fmt == MemoryFormat::channels_last && x0.dtype() != DType::f64;
+  const MemoryFormat mem = nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  const Tensor x = x0.contiguous(mem);
   const DType dt = x.dtype();
-  Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = dt, .device = x.device()});
+  const int64_t channels = x.size(-3);  // (N, C, H, W) or (C, H, W)
+  Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = dt, .device = x.device()}, mem);
   {
     const profiler::Scope scope(op);
     EMBER_CUDA_CALL(x.device(), op, {
       namespace cudnn = kernels::gpu::cudnn;
+      const auto layout = nhwc ? cudnn::Layout::NHWC : cudnn::Layout::NCHW;
       if (is_max)
-        cudnn::max_pool2d_forward(dt, g, x.data(), out.data());
+        cudnn::max_pool2d_forward(dt, layout, channels, g, x.data(), out.data());
       else
-        cudnn::avg_pool2d_forward(dt, g, include_pad, x.data(), out.data());
+        cudnn::avg_pool2d_forward(dt, layout, channels, g, include_pad, x.data(), out.data());
     });
   }
-  const Tensor result = detail::to_format(out, fmt);
+  const Tensor result = nhwc ? out : detail::to_format(out, fmt);
   if (any_requires_grad({&x0})) {
     SavedTensor sx(x.detach(), node), so(out.detach(), node);
     const Shape in_shape = x0.shape();
     record(node, {x0}, {result}, [=](const std::vector<Tensor>& grads) {
       if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
-      const Tensor go = contiguous_grad(grads[0], dt);
-      Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
+      const Tensor go = grads[0].to(dt).contiguous(mem);
+      Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()}, mem);
       const char* bwd = is_max ? "max_pool2d backward" : "avg_pool2d backward";
       const profiler::Scope scope(bwd);
       EMBER_CUDA_CALL(go.device(), bwd, {
         namespace cudnn = kernels::gpu::cudnn;
+        const auto layout = nhwc ? cudnn::Layout::NHWC : cudnn::Layout::NCHW;
         const void* xs = sx.get().data();
         const void* os = so.get().data();
         if (is_max)
-          cudnn::max_pool2d_backward(dt, g, xs, os, go.data(), gi.data());
+          cudnn::max_pool2d_backward(dt, layout, channels, g, xs, os, go.data(), gi.data());
         else
-          cudnn::avg_pool2d_backward(dt, g, include_pad, xs, os, go.data(), gi.data());
+          cudnn::avg_pool2d_backward(dt, layout, channels, g, include_pad, xs, os, go.data(), gi.data());
       });
-      return std::vector<Tensor>{detail::to_format(gi, fmt)};
+      return std::vector<Tensor>{nhwc ? gi : detail::to_format(gi, fmt)};
     });
   }
   return result;

@@ -299,12 +299,17 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
   }
 }
 
+// channels_last: gy is (n, out_h, out_w, c_out) in memory, read as n * out_h * out_w rows of one
+// pixel each (the kernel's n and ohw become n * ohw and 1): the same float sum of a channel's values,
+// in the same order, through reads c_out elements apart instead of contiguous ones. A bias
+// gradient reads dy once per step, beside the three passes of the convolution itself.
 template <typename T>
-void backward_bias_impl(const Conv2dGeometry& g, const T* gy, T* gb) {
+void backward_bias_impl(const Conv2dGeometry& g, bool channels_last, const T* gy, T* gb) {
   if (g.c_out == 0) return;
   EMBER_CHECK(g.c_out <= 2147483647, "conv2d backward: c_out = ", g.c_out, " is too large for one grid");
+  const int64_t ohw = g.out_h * g.out_w;
   EMBER_LAUNCH(bias_grad_kernel<T>, static_cast<unsigned>(g.c_out), kThreads, 0, cuda::current_stream(),
-               g.n, g.c_out, g.out_h * g.out_w, gy, gb);
+               channels_last ? g.n * ohw : g.n, g.c_out, channels_last ? int64_t{1} : ohw, gy, gb);
   cuda::check_launch("conv2d backward bias");
 }
 
@@ -341,7 +346,14 @@ void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, 
   // refuses, comes here).
   EMBER_DISPATCH_FLOATING(dtype, "conv2d backward", [&] {
     using T = scalar_t;
-    backward_bias_impl(g, static_cast<const T*>(gy), static_cast<T*>(gb));
+    backward_bias_impl(g, false, static_cast<const T*>(gy), static_cast<T*>(gb));
+  });
+}
+
+void conv2d_backward_bias_nhwc(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb) {
+  EMBER_DISPATCH_FLOATING(dtype, "conv2d backward", [&] {
+    using T = scalar_t;
+    backward_bias_impl(g, true, static_cast<const T*>(gy), static_cast<T*>(gb));
   });
 }
 

@@ -51,6 +51,8 @@ bool use_for_pool(const Pool2dGeometry& g) {
          g.out_w == pool_output_size(g.in_w, g.kernel_w, g.pad_w, g.stride_w, 1, false);
 }
 
+const char* layout_name(Layout layout) { return layout == Layout::NHWC ? "NHWC" : "NCHW"; }
+
 void set_benchmark(bool on) { g_benchmark = on; }
 bool benchmark() { return g_benchmark; }
 void set_allow_tf32(bool on) { g_allow_tf32 = on; }
@@ -67,22 +69,29 @@ namespace {
 }
 }  // namespace
 
-void conv2d_forward(DType, const Conv2dGeometry&, const void*, const void*, const void*, void*) {
+void conv2d_forward(DType, Layout, const Conv2dGeometry&, const void*, const void*, const void*, void*) {
   no_cudnn("cudnn conv2d_forward");
 }
-void conv2d_backward_data(DType, const Conv2dGeometry&, const void*, const void*, void*) {
+void conv2d_backward_data(DType, Layout, const Conv2dGeometry&, const void*, const void*, void*) {
   no_cudnn("cudnn conv2d_backward_data");
 }
-void conv2d_backward_weight(DType, const Conv2dGeometry&, const void*, const void*, void*) {
+void conv2d_backward_weight(DType, Layout, const Conv2dGeometry&, const void*, const void*, void*) {
   no_cudnn("cudnn conv2d_backward_weight");
 }
-void conv2d_backward_bias(DType, const Conv2dGeometry&, const void*, void*) { no_cudnn("cudnn conv2d_backward_bias"); }
-void avg_pool2d_forward(DType, const Pool2dGeometry&, bool, const void*, void*) { no_cudnn("cudnn avg_pool2d"); }
-void avg_pool2d_backward(DType, const Pool2dGeometry&, bool, const void*, const void*, const void*, void*) {
+void conv2d_backward_bias(DType, Layout, const Conv2dGeometry&, const void*, void*) {
+  no_cudnn("cudnn conv2d_backward_bias");
+}
+void avg_pool2d_forward(DType, Layout, int64_t, const Pool2dGeometry&, bool, const void*, void*) {
+  no_cudnn("cudnn avg_pool2d");
+}
+void avg_pool2d_backward(DType, Layout, int64_t, const Pool2dGeometry&, bool, const void*, const void*, const void*,
+                         void*) {
   no_cudnn("cudnn avg_pool2d backward");
 }
-void max_pool2d_forward(DType, const Pool2dGeometry&, const void*, void*) { no_cudnn("cudnn max_pool2d"); }
-void max_pool2d_backward(DType, const Pool2dGeometry&, const void*, const void*, const void*, void*) {
+void max_pool2d_forward(DType, Layout, int64_t, const Pool2dGeometry&, const void*, void*) {
+  no_cudnn("cudnn max_pool2d");
+}
+void max_pool2d_backward(DType, Layout, int64_t, const Pool2dGeometry&, const void*, const void*, const void*, void*) {
   no_cudnn("cudnn max_pool2d backward");
 }
 void activation_forward(Activation, DType, int64_t, const void*, void*) { no_cudnn("cudnn activation"); }
@@ -124,6 +133,16 @@ cudnnDataType_t data_type(DType dt) {
 // PSEUDO_HALF_CONFIG and PSEUDO_BFLOAT16_CONFIG, Note [16-bit convolutions]), double for f64.
 cudnnDataType_t compute_type(DType dt) { return dt == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
 
+cudnnTensorFormat_t tensor_format(Layout layout) {
+  return layout == Layout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+// Note [Channels-last convolutions and pooling]: NHWC for f32, f16 and bf16 only.
+void check_layout(const char* op, DType dt, Layout layout) {
+  EMBER_CHECK(layout == Layout::NCHW || dt != DType::f64, op,
+              ": NHWC (channels-last) float64 is not sent to cuDNN; use NCHW for float64");
+}
+
 // One cuDNN handle per device, created on first use and bound to the current stream per call.
 cudnnHandle_t handle() {
   static std::mutex mu;
@@ -148,9 +167,10 @@ cudnnHandle_t handle() {
 
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(DType dt, int64_t n, int64_t c, int64_t h, int64_t w) {
+  // A dense (n, c, h, w) tensor in `layout` (NHWC: strides (h*w*c, 1, w*c, c)).
+  TensorDesc(DType dt, Layout layout, int64_t n, int64_t c, int64_t h, int64_t w) {
     EMBER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    EMBER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, data_type(dt), static_cast<int>(n),
+    EMBER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, tensor_format(layout), data_type(dt), static_cast<int>(n),
                                                  static_cast<int>(c), static_cast<int>(h), static_cast<int>(w)));
   }
   ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
@@ -160,9 +180,10 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(DType dt, const Conv2dGeometry& g) {
+  // (c_out, c_in / groups, kh, kw); NHWC: (c_out, kh, kw, c_in / groups) in memory.
+  FilterDesc(DType dt, Layout layout, const Conv2dGeometry& g) {
     EMBER_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    EMBER_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, data_type(dt), CUDNN_TENSOR_NCHW, static_cast<int>(g.c_out),
+    EMBER_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, data_type(dt), tensor_format(layout), static_cast<int>(g.c_out),
                                                  static_cast<int>(g.c_in / g.groups), static_cast<int>(g.kh),
                                                  static_cast<int>(g.kw)));
   }
@@ -199,19 +220,24 @@ struct ConvProblem {
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
-  ConvProblem(DType dt, const Conv2dGeometry& g)
-      : x(dt, g.n, g.c_in, g.h, g.w), y(dt, g.n, g.c_out, g.out_h, g.out_w), w(dt, g), conv(dt, g) {}
+  ConvProblem(DType dt, Layout layout, const Conv2dGeometry& g)
+      : x(dt, layout, g.n, g.c_in, g.h, g.w),
+        y(dt, layout, g.n, g.c_out, g.out_h, g.out_w),
+        w(dt, layout, g),
+        conv(dt, g) {}
 };
 
 // ---- the algorithm cache and the shared workspace ----------------------------------------------
 
 enum class Pass { Forward, BackwardData, BackwardFilter };
 
-using ConvKey = std::tuple<int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+// (pass, device, dtype, layout, tf32, benchmark, the geometry): Note [cuDNN algorithm choice].
+using ConvKey = std::tuple<int, int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                            int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-ConvKey make_key(Pass pass, DType dt, const Conv2dGeometry& g) {
-  return ConvKey{static_cast<int>(pass), cuda::current_device(), static_cast<int>(dt), allow_tf32(),
+ConvKey make_key(Pass pass, DType dt, Layout layout, const Conv2dGeometry& g) {
+  return ConvKey{static_cast<int>(pass), cuda::current_device(), static_cast<int>(dt), static_cast<int>(layout),
+                 allow_tf32(),
                  benchmark(), g.n, g.c_in, g.h, g.w, g.c_out, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h,
                  g.pad_w, g.dil_h, g.dil_w, g.groups};
 }
@@ -281,8 +307,9 @@ Ranking ranking_from(const Perf* perf, int count) {
 
 // Heuristic or measured ranking for one pass, cached under its key.
 template <typename PerfT, int kMax, typename GetFn, typename FindFn>
-const Ranking& rank(const char* op, Pass pass, DType dt, const Conv2dGeometry& g, GetFn get, FindFn find) {
-  const ConvKey key = make_key(pass, dt, g);
+const Ranking& rank(const char* op, Pass pass, DType dt, Layout layout, const Conv2dGeometry& g, GetFn get,
+                    FindFn find) {
+  const ConvKey key = make_key(pass, dt, layout, g);
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     auto it = algorithm_cache().find(key);
@@ -327,12 +354,14 @@ int64_t cached_algorithm_count() {
   return static_cast<int64_t>(algorithm_cache().size());
 }
 
-void conv2d_forward(DType dt, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y) {
+void conv2d_forward(DType dt, Layout layout, const Conv2dGeometry& g, const void* x, const void* w, const void* bias,
+                    void* y) {
+  check_layout("conv2d", dt, layout);
   if (g.n == 0 || g.c_out == 0) return;
   cudnnHandle_t h = handle();
-  ConvProblem p(dt, g);
+  ConvProblem p(dt, layout, g);
   const Ranking& r = rank<cudnnConvolutionFwdAlgoPerf_t, 8>(
-      "conv2d", Pass::Forward, dt, g,
+      "conv2d", Pass::Forward, dt, layout, g,
       [&](cudnnConvolutionFwdAlgoPerf_t* perf, int max, int* count) {
         EMBER_CUDNN_CHECK(
             cudnnGetConvolutionForwardAlgorithm_v7(h, p.x.d, p.w.d, p.conv.d, p.y.d, max, count, perf));
@@ -345,7 +374,7 @@ void conv2d_forward(DType dt, const Conv2dGeometry& g, const void* x, const void
   // Note [16-bit convolutions]: the bias is broadcast into y first (a copy: no rounding) and the
   // convolution blends onto it with beta = 1, so y = round(conv + bias) with one rounding.
   if (bias != nullptr) {
-    TensorDesc b(dt, 1, g.c_out, 1, 1);
+    TensorDesc b(dt, layout, 1, g.c_out, 1, 1);
     EMBER_CUDNN_CHECK(cudnnAddTensor(h, one, b.d, bias, zero, p.y.d, y));
   }
   run_ranked("conv2d", r, [&](int algo, void* ws, size_t bytes) {
@@ -355,12 +384,13 @@ void conv2d_forward(DType dt, const Conv2dGeometry& g, const void* x, const void
   });
 }
 
-void conv2d_backward_data(DType dt, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
+void conv2d_backward_data(DType dt, Layout layout, const Conv2dGeometry& g, const void* gy, const void* w, void* gx) {
+  check_layout("conv2d backward data", dt, layout);
   if (g.n == 0 || g.c_in == 0) return;
   cudnnHandle_t h = handle();
-  ConvProblem p(dt, g);
+  ConvProblem p(dt, layout, g);
   const Ranking& r = rank<cudnnConvolutionBwdDataAlgoPerf_t, 8>(
-      "conv2d backward data", Pass::BackwardData, dt, g,
+      "conv2d backward data", Pass::BackwardData, dt, layout, g,
       [&](cudnnConvolutionBwdDataAlgoPerf_t* perf, int max, int* count) {
         EMBER_CUDNN_CHECK(
             cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w.d, p.y.d, p.conv.d, p.x.d, max, count, perf));
@@ -387,14 +417,16 @@ void zero_fill(void* p, size_t elems, DType dt) {
 
 }  // namespace
 
-void conv2d_backward_weight(DType dt, const Conv2dGeometry& g, const void* gy, const void* x, void* gw) {
+void conv2d_backward_weight(DType dt, Layout layout, const Conv2dGeometry& g, const void* gy, const void* x,
+                            void* gw) {
+  check_layout("conv2d backward weight", dt, layout);
   if (g.c_out == 0) return;
   if (g.n == 0) return zero_fill(gw, static_cast<size_t>(g.c_out * (g.c_in / g.groups) * g.kh * g.kw), dt);
   cudnnHandle_t h = handle();
-  ConvProblem p(dt, g);
+  ConvProblem p(dt, layout, g);
   const Ranking& r =
       rank<cudnnConvolutionBwdFilterAlgoPerf_t, 8>(
-          "conv2d backward weight", Pass::BackwardFilter, dt, g,
+          "conv2d backward weight", Pass::BackwardFilter, dt, layout, g,
           [&](cudnnConvolutionBwdFilterAlgoPerf_t* perf, int max, int* count) {
             EMBER_CUDNN_CHECK(
                 cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x.d, p.y.d, p.conv.d, p.w.d, max, count, perf));
@@ -411,15 +443,19 @@ void conv2d_backward_weight(DType dt, const Conv2dGeometry& g, const void* gy, c
   });
 }
 
-void conv2d_backward_bias(DType dt, const Conv2dGeometry& g, const void* gy, void* gb) {
+void conv2d_backward_bias(DType dt, Layout layout, const Conv2dGeometry& g, const void* gy, void* gb) {
+  check_layout("conv2d backward bias", dt, layout);
   if (g.c_out == 0) return;
   if (g.n == 0) return zero_fill(gb, static_cast<size_t>(g.c_out), dt);
   // cuDNN 9 answers CUDNN_STATUS_NOT_SUPPORTED for bf16 here (seen on an H200, cuDNN 9 from
   // PyTorch's wheel; the emulator's shim answers the same): the hand-written reduction, which
   // sums in float and rounds once like cuDNN's f16 path.
-  if (dt == DType::bf16) return kernels::gpu::conv2d_backward_bias(dt, g, gy, gb);
+  if (dt == DType::bf16) {
+    if (layout == Layout::NHWC) return kernels::gpu::conv2d_backward_bias_nhwc(dt, g, gy, gb);
+    return kernels::gpu::conv2d_backward_bias(dt, g, gy, gb);
+  }
   cudnnHandle_t h = handle();
-  TensorDesc y(dt, g.n, g.c_out, g.out_h, g.out_w), b(dt, 1, g.c_out, 1, 1);
+  TensorDesc y(dt, layout, g.n, g.c_out, g.out_h, g.out_w), b(dt, layout, 1, g.c_out, 1, 1);
   const auto [one, zero] = blend(dt);
   EMBER_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, one, y.d, gy, zero, b.d, gb));
 }
@@ -462,50 +498,68 @@ cudnnPoolingMode_t avg_mode(bool count_include_pad) {
   return count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
 }
 
-void pool_forward(cudnnPoolingMode_t mode, DType dt, const Pool2dGeometry& g, const void* x, void* out) {
+// The images of a pooling call: g.planes / channels of `channels` channels (cudnn.h).
+struct PoolImages {
+  int64_t n, c;
+  PoolImages(const char* op, DType dt, Layout layout, int64_t channels, const Pool2dGeometry& g) {
+    check_layout(op, dt, layout);
+    EMBER_CHECK(channels > 0 && g.planes % channels == 0, op, ": ", g.planes, " planes are not images of ", channels,
+                " channels");
+    n = g.planes / channels, c = channels;
+  }
+};
+
+void pool_forward(const char* op, cudnnPoolingMode_t mode, DType dt, Layout layout, int64_t channels,
+                  const Pool2dGeometry& g, const void* x, void* out) {
   if (g.planes == 0) return;
+  const PoolImages im(op, dt, layout, channels, g);
   cudnnHandle_t h = handle();
   PoolDesc pd(g, mode);
-  TensorDesc xd(dt, 1, g.planes, g.in_h, g.in_w), yd(dt, 1, g.planes, g.out_h, g.out_w);
+  TensorDesc xd(dt, layout, im.n, im.c, g.in_h, g.in_w), yd(dt, layout, im.n, im.c, g.out_h, g.out_w);
   const auto [one, zero] = blend(dt);
   EMBER_CUDNN_CHECK(cudnnPoolingForward(h, pd.d, one, xd.d, x, zero, yd.d, out));
 }
 
-void pool_backward(cudnnPoolingMode_t mode, DType dt, const Pool2dGeometry& g, const void* x, const void* out,
-                   const void* grad_out, void* grad_in) {
+void pool_backward(const char* op, cudnnPoolingMode_t mode, DType dt, Layout layout, int64_t channels,
+                   const Pool2dGeometry& g, const void* x, const void* out, const void* grad_out, void* grad_in) {
   if (g.planes == 0) return;
+  const PoolImages im(op, dt, layout, channels, g);
   cudnnHandle_t h = handle();
   PoolDesc pd(g, mode);
-  TensorDesc xd(dt, 1, g.planes, g.in_h, g.in_w), yd(dt, 1, g.planes, g.out_h, g.out_w);
+  TensorDesc xd(dt, layout, im.n, im.c, g.in_h, g.in_w), yd(dt, layout, im.n, im.c, g.out_h, g.out_w);
   const auto [one, zero] = blend(dt);
   EMBER_CUDNN_CHECK(cudnnPoolingBackward(h, pd.d, one, yd.d, out, yd.d, grad_out, xd.d, x, zero, xd.d, grad_in));
 }
 
 }  // namespace
 
-void avg_pool2d_forward(DType dt, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out) {
-  pool_forward(avg_mode(count_include_pad), dt, g, x, out);
+void avg_pool2d_forward(DType dt, Layout layout, int64_t channels, const Pool2dGeometry& g, bool count_include_pad,
+                        const void* x, void* out) {
+  pool_forward("cudnn avg_pool2d", avg_mode(count_include_pad), dt, layout, channels, g, x, out);
 }
 
-void avg_pool2d_backward(DType dt, const Pool2dGeometry& g, bool count_include_pad, const void* x, const void* out,
-                         const void* grad_out, void* grad_in) {
-  pool_backward(avg_mode(count_include_pad), dt, g, x, out, grad_out, grad_in);
+void avg_pool2d_backward(DType dt, Layout layout, int64_t channels, const Pool2dGeometry& g, bool count_include_pad,
+                         const void* x, const void* out, const void* grad_out, void* grad_in) {
+  pool_backward("cudnn avg_pool2d backward", avg_mode(count_include_pad), dt, layout, channels, g, x, out, grad_out,
+                grad_in);
 }
 
-void max_pool2d_forward(DType dt, const Pool2dGeometry& g, const void* x, void* out) {
-  pool_forward(CUDNN_POOLING_MAX_DETERMINISTIC, dt, g, x, out);
+void max_pool2d_forward(DType dt, Layout layout, int64_t channels, const Pool2dGeometry& g, const void* x,
+                        void* out) {
+  pool_forward("cudnn max_pool2d", CUDNN_POOLING_MAX_DETERMINISTIC, dt, layout, channels, g, x, out);
 }
 
-void max_pool2d_backward(DType dt, const Pool2dGeometry& g, const void* x, const void* out, const void* grad_out,
-                         void* grad_in) {
-  pool_backward(CUDNN_POOLING_MAX_DETERMINISTIC, dt, g, x, out, grad_out, grad_in);
+void max_pool2d_backward(DType dt, Layout layout, int64_t channels, const Pool2dGeometry& g, const void* x,
+                         const void* out, const void* grad_out, void* grad_in) {
+  pool_backward("cudnn max_pool2d backward", CUDNN_POOLING_MAX_DETERMINISTIC, dt, layout, channels, g, x, out,
+                grad_out, grad_in);
 }
 
 void activation_forward(Activation a, DType dt, int64_t n, const void* x, void* y) {
   if (n == 0) return;
   cudnnHandle_t h = handle();
   ActDesc ad(a);
-  TensorDesc td(dt, 1, 1, 1, n);
+  TensorDesc td(dt, Layout::NCHW, 1, 1, 1, n);
   const auto [one, zero] = blend(dt);
   EMBER_CUDNN_CHECK(cudnnActivationForward(h, ad.d, one, td.d, x, zero, td.d, y));
 }
@@ -515,7 +569,7 @@ void activation_backward(Activation a, DType dt, int64_t n, const void* x, const
   if (n == 0) return;
   cudnnHandle_t h = handle();
   ActDesc ad(a);
-  TensorDesc td(dt, 1, 1, 1, n);
+  TensorDesc td(dt, Layout::NCHW, 1, 1, 1, n);
   const auto [one, zero] = blend(dt);
   EMBER_CUDNN_CHECK(cudnnActivationBackward(h, ad.d, one, td.d, y, td.d, grad_y, td.d, x, zero, td.d, grad_x));
 }

@@ -23,9 +23,9 @@
 // with different speed and workspace needs. By default ember asks cuDNN's heuristics for a ranked
 // list (cudnnGet*Algorithm_v7); in benchmark mode (set_benchmark(true), or EMBER_CUDNN_BENCHMARK=1)
 // it times them on the real problem (cudnnFind*AlgorithmEx), like torch.backends.cudnn.benchmark.
-// Either way the answer is cached under the full problem key — shapes, strides (NCHW contiguous),
-// padding, stride, dilation, groups, dtype, math type, device and which of the three passes — so
-// it is computed once per layer shape. Algorithms cuDNN reports as unsupported for the problem are
+// Either way the answer is cached under the full problem key — shapes, strides (the layout: NCHW
+// or NHWC, each dense), padding, stride, dilation, groups, dtype, math type, device and which of
+// the three passes — so it is computed once per layer shape and layout. Algorithms cuDNN reports as unsupported for the problem are
 // dropped from the ranking. All convolutions of a device share one workspace buffer from the
 // caching allocator that grows to the largest need; when it cannot grow (out of memory), the next
 // algorithm in the ranking that needs less workspace is used.
@@ -62,6 +62,19 @@
 // kernels).
 // The shim counts the 16-bit calls by dtype (kernels/simt/cudnn_shim.h), so tests see that a
 // 16-bit layer reached cuDNN natively, without a conversion to f32 around it.
+//
+// Note [Channels-last convolutions and pooling]
+// Every convolution and pooling entry point takes the Layout of its 4-D operands. NHWC describes
+// x, y, dy and dx as CUDNN_TENSOR_NHWC tensors (dense, strides (H*W*C, 1, W*C, C)) and the filter
+// as a CUDNN_TENSOR_NHWC filter: w and dw are (C_out, kh, kw, C_in / groups) in memory, a
+// channels-last (C_out, C_in / groups, kh, kw) tensor. One layout holds for all operands of a call.
+// cuDNN then computes on channels-last data directly (the tensor-core kernels read NHWC without a
+// transpose), so a channels-last layer needs no copy to NCHW and back (Note [Channels-last through
+// the NCHW kernels] in core/op_helpers.h). The bias (C values) is the same memory in either layout.
+// The values equal those of NCHW up to the algorithm cuDNN picks; on the emulator, whose shim
+// computes NHWC by moving the operands to NCHW and back, they are equal bit for bit. NHWC is for
+// f32, f16 and bf16: float64 is refused (PyTorch never sends double channels-last data to cuDNN
+// either; layers copy it through NCHW).
 
 #include <cstdint>
 
@@ -87,23 +100,38 @@ bool allow_tf32();
 // Number of algorithm choices cached so far (all devices; for tests and diagnostics).
 int64_t cached_algorithm_count();
 
-// The contracts of kernels/conv.h; f32, f64, or f16 / bf16 computed in float and rounded once
-// (Note [16-bit convolutions]); device pointers; current stream.
-void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y);
-void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx);
-void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw);
-void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
+// The memory order of the 4-D operands of a call (Note [Channels-last convolutions and pooling]):
+// NCHW is row-major (N, C, H, W); NHWC is channels-last, (N, H, W, C) in memory, the filter
+// (C_out, kh, kw, C_in / groups).
+enum class Layout { NCHW, NHWC };
+const char* layout_name(Layout layout);
 
-// Pooling for a geometry use_for_pool() accepts; x/out as in kernels/pool.h (planes of (h, w));
-// f32, f64, or f16 / bf16 computed in float (Note [16-bit pooling and activations]).
+// The contracts of kernels/conv.h with every 4-D operand (x, w, y, gy, gx, gw) in `layout`; f32,
+// f64 (NCHW only), or f16 / bf16 computed in float and rounded once (Note [16-bit convolutions]);
+// device pointers; current stream.
+void conv2d_forward(DType dtype, Layout layout, const Conv2dGeometry& g, const void* x, const void* w,
+                    const void* bias, void* y);
+void conv2d_backward_data(DType dtype, Layout layout, const Conv2dGeometry& g, const void* gy, const void* w,
+                          void* gx);
+void conv2d_backward_weight(DType dtype, Layout layout, const Conv2dGeometry& g, const void* gy, const void* x,
+                            void* gw);
+void conv2d_backward_bias(DType dtype, Layout layout, const Conv2dGeometry& g, const void* gy, void* gb);
+
+// Pooling for a geometry use_for_pool() accepts; f32, f64 (NCHW only), or f16 / bf16 computed in
+// float (Note [16-bit pooling and activations]). x/out hold g.planes / channels images of
+// `channels` channels in `layout`: NCHW is kernels/pool.h's stack of (h, w) planes (any divisor
+// of g.planes serves as channels there: the planes are independent), NHWC is channels-last
+// (N, h, w, channels) with N = g.planes / channels.
 // Average pooling with PyTorch's meaning of count_include_pad; max pooling with NaN winning, like
 // the hand-written kernel, but without indices: its backward reads x and out instead.
-void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out);
-void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x,
+void avg_pool2d_forward(DType dtype, Layout layout, int64_t channels, const Pool2dGeometry& g, bool count_include_pad,
+                        const void* x, void* out);
+void avg_pool2d_backward(DType dtype, Layout layout, int64_t channels, const Pool2dGeometry& g,
+                         bool count_include_pad, const void* x, const void* out, const void* grad_out, void* grad_in);
+void max_pool2d_forward(DType dtype, Layout layout, int64_t channels, const Pool2dGeometry& g, const void* x,
+                        void* out);
+void max_pool2d_backward(DType dtype, Layout layout, int64_t channels, const Pool2dGeometry& g, const void* x,
                          const void* out, const void* grad_out, void* grad_in);
-void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out);
-void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* x, const void* out, const void* grad_out,
-                         void* grad_in);
 
 enum class Activation { Relu, Sigmoid, Tanh };
 // y = act(x) over n contiguous elements; grad_x = act'(x) * grad_y, where act' is computed from the

@@ -22,14 +22,16 @@
 //   - an operand that is not device memory (cuDNN would fault on the GPU):
 //     CUDNN_STATUS_EXECUTION_FAILED.
 // Both print a line on stderr naming the operand.
-// The shim computes float32 and float64 in NCHW only, and also CUDNN_DATA_HALF and
+// The shim computes float32 and float64, and also CUDNN_DATA_HALF and
 // CUDNN_DATA_BFLOAT16 with float compute for convolutions, bias gradients, cudnnAddTensor, pooling
 // and activations: the 16-bit values are widened to float (exactly), the float32 CPU kernel runs on
 // them (alpha and beta applied in float) and each output element is rounded to 16 bits once, as a
 // GPU computing PSEUDO_HALF_CONFIG / PSEUDO_BFLOAT16_CONFIG does. (The float32 average-pooling
 // kernel sums a window in double and rounds the mean to float before that one 16-bit rounding.)
+// Tensors and filters may be NCHW or NHWC (channels-last), staged through NCHW copies (Note [The
+// shim's memory formats] in cudnn_shim_internal.h).
 // cuDNN's table has no 16-bit data with a double compute type, nor bfloat16 compute:
-// NOT_SUPPORTED, as from cuDNN. TRUE_HALF_CONFIG (half compute), other data types, NHWC filters,
+// NOT_SUPPORTED, as from cuDNN. TRUE_HALF_CONFIG (half compute), other data types, NCHW_VECT_C,
 // the CUDNN_CONVOLUTION (flipped) mode, activations other than ReLU/sigmoid/tanh and max pooling
 // without NaN propagation are CUDNN_STATUS_NOT_SUPPORTED here although cuDNN has them (ember does
 // not use them).
@@ -198,8 +200,8 @@ cudnnStatus_t CUDNNWINAPI cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, 
     return CUDNN_STATUS_BAD_PARAM;
   // cuDNN's limit: at most 2^31 - 1 elements in one tensor.
   if (int64_t{n} * c * h * w > int64_t{INT32_MAX}) return CUDNN_STATUS_NOT_SUPPORTED;
-  if (format != CUDNN_TENSOR_NCHW) return CUDNN_STATUS_NOT_SUPPORTED;  // the shim computes NCHW only
-  *d = cudnnTensorStruct{true, type, n, c, h, w};
+  if (format == CUDNN_TENSOR_NCHW_VECT_C) return CUDNN_STATUS_NOT_SUPPORTED;  // NCHW and NHWC only
+  *d = cudnnTensorStruct{true, type, n, c, h, w, format};
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -227,12 +229,12 @@ cudnnStatus_t CUDNNWINAPI cudnnAddTensor(cudnnHandle_t h, const void* alpha, con
   const Scaling sc = read_scaling(dt, alpha, beta);
   const cudnnTensorStruct A = *ad, C = *cd;  // the descriptors as they are at the call
   // T: the data type; S: the one computed in (float for 16-bit data: one rounding per element).
-  auto run = [=](auto zero, auto scale_zero) {
+  auto run = [=](auto zero, auto scale_zero, const void* a_nchw, void* c_nchw) {
     using T = decltype(zero);
     using S = decltype(scale_zero);
     const S al = static_cast<S>(sc.alpha), be = static_cast<S>(sc.beta);
-    const T* src = static_cast<const T*>(a);
-    T* dst = static_cast<T*>(c);
+    const T* src = static_cast<const T*>(a_nchw);
+    T* dst = static_cast<T*>(c_nchw);
     size_t i = 0;
     for (int n = 0; n < C.n; ++n)
       for (int ch = 0; ch < C.c; ++ch)
@@ -247,14 +249,16 @@ cudnnStatus_t CUDNNWINAPI cudnnAddTensor(cudnnHandle_t h, const void* alpha, con
           }
   };
   return in_stream_order(h, [=] {
+    Nchw sa(dims_of(&A), e, a), so(dims_of(&C), e, c, sc.beta != 0.0);  // Note [The shim's memory formats]
     if (dt == DType::f64)
-      run(0.0, 0.0);
+      run(0.0, 0.0, sa.get(), so.get());
     else if (dt == DType::f16)
-      run(ember::Half(0.0f), 0.0f);
+      run(ember::Half(0.0f), 0.0f, sa.get(), so.get());
     else if (dt == DType::bf16)
-      run(ember::BFloat16(0.0f), 0.0f);
+      run(ember::BFloat16(0.0f), 0.0f, sa.get(), so.get());
     else
-      run(0.0f, 0.0f);
+      run(0.0f, 0.0f, sa.get(), so.get());
+    so.commit();
   });
 }
 
@@ -291,15 +295,20 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolin
                        {{"x", x, static_cast<size_t>(numel(xd)) * e}, {"y", y, static_cast<size_t>(numel(yd)) * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  count([](Calls& c) { ++c.pooling_forward; });
+  count([&](Calls& c) {
+    ++c.pooling_forward;
+    if (xd->format == CUDNN_TENSOR_NHWC && yd->format == CUDNN_TENSOR_NHWC) ++c.pooling_nhwc[0];
+  });
   count_16bit(&Calls::pooling_f16, &Calls::pooling_bf16, dt, 0);
   const size_t in_n = static_cast<size_t>(numel(xd)), out_n = static_cast<size_t>(numel(yd));
   const Scaling sc = read_scaling(dt, alpha, beta);
   const bool max = is_max(pd), include_padding = pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  const Dims4 xdims = dims_of(xd), ydims = dims_of(yd);  // Note [The shim's memory formats]
   if (ember::is_low_precision(dt)) {
     return in_stream_order(h, [=] {
-      compute_16bit(dt, sc, y, out_n, [&](float* r) {
-        const std::vector<float> x32 = widen(dt, x, in_n);
+      Nchw sx(xdims, e, x), sy(ydims, e, y, sc.beta != 0.0);
+      compute_16bit(dt, sc, sy.get(), out_n, [&](float* r) {
+        const std::vector<float> x32 = widen(dt, sx.get(), in_n);
         if (max) {
           std::vector<int64_t> indices(out_n);
           ember::kernels::cpu::max_pool2d_forward(DType::f32, DType::i64, g, x32.data(), r, indices.data());
@@ -307,17 +316,20 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolin
           ember::kernels::cpu::avg_pool2d_forward(DType::f32, g, include_padding, x32.data(), r);
         }
       });
+      sy.commit();
     });
   }
   return in_stream_order(h, [=] {
-    with_scaling(dt, sc, y, out_n, [&](void* dst) {
+    Nchw sx(xdims, e, x), sy(ydims, e, y, sc.beta != 0.0);
+    with_scaling(dt, sc, sy.get(), out_n, [&](void* dst) {
       if (max) {
         std::vector<int64_t> indices(out_n);
-        ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, x, dst, indices.data());
+        ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, sx.get(), dst, indices.data());
       } else {
-        ember::kernels::cpu::avg_pool2d_forward(dt, g, include_padding, x, dst);
+        ember::kernels::cpu::avg_pool2d_forward(dt, g, include_padding, sx.get(), dst);
       }
     });
+    sy.commit();
   });
 }
 
@@ -342,16 +354,24 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
                        {{"y", y, out_n * e}, {"dy", dy, out_n * e}, {"x", x, in_n * e}, {"dx", dx, in_n * e}});
       st != CUDNN_STATUS_SUCCESS)
     return st;
-  count([](Calls& c) { ++c.pooling_backward; });
+  count([&](Calls& c) {
+    ++c.pooling_backward;
+    if (xd->format == CUDNN_TENSOR_NHWC && yd->format == CUDNN_TENSOR_NHWC && dyd->format == CUDNN_TENSOR_NHWC &&
+        dxd->format == CUDNN_TENSOR_NHWC)
+      ++c.pooling_nhwc[1];
+  });
   count_16bit(&Calls::pooling_f16, &Calls::pooling_bf16, dt, 1);
   const Scaling sc = read_scaling(dt, alpha, beta);
   const bool max = is_max(pd), include_padding = pd->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  // Note [The shim's memory formats]: each operand in its own descriptor's format.
+  const Dims4 xdims = dims_of(xd), dydims = dims_of(dyd), dxdims = dims_of(dxd);
   if (ember::is_low_precision(dt)) {  // overlapping windows' gradients summed in float
     return in_stream_order(h, [=] {
-      compute_16bit(dt, sc, dx, in_n, [&](float* r) {
-        const std::vector<float> dy32 = widen(dt, dy, out_n);
+      Nchw sx(xdims, e, x), sdy(dydims, e, dy), sdx(dxdims, e, dx, sc.beta != 0.0);
+      compute_16bit(dt, sc, sdx.get(), in_n, [&](float* r) {
+        const std::vector<float> dy32 = widen(dt, sdy.get(), out_n);
         if (max) {
-          const std::vector<float> x32 = widen(dt, x, in_n);
+          const std::vector<float> x32 = widen(dt, sx.get(), in_n);
           std::vector<int64_t> indices(out_n);
           std::vector<float> out(out_n);
           ember::kernels::cpu::max_pool2d_forward(DType::f32, DType::i64, g, x32.data(), out.data(), indices.data());
@@ -360,19 +380,22 @@ cudnnStatus_t CUDNNWINAPI cudnnPoolingBackward(cudnnHandle_t h, const cudnnPooli
           ember::kernels::cpu::avg_pool2d_backward(DType::f32, g, include_padding, dy32.data(), r);
         }
       });
+      sdx.commit();
     });
   }
   return in_stream_order(h, [=] {
-    with_scaling(dt, sc, dx, in_n, [&](void* dst) {
+    Nchw sx(xdims, e, x), sdy(dydims, e, dy), sdx(dxdims, e, dx, sc.beta != 0.0);
+    with_scaling(dt, sc, sdx.get(), in_n, [&](void* dst) {
       if (max) {
         std::vector<int64_t> indices(out_n);
         std::vector<double> out(out_n);  // room for out_n elements of either type
-        ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, x, out.data(), indices.data());
-        ember::kernels::cpu::max_pool2d_backward(dt, DType::i64, g, dy, indices.data(), dst);
+        ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, sx.get(), out.data(), indices.data());
+        ember::kernels::cpu::max_pool2d_backward(dt, DType::i64, g, sdy.get(), indices.data(), dst);
       } else {
-        ember::kernels::cpu::avg_pool2d_backward(dt, g, include_padding, dy, dst);
+        ember::kernels::cpu::avg_pool2d_backward(dt, g, include_padding, sdy.get(), dst);
       }
     });
+    sdx.commit();
   });
 }
 
@@ -397,6 +420,8 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationForward(cudnnHandle_t h, cudnnActivatio
     return CUDNN_STATUS_BAD_PARAM;
   if (!same_dims(xd, yd)) return CUDNN_STATUS_BAD_PARAM;
   if (alpha == nullptr || beta == nullptr || x == nullptr || y == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  // Elementwise over the memory as it lies: one format for all operands (the shim's restriction).
+  if (xd->format != yd->format) return CUDNN_STATUS_NOT_SUPPORTED;
   ember::kernels::UnaryOp op;
   DType dt;
   if (activation_op(ad, &op) != CUDNN_STATUS_SUCCESS ||
@@ -439,6 +464,8 @@ cudnnStatus_t CUDNNWINAPI cudnnActivationBackward(cudnnHandle_t h, cudnnActivati
   if (!same_dims(xd, yd) || !same_dims(xd, dyd) || !same_dims(xd, dxd)) return CUDNN_STATUS_BAD_PARAM;
   if (alpha == nullptr || beta == nullptr || y == nullptr || dy == nullptr || x == nullptr || dx == nullptr)
     return CUDNN_STATUS_BAD_PARAM;
+  if (yd->format != xd->format || dyd->format != xd->format || dxd->format != xd->format)
+    return CUDNN_STATUS_NOT_SUPPORTED;  // as in the forward
   ember::kernels::UnaryOp op;
   DType dt;
   if (activation_op(ad, &op) != CUDNN_STATUS_SUCCESS ||

@@ -28,6 +28,9 @@ struct Calls {
   // The 16-bit pooling and activation calls among them, [0] forward and [1] backward.
   int64_t pooling_f16[2] = {}, pooling_bf16[2] = {};
   int64_t activation_f16[2] = {}, activation_bf16[2] = {};
+  // Convolutions (by Pass) and pooling calls ([0] forward, [1] backward) whose tensors are all
+  // CUDNN_TENSOR_NHWC (Note [The shim's memory formats] in cudnn_shim_internal.h).
+  int64_t convolution_nhwc[3] = {}, pooling_nhwc[2] = {};
 };
 
 // A snapshot of the counters (all handles, all threads).

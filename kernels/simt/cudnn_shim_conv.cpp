@@ -64,7 +64,7 @@ cudnnStatus_t conv_geometry(const cudnnTensorStruct* x, const cudnnFilterStruct*
   if (y->n != x->n || y->c != w->k) return CUDNN_STATUS_BAD_PARAM;
   if (y->h != g->out_h || y->w != g->out_w) return CUDNN_STATUS_NOT_SUPPORTED;
   if (!computed_conv_config(x->type, cd->compute, dt)) return CUDNN_STATUS_NOT_SUPPORTED;
-  if (w->format != CUDNN_TENSOR_NCHW || cd->mode != CUDNN_CROSS_CORRELATION) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (w->format == CUDNN_TENSOR_NCHW_VECT_C || cd->mode != CUDNN_CROSS_CORRELATION) return CUDNN_STATUS_NOT_SUPPORTED;
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -259,6 +259,29 @@ struct PassArgs {
   void* out;
 };
 
+// The operands a, b and out of a pass with their formats (Note [The shim's memory formats]).
+struct PassDims {
+  Dims4 a, b, out;
+};
+PassDims pass_dims(Pass pass, const PassArgs& p) {
+  const Dims4 x = dims_of(p.x), w = dims_of(p.w), y = dims_of(p.y);
+  switch (pass) {
+    case Pass::Forward: return {x, w, y};
+    case Pass::BackwardData: return {y, w, x};
+    case Pass::BackwardFilter: return {y, x, w};
+  }
+  return {};
+}
+
+// Runs compute(a, b, out) on NCHW memory: NHWC operands staged through NCHW copies, the output's
+// current values staged in when `keep_out` (a blend with beta != 0) and written back after.
+template <typename Compute>
+void in_nchw(const PassDims& d, size_t e, const void* a, const void* b, void* out, bool keep_out, Compute compute) {
+  Nchw sa(d.a, e, a), sb(d.b, e, b), so(d.out, e, out, keep_out);
+  compute(sa.get(), sb.get(), so.get());
+  so.commit();
+}
+
 size_t out_bytes(Pass pass, const Conv2dGeometry& g, DType dt) {
   const int64_t n = pass == Pass::Forward        ? g.n * g.c_out * g.out_h * g.out_w
                     : pass == Pass::BackwardData ? g.n * g.c_in * g.h * g.w
@@ -320,7 +343,8 @@ cudnnStatus_t find_algorithm(const char* fn, Pass pass, cudnnHandle_t h, const P
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    compute_pass_any(pass, dt, g, p.a, p.b, p.out);
+    in_nchw(pass_dims(pass, p), elem_size(dt), p.a, p.b, p.out, false,
+            [&](const void* a, const void* b, void* out) { compute_pass_any(pass, dt, g, a, b, out); });
     r.time = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ran.push_back(r);
   }
@@ -364,20 +388,27 @@ cudnnStatus_t convolve(const char* fn, Pass pass, cudnnHandle_t h, const void* a
     ++c.convolution[i];
     if (dt == DType::f16) ++c.convolution_f16[i];
     if (dt == DType::bf16) ++c.convolution_bf16[i];
+    if (p.x->format == CUDNN_TENSOR_NHWC && p.y->format == CUDNN_TENSOR_NHWC && p.w->format == CUDNN_TENSOR_NHWC)
+      ++c.convolution_nhwc[i];
     c.last_algorithm[i] = algo;
     c.last_workspace_bytes[i] = ws_bytes;
   });
   const Scaling sc = read_scaling(dt, alpha, beta);
-  const void *a = p.a, *b = p.b;
-  void* out = p.out;
+  const void *a0 = p.a, *b0 = p.b;
+  void* out0 = p.out;
+  const PassDims dims = pass_dims(pass, p);
+  const size_t e = elem_size(dt);
   if (ember::is_low_precision(dt)) {
     return in_stream_order(h, [=] {
-      compute_pass_16bit(pass, dt, g, a, b, out, static_cast<float>(sc.alpha), static_cast<float>(sc.beta));
+      in_nchw(dims, e, a0, b0, out0, sc.beta != 0.0, [&](const void* a, const void* b, void* out) {
+        compute_pass_16bit(pass, dt, g, a, b, out, static_cast<float>(sc.alpha), static_cast<float>(sc.beta));
+      });
     });
   }
   return in_stream_order(h, [=] {
-    with_scaling(dt, sc, out, out_bytes(pass, g, dt) / elem_size(dt),
-                 [&](void* dst) { compute_pass(pass, dt, g, a, b, dst); });
+    in_nchw(dims, e, a0, b0, out0, sc.beta != 0.0, [&](const void* a, const void* b, void* out) {
+      with_scaling(dt, sc, out, out_bytes(pass, g, dt) / e, [&](void* dst) { compute_pass(pass, dt, g, a, b, dst); });
+    });
   });
 }
 
@@ -573,17 +604,21 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardBias(cudnnHandle_t h, const vo
   g.n = dyd->n, g.c_out = dyd->c, g.out_h = dyd->h, g.out_w = dyd->w;
   const Scaling sc = read_scaling(dt, alpha, beta);
   const size_t channels = static_cast<size_t>(dbd->c);
+  const Dims4 dydims = dims_of(dyd);  // NHWC staged (Note [The shim's memory formats]); db is C values
   if (ember::is_low_precision(dt)) {  // summed in float, rounded once
     const size_t n = static_cast<size_t>(numel(dyd));
     return in_stream_order(h, [=] {
-      const std::vector<float> dy32 = widen(dt, dy, n);
+      Nchw sdy(dydims, e, dy);
+      const std::vector<float> dy32 = widen(dt, sdy.get(), n);
       std::vector<float> r(channels);
       ember::kernels::cpu::conv2d_backward_bias(DType::f32, g, dy32.data(), r.data());
       round_blend(dt, db, r.data(), channels, static_cast<float>(sc.alpha), static_cast<float>(sc.beta));
     });
   }
   return in_stream_order(h, [=] {
-    with_scaling(dt, sc, db, channels, [&](void* dst) { ember::kernels::cpu::conv2d_backward_bias(dt, g, dy, dst); });
+    Nchw sdy(dydims, e, dy);
+    with_scaling(dt, sc, db, channels,
+                 [&](void* dst) { ember::kernels::cpu::conv2d_backward_bias(dt, g, sdy.get(), dst); });
   });
 }
 

@@ -28,6 +28,7 @@ struct cudnnTensorStruct {
   bool set = false;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   int n = 0, c = 0, h = 0, w = 0;
+  cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW;  // NCHW or NHWC (Note [The shim's memory formats])
 };
 struct cudnnFilterStruct {
   bool set = false;
@@ -222,6 +223,75 @@ inline void blend(T* out, const T* r, size_t n, T alpha, T beta) {
     for (size_t i = 0; i < n; ++i) out[i] = alpha * r[i] + beta * out[i];
   }
 }
+
+// ---- memory formats ----------------------------------------------------------------------------
+
+// Note [The shim's memory formats]
+// A tensor or filter descriptor may be CUDNN_TENSOR_NCHW or CUDNN_TENSOR_NHWC (channels-last: the
+// same (n, c, h, w) tensor with c fastest in memory; a filter (k, c, h, w) is then (k, h, w, c) in
+// memory). The CPU kernels the shim computes with read NCHW, so a call stages every NHWC operand
+// through an NCHW copy: inputs are copied in, the result is computed into an NCHW buffer (holding
+// the output's current values when beta != 0, since the blend reads them) and copied back out.
+// The copies move values without rounding, so an NHWC call gives exactly the NCHW call's values.
+// On a GPU cuDNN's NHWC kernels read the layout directly; NCHW_VECT_C is NOT_SUPPORTED here.
+
+// A 4-D operand: its (n, c, h, w) sizes and whether its memory is NHWC.
+struct Dims4 {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  bool nhwc = false;
+  int64_t numel() const { return n * c * h * w; }
+};
+inline Dims4 dims_of(const cudnnTensorStruct* t) {
+  return Dims4{t->n, t->c, t->h, t->w, t->format == CUDNN_TENSOR_NHWC};
+}
+inline Dims4 dims_of(const cudnnFilterStruct* f) {
+  return Dims4{f->k, f->c, f->h, f->w, f->format == CUDNN_TENSOR_NHWC};
+}
+
+// Copies the e-byte elements of d between its NHWC memory and NCHW order (to_nchw: src is NHWC).
+inline void permute_nhwc(const Dims4& d, size_t e, const void* src, void* dst, bool to_nchw) {
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* o = static_cast<unsigned char*>(dst);
+  size_t i = 0;  // the NCHW index
+  for (int64_t n = 0; n < d.n; ++n)
+    for (int64_t c = 0; c < d.c; ++c)
+      for (int64_t y = 0; y < d.h; ++y)
+        for (int64_t x = 0; x < d.w; ++x, ++i) {
+          const auto j = static_cast<size_t>(((n * d.h + y) * d.w + x) * d.c + c);  // the NHWC index
+          if (to_nchw)
+            std::memcpy(o + i * e, s + j * e, e);
+          else
+            std::memcpy(o + j * e, s + i * e, e);
+        }
+}
+
+// An operand as NCHW memory: the pointer itself for NCHW, a staged copy for NHWC. An output is
+// written back by commit(); `keep` copies its current values in first (a blend with beta != 0).
+class Nchw {
+ public:
+  Nchw(const Dims4& d, size_t e, const void* p) : d_(d), e_(e), p_(const_cast<void*>(p)) {
+    if (d_.nhwc) {
+      stage_.resize(static_cast<size_t>(d_.numel()) * e_);
+      permute_nhwc(d_, e_, p_, stage_.data(), true);
+    }
+  }
+  Nchw(const Dims4& d, size_t e, void* p, bool keep) : d_(d), e_(e), p_(p) {
+    if (d_.nhwc) {
+      stage_.resize(static_cast<size_t>(d_.numel()) * e_);
+      if (keep) permute_nhwc(d_, e_, p_, stage_.data(), true);
+    }
+  }
+  void* get() { return d_.nhwc ? static_cast<void*>(stage_.data()) : p_; }
+  void commit() {
+    if (d_.nhwc) permute_nhwc(d_, e_, stage_.data(), p_, false);
+  }
+
+ private:
+  Dims4 d_;
+  size_t e_;
+  void* p_;
+  std::vector<unsigned char> stage_;
+};
 
 // alpha and beta, read from the host when the call is made (they are float for float data and
 // double for double, as cuDNN takes them; a float is exact as a double).

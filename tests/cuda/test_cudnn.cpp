@@ -66,7 +66,7 @@ void check_conv(const Conv2dGeometry& g, uint64_t seed) {
   const std::vector<T> gy = random_vector<T>(yn, seed + 3);
   DeviceBuffer<T> dx(x), dw(w), db(bias), dgy(gy), dy(yn), dgx(xn), dgw(wn), dgb(static_cast<size_t>(g.c_out));
   for (bool with_bias : {true, false}) {
-    cudnn::conv2d_forward(dt, g, dx.data(), dw.data(), with_bias ? db.data() : nullptr, dy.data());
+    cudnn::conv2d_forward(dt, cudnn::Layout::NCHW, g, dx.data(), dw.data(), with_bias ? db.data() : nullptr, dy.data());
     std::vector<T> want(yn), bound(yn);
     ember::kernels::cpu::conv2d_forward_reference(dt, g, x.data(), w.data(), with_bias ? bias.data() : nullptr,
                                                   want.data());
@@ -74,20 +74,20 @@ void check_conv(const Conv2dGeometry& g, uint64_t seed) {
                                                   with_bias ? abs_of(bias).data() : nullptr, bound.data());
     require_within(checked(dy), want, bound, cin_g * g.kh * g.kw + 1, "forward");
   }
-  cudnn::conv2d_backward_data(dt, g, dgy.data(), dw.data(), dgx.data());
+  cudnn::conv2d_backward_data(dt, cudnn::Layout::NCHW, g, dgy.data(), dw.data(), dgx.data());
   std::vector<T> want_gx(xn), bound_gx(xn);
   ember::kernels::cpu::conv2d_backward_data_reference(dt, g, gy.data(), w.data(), want_gx.data());
   ember::kernels::cpu::conv2d_backward_data_reference(dt, g, abs_of(gy).data(), abs_of(w).data(), bound_gx.data());
   require_within(checked(dgx), want_gx, bound_gx, cout_g * g.kh * g.kw, "backward data");
 
-  cudnn::conv2d_backward_weight(dt, g, dgy.data(), dx.data(), dgw.data());
+  cudnn::conv2d_backward_weight(dt, cudnn::Layout::NCHW, g, dgy.data(), dx.data(), dgw.data());
   std::vector<T> want_gw(wn), bound_gw(wn);
   ember::kernels::cpu::conv2d_backward_weight_reference(dt, g, gy.data(), x.data(), want_gw.data());
   ember::kernels::cpu::conv2d_backward_weight_reference(dt, g, abs_of(gy).data(), abs_of(x).data(), bound_gw.data());
   require_within(checked(dgw), want_gw, bound_gw, g.n * ohw, "backward weight");
 
   // cuDNN sums in an order of its own: the bound of a sum of n * ohw terms, as the passes above.
-  cudnn::conv2d_backward_bias(dt, g, dgy.data(), dgb.data());
+  cudnn::conv2d_backward_bias(dt, cudnn::Layout::NCHW, g, dgy.data(), dgb.data());
   std::vector<T> want_gb(static_cast<size_t>(g.c_out)), bound_gb(want_gb.size());
   ember::kernels::cpu::conv2d_backward_bias(dt, g, gy.data(), want_gb.data());
   ember::kernels::cpu::conv2d_backward_bias(dt, g, abs_of(gy).data(), bound_gb.data());
@@ -214,13 +214,13 @@ TEST_CASE("cudnn workspace: grows to the largest need, then is reused", "[cuda][
   const std::vector<float> w = random_vector<float>(static_cast<size_t>(16 * 16 * 9), 2);
   DeviceBuffer<float> dx(x), dw(w), dy(static_cast<size_t>(4 * 16 * 1600));
   const auto m0 = ember::cuda::memory_stats(0);
-  cudnn::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
+  cudnn::conv2d_forward(DType::f32, cudnn::Layout::NCHW, g, dx.data(), dw.data(), nullptr, dy.data());
   const auto m1 = ember::cuda::memory_stats(0);
   CHECK(shim().last_workspace_bytes[pass(Pass::Forward)] == need);
   CHECK(m1.allocation_count > m0.allocation_count);  // the workspace grew ...
   CHECK(m1.allocated_bytes >= static_cast<int64_t>(need));
   CHECK(m1.allocated_bytes > m0.allocated_bytes);
-  cudnn::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
+  cudnn::conv2d_forward(DType::f32, cudnn::Layout::NCHW, g, dx.data(), dw.data(), nullptr, dy.data());
   CHECK(ember::cuda::memory_stats(0).allocation_count == m1.allocation_count);  // ... once
   std::vector<float> want(static_cast<size_t>(4 * 16 * 1600)), bound(want.size());
   ember::kernels::cpu::conv2d_forward_reference(DType::f32, g, x.data(), w.data(), nullptr, want.data());
@@ -254,7 +254,7 @@ TEST_CASE("cudnn: when the workspace cannot grow, the next algorithm that needs 
   void* filler = nullptr;
   REQUIRE(cudaMalloc(&filler, free_bytes - ranking[0].memory / 2) == cudaSuccess);
   const auto m0 = ember::cuda::memory_stats(0);
-  cudnn::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
+  cudnn::conv2d_forward(DType::f32, cudnn::Layout::NCHW, g, dx.data(), dw.data(), nullptr, dy.data());
   CHECK(ember::cuda::memory_stats(0).oom_count > m0.oom_count);
   CHECK(shim().last_algorithm[pass(Pass::Forward)] == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD);
   std::vector<float> want(static_cast<size_t>(8 * 16 * 1024)), bound(want.size());
@@ -306,19 +306,19 @@ TEMPLATE_TEST_CASE("cudnn pooling equals the CPU kernels (max and average, both 
       seed += 2;
       DeviceBuffer<T> dx(x), dout(out_n), dgo(go), dgi(in_n);
       // Max: values, and the gradient to the first maximum of each window (as the indices say).
-      cudnn::max_pool2d_forward(dt, g, dx.data(), dout.data());
+      cudnn::max_pool2d_forward(dt, cudnn::Layout::NCHW, 1, g, dx.data(), dout.data());
       std::vector<T> want(out_n), want_gi(in_n);
       std::vector<int64_t> idx(out_n);
       ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, x.data(), want.data(), idx.data());
       ember::testing::require_close(checked(dout), want, 0, 0, "max forward");
-      cudnn::max_pool2d_backward(dt, g, dx.data(), dout.data(), dgo.data(), dgi.data());
+      cudnn::max_pool2d_backward(dt, cudnn::Layout::NCHW, 1, g, dx.data(), dout.data(), dgo.data(), dgi.data());
       ember::kernels::cpu::max_pool2d_backward(dt, DType::i64, g, go.data(), idx.data(), want_gi.data());
       ember::testing::require_close(checked(dgi), want_gi, 0, 0, "max backward");
       for (bool include_pad : {true, false}) {
-        cudnn::avg_pool2d_forward(dt, g, include_pad, dx.data(), dout.data());
+        cudnn::avg_pool2d_forward(dt, cudnn::Layout::NCHW, 1, g, include_pad, dx.data(), dout.data());
         ember::kernels::cpu::avg_pool2d_forward(dt, g, include_pad, x.data(), want.data());
         ember::testing::require_close(checked(dout), want, cudnn_rtol, cudnn_rtol, "avg forward");
-        cudnn::avg_pool2d_backward(dt, g, include_pad, dx.data(), dout.data(), dgo.data(), dgi.data());
+        cudnn::avg_pool2d_backward(dt, cudnn::Layout::NCHW, 1, g, include_pad, dx.data(), dout.data(), dgo.data(), dgi.data());
         ember::kernels::cpu::avg_pool2d_backward(dt, g, include_pad, go.data(), want_gi.data());
         ember::testing::require_close(checked(dgi), want_gi, cudnn_rtol, cudnn_rtol, "avg backward");
       }
@@ -336,10 +336,10 @@ TEMPLATE_TEST_CASE("cudnn pooling equals the CPU kernels (max and average, both 
   DeviceBuffer<T> dx(x), dout(static_cast<size_t>(g.out_h * g.out_w));
   std::vector<T> want(dout.size());
   std::vector<int64_t> idx(dout.size());
-  cudnn::max_pool2d_forward(dt, g, dx.data(), dout.data());
+  cudnn::max_pool2d_forward(dt, cudnn::Layout::NCHW, 1, g, dx.data(), dout.data());
   ember::kernels::cpu::max_pool2d_forward(dt, DType::i64, g, x.data(), want.data(), idx.data());
   ember::testing::require_close(checked(dout), want, 0, 0, "max forward with NaN");
-  cudnn::avg_pool2d_forward(dt, g, false, dx.data(), dout.data());
+  cudnn::avg_pool2d_forward(dt, cudnn::Layout::NCHW, 1, g, false, dx.data(), dout.data());
   ember::kernels::cpu::avg_pool2d_forward(dt, g, false, x.data(), want.data());
   ember::testing::require_close(checked(dout), want, cudnn_rtol, cudnn_rtol, "avg forward with NaN");
 }
@@ -394,18 +394,18 @@ TEMPLATE_TEST_CASE("cudnn activations equal the CPU kernels (ReLU, sigmoid, tanh
 TEST_CASE("cudnn conv2d: an empty batch gives zero weight and bias gradients", "[cuda][cudnn]") {
   const Conv2dGeometry g = geometry(0, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   DeviceBuffer<float> dx(1), dw(static_cast<size_t>(4 * 3 * 9)), dy(1), dgw(static_cast<size_t>(4 * 3 * 9)), dgb(4);
-  cudnn::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data());
-  cudnn::conv2d_backward_data(DType::f32, g, dy.data(), dw.data(), dx.data());
-  cudnn::conv2d_backward_weight(DType::f32, g, dy.data(), dx.data(), dgw.data());
-  cudnn::conv2d_backward_bias(DType::f32, g, dy.data(), dgb.data());
+  cudnn::conv2d_forward(DType::f32, cudnn::Layout::NCHW, g, dx.data(), dw.data(), nullptr, dy.data());
+  cudnn::conv2d_backward_data(DType::f32, cudnn::Layout::NCHW, g, dy.data(), dw.data(), dx.data());
+  cudnn::conv2d_backward_weight(DType::f32, cudnn::Layout::NCHW, g, dy.data(), dx.data(), dgw.data());
+  cudnn::conv2d_backward_bias(DType::f32, cudnn::Layout::NCHW, g, dy.data(), dgb.data());
   ember::testing::require_close(checked(dgw), std::vector<float>(static_cast<size_t>(4 * 3 * 9), 0.0f), 0, 0, "gw");
   ember::testing::require_close(checked(dgb), std::vector<float>(4, 0.0f), 0, 0, "gb");
   dx.check_guards();
   dy.check_guards();
   // Zero planes of pooling: no call at all.
   Pool2dGeometry pg = pool_geometry(0, 4, 4, 2, 2, 0, false);
-  cudnn::max_pool2d_forward(DType::f32, pg, dx.data(), dy.data());
-  cudnn::avg_pool2d_backward(DType::f32, pg, true, dx.data(), dy.data(), dy.data(), dx.data());
+  cudnn::max_pool2d_forward(DType::f32, cudnn::Layout::NCHW, 1, pg, dx.data(), dy.data());
+  cudnn::avg_pool2d_backward(DType::f32, cudnn::Layout::NCHW, 1, pg, true, dx.data(), dy.data(), dy.data(), dx.data());
   dx.check_guards();
   dy.check_guards();
 }
@@ -417,7 +417,7 @@ TEST_CASE("cudnn: a call cuDNN rejects is an ember error naming the call and the
   g.groups = 2;
   DeviceBuffer<float> dx(75), dw(18), dy(50);
   const std::string msg =
-      error_of([&] { cudnn::conv2d_forward(DType::f32, g, dx.data(), dw.data(), nullptr, dy.data()); });
+      error_of([&] { cudnn::conv2d_forward(DType::f32, cudnn::Layout::NCHW, g, dx.data(), dw.data(), nullptr, dy.data()); });
   INFO(msg);
   CHECK(msg.find(cudnn::benchmark() ? "cudnnFindConvolutionForwardAlgorithmEx"
                                     : "cudnnGetConvolutionForwardAlgorithm_v7") != std::string::npos);
@@ -433,7 +433,7 @@ TEST_CASE("cudnn: a call cuDNN rejects is an ember error naming the call and the
   // use_for_pool() sends such windows to the hand-written kernels.
   const Pool2dGeometry pg = pool_geometry(1, 7, 7, 2, 2, 0, true);
   CHECK_FALSE(cudnn::use_for_pool(pg));
-  const std::string pool_msg = error_of([&] { cudnn::avg_pool2d_forward(DType::f32, pg, true, dx.data(), dy.data()); });
+  const std::string pool_msg = error_of([&] { cudnn::avg_pool2d_forward(DType::f32, cudnn::Layout::NCHW, 1, pg, true, dx.data(), dy.data()); });
   INFO(pool_msg);
   CHECK(pool_msg.find("cudnnPoolingForward") != std::string::npos);
   CHECK(pool_msg.find("CUDNN_STATUS_NOT_SUPPORTED") != std::string::npos);

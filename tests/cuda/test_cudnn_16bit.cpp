@@ -62,7 +62,7 @@ void check_conv_16bit(const Conv2dGeometry& g, uint64_t seed) {
   const std::vector<double> xd = to_double(x), wd = to_double(w), bd = to_double(bias), gyd = to_double(gy);
   DeviceBuffer<H> dx(x), dw(w), db(bias), dgy(gy), dy(yn), dgx(xn), dgw(wn), dgb(bn);
   for (bool with_bias : {true, false}) {
-    cudnn::conv2d_forward(dt, g, dx.data(), dw.data(), with_bias ? db.data() : nullptr, dy.data());
+    cudnn::conv2d_forward(dt, cudnn::Layout::NCHW, g, dx.data(), dw.data(), with_bias ? db.data() : nullptr, dy.data());
     Reference r{std::vector<double>(yn), std::vector<double>(yn)};
     ember::kernels::cpu::conv2d_forward_reference(f64, g, xd.data(), wd.data(), with_bias ? bd.data() : nullptr,
                                                   r.want.data());
@@ -71,21 +71,21 @@ void check_conv_16bit(const Conv2dGeometry& g, uint64_t seed) {
     require_16bit_within(checked(dy), r.want, r.abs_sum, cin_g * g.kh * g.kw + 1,
                          with_bias ? "forward with bias" : "forward");
   }
-  cudnn::conv2d_backward_data(dt, g, dgy.data(), dw.data(), dgx.data());
+  cudnn::conv2d_backward_data(dt, cudnn::Layout::NCHW, g, dgy.data(), dw.data(), dgx.data());
   Reference rx{std::vector<double>(xn), std::vector<double>(xn)};
   ember::kernels::cpu::conv2d_backward_data_reference(f64, g, gyd.data(), wd.data(), rx.want.data());
   ember::kernels::cpu::conv2d_backward_data_reference(f64, g, abs_of(gyd).data(), abs_of(wd).data(),
                                                       rx.abs_sum.data());
   require_16bit_within(checked(dgx), rx.want, rx.abs_sum, cout_g * g.kh * g.kw, "backward data");
 
-  cudnn::conv2d_backward_weight(dt, g, dgy.data(), dx.data(), dgw.data());
+  cudnn::conv2d_backward_weight(dt, cudnn::Layout::NCHW, g, dgy.data(), dx.data(), dgw.data());
   Reference rw{std::vector<double>(wn), std::vector<double>(wn)};
   ember::kernels::cpu::conv2d_backward_weight_reference(f64, g, gyd.data(), xd.data(), rw.want.data());
   ember::kernels::cpu::conv2d_backward_weight_reference(f64, g, abs_of(gyd).data(), abs_of(xd).data(),
                                                         rw.abs_sum.data());
   require_16bit_within(checked(dgw), rw.want, rw.abs_sum, g.n * ohw, "backward weight");
 
-  cudnn::conv2d_backward_bias(dt, g, dgy.data(), dgb.data());
+  cudnn::conv2d_backward_bias(dt, cudnn::Layout::NCHW, g, dgy.data(), dgb.data());
   Reference rb{std::vector<double>(bn), std::vector<double>(bn)};
   ember::kernels::cpu::conv2d_backward_bias(f64, g, gyd.data(), rb.want.data());
   ember::kernels::cpu::conv2d_backward_bias(f64, g, abs_of(gyd).data(), rb.abs_sum.data());

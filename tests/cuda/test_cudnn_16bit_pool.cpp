@@ -104,10 +104,10 @@ void check_pool_16bit(const Pool2dGeometry& g, uint64_t seed) {
   DeviceBuffer<int64_t> idx(out_n);
 
   // Max: a selection, bit for bit the hand-written kernel's, forward and backward.
-  cudnn::max_pool2d_forward(dt, g, dx.data(), dout.data());
+  cudnn::max_pool2d_forward(dt, cudnn::Layout::NCHW, 1, g, dx.data(), dout.data());
   gpu::max_pool2d_forward(dt, DType::i64, g, dx.data(), hout.data(), idx.data());
   require_same_bits(checked(dout), checked(hout), "max forward");
-  cudnn::max_pool2d_backward(dt, g, dx.data(), dout.data(), dgo.data(), dgi.data());
+  cudnn::max_pool2d_backward(dt, cudnn::Layout::NCHW, 1, g, dx.data(), dout.data(), dgo.data(), dgi.data());
   gpu::max_pool2d_backward(dt, DType::i64, g, dgo.data(), idx.data(), hgi.data());
   if (g.stride_h >= g.kernel_h && g.stride_w >= g.kernel_w) {
     require_same_bits(checked(dgi), checked(hgi), "max backward (disjoint windows)");
@@ -128,7 +128,7 @@ void check_pool_16bit(const Pool2dGeometry& g, uint64_t seed) {
   for (bool include_pad : {true, false}) {
     INFO("count_include_pad " << include_pad);
     std::vector<double> want(out_n), abs_sum(out_n);
-    cudnn::avg_pool2d_forward(dt, g, include_pad, dx.data(), dout.data());
+    cudnn::avg_pool2d_forward(dt, cudnn::Layout::NCHW, 1, g, include_pad, dx.data(), dout.data());
     ember::kernels::cpu::avg_pool2d_forward(f64, g, include_pad, xd.data(), want.data());
     ember::kernels::cpu::avg_pool2d_forward(f64, g, include_pad, ember::testing::abs_of(xd).data(), abs_sum.data());
     std::vector<H> got = checked(dout);
@@ -139,7 +139,7 @@ void check_pool_16bit(const Pool2dGeometry& g, uint64_t seed) {
       }
     require_16bit_within(got, want, abs_sum, window, "avg forward");
     std::vector<double> want_gi(in_n), abs_gi(in_n);
-    cudnn::avg_pool2d_backward(dt, g, include_pad, dx.data(), dout.data(), dgo.data(), dgi.data());
+    cudnn::avg_pool2d_backward(dt, cudnn::Layout::NCHW, 1, g, include_pad, dx.data(), dout.data(), dgo.data(), dgi.data());
     ember::kernels::cpu::avg_pool2d_backward(f64, g, include_pad, god.data(), want_gi.data());
     ember::kernels::cpu::avg_pool2d_backward(f64, g, include_pad, ember::testing::abs_of(god).data(), abs_gi.data());
     require_16bit_within(checked(dgi), want_gi, abs_gi, window, "avg backward");
