@@ -4,6 +4,11 @@
 //
 // Layout: x is contiguous (N, C, S) where S is the product of the dims after C (1 for (N, C)
 // input); per-channel vectors (mean, var, invstd, weight, bias, their grads) are contiguous (C).
+// With sh.channels_last, x, y, grad_y and grad_x are contiguous (N, S, C) instead — channel
+// fastest, a channels-last (NHWC) 4-D tensor's memory order with S = H * W — so the data is an
+// (N * S) x C row-major matrix with one channel per column. Only kernels::gpu takes that order
+// (Note [Channels-last batch norm] in kernels/cuda/batchnorm.cu); kernels::cpu refuses it and its
+// callers copy a channels-last tensor to (N, C, S) first.
 // dtypes: x, y, grad_y and grad_x have `dtype` (f32, f64, f16 or bf16); the per-channel vectors
 // have `param_dtype`, which is dtype itself or, for an f16/bf16 x, f32 (Note [Mixed-precision
 // batch norm]). Sums accumulate in cpu_acc_t on the CPU, acc_t on CUDA (Note [Accumulation types]
@@ -44,7 +49,8 @@
 namespace ember::kernels {
 
 struct BatchNormShape {
-  int64_t n = 0, c = 0, s = 1;  // x: (n, c, s)
+  int64_t n = 0, c = 0, s = 1;  // x: (n, c, s), or (n, s, c) when channels_last
+  bool channels_last = false;   // the memory order of x, y, grad_y, grad_x (CUDA kernels only)
 };
 
 // Calls f(T{}, P{}) with T the C++ type of dtype and P that of param_dtype, for the pairs the

@@ -9,6 +9,17 @@
 // computation graph: it runs under NoGradGuard, and the running tensors are never saved for
 // backward, so a later update cannot invalidate a pending backward. In eval the running
 // statistics are copied at call time and normalization is an affine map of x.
+//
+// Note [Channels-last batch norm in the layer]
+// On a CUDA device a 4-D channels-last x is normalized where it lies: the kernels take it as an
+// (N * H * W) x C matrix (BatchNormShape::channels_last; Note [Channels-last batch norm] in
+// kernels/cuda/batchnorm.cu), y and grad x are allocated channels-last, and grad y is made
+// channels-last contiguous if it arrives in another layout. No NCHW copy is made, forward or
+// backward. Its sums run in another order than the NCHW kernels', so its results equal the NCHW
+// run's within float rounding of those sums, not bit for bit. The CPU kernels read (N, C, S) only:
+// on the CPU a channels-last x is copied to NCHW, computed there and the result copied back
+// (Note [Channels-last through the NCHW kernels] in core/op_helpers.h), bit for bit the NCHW
+// result.
 
 #include "../core/autocast.h"
 #include "../core/op_helpers.h"
@@ -72,8 +83,12 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
   EMBER_CHECK(!training || count > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
               describe(x0));
 
-  const MemoryFormat fmt = x0.suggest_memory_format();  // Note [Channels-last through the NCHW kernels]
-  const Tensor x = x0.detach().contiguous();
+  // Note [Channels-last batch norm in the layer]: native channels-last on a CUDA device; otherwise
+  // x in (N, C, S) order, and a channels-last result copied back to `fmt`.
+  const MemoryFormat fmt = x0.suggest_memory_format();
+  sh.channels_last = x0.device().is_cuda() && detail::is_channels_last(x0);
+  const MemoryFormat kernel_fmt = sh.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  const Tensor x = x0.detach().contiguous(kernel_fmt);
   const Tensor w = plain(weight, pdt), b = plain(bias, pdt);
   Tensor mean, invstd;
   {
@@ -95,10 +110,10 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
     }
   }
 
-  Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()});
+  Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()}, kernel_fmt);
   EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_apply, dt, pdt, sh, x.data(), mean.data(), invstd.data(),
                     data_or_null(w), data_or_null(b), y.data());
-  y = detail::to_format(y, fmt);
+  if (!sh.channels_last) y = detail::to_format(y, fmt);
 
   if (any_requires_grad({&x0, &weight, &bias})) {
     const bool need_x = x0.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
@@ -108,15 +123,15 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
         sw(w, "BatchNormBackward");
     record("BatchNormBackward", {x0, weight, bias}, {y}, [=](const std::vector<Tensor>& grads) {
       if (!grads[0].defined()) return std::vector<Tensor>(3);
-      const Tensor gy = grads[0].to(dt).contiguous();
+      const Tensor gy = grads[0].to(dt).contiguous(kernel_fmt);
       const Tensor& xs = sx.get();
-      Tensor gx = need_x ? empty(xs.shape(), {.dtype = dt, .device = xs.device()}) : Tensor();
+      Tensor gx = need_x ? empty(xs.shape(), {.dtype = dt, .device = xs.device()}, kernel_fmt) : Tensor();
       Tensor gw = need_w ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
       Tensor gb = need_b ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
       EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, pdt, sh, training, xs.data(), gy.data(),
                         smean.get().data(), sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
                         data_or_null(gx), data_or_null(gw), data_or_null(gb));
-      return std::vector<Tensor>{detail::to_format(gx, fmt), need_w ? gw.to(dw) : Tensor(),
+      return std::vector<Tensor>{sh.channels_last ? gx : detail::to_format(gx, fmt), need_w ? gw.to(dw) : Tensor(),
                                  need_b ? gb.to(db) : Tensor()};
     });
   }

@@ -131,9 +131,17 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   });
 }
 
+// The CPU kernels read (n, c, s) only (kernels/batchnorm.h); layers/norm.cpp copies a
+// channels-last tensor to that order before it calls them.
+void check_layout(const char* op, const BatchNormShape& sh) {
+  EMBER_CHECK(!sh.channels_last, op, ": the CPU kernels take x in (N, C, S) order, not channels-last (N, S, C)",
+              " (n=", sh.n, " c=", sh.c, " s=", sh.s, "); copy it with .contiguous() first");
+}
+
 }  // namespace
 
 void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
+  check_layout("batch_norm", sh);
   dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
@@ -143,6 +151,7 @@ void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, 
 
 void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, const void* mean,
                       const void* invstd, const void* weight, const void* bias, void* y) {
+  check_layout("batch_norm", sh);
   dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
@@ -154,6 +163,7 @@ void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, 
 void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
                          void* grad_weight, void* grad_bias) {
+  check_layout("batch_norm backward", sh);
   dispatch_batch_norm("batch_norm backward", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);

@@ -1,6 +1,7 @@
 #pragma once
-// CPU batch normalization. Contracts: kernels/batchnorm.h. Every channel is reduced by one
-// thread in a fixed order, so the results do not depend on the thread count.
+// CPU batch normalization. Contracts: kernels/batchnorm.h, in (N, C, S) order only (a
+// channels-last BatchNormShape is refused with an error). Every channel is reduced by one thread
+// in a fixed order, so the results do not depend on the thread count.
 
 #include <cstdint>
 

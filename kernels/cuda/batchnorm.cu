@@ -4,15 +4,17 @@
 // per-channel vectors: P = T, or float for an f16/bf16 T (Note [Mixed-precision batch norm] in
 // kernels/batchnorm.h); both are read into acc_t<T> and rounded once when stored.
 //
-// Decomposition. A per-channel reduction (statistics; the two sums of the backward) is one block
-// per channel (or per slice of a channel: Note [Split channel reductions]): channel c's n * s values lie in n rows of s contiguous elements, (i * C + c) * s
-// apart. The block's 256 threads walk them with a block stride over the flattened index
-// i * s + j, so for s >= 32 a warp reads 32 consecutive elements of one row (coalesced); each
-// thread accumulates in acc_t<T> (float for f16/bf16/f32, double for f64: Note [Accumulation
-// types] in core/dtype.h), then block_reduce (warp shuffles + one shared slot per warp) combines
-// the 256 partial sums. Two-pass variance: the block first reduces the sum, every thread
-// gets the mean, then the block reduces the squared deviations. The elementwise passes (apply,
-// grad_x) walk planes: Note [Batch norm without per-element division].
+// Decomposition, (N, C, S) order. A per-channel reduction (statistics; the two sums of the
+// backward) is one block per channel (or per slice of a channel: Note [Split channel reductions]):
+// channel c's n * s values lie in n rows of s contiguous elements, (i * C + c) * s apart. The
+// block's 256 threads walk them with a block stride over the flattened index i * s + j, so for
+// s >= 32 a warp reads 32 consecutive elements of one row (coalesced); each thread accumulates in
+// acc_t<T> (float for f16/bf16/f32, double for f64: Note [Accumulation types] in core/dtype.h),
+// then block_reduce (warp shuffles + one shared slot per warp) combines the 256 partial sums.
+// Two-pass variance: the block first reduces the sum, every thread gets the mean, then the block
+// reduces the squared deviations. The elementwise passes (apply, grad_x) walk planes: Note [Batch
+// norm without per-element division]. Channels-last (N, S, C) order has kernels of its own: Note
+// [Channels-last batch norm].
 //
 // Note [Batch norm without per-element division]
 // Integer division is the costly instruction here: a 64-bit divide is a software routine of
@@ -35,6 +37,31 @@
 // two-pass variance becomes partial sums -> mean -> partial squared deviations -> variance. The
 // slices and their order are fixed by the shape and the device's SM count, so results are
 // deterministic. With one slice (small problems) the fused one-block-per-channel kernels run.
+//
+// Note [Channels-last batch norm]
+// A channels-last (NHWC) activation (sh.channels_last) holds its R = n * s positions as rows of C
+// channels: an R x C row-major matrix whose column c is channel c. The (N, C, S) kernels above
+// could only take it copied to NCHW, with the result copied back: a read and a write of x and y
+// (grad_y and grad_x in backward) on top of batch norm's own passes, which doubled a ResNet-18
+// channels-last step on an H200. These kernels read the matrix where it lies, with blocks of
+// bx x by threads (ColumnBlock: bx the power of two >= C, at most 32; by = 256 / bx): threadIdx.x
+// picks the column, threadIdx.y the row, so a warp reads bx consecutive channels of 32 / bx
+// consecutive rows, one contiguous run of memory (coalesced).
+//  - Reductions: blockIdx.x picks a chunk of bx columns, blockIdx.y a slice of the rows (slices as
+//    in Note [Split channel reductions]: enough blocks for about four per SM, but at least
+//    kMinPerBlock elements each). Thread (x, y) adds rows lo + y, lo + y + by, ... of its column in
+//    acc_t<T>, one after another; the block then adds its by partial sums of each column in
+//    shared memory, in the order y = 0, 1, ... (column_sum), and writes one partial per (channel,
+//    slice) in the split kernels' layout, so stats_finalize_kernel and backward_finalize_kernel add
+//    the slices in order. The statistics are the NCHW kernels' math — the mean, then the centred
+//    squares about it — and the backward's two sums likewise; only the order in which the sums
+//    are added differs, so results differ from the NCHW kernels' in the last bits of a float sum,
+//    and are the same from run to run (the slices depend on the shape and the SM count only).
+//  - Elementwise passes (apply; grad_x): the same block shape, blockIdx.x over chunks of
+//    columns, rows strided over blockIdx.y. A thread stays in one column, so it loads its
+//    channel's mean and scale once and needs no division or modulo per element (Note [Batch norm
+//    without per-element division]); the arithmetic per element is the NCHW kernels', expression
+//    for expression.
 
 #include "launch.h"
 
@@ -229,6 +256,108 @@ __global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const 
   }
 }
 
+// ---- channels-last kernels (Note [Channels-last batch norm]) ---------------------------------
+// x, grad_y, y, grad_x: an (R = n * s) x C row-major matrix; thread (x, y) of block (bx, by)
+// works on column blockIdx.x * blockDim.x + threadIdx.x (idle when past C) and on rows
+// threadIdx.y, threadIdx.y + blockDim.y, ... of its range.
+
+// The sum of v over a block's threadIdx.y, for each threadIdx.x (column): every thread parks its
+// value, then the threads of row y = 0 add their column's blockDim.y values in the order
+// y = 0, 1, ... (fixed, so the bits do not depend on scheduling). The result is valid in the
+// threads with threadIdx.y == 0. Every thread of the block must call it (barriers inside); the
+// second barrier lets the caller call it again at once. blockDim.x * blockDim.y <= kThreads.
+template <typename A>
+__device__ inline A column_sum(A v) {
+  __shared__ A cell[kThreads];
+  cell[threadIdx.y * blockDim.x + threadIdx.x] = v;
+  __syncthreads();
+  A sum = 0;
+  if (threadIdx.y == 0)
+    for (unsigned y = 0; y < blockDim.y; ++y) sum += cell[y * blockDim.x + threadIdx.x];
+  __syncthreads();
+  return sum;
+}
+
+// Block (chunk, part): for each of its columns c, the sum of x (mean == null) or of (x - mean[c])^2
+// over the rows of slice `part` -> partial[c * parts + part] (stats_partial_kernel's layout).
+template <typename T>
+__global__ void stats_partial_cl_kernel(BatchNormShape sh, const T* x, const acc_t<T>* mean, acc_t<T>* partial) {
+  using A = acc_t<T>;
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, part = blockIdx.y, parts = gridDim.y;
+  int64_t lo, hi;
+  channel_slice(sh.n * sh.s, part, parts, &lo, &hi);  // a column's elements are the rows
+  A acc = 0;
+  if (c < sh.c) {
+    const A m = mean ? mean[c] : A(0);
+    for (int64_t r = lo + threadIdx.y; r < hi; r += blockDim.y) {
+      const A v = static_cast<A>(x[r * sh.c + c]);
+      acc += mean ? (v - m) * (v - m) : v;
+    }
+  }
+  acc = column_sum(acc);  // outside the `if`: every thread reaches the barriers
+  if (threadIdx.y == 0 && c < sh.c) partial[c * parts + part] = acc;
+}
+
+// Block (chunk, part): sum(grad_y) and sum(grad_y * xhat) of each of its columns over the rows of
+// slice `part` -> partial[2 (c * parts + part) + {0, 1}] (backward_partial_kernel's layout).
+template <typename T, typename P>
+__global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean,
+                                           const P* invstd, acc_t<T>* partial) {
+  using A = acc_t<T>;
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, part = blockIdx.y, parts = gridDim.y;
+  int64_t lo, hi;
+  channel_slice(sh.n * sh.s, part, parts, &lo, &hi);
+  A sg = 0, sgx = 0;
+  if (c < sh.c) {
+    const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
+    for (int64_t r = lo + threadIdx.y; r < hi; r += blockDim.y) {
+      const int64_t off = r * sh.c + c;
+      const A g = gy[off];
+      sg += g;
+      sgx += g * (static_cast<A>(x[off]) - m) * is;
+    }
+  }
+  sg = column_sum(sg);
+  sgx = column_sum(sgx);
+  if (threadIdx.y == 0 && c < sh.c) {
+    partial[2 * (c * parts + part)] = sg;
+    partial[2 * (c * parts + part) + 1] = sgx;
+  }
+}
+
+// apply_kernel's expression, one column per thread.
+template <typename T, typename P>
+__global__ void apply_cl_kernel(BatchNormShape sh, const T* x, const P* mean, const P* invstd, const P* weight,
+                                const P* bias, T* y) {
+  using A = acc_t<T>;
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, rows = sh.n * sh.s;
+  if (c >= sh.c) return;
+  const A m = static_cast<A>(mean[c]);
+  const A scale = static_cast<A>(invstd[c]) * (weight ? static_cast<A>(weight[c]) : A(1));
+  const A shift = bias ? static_cast<A>(bias[c]) : A(0);
+  for (int64_t r = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; r < rows; r += int64_t{gridDim.y} * blockDim.y)
+    y[r * sh.c + c] = static_cast<T>((static_cast<A>(x[r * sh.c + c]) - m) * scale + shift);
+}
+
+// backward_input_kernel's expression, one column per thread; `sums` is null in eval mode.
+template <typename T, typename P>
+__global__ void backward_input_cl_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean, const P* invstd,
+                                         const P* weight, const acc_t<T>* sums, T* gx) {
+  using A = acc_t<T>;
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, rows = sh.n * sh.s;
+  if (c >= sh.c) return;
+  const A count = static_cast<A>(rows);
+  const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
+  const A w = weight ? static_cast<A>(weight[c]) : A(1);
+  const A mean_g = sums ? sums[c] / count : A(0);
+  const A mean_gx = sums ? sums[sh.c + c] / count : A(0);
+  for (int64_t r = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; r < rows; r += int64_t{gridDim.y} * blockDim.y) {
+    const int64_t idx = r * sh.c + c;
+    const A xhat = (static_cast<A>(x[idx]) - m) * is;
+    gx[idx] = static_cast<T>(w * is * (static_cast<A>(gy[idx]) - mean_g - xhat * mean_gx));
+  }
+}
+
 // Slices per channel: enough blocks in all to give every SM about four, but at least
 // kMinPerBlock elements per block (fewer and the partials cost more than they save).
 constexpr int64_t kMinPerBlock = int64_t{kThreads} * 16;
@@ -257,9 +386,97 @@ struct PlaneGrid {
   }
 };
 
+// The channels-last kernels' launch shape (Note [Channels-last batch norm]): blocks of bx x by
+// threads, bx the power of two >= C (at most 32), by = kThreads / bx; `chunks` blocks of bx
+// columns along x. A reduction adds `slices` blocks along y; an elementwise pass strides over the
+// rows with up to 65535 blocks along y.
+struct ColumnBlock {
+  dim3 block;
+  unsigned chunks = 1;
+  explicit ColumnBlock(const BatchNormShape& sh) {
+    unsigned bx = 1;
+    while (bx < 32 && static_cast<int64_t>(bx) < sh.c) bx *= 2;
+    block = dim3(bx, kThreads / bx);
+    chunks = static_cast<unsigned>(std::max<int64_t>(1, (sh.c + bx - 1) / bx));
+  }
+  // Row slices for a reduction, as channel_splits(): about four blocks per SM in all, at least
+  // kMinPerBlock elements (of the block's columns) per block.
+  int64_t slices(const BatchNormShape& sh) const {
+    const int64_t rows = sh.n * sh.s, columns = std::min<int64_t>(sh.c, block.x);
+    const int64_t sms = cuda::properties(cuda::current_device()).multiprocessor_count;
+    const int64_t fill = std::max<int64_t>(1, 4 * sms / chunks);
+    const int64_t useful = std::max<int64_t>(1, rows * columns / kMinPerBlock);
+    return std::min<int64_t>({fill, useful, 65535});
+  }
+  dim3 elementwise_grid(const BatchNormShape& sh) const {
+    const int64_t gy = std::min<int64_t>((sh.n * sh.s + block.y - 1) / block.y, 65535);
+    return dim3(chunks, static_cast<unsigned>(std::max<int64_t>(gy, 1)));
+  }
+};
+
 void check_shape(const char* op, const BatchNormShape& sh) {
   EMBER_CHECK(sh.n >= 0 && sh.c >= 0 && sh.s >= 0, op, ": negative size (n=", sh.n, " c=", sh.c, " s=", sh.s, ")");
   EMBER_CHECK(sh.c <= 2147483647, op, ": ", sh.c, " channels do not fit one grid");
+}
+
+// Channels-last launchers: the same steps for every shape (split reductions with one or more
+// slices), sh.c > 0.
+template <typename T, typename P>
+void stats_cl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
+  using A = acc_t<T>;
+  const cuda::Stream stream = cuda::current_stream();
+  const ColumnBlock cb(sh);
+  const int64_t slices = cb.slices(sh);
+  cuda::Scratch partial(static_cast<size_t>(sh.c * slices) * sizeof(A));
+  cuda::Scratch mean_d(static_cast<size_t>(sh.c) * sizeof(A));
+  const dim3 grid(cb.chunks, static_cast<unsigned>(slices));
+  const unsigned fin_blocks = detail::grid_stride_blocks(sh.c, kThreads);
+  const A count = static_cast<A>(sh.n * sh.s);  // 0 rows: 0 / 0 = NaN statistics, as on the CPU
+  EMBER_LAUNCH(stats_partial_cl_kernel<T>, grid, cb.block, 0, stream, sh, x, static_cast<const A*>(nullptr),
+               partial.as<A>());
+  cuda::check_launch("batch_norm stats");
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream, sh.c, slices, count,
+                    static_cast<const A*>(partial.as<A>()), mean_d.as<A>(), mean);
+  cuda::check_launch("batch_norm stats");
+  EMBER_LAUNCH(stats_partial_cl_kernel<T>, grid, cb.block, 0, stream, sh, x, static_cast<const A*>(mean_d.as<A>()),
+               partial.as<A>());
+  cuda::check_launch("batch_norm stats");
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream, sh.c, slices, count,
+                    static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), var);
+  cuda::check_launch("batch_norm stats");
+}
+
+template <typename T, typename P>
+void apply_cl(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight, const P* bias,
+              T* y) {
+  const ColumnBlock cb(sh);
+  EMBER_LAUNCH_FLAT((apply_cl_kernel<T, P>), cb.elementwise_grid(sh), cb.block, cuda::current_stream(), sh, x, mean,
+                    invstd, weight, bias, y);
+  cuda::check_launch("batch_norm apply");
+}
+
+template <typename T, typename P>
+void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const P* mean, const P* invstd,
+                 const P* weight, T* gx, P* gw, P* gb) {
+  using A = acc_t<T>;
+  const cuda::Stream stream = cuda::current_stream();
+  const ColumnBlock cb(sh);
+  const bool need_sums = gx != nullptr && training;
+  cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(A) : 0);
+  if (gw || gb || need_sums) {
+    const int64_t slices = cb.slices(sh);
+    cuda::Scratch partial(2 * static_cast<size_t>(sh.c * slices) * sizeof(A));
+    EMBER_LAUNCH((backward_partial_cl_kernel<T, P>), dim3(cb.chunks, static_cast<unsigned>(slices)), cb.block, 0,
+                 stream, sh, x, gy, mean, invstd, partial.as<A>());
+    cuda::check_launch("batch_norm backward");
+    EMBER_LAUNCH_FLAT((backward_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads, stream,
+                      sh.c, slices, static_cast<const A*>(partial.as<A>()), gw, gb, sums.as<A>());
+    cuda::check_launch("batch_norm backward");
+  }
+  if (!gx || sh.n * sh.s == 0) return;
+  EMBER_LAUNCH_FLAT((backward_input_cl_kernel<T, P>), cb.elementwise_grid(sh), cb.block, stream, sh, x, gy, mean,
+                    invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
+  cuda::check_launch("batch_norm backward");
 }
 
 template <typename T, typename P>
@@ -267,6 +484,7 @@ void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
   using A = acc_t<T>;
   check_shape("batch_norm", sh);
   if (sh.c == 0) return;
+  if (sh.channels_last) return stats_cl(sh, x, mean, var);
   const cuda::Stream stream = cuda::current_stream();
   const int64_t splits = channel_splits(sh);
   if (splits == 1) {
@@ -300,6 +518,7 @@ void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* in
   check_shape("batch_norm", sh);
   const int64_t total = sh.n * sh.c * sh.s;
   if (total == 0) return;
+  if (sh.channels_last) return apply_cl(sh, x, mean, invstd, weight, bias, y);
   const PlaneGrid pg(sh);
   EMBER_LAUNCH_FLAT((apply_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(), sh, x, mean, invstd, weight,
                     bias, y);
@@ -312,6 +531,7 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   using A = acc_t<T>;
   check_shape("batch_norm backward", sh);
   if (sh.c == 0) return;
+  if (sh.channels_last) return backward_cl(sh, training, x, gy, mean, invstd, weight, gx, gw, gb);
   const bool need_sums = gx != nullptr && training;
   cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(A) : 0);
   const int64_t splits = channel_splits(sh);

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # `ember train --channels-last` (Note [Memory formats] in core/memory_format.h): resnet_small on
-# 256 MNIST-style images trains the same as without the flag — the layers compute in NCHW and the
-# copies move values exactly, so on one device the step losses and the final weights are bit for bit
-# those of the NCHW run (asserted with float equality) — with --amp bf16 too, and on the CUDA device
-# (the emulator in CI). The config event and the checkpoint record the flag; --resume keeps it and
-# continues bit-exactly; resuming an NCHW run with --channels-last is one clear error.
+# 256 MNIST-style images trains the same as without the flag. On the CPU the layers compute in NCHW
+# and the copies move values exactly, so the step losses and the final weights are bit for bit
+# those of the NCHW run (asserted with float equality), with --amp bf16 too. On the CUDA device (the
+# emulator in CI) batch norm computes channels-last natively, its float32 sums in another order
+# than the NCHW kernels' (Note [Channels-last batch norm] in kernels/cuda/batchnorm.cu), so there the
+# step losses are compared within 1e-5 relative per step: a few steps of rounding differences in
+# the last bits of float32 sums stay orders of magnitude below that, a wrong result does not. The
+# config event and the checkpoint record the flag; --resume keeps it and continues bit-exactly;
+# resuming an NCHW run with --channels-last is one clear error.
 set -euo pipefail
 ember="$1"
 backend=${2:-no-cuda}
@@ -39,6 +43,11 @@ for pair in pairs:
     la = [e["loss"] for e in ea if e.get("event") == "step"]
     lb = [e["loss"] for e in eb if e.get("event") == "step"]
     assert len(la) == len(lb) > 0, (len(la), len(lb))
+    if a == "cuda":  # native channels-last batch norm: sums in another order (see the top)
+        worst = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
+        assert worst <= 1e-5, f"{pair}: step losses differ by {worst:.2e} relative: {la} vs {lb}"
+        print(f"--channels-last {b}: {len(lb)} step losses within {worst:.1e} relative of the NCHW run's")
+        continue
     assert la == lb, f"{pair}: step losses differ: {la} vs {lb}"
     print(f"--channels-last {b}: {len(lb)} step losses equal to the NCHW run's ({la[0]:.4f} -> {la[-1]:.4f})")
 losses = [e["loss"] for e in events("nchw") if e.get("event") == "step"]

@@ -1,5 +1,6 @@
 // kernels/cuda/batchnorm against kernels/cpu/batchnorm; and on both, the mixed-precision kernels
-// (f16/bf16 x, float32 per-channel vectors) against the float32 kernels.
+// (f16/bf16 x, float32 per-channel vectors) against the float32 kernels. The channels-last (N, S, C)
+// kernels and layer: test_batchnorm_channels_last.cpp.
 //
 // Tolerances. The CPU accumulates the statistics and the backward sums in double (cpu_acc_t) and
 // rounds to T once; the CUDA kernels accumulate in acc_t<T> (Note [Accumulation types] in

@@ -1,6 +1,6 @@
 // Channels-last on a CUDA device (the emulator in the default build): the format propagates
-// through conv, batch norm, ReLU and the pools, with values and gradients identical to the NCHW run
-// on the same device, and equal to the CPU's within the float reduction-order tolerance; copies
+// through conv, batch norm, ReLU and the pools, with values and gradients equal to the NCHW run on
+// the same device and to the CPU's within the float reduction-order tolerance; copies
 // between the CPU and the device keep the format. The per-op gradchecks and CPU parity are op
 // cases (tests/cases/conv_cases.cpp, pool_norm_cases.cpp), run here by test_op_parity.cpp.
 
@@ -20,12 +20,16 @@ TEST_CASE("cuda: a CNN in channels-last keeps the format and NCHW's values", "[m
     CHECK(t.device() == gpu);
     CHECK(t.suggest_memory_format() == kCL);
   }
-  // Same device, same kernels on the same NCHW data: bit-identical.
-  CHECK(nhwc.out == nchw.out);
-  CHECK(nhwc.gx == nchw.gx);
-  CHECK(nhwc.gw1 == nchw.gw1);
-  CHECK(nhwc.gw2 == nchw.gw2);
-  CHECK(nhwc.gbn == nchw.gbn);
+  // Same device: batch norm reads the channels-last activation in place (Note [Channels-last batch
+  // norm] in kernels/cuda/batchnorm.cu), its float32 sums in another order than the NCHW kernels',
+  // so the runs differ as the CPU's does: the tolerance of the CPU comparison below. (Batch norm's
+  // input gradient subtracts two sums from grad y, so an element much smaller than its terms
+  // carries their rounding: 4e-5 relative to 1 + |value| is what gx and gw1 show, 2e-7 elsewhere.)
+  CHECK(max_rel_diff(nhwc.out, nchw.out) < 1e-4);
+  CHECK(max_rel_diff(nhwc.gx, nchw.gx) < 1e-4);
+  CHECK(max_rel_diff(nhwc.gw1, nchw.gw1) < 1e-4);
+  CHECK(max_rel_diff(nhwc.gw2, nchw.gw2) < 1e-4);
+  CHECK(max_rel_diff(nhwc.gbn, nchw.gbn) < 1e-4);
   // Against the CPU: float32 sums in another order (cuDNN's or the tiled GEMM's), so a relative
   // tolerance of 1e-4 on values of order 1 to 100.
   const CnnRun cpu = run_cnn(true, Device::cpu());
