@@ -30,14 +30,19 @@ kernels::Operand operand(const Tensor& t, const Shape& shape, MemoryFormat order
 MemoryFormat elementwise_format(const Shape& shape, std::initializer_list<const Tensor*> inputs);
 
 // Note [Channels-last through the NCHW kernels]
-// The kernels of conv2d, batch_norm and the 2-D pools (kernels/conv.h, batchnorm.h, pool.h, and
-// the cuDNN calls in kernels/cuda/cudnn.h) read and write NCHW. For a channels-last input the op
-// copies it to NCHW (the .contiguous() each op already makes), computes, and returns its result
-// copied back into channels-last with to_format(); its backward likewise computes the input
-// gradient in NCHW and returns it channels-last. The values are those of the NCHW op, bit for bit
-// (the copies move values, they do not round), and the format propagates through a network, so
-// the elementwise ops between these layers (ReLU, the residual add) run on channels-last tensors.
-// Each conversion is one read and one write of the tensor: docs/amp.md measures what they cost.
+// On a CUDA device the layers of a CNN compute channels-last tensors as they lie: conv2d, max and
+// average pooling through cuDNN's NHWC descriptors (Note [Channels-last convolutions and pooling]
+// in kernels/cuda/cudnn.h; f32, f16 and bf16), batch norm through its NHWC kernels (Note
+// [Channels-last batch norm] in kernels/cuda/batchnorm.cu; every floating dtype). Everywhere else —
+// the CPU kernels (kernels/conv.h, batchnorm.h, pool.h), float64 convolutions and pooling on the
+// device, EMBER_CUDNN=0 (for those two layers), the hand-written pooling paths (ceil-mode windows,
+// dilation, indices) and adaptive average pooling — the op copies
+// a channels-last input to NCHW (the .contiguous() each op already makes), computes, and returns its
+// result copied back into channels-last with to_format(); its backward likewise computes the input
+// gradient in NCHW and returns it channels-last. Those values are the NCHW op's, bit for bit (the
+// copies move values, they do not round), and the format propagates through a network, so the
+// elementwise ops between these layers (ReLU, the residual add) run on channels-last tensors. Each
+// conversion is one read and one write of the tensor: docs/amp.md measures what they cost.
 //
 // `t` (a fresh result, cut from the graph; may be undefined) in `format`: t itself unless format is
 // channels_last and t is 4-D, a channels-last copy then (made without recording autograd).
