@@ -232,13 +232,12 @@ struct ConvProblem {
 enum class Pass { Forward, BackwardData, BackwardFilter };
 
 // (pass, device, dtype, layout, tf32, benchmark, the geometry): Note [cuDNN algorithm choice].
-using ConvKey = std::tuple<int, int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using ConvKey = std::tuple<int, int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 ConvKey make_key(Pass pass, DType dt, Layout layout, const Conv2dGeometry& g) {
   return ConvKey{static_cast<int>(pass), cuda::current_device(), static_cast<int>(dt), static_cast<int>(layout),
-                 allow_tf32(),
-                 benchmark(), g.n, g.c_in, g.h, g.w, g.c_out, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h,
+                 allow_tf32(), benchmark(), g.n, g.c_in, g.h, g.w, g.c_out, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h,
                  g.pad_w, g.dil_h, g.dil_w, g.groups};
 }
 

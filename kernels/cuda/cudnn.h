@@ -25,8 +25,8 @@
 // it times them on the real problem (cudnnFind*AlgorithmEx), like torch.backends.cudnn.benchmark.
 // Either way the answer is cached under the full problem key — shapes, strides (the layout: NCHW
 // or NHWC, each dense), padding, stride, dilation, groups, dtype, math type, device and which of
-// the three passes — so it is computed once per layer shape and layout. Algorithms cuDNN reports as unsupported for the problem are
-// dropped from the ranking. All convolutions of a device share one workspace buffer from the
+// the three passes — so it is computed once per layer shape and layout. Algorithms cuDNN reports
+// as unsupported for the problem are dropped from the ranking. All convolutions of a device share one workspace buffer from the
 // caching allocator that grows to the largest need; when it cannot grow (out of memory), the next
 // algorithm in the ranking that needs less workspace is used.
 // TF32 is off unless set_allow_tf32(true): float32 results then match the CPU to float32

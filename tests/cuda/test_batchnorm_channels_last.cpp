@@ -30,6 +30,7 @@
 #include "../../kernels/cpu/batchnorm.h"
 #include "../../kernels/cuda/batchnorm.h"
 #include "../../kernels/cuda/runtime.h"
+#include "channels_last_data.h"
 #include "device_buffer.h"
 #include "random_data.h"
 
@@ -93,20 +94,10 @@ std::vector<double> fetch(const DeviceBuffer<T>& b) {
 // (n, c, s) data reordered to (n, s, c), and back.
 template <typename T>
 std::vector<T> to_nsc(const std::vector<T>& v, const BatchNormShape& sh) {
-  std::vector<T> r(v.size());
-  for (int64_t i = 0; i < sh.n; ++i)
-    for (int64_t c = 0; c < sh.c; ++c)
-      for (int64_t j = 0; j < sh.s; ++j)
-        r[static_cast<size_t>((i * sh.s + j) * sh.c + c)] = v[static_cast<size_t>((i * sh.c + c) * sh.s + j)];
-  return r;
+  return ember::testing::permute_channels(v, sh.n, sh.c, sh.s, true);
 }
 std::vector<double> to_ncs(const std::vector<double>& v, const BatchNormShape& sh) {
-  std::vector<double> r(v.size());
-  for (int64_t i = 0; i < sh.n; ++i)
-    for (int64_t c = 0; c < sh.c; ++c)
-      for (int64_t j = 0; j < sh.s; ++j)
-        r[static_cast<size_t>((i * sh.c + c) * sh.s + j)] = v[static_cast<size_t>((i * sh.s + j) * sh.c + c)];
-  return r;
+  return ember::testing::permute_channels(v, sh.n, sh.c, sh.s, false);
 }
 
 BatchNormShape channels_last(BatchNormShape sh) {

@@ -20,6 +20,7 @@
 
 #include "../../kernels/cuda/cudnn.h"
 #include "../memory_format_cnn.h"
+#include "channels_last_data.h"
 #include "cudnn_fixture.h"
 #include "device_buffer.h"
 #include "random_data.h"
@@ -44,35 +45,14 @@ DType dtype_of_any() {
   return DType::f32;
 }
 
-// n values in [-1, 1) rounded to T.
-template <typename T>
-std::vector<T> values(size_t n, uint64_t seed) {
-  const std::vector<float> f = ember::testing::random_vector<float>(n, seed);
-  std::vector<T> r(n);
-  for (size_t i = 0; i < n; ++i) r[i] = T(f[i]);
-  return r;
-}
-
 // (n, c, h, w) in NCHW order <-> the same tensor in NHWC memory.
 template <typename T>
 std::vector<T> to_nhwc(const std::vector<T>& v, int64_t n, int64_t c, int64_t h, int64_t w) {
-  std::vector<T> r(v.size());
-  for (int64_t a = 0; a < n; ++a)
-    for (int64_t b = 0; b < c; ++b)
-      for (int64_t y = 0; y < h; ++y)
-        for (int64_t x = 0; x < w; ++x)
-          r[static_cast<size_t>(((a * h + y) * w + x) * c + b)] = v[static_cast<size_t>(((a * c + b) * h + y) * w + x)];
-  return r;
+  return ember::testing::permute_channels(v, n, c, h * w, true);
 }
 template <typename T>
 std::vector<T> from_nhwc(const std::vector<T>& v, int64_t n, int64_t c, int64_t h, int64_t w) {
-  std::vector<T> r(v.size());
-  for (int64_t a = 0; a < n; ++a)
-    for (int64_t b = 0; b < c; ++b)
-      for (int64_t y = 0; y < h; ++y)
-        for (int64_t x = 0; x < w; ++x)
-          r[static_cast<size_t>(((a * c + b) * h + y) * w + x)] = v[static_cast<size_t>(((a * h + y) * w + x) * c + b)];
-  return r;
+  return ember::testing::permute_channels(v, n, c, h * w, false);
 }
 
 // The NHWC result (already brought back to NCHW order) against the NCHW one: the same bits on the
@@ -103,10 +83,12 @@ template <typename T>
 void check_conv_nhwc(const Conv2dGeometry& g, uint64_t seed) {
   const DType dt = dtype_of_any<T>();
   const int64_t cin_g = g.c_in / g.groups;
-  const size_t xn = static_cast<size_t>(g.n * g.c_in * g.h * g.w), wn = static_cast<size_t>(g.c_out * cin_g * g.kh * g.kw);
+  const size_t xn = static_cast<size_t>(g.n * g.c_in * g.h * g.w);
+  const size_t wn = static_cast<size_t>(g.c_out * cin_g * g.kh * g.kw);
   const size_t yn = static_cast<size_t>(g.n * g.c_out * g.out_h * g.out_w), bn = static_cast<size_t>(g.c_out);
-  const std::vector<T> x = values<T>(xn, seed), w = values<T>(wn, seed + 1), b = values<T>(bn, seed + 2);
-  const std::vector<T> gy = values<T>(yn, seed + 3);
+  const std::vector<T> x = random_16bit<T>(xn, seed), w = random_16bit<T>(wn, seed + 1);
+  const std::vector<T> b = random_16bit<T>(bn, seed + 2);
+  const std::vector<T> gy = random_16bit<T>(yn, seed + 3);
   const auto x_cl = to_nhwc(x, g.n, g.c_in, g.h, g.w), w_cl = to_nhwc(w, g.c_out, cin_g, g.kh, g.kw);
   const auto gy_cl = to_nhwc(gy, g.n, g.c_out, g.out_h, g.out_w);
   DeviceBuffer<T> dx(x), dw(w), db(b), dgy(gy), dx_cl(x_cl), dw_cl(w_cl), dgy_cl(gy_cl);
@@ -150,8 +132,9 @@ void check_pool_nhwc(int64_t n, int64_t c, const Pool2dGeometry& g0, uint64_t se
   const DType dt = dtype_of_any<T>();
   Pool2dGeometry g = g0;
   g.planes = n * c;
-  const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w), out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
-  const std::vector<T> x = values<T>(in_n, seed), go = values<T>(out_n, seed + 1);
+  const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w);
+  const size_t out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
+  const std::vector<T> x = random_16bit<T>(in_n, seed), go = random_16bit<T>(out_n, seed + 1);
   const auto x_cl = to_nhwc(x, n, c, g.in_h, g.in_w);
   const auto go_cl = to_nhwc(go, n, c, g.out_h, g.out_w);
   DeviceBuffer<T> dx(x), dx_cl(x_cl), dgo(go), dgo_cl(go_cl), out(out_n), out_cl(out_n), gi(in_n), gi_cl(in_n);
