@@ -7,6 +7,9 @@
 //                  kernel, TFLOP/s on random data, 8192^3 (the goal: cuBLAS >= 80% of
 //                  PyTorch's bf16 torch.mm on the same GPU);
 //   conv3x3        a 3x3 convolution forward + backward (cuDNN when present, else im2col + GEMM);
+//   stem_layers    ResNet-18's batch norm and 3x3/2 max pooling on a (256, 64, 112, 112) bf16
+//                  activation, forward + backward, NCHW and channels-last (max pooling through
+//                  cuDNN and through the hand-written kernels);
 //   train_cnn      training steps of the `cnn` model on Fashion-MNIST, batch 64, Adam (images/s,
 //                  loader included: what `ember train` does), four ways: f32 with the host loader;
 //                  f32 with --data-on-device; f32 with --data-on-device --cuda-graphs; --amp bf16
@@ -180,6 +183,44 @@ void conv(int64_t n, int64_t c, int64_t hw) {
   line(buf);
 }
 
+// ResNet-18's stem layers after the first convolution, as a bf16 AMP step runs them: batch norm
+// (training, float32 weights and statistics) and the 3x3 stride-2 max pooling, each forward +
+// backward with the output gradient given, on an (n, 64, hw, hw) bf16 activation in NCHW and in
+// channels-last. Max pooling three ways: cuDNN (what max_pool2d uses) in both layouts, and the
+// hand-written kernels (max_pool2d_with_indices) in NCHW. On an H200 cuDNN's max-pooling backward
+// took 4.8 ms of a 40.6 ms AMP step (docs/gpu-validation.md).
+void stem_layers(int64_t n, int64_t hw) {
+  const Device dev = Device::cuda(0);
+  const Tensor x0 = randn({n, 64, hw, hw}, {.device = dev}).to(DType::bf16);
+  const Tensor gy_bn0 = randn({n, 64, hw, hw}, {.device = dev}).to(DType::bf16);
+  const Pool2dOptions pool{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  const int64_t oh = (hw + 2 - 3) / 2 + 1;
+  const Tensor gy_pool0 = randn({n, 64, oh, oh}, {.device = dev}).to(DType::bf16);
+  Tensor w = ones({64}, {.device = dev, .requires_grad = true}), b = zeros({64}, {.device = dev, .requires_grad = true});
+  Tensor rm = zeros({64}, {.device = dev}), rv = ones({64}, {.device = dev});
+  const auto emit = [&](const char* bench, const char* mode, bool channels_last, double t) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "\"bench\":\"%s\",\"precision\":\"bf16\",%s%s%s\"shape\":[%lld,64,%lld,%lld],\"channels_last\":%s,"
+                  "\"ms\":%.3f",
+                  bench, mode ? "\"mode\":\"" : "", mode ? mode : "", mode ? "\"," : "", static_cast<long long>(n),
+                  static_cast<long long>(hw), static_cast<long long>(hw), channels_last ? "true" : "false", t * 1e3);
+    line(buf);
+  };
+  for (const bool cl : {false, true}) {
+    const MemoryFormat fmt = cl ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+    Tensor x = x0.contiguous(fmt).detach();
+    x.requires_grad_(true);
+    const Tensor gy_bn = gy_bn0.contiguous(fmt), gy_pool = gy_pool0.contiguous(fmt);
+    emit("stem_batchnorm", nullptr, cl,
+         timed(5, [&] { batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5).backward(gy_bn); }));
+    emit("stem_maxpool", "cudnn", cl, timed(5, [&] { max_pool2d(x, pool).backward(gy_pool); }));
+    if (!cl)
+      emit("stem_maxpool", "hand_written", cl,
+           timed(5, [&] { max_pool2d_with_indices(x, pool).first.backward(gy_pool); }));
+  }
+}
+
 // The cnn benchmark's recipe (Adam 1e-3, batch 64, no augmentation), `steps` steps on the CUDA
 // device. mode: "host_loader", "data_on_device" or "data_on_device+cuda_graphs"; amp: "off" or "bf16".
 train::TrainConfig cnn_config(int steps, const std::string& mode, const std::string& amp) {
@@ -311,7 +352,8 @@ void recipe_to_93() {
   line(buf);
 }
 
-const std::vector<std::string> kAll = {"bandwidth", "sgemm", "gemm_bf16", "conv3x3", "train_cnn", "resnet18_step", "recipe_to_93"};
+const std::vector<std::string> kAll = {"bandwidth",  "sgemm",         "gemm_bf16",   "conv3x3",
+                                       "stem_layers", "train_cnn", "resnet18_step", "recipe_to_93"};
 
 }  // namespace
 
@@ -347,6 +389,7 @@ int main(int argc, char** argv) {
     if (only.count("sgemm")) sgemm(g_tiny ? 128 : 4096);
     if (only.count("gemm_bf16")) gemm_bf16(g_tiny ? 128 : 8192);
     if (only.count("conv3x3")) conv(g_tiny ? 2 : 64, g_tiny ? 8 : 64, g_tiny ? 16 : 56);
+    if (only.count("stem_layers")) stem_layers(g_tiny ? 2 : 256, g_tiny ? 16 : 112);
     if (only.count("train_cnn")) {
       const int steps = g_tiny ? 5 : 300;
       train_cnn(steps, "host_loader", "off");

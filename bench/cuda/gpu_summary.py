@@ -26,6 +26,14 @@ ROWS = [
     ("conv3x3_fwd_bwd", "conv 3x3 forward", "fwd_ms", "time", "ms"),
     ("conv3x3_fwd_bwd", "conv 3x3 forward + backward, ember in cuDNN benchmark mode vs PyTorch's default",
      "ms_benchmark_mode", "time", "ms", "ms"),
+    ("stem_batchnorm/bf16", "ResNet-18 stem batch norm, bf16, forward + backward, NCHW", "ms", "time", "ms"),
+    ("stem_batchnorm/bf16/channels_last", "the same, channels-last", "ms", "time", "ms"),
+    ("stem_maxpool/bf16/cudnn>stem_maxpool/bf16", "ResNet-18 max pool 3x3/2, bf16, fwd + bwd, NCHW, ember via cuDNN",
+     "ms", "time", "ms"),
+    ("stem_maxpool/bf16/hand_written>stem_maxpool/bf16", "the same, ember's hand-written kernels (with indices)",
+     "ms", "time", "ms"),
+    ("stem_maxpool/bf16/cudnn/channels_last>stem_maxpool/bf16/channels_last",
+     "the same, channels-last, ember via cuDNN", "ms", "time", "ms"),
     ("train_cnn/f32/host_loader>train_cnn/f32/data_on_device",
      "cnn training, batch 64, Adam, f32 (ember: host loader)", "images_per_sec", "rate", "images/s"),
     ("train_cnn/f32/data_on_device", "cnn training, f32, data on the device", "images_per_sec", "rate", "images/s"),
@@ -42,10 +50,14 @@ ROWS = [
 ]
 # What each side must print.
 REQUIRED = {
-    "ember": {"bandwidth", "sgemm", "gemm_bf16", "conv3x3_fwd_bwd", "train_cnn/f32/host_loader", "train_cnn/f32/data_on_device",
+    "ember": {"bandwidth", "sgemm", "gemm_bf16", "conv3x3_fwd_bwd", "stem_batchnorm/bf16",
+              "stem_batchnorm/bf16/channels_last", "stem_maxpool/bf16/cudnn", "stem_maxpool/bf16/hand_written",
+              "stem_maxpool/bf16/cudnn/channels_last", "train_cnn/f32/host_loader", "train_cnn/f32/data_on_device",
               "train_cnn/f32/data_on_device+cuda_graphs", "train_cnn/amp_bf16/data_on_device", "resnet18_step/f32",
               "resnet18_step/amp_bf16", "resnet18_step/amp_bf16/channels_last", "recipe_to_93"},
-    "torch": {"bandwidth", "sgemm", "gemm_bf16", "conv3x3_fwd_bwd", "train_cnn/f32/data_on_device",
+    "torch": {"bandwidth", "sgemm", "gemm_bf16", "conv3x3_fwd_bwd", "stem_batchnorm/bf16",
+              "stem_batchnorm/bf16/channels_last", "stem_maxpool/bf16", "stem_maxpool/bf16/channels_last",
+              "train_cnn/f32/data_on_device",
               "train_cnn/amp_bf16/data_on_device", "resnet18_step/f32", "resnet18_step/amp_bf16/channels_last",
               "recipe_to_93"},
 }

@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ALL = ["bandwidth", "sgemm", "gemm_bf16", "conv3x3", "train_cnn", "resnet18_step", "recipe_to_93"]
+ALL = ["bandwidth", "sgemm", "gemm_bf16", "conv3x3", "stem_layers", "train_cnn", "resnet18_step", "recipe_to_93"]
 
 
 def sync(dev):
@@ -109,6 +109,29 @@ def conv3x3(o, n, c, hw):
     o.line({"bench": "conv3x3_fwd_bwd", "shape": [n, c, hw, hw], "ms": round(t * 1e3, 3),
             "fwd_ms": round(t_fwd * 1e3, 3),
             "tflops": round(3 * 2.0 * n * c * c * 9 * hw * hw / t / 1e12, 2)})
+
+
+def stem_layers(o, n, hw):
+    """ResNet-18's stem batch norm and 3x3/2 max pooling on an (n, 64, hw, hw) bf16 activation,
+    forward + backward with the output gradient given, NCHW and channels-last (bench_cuda's
+    stem_layers): batch norm in training mode with float32 weights and running statistics, as
+    under torch.autocast."""
+    x0 = torch.randn(n, 64, hw, hw, device=o.dev).to(torch.bfloat16)
+    gy_bn0 = torch.randn(n, 64, hw, hw, device=o.dev).to(torch.bfloat16)
+    oh = (hw + 2 - 3) // 2 + 1
+    gy_pool0 = torch.randn(n, 64, oh, oh, device=o.dev).to(torch.bfloat16)
+    w = torch.ones(64, device=o.dev, requires_grad=True)
+    b = torch.zeros(64, device=o.dev, requires_grad=True)
+    rm, rv = torch.zeros(64, device=o.dev), torch.ones(64, device=o.dev)
+    for cl in (False, True):
+        fmt = torch.channels_last if cl else torch.contiguous_format
+        x = x0.contiguous(memory_format=fmt).detach().requires_grad_(True)
+        gy_bn, gy_pool = gy_bn0.contiguous(memory_format=fmt), gy_pool0.contiguous(memory_format=fmt)
+        t_bn = timed(o.dev, 5, lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5).backward(gy_bn))
+        t_pool = timed(o.dev, 5, lambda: F.max_pool2d(x, 3, 2, 1).backward(gy_pool))
+        for bench, t in (("stem_batchnorm", t_bn), ("stem_maxpool", t_pool)):
+            o.line({"bench": bench, "precision": "bf16", "shape": [n, 64, hw, hw], "channels_last": cl,
+                    "ms": round(t * 1e3, 3)})
 
 
 # ---- models -------------------------------------------------------------------------------------
@@ -307,6 +330,8 @@ def main():
         gemm_bf16(o, 128 if tiny else 8192)
     if "conv3x3" in only:
         conv3x3(o, *((2, 8, 16) if tiny else (64, 64, 56)))
+    if "stem_layers" in only:
+        stem_layers(o, *((2, 16) if tiny else (256, 112)))
     data = fashion_mnist(a.data_dir, dev) if ("train_cnn" in only or "recipe_to_93" in only) else None
     if "train_cnn" in only:
         for amp in (False, True):
