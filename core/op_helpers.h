@@ -32,11 +32,13 @@ MemoryFormat elementwise_format(const Shape& shape, std::initializer_list<const 
 // Note [Channels-last through the NCHW kernels]
 // On a CUDA device the layers of a CNN compute channels-last tensors as they lie: conv2d, max and
 // average pooling through cuDNN's NHWC descriptors (Note [Channels-last convolutions and pooling]
-// in kernels/cuda/cudnn.h; f32, f16 and bf16), batch norm through its NHWC kernels (Note
-// [Channels-last batch norm] in kernels/cuda/batchnorm.cu; every floating dtype). Everywhere else —
-// the CPU kernels (kernels/conv.h, batchnorm.h, pool.h), float64 convolutions and pooling on the
-// device, EMBER_CUDNN=0 (for those two layers), the hand-written pooling paths (ceil-mode windows,
-// dilation, indices) and adaptive average pooling — the op copies
+// in kernels/cuda/cudnn.h; f32, f16 and bf16), max pooling with indices (and any max pooling cuDNN
+// does not serve) through the hand-written NHWC kernels (Note [Channels-last max pooling] in
+// kernels/cuda/pool.cu), batch norm through its NHWC kernels (Note [Channels-last batch norm] in
+// kernels/cuda/batchnorm.cu); the last two for every floating dtype. Everywhere else — the CPU
+// kernels (kernels/conv.h, batchnorm.h, pool.h), float64 convolutions and cuDNN pooling on the
+// device, EMBER_CUDNN=0 (for convolutions and average pooling), average pooling cuDNN does not
+// serve (ceil-mode windows) and adaptive average pooling — the op copies
 // a channels-last input to NCHW (the .contiguous() each op already makes), computes, and returns its
 // result copied back into channels-last with to_format(); its backward likewise computes the input
 // gradient in NCHW and returns it channels-last. Those values are the NCHW op's, bit for bit (the

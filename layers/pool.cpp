@@ -139,33 +139,61 @@ Tensor cudnn_pool(const char* op, const char* node, const Tensor& x0, const Pool
 
 namespace {
 
+// Whether max_pool2d_indexed pools x where it lies in channels-last: a 4-D channels-last x on a
+// CUDA device (Note [Channels-last max pooling] in kernels/cuda/pool.cu). Elsewhere it goes
+// through NCHW (Note [Channels-last through the NCHW kernels] in core/op_helpers.h).
+bool nhwc_max_pool(const Tensor& x) {
+#if EMBER_CUDA_BACKEND
+  return x.device().type == DeviceType::CUDA && detail::is_channels_last(x);
+#else
+  (void)x;
+  return false;
+#endif
+}
+
 // max_pool2d with indices of index_dtype (int32 or int64; kernels/pool.h), and a backward node
 // that keeps them.
 std::pair<Tensor, Tensor> max_pool2d_indexed(const Tensor& x0, const Pool2dGeometry& g, DType index_dtype) {
-  // Note [Channels-last through the NCHW kernels] in core/op_helpers.h.
   const MemoryFormat fmt = x0.suggest_memory_format();
-  const Tensor x = x0.contiguous();
+  const bool nhwc = nhwc_max_pool(x0);
+  const MemoryFormat mem = nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  const Tensor x = x0.contiguous(mem);
+  const int64_t channels = x.size(-3);
   const Shape out_shape = pooled_shape(x, g.out_h, g.out_w);
-  Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
-  Tensor indices = empty(out_shape, {.dtype = index_dtype, .device = x.device()});
-  EMBER_KERNEL_CALL(x.device(), "max_pool2d", max_pool2d_forward, x.dtype(), index_dtype, g, x.data(), out.data(),
-                    indices.data());
-  out = detail::to_format(out, fmt);
+  Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()}, mem);
+  Tensor indices = empty(out_shape, {.dtype = index_dtype, .device = x.device()}, mem);
+  if (nhwc) {
+    const profiler::Scope scope("max_pool2d");
+    EMBER_CUDA_CALL(x.device(), "max_pool2d", kernels::gpu::max_pool2d_forward_nhwc(x.dtype(), index_dtype, g, channels,
+                                                                                      x.data(), out.data(),
+                                                                                      indices.data()));
+  } else {
+    EMBER_KERNEL_CALL(x.device(), "max_pool2d", max_pool2d_forward, x.dtype(), index_dtype, g, x.data(), out.data(),
+                      indices.data());
+    out = detail::to_format(out, fmt);
+  }
   if (any_requires_grad({&x0})) {
     SavedTensor si(indices, "MaxPool2dBackward");
     const Shape in_shape = x0.shape();
     const DType dt = x0.dtype();
     record("MaxPool2dBackward", {x0}, {out}, [=](const std::vector<Tensor>& grads) {
       if (!grads[0].defined()) return std::vector<Tensor>{Tensor()};
-      const Tensor go = contiguous_grad(grads[0], dt);
-      const Tensor idx = si.get().contiguous();
-      Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()});
+      const Tensor go = grads[0].to(dt).contiguous(mem);
+      const Tensor idx = si.get().contiguous(mem);
+      Tensor gi = empty(in_shape, {.dtype = dt, .device = go.device()}, mem);
+      if (nhwc) {
+        const profiler::Scope scope("max_pool2d backward");
+        EMBER_CUDA_CALL(go.device(), "max_pool2d backward",
+                        kernels::gpu::max_pool2d_backward_nhwc(dt, idx.dtype(), g, channels, go.data(), idx.data(),
+                                                               gi.data()));
+        return std::vector<Tensor>{gi};
+      }
       EMBER_KERNEL_CALL(go.device(), "max_pool2d backward", max_pool2d_backward, dt, idx.dtype(), g, go.data(),
                         idx.data(), gi.data());
       return std::vector<Tensor>{detail::to_format(gi, fmt)};
     });
   }
-  return {out, detail::to_format(indices, fmt)};
+  return {out, nhwc ? indices : detail::to_format(indices, fmt)};
 }
 
 }  // namespace

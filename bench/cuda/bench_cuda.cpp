@@ -9,7 +9,7 @@
 //   conv3x3        a 3x3 convolution forward + backward (cuDNN when present, else im2col + GEMM);
 //   stem_layers    ResNet-18's batch norm and 3x3/2 max pooling on a (256, 64, 112, 112) bf16
 //                  activation, forward + backward, NCHW and channels-last (max pooling through
-//                  cuDNN and through the hand-written kernels);
+//                  cuDNN and through the hand-written kernels, in both layouts);
 //   train_cnn      training steps of the `cnn` model on Fashion-MNIST, batch 64, Adam (images/s,
 //                  loader included: what `ember train` does), four ways: f32 with the host loader;
 //                  f32 with --data-on-device; f32 with --data-on-device --cuda-graphs; --amp bf16
@@ -186,8 +186,8 @@ void conv(int64_t n, int64_t c, int64_t hw) {
 // ResNet-18's stem layers after the first convolution, as a bf16 AMP step runs them: batch norm
 // (training, float32 weights and statistics) and the 3x3 stride-2 max pooling, each forward +
 // backward with the output gradient given, on an (n, 64, hw, hw) bf16 activation in NCHW and in
-// channels-last. Max pooling three ways: cuDNN (what max_pool2d uses) in both layouts, and the
-// hand-written kernels (max_pool2d_with_indices) in NCHW. On an H200 cuDNN's max-pooling backward
+// channels-last. Max pooling two ways in each layout: cuDNN (what max_pool2d uses) and the
+// hand-written kernels (max_pool2d_with_indices; Note [Channels-last max pooling]). On an H200 cuDNN's max-pooling backward
 // took 4.8 ms of a 40.6 ms AMP step (docs/gpu-validation.md).
 void stem_layers(int64_t n, int64_t hw) {
   const Device dev = Device::cuda(0);
@@ -215,9 +215,8 @@ void stem_layers(int64_t n, int64_t hw) {
     emit("stem_batchnorm", nullptr, cl,
          timed(5, [&] { batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5).backward(gy_bn); }));
     emit("stem_maxpool", "cudnn", cl, timed(5, [&] { max_pool2d(x, pool).backward(gy_pool); }));
-    if (!cl)
-      emit("stem_maxpool", "hand_written", cl,
-           timed(5, [&] { max_pool2d_with_indices(x, pool).first.backward(gy_pool); }));
+    emit("stem_maxpool", "hand_written", cl,
+         timed(5, [&] { max_pool2d_with_indices(x, pool).first.backward(gy_pool); }));
   }
 }
 

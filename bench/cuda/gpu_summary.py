@@ -34,6 +34,8 @@ ROWS = [
      "ms", "time", "ms"),
     ("stem_maxpool/bf16/cudnn/channels_last>stem_maxpool/bf16/channels_last",
      "the same, channels-last, ember via cuDNN", "ms", "time", "ms"),
+    ("stem_maxpool/bf16/hand_written/channels_last>stem_maxpool/bf16/channels_last",
+     "the same, channels-last, ember's hand-written kernels", "ms", "time", "ms"),
     ("train_cnn/f32/host_loader>train_cnn/f32/data_on_device",
      "cnn training, batch 64, Adam, f32 (ember: host loader)", "images_per_sec", "rate", "images/s"),
     ("train_cnn/f32/data_on_device", "cnn training, f32, data on the device", "images_per_sec", "rate", "images/s"),
@@ -52,7 +54,8 @@ ROWS = [
 REQUIRED = {
     "ember": {"bandwidth", "sgemm", "gemm_bf16", "conv3x3_fwd_bwd", "stem_batchnorm/bf16",
               "stem_batchnorm/bf16/channels_last", "stem_maxpool/bf16/cudnn", "stem_maxpool/bf16/hand_written",
-              "stem_maxpool/bf16/cudnn/channels_last", "train_cnn/f32/host_loader", "train_cnn/f32/data_on_device",
+              "stem_maxpool/bf16/cudnn/channels_last", "stem_maxpool/bf16/hand_written/channels_last",
+              "train_cnn/f32/host_loader", "train_cnn/f32/data_on_device",
               "train_cnn/f32/data_on_device+cuda_graphs", "train_cnn/amp_bf16/data_on_device", "resnet18_step/f32",
               "resnet18_step/amp_bf16", "resnet18_step/amp_bf16/channels_last", "recipe_to_93"},
     "torch": {"bandwidth", "sgemm", "gemm_bf16", "conv3x3_fwd_bwd", "stem_batchnorm/bf16",

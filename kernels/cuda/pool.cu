@@ -39,60 +39,111 @@ __device__ inline int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 
 
 // ---- max -------------------------------------------------------------------------------------
 
+// The max of output cell (oh, ow)'s window over one plane whose element (ih, iw) is
+// xp[(ih * in_w + iw) * step] (step 1: an NCHW plane; C: one channel of an NHWC image). The window
+// walk and the comparison rule are the CPU's general loop (kernels/cpu/pool.cpp) verbatim: start
+// at -inf on the first tap that is not padding; a strictly larger value or a NaN takes over.
+// `best` is the in-plane position ih * in_w + iw.
+template <typename T>
+__device__ inline void max_window(const Pool2dGeometry& g, int64_t oh, int64_t ow, const T* xp, int64_t step,
+                                  acc_t<T>* best_v, int64_t* best) {
+  int64_t h0 = oh * g.stride_h - g.pad_h;
+  const int64_t h1 = min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
+  while (h0 < 0) h0 += g.dilation_h;
+  int64_t w0 = ow * g.stride_w - g.pad_w;
+  const int64_t w1 = min(w0 + (g.kernel_w - 1) * g.dilation_w + 1, g.in_w);
+  while (w0 < 0) w0 += g.dilation_w;
+  *best = h0 * g.in_w + w0;
+  *best_v = -std::numeric_limits<acc_t<T>>::infinity();  // f16/bf16 compared as float
+  for (int64_t ih = h0; ih < h1; ih += g.dilation_h) {
+    for (int64_t iw = w0; iw < w1; iw += g.dilation_w) {
+      const int64_t i = ih * g.in_w + iw;
+      const acc_t<T> v = static_cast<acc_t<T>>(xp[i * step]);
+      if (v > *best_v || v != v) {
+        *best_v = v;
+        *best = i;
+      }
+    }
+  }
+}
+
 // One thread per output cell (p, oh, ow), consecutive threads on consecutive ow: reads of a
-// window row are strided by stride_w across the warp, writes are coalesced. The window walk and
-// the comparison rule are the CPU's general loop (kernels/cpu/pool.cpp) verbatim: start at -inf
-// on the first tap that is not padding; a strictly larger value or a NaN takes over.
+// window row are strided by stride_w across the warp, writes are coalesced.
 template <typename T, typename I>
 __global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, I* indices) {
   const int64_t out_plane = g.out_h * g.out_w;
   EMBER_POOL_FOR(idx, g.planes * out_plane) {
     const int64_t ow = idx % g.out_w, oh = (idx / g.out_w) % g.out_h, p = idx / out_plane;
-    const T* xp = x + p * g.in_h * g.in_w;
-    int64_t h0 = oh * g.stride_h - g.pad_h;
-    const int64_t h1 = min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
-    while (h0 < 0) h0 += g.dilation_h;
-    int64_t w0 = ow * g.stride_w - g.pad_w;
-    const int64_t w1 = min(w0 + (g.kernel_w - 1) * g.dilation_w + 1, g.in_w);
-    while (w0 < 0) w0 += g.dilation_w;
-    int64_t best = h0 * g.in_w + w0;
-    acc_t<T> best_v = -std::numeric_limits<acc_t<T>>::infinity();  // f16/bf16 compared as float
-    for (int64_t ih = h0; ih < h1; ih += g.dilation_h) {
-      for (int64_t iw = w0; iw < w1; iw += g.dilation_w) {
-        const int64_t i = ih * g.in_w + iw;
-        const acc_t<T> v = static_cast<acc_t<T>>(xp[i]);
-        if (v > best_v || v != v) {
-          best_v = v;
-          best = i;
-        }
-      }
-    }
+    acc_t<T> best_v;
+    int64_t best;
+    max_window(g, oh, ow, x + p * g.in_h * g.in_w, 1, &best_v, &best);
     out[idx] = static_cast<T>(best_v);  // exact: best_v is one of x's values (or -inf)
     indices[idx] = static_cast<I>(best);
   }
 }
 
-// One thread per input cell (Note [Pooling backward as a gather]). Output row oh's window covers
-// input rows [oh s - pad, oh s - pad + (k - 1) dil], so row ih is in the windows with
-// ceil((ih + pad - (k - 1) dil) / s) <= oh <= floor((ih + pad) / s); the thread adds grad_out of
-// those whose recorded argmax is this cell.
+// The gradient gathered by input cell (ih, iw) of one plane (Note [Pooling backward as a gather]):
+// output row oh's window covers input rows [oh s - pad, oh s - pad + (k - 1) dil], so row ih is in
+// the windows with ceil((ih + pad - (k - 1) dil) / s) <= oh <= floor((ih + pad) / s); the sum of
+// grad_out over those whose recorded argmax is this cell, in increasing (oh, ow). The plane's
+// output cell (oh, ow) is at go[(oh * out_w + ow) * step] and ip[...] likewise.
+template <typename T, typename I>
+__device__ inline acc_t<T> max_gather(const Pool2dGeometry& g, int64_t ih, int64_t iw, const T* go, const I* ip,
+                                      int64_t step) {
+  const int64_t me = ih * g.in_w + iw;
+  const int64_t oh_lo = ceil_div_nonneg(ih + g.pad_h - (g.kernel_h - 1) * g.dilation_h, g.stride_h);
+  const int64_t oh_hi = min((ih + g.pad_h) / g.stride_h, g.out_h - 1);
+  const int64_t ow_lo = ceil_div_nonneg(iw + g.pad_w - (g.kernel_w - 1) * g.dilation_w, g.stride_w);
+  const int64_t ow_hi = min((iw + g.pad_w) / g.stride_w, g.out_w - 1);
+  acc_t<T> acc = 0;  // f16/bf16: summed in float, rounded once
+  for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
+    for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) {
+      const int64_t o = (oh * g.out_w + ow) * step;
+      if (ip[o] == me) acc += static_cast<acc_t<T>>(go[o]);
+    }
+  return acc;
+}
+
+// One thread per input cell.
 template <typename T, typename I>
 __global__ void max_backward_kernel(Pool2dGeometry g, const T* grad_out, const I* indices, T* grad_in) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   EMBER_POOL_FOR(idx, g.planes * in_plane) {
     const int64_t iw = idx % g.in_w, ih = (idx / g.in_w) % g.in_h, p = idx / in_plane;
-    const int64_t me = ih * g.in_w + iw;
-    const int64_t oh_lo = ceil_div_nonneg(ih + g.pad_h - (g.kernel_h - 1) * g.dilation_h, g.stride_h);
-    const int64_t oh_hi = min((ih + g.pad_h) / g.stride_h, g.out_h - 1);
-    const int64_t ow_lo = ceil_div_nonneg(iw + g.pad_w - (g.kernel_w - 1) * g.dilation_w, g.stride_w);
-    const int64_t ow_hi = min((iw + g.pad_w) / g.stride_w, g.out_w - 1);
-    const T* go = grad_out + p * out_plane;
-    const I* ip = indices + p * out_plane;
-    acc_t<T> acc = 0;  // f16/bf16: summed in float, rounded once
-    for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
-      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow)
-        if (ip[oh * g.out_w + ow] == me) acc += static_cast<acc_t<T>>(go[oh * g.out_w + ow]);
-    grad_in[idx] = static_cast<T>(acc);
+    grad_in[idx] = static_cast<T>(max_gather(g, ih, iw, grad_out + p * out_plane, indices + p * out_plane, 1));
+  }
+}
+
+// Note [Channels-last max pooling]
+// A channels-last (N, H, W, C) tensor is pooled where it lies: the same windows, comparisons and
+// gather as above, each plane's element (ih, iw) of channel c at ((n H + ih) W + iw) C + c. One
+// thread per output cell (n, oh, ow, c) forward and per input cell (n, ih, iw, c) backward, with c
+// fastest, so a warp reads consecutive channels of one pixel (coalesced) where the NCHW kernels
+// read along a row. out, indices and grad_in are channels-last too; an index is the in-plane
+// position ih * in_w + iw, as in NCHW (and PyTorch). The comparisons and the gather's order are the
+// NCHW kernels', so the two layouts give the same bits.
+template <typename T, typename I>
+__global__ void max_forward_nhwc_kernel(Pool2dGeometry g, int64_t channels, const T* x, T* out, I* indices) {
+  EMBER_POOL_FOR(idx, g.planes * g.out_h * g.out_w) {
+    const int64_t c = idx % channels, pixel = idx / channels;  // pixel = (n * out_h + oh) * out_w + ow
+    const int64_t ow = pixel % g.out_w, oh = (pixel / g.out_w) % g.out_h, n = pixel / (g.out_w * g.out_h);
+    acc_t<T> best_v;
+    int64_t best;
+    max_window(g, oh, ow, x + n * g.in_h * g.in_w * channels + c, channels, &best_v, &best);
+    out[idx] = static_cast<T>(best_v);
+    indices[idx] = static_cast<I>(best);
+  }
+}
+
+template <typename T, typename I>
+__global__ void max_backward_nhwc_kernel(Pool2dGeometry g, int64_t channels, const T* grad_out, const I* indices,
+                                         T* grad_in) {
+  const int64_t out_image = g.out_h * g.out_w * channels;
+  EMBER_POOL_FOR(idx, g.planes * g.in_h * g.in_w) {
+    const int64_t c = idx % channels, pixel = idx / channels;  // pixel = (n * in_h + ih) * in_w + iw
+    const int64_t iw = pixel % g.in_w, ih = (pixel / g.in_w) % g.in_h, n = pixel / (g.in_w * g.in_h);
+    const int64_t o = n * out_image + c;
+    grad_in[idx] = static_cast<T>(max_gather(g, ih, iw, grad_out + o, indices + o, channels));
   }
 }
 
@@ -254,6 +305,45 @@ void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g
       using T = scalar_t;
       launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I>, g, static_cast<const T*>(grad_out),
                    static_cast<const I*>(indices), static_cast<T*>(grad_in));
+    });
+  });
+}
+
+namespace {
+void check_channels(const char* op, const Pool2dGeometry& g, int64_t channels) {
+  EMBER_CHECK(channels > 0 && g.planes % channels == 0, op, ": ", g.planes, " planes are not images of ", channels,
+              " channels");
+}
+}  // namespace
+
+void max_pool2d_forward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometry& g, int64_t channels, const void* x,
+                             void* out, void* indices) {
+  check_pool("max_pool2d", g);
+  check_max_pool_indices("max_pool2d", index_dtype, g);
+  if (g.planes == 0) return;
+  check_channels("max_pool2d", g, channels);
+  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d", [&] {
+    using I = scalar_t;
+    EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
+      using T = scalar_t;
+      launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I>, g, channels, static_cast<const T*>(x),
+                   static_cast<T*>(out), static_cast<I*>(indices));
+    });
+  });
+}
+
+void max_pool2d_backward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometry& g, int64_t channels,
+                              const void* grad_out, const void* indices, void* grad_in) {
+  check_pool("max_pool2d backward", g);
+  check_max_pool_indices("max_pool2d backward", index_dtype, g);
+  if (g.planes == 0) return;
+  check_channels("max_pool2d backward", g, channels);
+  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d backward", [&] {
+    using I = scalar_t;
+    EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
+      using T = scalar_t;
+      launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I>, g, channels,
+                   static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
     });
   });
 }
