@@ -38,26 +38,54 @@ constexpr int kThreads = 256;
 __device__ inline int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
 
 // ---- max -------------------------------------------------------------------------------------
+//
+// Note [32-bit index math in max pooling]
+// The max-pooling kernels turn a linear index into (plane or image, row, column[, channel]) and
+// find a cell's windows with several divisions per element; a 64-bit integer division is a long
+// software routine on a GPU (Note [32-bit index math] in conv.cu). So they are templates on the
+// index type J: the launcher picks int32_t whenever every cell index fits (ResNet's stem pooling
+// at batch 256 has 2^27.6 input cells), int64_t otherwise, and each thread copies the geometry
+// into J-typed locals (MaxIndex) once. EMBER_POOL_INDEX=64 runs the int64 kernels everywhere: the
+// test of that path (ctest cuda-index64:pool).
+
+template <typename J>
+struct MaxIndex {
+  J in_h, in_w, out_h, out_w, k_h, k_w, s_h, s_w, p_h, p_w, d_h, d_w;
+  __host__ __device__ explicit MaxIndex(const Pool2dGeometry& g)
+      : in_h(static_cast<J>(g.in_h)), in_w(static_cast<J>(g.in_w)), out_h(static_cast<J>(g.out_h)),
+        out_w(static_cast<J>(g.out_w)), k_h(static_cast<J>(g.kernel_h)), k_w(static_cast<J>(g.kernel_w)),
+        s_h(static_cast<J>(g.stride_h)), s_w(static_cast<J>(g.stride_w)), p_h(static_cast<J>(g.pad_h)),
+        p_w(static_cast<J>(g.pad_w)), d_h(static_cast<J>(g.dilation_h)), d_w(static_cast<J>(g.dilation_w)) {}
+};
+
+// Grid-stride loop over [0, total) in index type J.
+#define EMBER_POOL_FOR_J(J, idx, total)                                                          \
+  for (J idx = static_cast<J>(blockIdx.x) * static_cast<J>(blockDim.x) + static_cast<J>(threadIdx.x); \
+       idx < (total); idx += static_cast<J>(gridDim.x) * static_cast<J>(blockDim.x))
+
+template <typename J>
+__device__ inline J ceil_div_nonneg_j(J a, J b) {
+  return a <= 0 ? J(0) : (a + b - 1) / b;
+}
 
 // The max of output cell (oh, ow)'s window over one plane whose element (ih, iw) is
 // xp[(ih * in_w + iw) * step] (step 1: an NCHW plane; C: one channel of an NHWC image). The window
 // walk and the comparison rule are the CPU's general loop (kernels/cpu/pool.cpp) verbatim: start
 // at -inf on the first tap that is not padding; a strictly larger value or a NaN takes over.
 // `best` is the in-plane position ih * in_w + iw.
-template <typename T>
-__device__ inline void max_window(const Pool2dGeometry& g, int64_t oh, int64_t ow, const T* xp, int64_t step,
-                                  acc_t<T>* best_v, int64_t* best) {
-  int64_t h0 = oh * g.stride_h - g.pad_h;
-  const int64_t h1 = min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
-  while (h0 < 0) h0 += g.dilation_h;
-  int64_t w0 = ow * g.stride_w - g.pad_w;
-  const int64_t w1 = min(w0 + (g.kernel_w - 1) * g.dilation_w + 1, g.in_w);
-  while (w0 < 0) w0 += g.dilation_w;
-  *best = h0 * g.in_w + w0;
+template <typename T, typename J>
+__device__ inline void max_window(const MaxIndex<J>& q, J oh, J ow, const T* xp, J step, acc_t<T>* best_v, J* best) {
+  J h0 = oh * q.s_h - q.p_h;
+  const J h1 = min(h0 + (q.k_h - 1) * q.d_h + 1, q.in_h);
+  while (h0 < 0) h0 += q.d_h;
+  J w0 = ow * q.s_w - q.p_w;
+  const J w1 = min(w0 + (q.k_w - 1) * q.d_w + 1, q.in_w);
+  while (w0 < 0) w0 += q.d_w;
+  *best = h0 * q.in_w + w0;
   *best_v = -std::numeric_limits<acc_t<T>>::infinity();  // f16/bf16 compared as float
-  for (int64_t ih = h0; ih < h1; ih += g.dilation_h) {
-    for (int64_t iw = w0; iw < w1; iw += g.dilation_w) {
-      const int64_t i = ih * g.in_w + iw;
+  for (J ih = h0; ih < h1; ih += q.d_h) {
+    for (J iw = w0; iw < w1; iw += q.d_w) {
+      const J i = ih * q.in_w + iw;
       const acc_t<T> v = static_cast<acc_t<T>>(xp[i * step]);
       if (v > *best_v || v != v) {
         *best_v = v;
@@ -69,14 +97,15 @@ __device__ inline void max_window(const Pool2dGeometry& g, int64_t oh, int64_t o
 
 // One thread per output cell (p, oh, ow), consecutive threads on consecutive ow: reads of a
 // window row are strided by stride_w across the warp, writes are coalesced.
-template <typename T, typename I>
+template <typename T, typename I, typename J>
 __global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, I* indices) {
-  const int64_t out_plane = g.out_h * g.out_w;
-  EMBER_POOL_FOR(idx, g.planes * out_plane) {
-    const int64_t ow = idx % g.out_w, oh = (idx / g.out_w) % g.out_h, p = idx / out_plane;
+  const MaxIndex<J> q(g);
+  const J out_plane = q.out_h * q.out_w, total = static_cast<J>(g.planes) * out_plane;
+  EMBER_POOL_FOR_J(J, idx, total) {
+    const J ow = idx % q.out_w, oh = (idx / q.out_w) % q.out_h, p = idx / out_plane;
     acc_t<T> best_v;
-    int64_t best;
-    max_window(g, oh, ow, x + p * g.in_h * g.in_w, 1, &best_v, &best);
+    J best;
+    max_window(q, oh, ow, x + p * q.in_h * q.in_w, J(1), &best_v, &best);
     out[idx] = static_cast<T>(best_v);  // exact: best_v is one of x's values (or -inf)
     indices[idx] = static_cast<I>(best);
   }
@@ -87,30 +116,30 @@ __global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, I* indi
 // the windows with ceil((ih + pad - (k - 1) dil) / s) <= oh <= floor((ih + pad) / s); the sum of
 // grad_out over those whose recorded argmax is this cell, in increasing (oh, ow). The plane's
 // output cell (oh, ow) is at go[(oh * out_w + ow) * step] and ip[...] likewise.
-template <typename T, typename I>
-__device__ inline acc_t<T> max_gather(const Pool2dGeometry& g, int64_t ih, int64_t iw, const T* go, const I* ip,
-                                      int64_t step) {
-  const int64_t me = ih * g.in_w + iw;
-  const int64_t oh_lo = ceil_div_nonneg(ih + g.pad_h - (g.kernel_h - 1) * g.dilation_h, g.stride_h);
-  const int64_t oh_hi = min((ih + g.pad_h) / g.stride_h, g.out_h - 1);
-  const int64_t ow_lo = ceil_div_nonneg(iw + g.pad_w - (g.kernel_w - 1) * g.dilation_w, g.stride_w);
-  const int64_t ow_hi = min((iw + g.pad_w) / g.stride_w, g.out_w - 1);
+template <typename T, typename I, typename J>
+__device__ inline acc_t<T> max_gather(const MaxIndex<J>& q, J ih, J iw, const T* go, const I* ip, J step) {
+  const J me = ih * q.in_w + iw;
+  const J oh_lo = ceil_div_nonneg_j(ih + q.p_h - (q.k_h - 1) * q.d_h, q.s_h);
+  const J oh_hi = min((ih + q.p_h) / q.s_h, q.out_h - 1);
+  const J ow_lo = ceil_div_nonneg_j(iw + q.p_w - (q.k_w - 1) * q.d_w, q.s_w);
+  const J ow_hi = min((iw + q.p_w) / q.s_w, q.out_w - 1);
   acc_t<T> acc = 0;  // f16/bf16: summed in float, rounded once
-  for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
-    for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) {
-      const int64_t o = (oh * g.out_w + ow) * step;
-      if (ip[o] == me) acc += static_cast<acc_t<T>>(go[o]);
+  for (J oh = oh_lo; oh <= oh_hi; ++oh)
+    for (J ow = ow_lo; ow <= ow_hi; ++ow) {
+      const J o = (oh * q.out_w + ow) * step;
+      if (static_cast<int64_t>(ip[o]) == static_cast<int64_t>(me)) acc += static_cast<acc_t<T>>(go[o]);
     }
   return acc;
 }
 
 // One thread per input cell.
-template <typename T, typename I>
+template <typename T, typename I, typename J>
 __global__ void max_backward_kernel(Pool2dGeometry g, const T* grad_out, const I* indices, T* grad_in) {
-  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-  EMBER_POOL_FOR(idx, g.planes * in_plane) {
-    const int64_t iw = idx % g.in_w, ih = (idx / g.in_w) % g.in_h, p = idx / in_plane;
-    grad_in[idx] = static_cast<T>(max_gather(g, ih, iw, grad_out + p * out_plane, indices + p * out_plane, 1));
+  const MaxIndex<J> q(g);
+  const J in_plane = q.in_h * q.in_w, out_plane = q.out_h * q.out_w, total = static_cast<J>(g.planes) * in_plane;
+  EMBER_POOL_FOR_J(J, idx, total) {
+    const J iw = idx % q.in_w, ih = (idx / q.in_w) % q.in_h, p = idx / in_plane;
+    grad_in[idx] = static_cast<T>(max_gather(q, ih, iw, grad_out + p * out_plane, indices + p * out_plane, J(1)));
   }
 }
 
@@ -122,30 +151,36 @@ __global__ void max_backward_kernel(Pool2dGeometry g, const T* grad_out, const I
 // read along a row. out, indices and grad_in are channels-last too; an index is the in-plane
 // position ih * in_w + iw, as in NCHW (and PyTorch). The comparisons and the gather's order are the
 // NCHW kernels', so the two layouts give the same bits.
-template <typename T, typename I>
+template <typename T, typename I, typename J>
 __global__ void max_forward_nhwc_kernel(Pool2dGeometry g, int64_t channels, const T* x, T* out, I* indices) {
-  EMBER_POOL_FOR(idx, g.planes * g.out_h * g.out_w) {
-    const int64_t c = idx % channels, pixel = idx / channels;  // pixel = (n * out_h + oh) * out_w + ow
-    const int64_t ow = pixel % g.out_w, oh = (pixel / g.out_w) % g.out_h, n = pixel / (g.out_w * g.out_h);
+  const MaxIndex<J> q(g);
+  const J c_n = static_cast<J>(channels), total = static_cast<J>(g.planes) * q.out_h * q.out_w;
+  EMBER_POOL_FOR_J(J, idx, total) {
+    const J c = idx % c_n, pixel = idx / c_n;  // pixel = (n * out_h + oh) * out_w + ow
+    const J ow = pixel % q.out_w, oh = (pixel / q.out_w) % q.out_h, n = pixel / (q.out_w * q.out_h);
     acc_t<T> best_v;
-    int64_t best;
-    max_window(g, oh, ow, x + n * g.in_h * g.in_w * channels + c, channels, &best_v, &best);
+    J best;
+    max_window(q, oh, ow, x + n * q.in_h * q.in_w * c_n + c, c_n, &best_v, &best);
     out[idx] = static_cast<T>(best_v);
     indices[idx] = static_cast<I>(best);
   }
 }
 
-template <typename T, typename I>
+template <typename T, typename I, typename J>
 __global__ void max_backward_nhwc_kernel(Pool2dGeometry g, int64_t channels, const T* grad_out, const I* indices,
                                          T* grad_in) {
-  const int64_t out_image = g.out_h * g.out_w * channels;
-  EMBER_POOL_FOR(idx, g.planes * g.in_h * g.in_w) {
-    const int64_t c = idx % channels, pixel = idx / channels;  // pixel = (n * in_h + ih) * in_w + iw
-    const int64_t iw = pixel % g.in_w, ih = (pixel / g.in_w) % g.in_h, n = pixel / (g.in_w * g.in_h);
-    const int64_t o = n * out_image + c;
-    grad_in[idx] = static_cast<T>(max_gather(g, ih, iw, grad_out + o, indices + o, channels));
+  const MaxIndex<J> q(g);
+  const J c_n = static_cast<J>(channels), out_image = q.out_h * q.out_w * c_n;
+  const J total = static_cast<J>(g.planes) * q.in_h * q.in_w;
+  EMBER_POOL_FOR_J(J, idx, total) {
+    const J c = idx % c_n, pixel = idx / c_n;  // pixel = (n * in_h + ih) * in_w + iw
+    const J iw = pixel % q.in_w, ih = (pixel / q.in_w) % q.in_h, n = pixel / (q.in_w * q.in_h);
+    const J o = n * out_image + c;
+    grad_in[idx] = static_cast<T>(max_gather(q, ih, iw, grad_out + o, indices + o, c_n));
   }
 }
+
+#undef EMBER_POOL_FOR_J
 
 // ---- average ---------------------------------------------------------------------------------
 
@@ -272,6 +307,14 @@ void launch_cells(const char* op, int64_t total, Kernel kernel, Args... args) {
 int64_t in_cells(const Pool2dGeometry& g) { return g.planes * g.in_h * g.in_w; }
 int64_t out_cells(const Pool2dGeometry& g) { return g.planes * g.out_h * g.out_w; }
 
+// Whether every cell index of g fits the int32 max-pooling kernels (Note [32-bit index math in max
+// pooling]), with headroom for the grid-stride step added to an index below the total.
+bool max_pool_fits_int32(const Pool2dGeometry& g) {
+  static const bool forced64 = cuda::env_switch("EMBER_POOL_INDEX", "auto", "64");
+  const int64_t limit = int64_t{1} << 30;
+  return !forced64 && g.planes * g.in_h * g.in_w < limit && g.planes * g.out_h * g.out_w < limit;
+}
+
 void check_pool(const char* op, const Pool2dGeometry& g) {
   EMBER_CHECK(g.planes >= 0 && g.in_h >= 0 && g.in_w >= 0 && g.out_h >= 0 && g.out_w >= 0, op, ": negative size");
   EMBER_CHECK(g.kernel_h >= 1 && g.kernel_w >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.dilation_h >= 1 &&
@@ -289,8 +332,12 @@ void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g,
     using I = scalar_t;
     EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
       using T = scalar_t;
-      launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I>, g, static_cast<const T*>(x),
-                   static_cast<T*>(out), static_cast<I*>(indices));
+      if (max_pool_fits_int32(g))
+        launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I, int32_t>, g, static_cast<const T*>(x),
+                     static_cast<T*>(out), static_cast<I*>(indices));
+      else
+        launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I, int64_t>, g, static_cast<const T*>(x),
+                     static_cast<T*>(out), static_cast<I*>(indices));
     });
   });
 }
@@ -303,8 +350,12 @@ void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g
     using I = scalar_t;
     EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
       using T = scalar_t;
-      launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I>, g, static_cast<const T*>(grad_out),
-                   static_cast<const I*>(indices), static_cast<T*>(grad_in));
+      if (max_pool_fits_int32(g))
+        launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I, int32_t>, g,
+                     static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
+      else
+        launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I, int64_t>, g,
+                     static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
     });
   });
 }
@@ -326,8 +377,12 @@ void max_pool2d_forward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometr
     using I = scalar_t;
     EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
       using T = scalar_t;
-      launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I>, g, channels, static_cast<const T*>(x),
-                   static_cast<T*>(out), static_cast<I*>(indices));
+      if (max_pool_fits_int32(g))
+        launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I, int32_t>, g, channels,
+                     static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
+      else
+        launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I, int64_t>, g, channels,
+                     static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
     });
   });
 }
@@ -342,8 +397,12 @@ void max_pool2d_backward_nhwc(DType dtype, DType index_dtype, const Pool2dGeomet
     using I = scalar_t;
     EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
       using T = scalar_t;
-      launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I>, g, channels,
-                   static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
+      if (max_pool_fits_int32(g))
+        launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I, int32_t>, g, channels,
+                     static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
+      else
+        launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I, int64_t>, g, channels,
+                     static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
     });
   });
 }
