@@ -31,7 +31,7 @@ namespace {
 constexpr int kThreads = 256;
 
 // Grid-stride loop over [0, total) for the flat kernels below.
-#define EMBER_POOL_FOR(idx, total)                                                      \
+#define EMBER_POOL_FOR(idx, total)                                                  \
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < (total); \
        idx += int64_t{gridDim.x} * blockDim.x)
 
@@ -52,16 +52,24 @@ template <typename J>
 struct MaxIndex {
   J in_h, in_w, out_h, out_w, k_h, k_w, s_h, s_w, p_h, p_w, d_h, d_w;
   __host__ __device__ explicit MaxIndex(const Pool2dGeometry& g)
-      : in_h(static_cast<J>(g.in_h)), in_w(static_cast<J>(g.in_w)), out_h(static_cast<J>(g.out_h)),
-        out_w(static_cast<J>(g.out_w)), k_h(static_cast<J>(g.kernel_h)), k_w(static_cast<J>(g.kernel_w)),
-        s_h(static_cast<J>(g.stride_h)), s_w(static_cast<J>(g.stride_w)), p_h(static_cast<J>(g.pad_h)),
-        p_w(static_cast<J>(g.pad_w)), d_h(static_cast<J>(g.dilation_h)), d_w(static_cast<J>(g.dilation_w)) {}
+      : in_h(static_cast<J>(g.in_h)),
+        in_w(static_cast<J>(g.in_w)),
+        out_h(static_cast<J>(g.out_h)),
+        out_w(static_cast<J>(g.out_w)),
+        k_h(static_cast<J>(g.kernel_h)),
+        k_w(static_cast<J>(g.kernel_w)),
+        s_h(static_cast<J>(g.stride_h)),
+        s_w(static_cast<J>(g.stride_w)),
+        p_h(static_cast<J>(g.pad_h)),
+        p_w(static_cast<J>(g.pad_w)),
+        d_h(static_cast<J>(g.dilation_h)),
+        d_w(static_cast<J>(g.dilation_w)) {}
 };
 
 // Grid-stride loop over [0, total) in index type J.
-#define EMBER_POOL_FOR_J(J, idx, total)                                                          \
-  for (J idx = static_cast<J>(blockIdx.x) * static_cast<J>(blockDim.x) + static_cast<J>(threadIdx.x); \
-       idx < (total); idx += static_cast<J>(gridDim.x) * static_cast<J>(blockDim.x))
+#define EMBER_POOL_FOR_J(J, idx, total)                                                                              \
+  for (J idx = static_cast<J>(blockIdx.x) * static_cast<J>(blockDim.x) + static_cast<J>(threadIdx.x); idx < (total); \
+       idx += static_cast<J>(gridDim.x) * static_cast<J>(blockDim.x))
 
 template <typename J>
 __device__ inline J ceil_div_nonneg_j(J a, J b) {
@@ -214,8 +222,8 @@ __global__ void avg_forward_kernel(Pool2dGeometry g, bool count_include_pad, con
     acc_t<T> acc = 0;
     for (int64_t ih = w.h0; ih < w.h1; ++ih)
       for (int64_t iw = w.w0; iw < w.w1; ++iw) acc += static_cast<acc_t<T>>(xp[ih * g.in_w + iw]);
-    out[idx] = w.divisor > 0 && w.h0 < w.h1 && w.w0 < w.w1 ? static_cast<T>(acc / static_cast<acc_t<T>>(w.divisor))
-                                                           : T(0);
+    out[idx] =
+        w.divisor > 0 && w.h0 < w.h1 && w.w0 < w.w1 ? static_cast<T>(acc / static_cast<acc_t<T>>(w.divisor)) : T(0);
   }
 }
 
@@ -299,8 +307,7 @@ __global__ void adaptive_backward_kernel(Pool2dGeometry g, const T* grad_out, T*
 template <typename Kernel, typename... Args>
 void launch_cells(const char* op, int64_t total, Kernel kernel, Args... args) {
   if (total <= 0) return;
-  EMBER_LAUNCH_FLAT(kernel, detail::grid_stride_blocks(total, kThreads), kThreads, cuda::current_stream(),
-                    args...);
+  EMBER_LAUNCH_FLAT(kernel, detail::grid_stride_blocks(total, kThreads), kThreads, cuda::current_stream(), args...);
   cuda::check_launch(op);
 }
 
@@ -313,6 +320,15 @@ bool max_pool_fits_int32(const Pool2dGeometry& g) {
   static const bool forced64 = cuda::env_switch("EMBER_POOL_INDEX", "auto", "64");
   const int64_t limit = int64_t{1} << 30;
   return !forced64 && g.planes * g.in_h * g.in_w < limit && g.planes * g.out_h * g.out_w < limit;
+}
+
+// Calls f(J{}) with J = int32_t where max_pool_fits_int32(g), int64_t otherwise.
+template <typename F>
+void with_index_type(const Pool2dGeometry& g, const F& f) {
+  if (max_pool_fits_int32(g))
+    f(int32_t{});
+  else
+    f(int64_t{});
 }
 
 void check_pool(const char* op, const Pool2dGeometry& g) {
@@ -332,12 +348,11 @@ void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g,
     using I = scalar_t;
     EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
       using T = scalar_t;
-      if (max_pool_fits_int32(g))
-        launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I, int32_t>, g, static_cast<const T*>(x),
+      with_index_type(g, [&](auto j) {
+        using J = decltype(j);
+        launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I, J>, g, static_cast<const T*>(x),
                      static_cast<T*>(out), static_cast<I*>(indices));
-      else
-        launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I, int64_t>, g, static_cast<const T*>(x),
-                     static_cast<T*>(out), static_cast<I*>(indices));
+      });
     });
   });
 }
@@ -350,12 +365,11 @@ void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g
     using I = scalar_t;
     EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
       using T = scalar_t;
-      if (max_pool_fits_int32(g))
-        launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I, int32_t>, g,
+      with_index_type(g, [&](auto j) {
+        using J = decltype(j);
+        launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I, J>, g,
                      static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
-      else
-        launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I, int64_t>, g,
-                     static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
+      });
     });
   });
 }
@@ -377,12 +391,11 @@ void max_pool2d_forward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometr
     using I = scalar_t;
     EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
       using T = scalar_t;
-      if (max_pool_fits_int32(g))
-        launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I, int32_t>, g, channels,
+      with_index_type(g, [&](auto j) {
+        using J = decltype(j);
+        launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I, J>, g, channels,
                      static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
-      else
-        launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I, int64_t>, g, channels,
-                     static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
+      });
     });
   });
 }
@@ -397,12 +410,11 @@ void max_pool2d_backward_nhwc(DType dtype, DType index_dtype, const Pool2dGeomet
     using I = scalar_t;
     EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
       using T = scalar_t;
-      if (max_pool_fits_int32(g))
-        launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I, int32_t>, g, channels,
+      with_index_type(g, [&](auto j) {
+        using J = decltype(j);
+        launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I, J>, g, channels,
                      static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
-      else
-        launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I, int64_t>, g, channels,
-                     static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
+      });
     });
   });
 }
