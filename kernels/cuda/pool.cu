@@ -340,82 +340,68 @@ void check_pool(const char* op, const Pool2dGeometry& g) {
 
 }  // namespace
 
+namespace {
+
+// The checks every max-pooling entry point makes, then f(T{}, I{}, J{}) with T the data type, I
+// the index dtype's type and J the kernels' index type (Note [32-bit index math in max pooling]).
+// channels > 0: the channels-last kernels', whose planes must be whole images.
+template <typename F>
+void dispatch_max_pool(const char* op, DType dtype, DType index_dtype, const Pool2dGeometry& g, int64_t channels,
+                       const F& f) {
+  check_pool(op, g);
+  check_max_pool_indices(op, index_dtype, g);
+  if (channels > 0 && g.planes > 0)
+    EMBER_CHECK(g.planes % channels == 0, op, ": ", g.planes, " planes are not images of ", channels, " channels");
+  EMBER_DISPATCH_INDEX(index_dtype, op, [&] {
+    using I = scalar_t;
+    EMBER_DISPATCH_FLOATING(dtype, op, [&] {
+      using T = scalar_t;
+      with_index_type(g, [&](auto j) { f(T{}, I{}, j); });
+    });
+  });
+}
+
+}  // namespace
+
 void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* x, void* out,
                         void* indices) {
-  check_pool("max_pool2d", g);
-  check_max_pool_indices("max_pool2d", index_dtype, g);
-  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d", [&] {
-    using I = scalar_t;
-    EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
-      using T = scalar_t;
-      with_index_type(g, [&](auto j) {
-        using J = decltype(j);
-        launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I, J>, g, static_cast<const T*>(x),
-                     static_cast<T*>(out), static_cast<I*>(indices));
-      });
-    });
+  dispatch_max_pool("max_pool2d", dtype, index_dtype, g, 0, [&](auto t, auto i, auto j) {
+    using T = decltype(t);
+    using I = decltype(i);
+    launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I, decltype(j)>, g, static_cast<const T*>(x),
+                 static_cast<T*>(out), static_cast<I*>(indices));
   });
 }
 
 void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* grad_out,
                          const void* indices, void* grad_in) {
-  check_pool("max_pool2d backward", g);
-  check_max_pool_indices("max_pool2d backward", index_dtype, g);
-  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d backward", [&] {
-    using I = scalar_t;
-    EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
-      using T = scalar_t;
-      with_index_type(g, [&](auto j) {
-        using J = decltype(j);
-        launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I, J>, g,
-                     static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
-      });
-    });
+  dispatch_max_pool("max_pool2d backward", dtype, index_dtype, g, 0, [&](auto t, auto i, auto j) {
+    using T = decltype(t);
+    using I = decltype(i);
+    launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I, decltype(j)>, g,
+                 static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
   });
 }
 
-namespace {
-void check_channels(const char* op, const Pool2dGeometry& g, int64_t channels) {
-  EMBER_CHECK(channels > 0 && g.planes % channels == 0, op, ": ", g.planes, " planes are not images of ", channels,
-              " channels");
-}
-}  // namespace
-
 void max_pool2d_forward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometry& g, int64_t channels, const void* x,
                              void* out, void* indices) {
-  check_pool("max_pool2d", g);
-  check_max_pool_indices("max_pool2d", index_dtype, g);
-  if (g.planes == 0) return;
-  check_channels("max_pool2d", g, channels);
-  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d", [&] {
-    using I = scalar_t;
-    EMBER_DISPATCH_FLOATING(dtype, "max_pool2d", [&] {
-      using T = scalar_t;
-      with_index_type(g, [&](auto j) {
-        using J = decltype(j);
-        launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I, J>, g, channels,
-                     static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
-      });
-    });
+  EMBER_CHECK(channels > 0, "max_pool2d: channels-last images need at least one channel, got ", channels);
+  dispatch_max_pool("max_pool2d", dtype, index_dtype, g, channels, [&](auto t, auto i, auto j) {
+    using T = decltype(t);
+    using I = decltype(i);
+    launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I, decltype(j)>, g, channels,
+                 static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
   });
 }
 
 void max_pool2d_backward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometry& g, int64_t channels,
                               const void* grad_out, const void* indices, void* grad_in) {
-  check_pool("max_pool2d backward", g);
-  check_max_pool_indices("max_pool2d backward", index_dtype, g);
-  if (g.planes == 0) return;
-  check_channels("max_pool2d backward", g, channels);
-  EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d backward", [&] {
-    using I = scalar_t;
-    EMBER_DISPATCH_FLOATING(dtype, "max_pool2d backward", [&] {
-      using T = scalar_t;
-      with_index_type(g, [&](auto j) {
-        using J = decltype(j);
-        launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I, J>, g, channels,
-                     static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
-      });
-    });
+  EMBER_CHECK(channels > 0, "max_pool2d backward: channels-last images need at least one channel, got ", channels);
+  dispatch_max_pool("max_pool2d backward", dtype, index_dtype, g, channels, [&](auto t, auto i, auto j) {
+    using T = decltype(t);
+    using I = decltype(i);
+    launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I, decltype(j)>, g, channels,
+                 static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
   });
 }
 
