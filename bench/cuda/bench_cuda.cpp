@@ -16,7 +16,8 @@
 //                  with --data-on-device ("precision" and "mode" in each line);
 //   resnet18_step  one ResNet-18 training step (forward, backward, Adam) on random images,
 //                  224x224, batch 256: f32, under AutocastGuard bf16, and bf16 with the model
-//                  and images channels-last (PyTorch's AMP run is channels-last): the median step time;
+//                  and images channels-last (PyTorch's AMP run is channels-last), that last one
+//                  again in cuDNN's benchmark mode: the median step time;
 //   recipe_to_93   the default recipe (`ember train --data-on-device --cuda-graphs`) epoch by epoch:
 //                  the training seconds until the test accuracy first reaches 93%, and the accuracy
 //                  at the end.
@@ -33,6 +34,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <ember/core/profiler.h>
@@ -274,7 +276,12 @@ void profile_train_cnn(int steps) {
 // without the data loader, as the PyTorch side measures it. amp: the forward pass and the loss
 // under AutocastGuard(cuda, bf16), as `ember train --amp bf16` runs them. channels_last: the model's
 // 4-D parameters and the images in the channels-last memory format, as `ember train --channels-last`.
-void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channels_last) {
+// cudnn_benchmark: cuDNN's algorithms ranked by running them (Note [cuDNN algorithm choice]) for
+// this run, as torch.backends.cudnn.benchmark; PyTorch's side keeps its default (heuristics).
+void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channels_last, bool cudnn_benchmark) {
+  namespace cudnn = kernels::gpu::cudnn;
+  const bool benchmark_was = cudnn::benchmark();
+  cudnn::set_benchmark(cudnn_benchmark || benchmark_was);
   const Device dev = Device::cuda(0);
   manual_seed(1);
   auto model = models::create_model({.name = "resnet18", .in_channels = 3, .image_size = size, .num_classes = 1000});
@@ -310,15 +317,18 @@ void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channe
     for (int i = 0; i < 2; ++i) step();
     cuda::synchronize();
     prof.stop();
-    std::fprintf(stderr, "resnet18_step %s%s, 2 steps:\n%s\n", amp ? "amp_bf16" : "f32",
-                 channels_last ? " channels_last" : "", prof.table(30).c_str());
+    std::fprintf(stderr, "resnet18_step %s%s%s, 2 steps:\n%s\n", amp ? "amp_bf16" : "f32",
+                 channels_last ? " channels_last" : "", cudnn_benchmark ? " cudnn_benchmark" : "",
+                 prof.table(30).c_str());
   }
+  cudnn::set_benchmark(benchmark_was);
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "\"bench\":\"resnet18_step\",\"batch\":%lld,\"image_size\":%lld,\"precision\":\"%s\","
+                "\"bench\":\"resnet18_step\",\"batch\":%lld,\"image_size\":%lld,\"precision\":\"%s\",%s"
                 "\"channels_last\":%s,\"steps\":%d,\"ms\":%.2f,\"images_per_sec\":%.1f",
                 static_cast<long long>(batch), static_cast<long long>(size), amp ? "amp_bf16" : "f32",
-                channels_last ? "true" : "false", steps, ms, batch / ms * 1e3);
+                cudnn_benchmark ? "\"mode\":\"cudnn_benchmark\"," : "", channels_last ? "true" : "false", steps, ms,
+                batch / ms * 1e3);
   line(buf);
 }
 
@@ -398,8 +408,9 @@ int main(int argc, char** argv) {
       profile_train_cnn(g_tiny ? 3 : 50);
     }
     if (only.count("resnet18_step"))
-      for (const auto& [amp, channels_last] : {std::pair{false, false}, {true, false}, {true, true}})
-        resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10, amp, channels_last);
+      for (const auto& [amp, channels_last, benchmark] :
+           {std::tuple{false, false, false}, {true, false, false}, {true, true, false}, {true, true, true}})
+        resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10, amp, channels_last, benchmark);
     if (only.count("recipe_to_93")) recipe_to_93();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda: %s\n", e.what());
