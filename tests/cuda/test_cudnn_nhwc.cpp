@@ -38,13 +38,6 @@ using ember::testing::DeviceBuffer;
 namespace cudnn = ember::kernels::gpu::cudnn;
 using namespace ember::testing::cudnn_fixture;
 
-template <typename T>
-DType dtype_of_any() {
-  if constexpr (std::is_same_v<T, ember::Half>) return DType::f16;
-  if constexpr (std::is_same_v<T, ember::BFloat16>) return DType::bf16;
-  return DType::f32;
-}
-
 // (n, c, h, w) in NCHW order <-> the same tensor in NHWC memory.
 template <typename T>
 std::vector<T> to_nhwc(const std::vector<T>& v, int64_t n, int64_t c, int64_t h, int64_t w) {
@@ -81,7 +74,7 @@ void require_same(const std::vector<T>& nhwc, const std::vector<T>& nchw, int64_
 
 template <typename T>
 void check_conv_nhwc(const Conv2dGeometry& g, uint64_t seed) {
-  const DType dt = dtype_of_any<T>();
+  const DType dt = ember::dtype_of<T>::value;
   const int64_t cin_g = g.c_in / g.groups;
   const size_t xn = static_cast<size_t>(g.n * g.c_in * g.h * g.w);
   const size_t wn = static_cast<size_t>(g.c_out * cin_g * g.kh * g.kw);
@@ -129,7 +122,7 @@ Conv2dGeometry conv_geometry(int64_t n, int64_t c_in, int64_t h, int64_t w, int6
 
 template <typename T>
 void check_pool_nhwc(int64_t n, int64_t c, const Pool2dGeometry& g0, uint64_t seed) {
-  const DType dt = dtype_of_any<T>();
+  const DType dt = ember::dtype_of<T>::value;
   Pool2dGeometry g = g0;
   g.planes = n * c;
   const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w);

@@ -43,13 +43,6 @@ Pool2dGeometry geometry(const Window& w, int64_t planes) {
 }
 
 template <typename T>
-DType dtype_of() {
-  if constexpr (std::is_same_v<T, ember::BFloat16>) return DType::bf16;
-  if constexpr (std::is_same_v<T, double>) return DType::f64;
-  return DType::f32;
-}
-
-template <typename T>
 std::vector<T> downloaded(const DeviceBuffer<T>& b) {
   b.check_guards();
   return b.download();
@@ -72,7 +65,7 @@ void require_same_bits(const std::vector<T>& got, const std::vector<T>& want, co
 template <typename T, typename I>
 void check_window(const Window& w, int64_t n, int64_t c, uint64_t seed) {
   const Pool2dGeometry g = geometry(w, n * c);
-  const DType dt = dtype_of<T>(), it = std::is_same_v<I, int32_t> ? DType::i32 : DType::i64;
+  const DType dt = ember::dtype_of<T>::value, it = ember::dtype_of<I>::value;
   const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w);
   const size_t out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
   std::vector<T> x(in_n), go(out_n);
