@@ -119,6 +119,28 @@ void run_output_hooks(Node& node, std::vector<Tensor>& grads) {
   }
 }
 
+// Note [A leaf's gradient]
+// The first gradient a leaf receives in a pass becomes its .grad, in the leaf's dtype and memory
+// format: a channels-last weight gets a channels-last gradient (PyTorch's AccumulateGrad lays
+// gradients out as their parameters are), so that an optimizer reads parameter, gradient and state
+// as flat arrays in one order, without a copy (Note [Updates in the parameter's layout] in
+// optim/optimizer.h). The incoming tensor is adopted as it is when nothing else can see it: this
+// is its only handle, no view shares its storage, and it fills that storage densely in the right
+// format, as a backward kernel's fresh output (or the cast of one under autocast) does. Otherwise
+// the leaf gets a copy of its own, so that a later in-place accumulation never writes into a
+// tensor that a backward closure also handed elsewhere (AddBackward's one gradient for two inputs).
+Tensor leaf_gradient(const Tensor& leaf, Tensor g) {
+  const MemoryFormat format = leaf.suggest_memory_format();
+  if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
+  const bool adoptable = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && !g.requires_grad() &&
+                         g.is_contiguous(format) && g.offset() == 0 &&
+                         g.storage()->nbytes() == static_cast<size_t>(g.nbytes());
+  if (adoptable) return g;
+  Tensor owned = empty(leaf.shape(), {.dtype = leaf.dtype(), .device = g.device()}, format);
+  owned.copy_(g);
+  return owned;
+}
+
 // Accumulates a gradient into a leaf and fires its hooks.
 void accumulate_into_leaf(Node& acc, Tensor g) {
   std::shared_ptr<TensorImpl> leaf_impl = acc.leaf.lock();
@@ -132,9 +154,7 @@ void accumulate_into_leaf(Node& acc, Tensor g) {
   if (m.grad) {
     Tensor(m.grad).add_(g);
   } else {
-    // The leaf owns its gradient: a fresh contiguous copy, so that later in-place accumulation
-    // never writes into a tensor that a backward closure handed to someone else too.
-    m.grad = g.to(leaf.dtype()).contiguous().clone().detach().impl_ptr();
+    m.grad = leaf_gradient(leaf, std::move(g)).impl_ptr();  // Note [A leaf's gradient]
   }
   for (auto& hook : m.post_accumulate_hooks) hook(leaf);
 }
@@ -217,7 +237,7 @@ static void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>&
 
     if (node->is_accumulate_grad()) {
       const profiler::Scope scope("AccumulateGrad");
-      if (capture == nullptr) accumulate_into_leaf(*node, grads[0]);
+      if (capture == nullptr) accumulate_into_leaf(*node, std::move(grads[0]));
       continue;
     }
     if (node->released) {

@@ -13,8 +13,9 @@
 // channels_last when x's strides are exactly channels-last ones and differ from the row-major
 // ones, contiguous otherwise. clone() and to() preserve the format of a channels-last tensor;
 // every other tensor (a transposed or sliced view included) is copied into row-major strides —
-// PyTorch keeps the strides of any dense tensor there, ember only the two formats. empty_like,
-// zeros_like and a leaf's accumulated .grad are row-major whatever the format of their model.
+// PyTorch keeps the strides of any dense tensor there, ember only the two formats. empty_like and
+// zeros_like are row-major whatever the format of their model; a leaf's accumulated .grad and an
+// optimizer's state take the parameter's format (Note [A leaf's gradient] in core/autograd.cpp).
 //
 // Which ops keep channels-last (an op not listed returns the row-major format, with the same
 // values): elementwise unary and binary ops take the format of their first operand that has the

@@ -75,7 +75,9 @@ void GradScaler::unscale_(Optimizer& opt) {
                 "float32 or float64 (keep float32 master weights under float16 autocast), got ", describe(g));
     EMBER_CHECK(g.device() == scale_.device(), "GradScaler::unscale_: a gradient is on ", g.device(),
                 " but the scale lives on ", scale_.device());
-    EMBER_CHECK(g.is_contiguous(), "GradScaler::unscale_: gradients must be contiguous, got ", describe(g));
+    // The kernel walks each gradient's storage as a flat array: any dense memory format will do.
+    EMBER_CHECK(g.is_contiguous() || g.is_contiguous(MemoryFormat::channels_last),
+                "GradScaler::unscale_: gradients must be dense (contiguous or channels-last), got ", describe(g));
     by_dtype[g.dtype()].push_back({g.data(), g.numel()});
   }
   // 1 / S in double, then rounded to float, as torch does (S is a power of two: exact).

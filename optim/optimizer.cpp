@@ -126,11 +126,18 @@ Tensor Optimizer::prepared_grad(const Tensor& p) const {
   EMBER_CHECK(g.device() == p.device(), name_, ": gradient ", describe(g), " is not on the device of parameter ",
               describe(p));
   if (g.dtype() != p.dtype()) g = g.to(p.dtype());
-  return g.contiguous();
+  return g.contiguous(update_format(p));
+}
+
+MemoryFormat Optimizer::update_format(const Tensor& p) {
+  return !p.is_contiguous() && p.is_contiguous(MemoryFormat::channels_last) ? MemoryFormat::channels_last
+                                                                             : MemoryFormat::contiguous;
 }
 
 Tensor Optimizer::zeros_like_param(const Tensor& p) {
-  return zeros(p.shape(), {.dtype = p.dtype(), .device = p.device()});
+  Tensor z = empty(p.shape(), {.dtype = p.dtype(), .device = p.device()}, update_format(p));
+  z.zero_();
+  return z;
 }
 
 OptimizerState Optimizer::state_dict() const {

@@ -118,13 +118,25 @@ class Optimizer {
   virtual std::vector<std::string> state_tensor_names() const = 0;
   virtual std::vector<std::string> state_scalar_names() const = 0;
 
-  // The gradient of `p` ready for a kernel (same dtype, contiguous), or undefined when p has none.
+  // Note [Updates in the parameter's layout]
+  // The update kernels walk a parameter, its gradient and its state as flat arrays of numel()
+  // elements, so all of them must lie in one memory order: update_format(p). That is the
+  // parameter's own order when it is dense in it (row-major, or channels-last for a channels-last
+  // convolution weight), and then a step copies nothing: the kernel updates the parameter in place,
+  // its gradient arrives in that format (Note [A leaf's gradient] in core/autograd.cpp) and the
+  // state is created (or loaded from a checkpoint) in it; a tensor's strides never change, so the
+  // three stay in one order. A parameter that is not dense (a view) is updated through a row-major
+  // copy that is written back.
+  static MemoryFormat update_format(const Tensor& p);
+  // The gradient of `p` ready for a kernel (p's dtype, dense in update_format(p)), or undefined
+  // when p has none.
   Tensor prepared_grad(const Tensor& p) const;
-  // Runs `update(q)` on a contiguous tensor q holding p's values and writes q back to p when p
-  // is not contiguous (q is p itself otherwise); bumps p's version (saved tensors notice).
+  // Runs `update(q)` on a tensor q holding p's values densely in update_format(p) — p itself when
+  // it is dense in that format, else a row-major copy written back to p; bumps p's version (saved
+  // tensors notice).
   template <typename F>
   void update_in_place(Tensor& p, const F& update) const {
-    if (p.is_contiguous()) {
+    if (p.is_contiguous(update_format(p))) {
       update(p);
     } else {
       Tensor q = p.contiguous();
@@ -133,7 +145,7 @@ class Optimizer {
     }
     p.bump_version();
   }
-  // A zero-filled contiguous tensor like `p` (for new state).
+  // A zero-filled tensor like `p`, dense in update_format(p) (for new state).
   static Tensor zeros_like_param(const Tensor& p);
   // The skip flag's address for AdamHyper::skip / SgdHyper::skip (null without one).
   const float* skip_ptr() const { return skip_flag_.defined() ? skip_flag_.data_ptr<float>() : nullptr; }

@@ -179,3 +179,27 @@ TEST_CASE("autograd: gradients flow through views and dtype conversion", "[autog
   CHECK(z.grad().dtype() == DType::f64);
   CHECK(z.grad().item() == 2.0);
 }
+
+TEST_CASE("autograd: a leaf adopts a gradient nothing else holds, and copies a shared one", "[autograd]") {
+  // Note [A leaf's gradient]: (x * x) * 3's gradient for x is a fresh tensor that only the engine
+  // holds, so backward allocates no more than grad() does for the same graph (which returns it).
+  Tensor x = from_vector<float>(std::vector<float>(4096, 0.5f), {.requires_grad = true});
+  const auto allocations = [] { return cpu_allocator().stats().allocation_count; };
+  int64_t before = allocations();
+  const std::vector<Tensor> g = grad({((x * x) * 3.0).sum()}, {x});
+  const int64_t by_grad = allocations() - before;
+  before = allocations();
+  ((x * x) * 3.0).sum().backward();
+  CHECK(allocations() - before == by_grad);
+  CHECK(x.grad().to_vector<float>() == g[0].to_vector<float>());
+  CHECK(x.grad().to_vector<float>()[0] == 3.0f);
+
+  // add's backward hands one gradient tensor to both inputs: each leaf gets a copy of its own,
+  // so accumulating into one leaves the other alone.
+  Tensor a = leaf({1, 2}), b = leaf({3, 4});
+  add(a, b).backward(from_vector<double>({1, 1}));
+  CHECK(!a.grad().is_same_storage(b.grad()));
+  (a * 2.0).sum().backward();
+  CHECK(a.grad().to_vector<double>() == VD{3, 3});
+  CHECK(b.grad().to_vector<double>() == VD{1, 1});
+}

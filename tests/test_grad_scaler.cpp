@@ -235,3 +235,25 @@ TEST_CASE("GradScaler: ranks agree to skip through the communicator", "[amp]") {
     REQUIRE(ember::testing::ranks::all_ok(errors));
   }
 }
+
+TEST_CASE("GradScaler: channels-last gradients unscale and step as NCHW ones do", "[amp][memory_format]") {
+  const auto train = [](bool cl) {
+    manual_seed(3);
+    nn::Conv2d conv(3, 5, 3);
+    if (cl) conv.to(MemoryFormat::channels_last);
+    optim::Adam opt(conv.parameters(), {.lr = 0.01});
+    optim::GradScaler scaler({.init_scale = 1024.0});
+    Tensor x = randn({2, 3, 6, 6});
+    if (cl) x = x.contiguous(MemoryFormat::channels_last);
+    for (int i = 0; i < 3; ++i) {
+      opt.zero_grad();
+      scaler.scale(sum(mul(conv.forward(x), conv.forward(x)))).backward();
+      REQUIRE(conv.weight.grad().is_contiguous(cl ? MemoryFormat::channels_last : MemoryFormat::contiguous));
+      scaler.unscale_(opt);
+      REQUIRE(scaler.step(opt));
+      scaler.update();
+    }
+    return values(conv.weight);
+  };
+  REQUIRE(same_bits(train(true), train(false)));
+}

@@ -443,3 +443,68 @@ TEST_CASE("clip_grad_value_: clamps each gradient element", "[optim]") {
   CHECK(a.grad().to_vector<double>() == VD{-1, -0.5, 0.25, 1});
   CHECK_THROWS_AS(optim::clip_grad_value_({a}, -1.0), Error);
 }
+
+TEST_CASE("Optimizer: a channels-last parameter steps in its own layout, bit for bit as NCHW, without copies",
+          "[optim][memory_format]") {
+  // Note [Updates in the parameter's layout]: the gradient arrives channels-last (Note [A leaf's
+  // gradient]), the state is created channels-last, and the kernel updates the weight in place.
+  constexpr MemoryFormat kCL = MemoryFormat::channels_last;
+  const auto weight = [](bool cl) {
+    Tensor w = from_vector<double>(wave(6 * 4 * 3 * 3, 0.5, 0.1), {.dtype = DType::f32}).view({6, 4, 3, 3});
+    if (cl) w = w.contiguous(kCL);
+    return w.requires_grad_(true);
+  };
+  const Tensor x = from_vector<double>(wave(2 * 4 * 5 * 5, 1, 0.3), {.dtype = DType::f32}).view({2, 4, 5, 5});
+  const auto run = [&](bool cl, auto make_opt) {
+    Tensor w = weight(cl);
+    auto opt = make_opt(w);
+    const auto allocations = [] { return cpu_allocator().stats().allocation_count; };
+    int64_t step_allocations = 0;
+    for (int s = 0; s < 4; ++s) {
+      opt->zero_grad();
+      const Tensor xs = cl ? x.contiguous(kCL) : x;
+      const Tensor y = conv2d(mul(xs, 1.0 + 0.25 * s), w, Tensor(), {.padding = {1, 1}});
+      sum(mul(y, y)).backward();
+      CHECK(w.grad().suggest_memory_format() == (cl ? kCL : MemoryFormat::contiguous));
+      const int64_t before = allocations();
+      opt->step();
+      if (s > 0) step_allocations += allocations() - before;  // the first step creates the state
+    }
+    CHECK(w.suggest_memory_format() == (cl ? kCL : MemoryFormat::contiguous));
+    for (const auto& [name, t] : opt->state_dict().tensors)
+      CHECK(t.suggest_memory_format() == (cl ? kCL : MemoryFormat::contiguous));
+    CHECK(step_allocations == 0);
+    return w.contiguous().to_vector<float>();
+  };
+  const auto check = [&](auto make_opt) { CHECK(run(true, make_opt) == run(false, make_opt)); };
+  SECTION("Adam with amsgrad") {
+    check([](Tensor& w) { return std::make_unique<optim::Adam>(std::vector<Tensor>{w}, optim::AdamOptions{.lr = 0.01, .amsgrad = true}); });
+  }
+  SECTION("AdamW") {
+    check([](Tensor& w) { return std::make_unique<optim::AdamW>(std::vector<Tensor>{w}, optim::AdamWOptions{.lr = 0.01}); });
+  }
+  SECTION("SGD with Nesterov momentum") {
+    check([](Tensor& w) {
+      return std::make_unique<optim::SGD>(std::vector<Tensor>{w},
+                                          optim::SGDOptions{.lr = 0.01, .momentum = 0.9, .nesterov = true});
+    });
+  }
+  SECTION("state saved from NCHW loads into a channels-last parameter") {
+    Tensor a = weight(false), b = weight(true);
+    optim::Adam oa(std::vector<Tensor>{a}, {.lr = 0.01}), ob(std::vector<Tensor>{b}, {.lr = 0.01});
+    const Tensor g = from_vector<double>(wave(a.numel(), 1, 2), {.dtype = DType::f32}).view(a.shape());
+    a.set_grad(g);
+    oa.step();
+    {
+      NoGradGuard no_grad;
+      b.copy_(a);
+    }
+    ob.load_state_dict(oa.state_dict());
+    for (const auto& [name, t] : ob.state_dict().tensors) CHECK(t.suggest_memory_format() == kCL);
+    a.set_grad(mul(g, -0.5));
+    b.set_grad(mul(g, -0.5));
+    oa.step();
+    ob.step();
+    CHECK(b.contiguous().to_vector<float>() == a.to_vector<float>());
+  }
+}
