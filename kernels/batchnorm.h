@@ -16,11 +16,14 @@
 //   batch_norm_stats(dtype, param_dtype, sh, x, mean, var)
 //       mean[c] and the biased variance var[c] over the n * s elements of channel c (two passes:
 //       the mean first, then the centred squares)
-//   batch_norm_apply(dtype, param_dtype, sh, x, mean, invstd, weight, bias, y)
+//   batch_norm_apply(dtype, param_dtype, sh, x, mean, invstd, weight, bias, y, residual = null)
 //       y = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; weight and bias may be null (1 and 0);
-//       y may not alias x
+//       y may not alias x. With sh.relu, y = relu(that [+ residual]), residual (x's layout and
+//       dtype) may be null (Note [Batch norm with a fused ReLU])
 //   batch_norm_backward(dtype, param_dtype, sh, training, x, grad_y, mean, invstd, weight, grad_x,
-//                       grad_weight, grad_bias)
+//                       grad_weight, grad_bias, y = null)
+//       with sh.relu, grad_y is the gradient of the fused ReLU's output y (given, x's layout),
+//       read through ReLU's backward (Note [Batch norm with a fused ReLU]);
 //       with xhat = (x - mean) * invstd:
 //         grad_weight[c] = sum(grad_y * xhat),  grad_bias[c] = sum(grad_y)
 //         training (mean/invstd are the batch statistics, so they depend on x), M = n * s:
@@ -51,7 +54,37 @@ namespace ember::kernels {
 struct BatchNormShape {
   int64_t n = 0, c = 0, s = 1;  // x: (n, c, s), or (n, s, c) when channels_last
   bool channels_last = false;   // the memory order of x, y, grad_y, grad_x (CUDA kernels only)
+  bool relu = false;            // a ReLU fused after the normalization (and the residual add)
 };
+
+// Note [Batch norm with a fused ReLU]
+// Most batch norms of a ResNet are followed by a ReLU, and the last of each block by a residual
+// add and a ReLU. Run separately, each of those ops reads the whole activation and writes it
+// again; fused, they happen while the normalized value is still in a register:
+//   apply, sh.relu:    y = relu(round(norm(x)) [+ residual]), each step rounded to T where the
+//                      separate ops round it (the add computed in acc_t<T>, as add() does), so y
+//                      equals relu(add(batch_norm(x), residual)) bit for bit;
+//   backward, sh.relu: each grad_y element is read through ReLU's backward, y > 0 ? grad_y : 0,
+//                      with y the fused output: the values ReLU's backward would have written,
+//                      without writing them.
+// Forward that saves a write and a read of the activation per fused ReLU (two of each with a
+// residual), backward one write and one read (the layer, layers/norm.cpp, still materializes the
+// masked gradient when there is a residual: the residual's own gradient is that tensor). The two
+// helpers below are the only arithmetic the fusion adds, shared by the CPU and CUDA kernels.
+template <typename T>
+EMBER_HD inline T fused_epilogue(acc_t<T> v, const T* residual, int64_t i, bool relu) {
+  using A = acc_t<T>;
+  T t = static_cast<T>(v);
+  if (residual != nullptr) t = static_cast<T>(static_cast<A>(t) + static_cast<A>(residual[i]));
+  if (relu && static_cast<A>(t) <= A(0)) t = T(0);  // ReLU's forward: NaN stays NaN
+  return t;
+}
+// grad_y[i] as the batch norm sees it: masked by the fused ReLU's output y when y is given.
+template <typename T>
+EMBER_HD inline acc_t<T> masked_grad(const T* grad_y, const T* y, int64_t i) {
+  using A = acc_t<T>;
+  return (y != nullptr && !(static_cast<A>(y[i]) > A(0))) ? A(0) : static_cast<A>(grad_y[i]);
+}
 
 // Calls f(T{}, P{}) with T the C++ type of dtype and P that of param_dtype, for the pairs the
 // kernels take: the same floating type, or f16/bf16 with float (Note [Mixed-precision batch norm]).

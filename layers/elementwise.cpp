@@ -266,6 +266,11 @@ Tensor rsqrt(const Tensor& x) {
 }
 Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, "abs", "AbsBackward", x); }
 Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, "relu", "ReluBackward", x); }
+Tensor relu_backward(const Tensor& grad, const Tensor& out) {
+  EMBER_CHECK(grad.shape() == out.shape(), "relu_backward: the gradient ", describe(grad), " and the output ",
+              describe(out), " differ in shape");
+  return unary_backward(UnaryOp::Relu, "ReluBackward", grad, out, out, 0.0);
+}
 Tensor leaky_relu(const Tensor& x, double slope) {
   return unary_op(UnaryOp::LeakyRelu, "leaky_relu", "LeakyReluBackward", x, slope);
 }

@@ -35,6 +35,8 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor abs(const Tensor& x);  // gradient at 0 is 0 (sign(0) = 0), as PyTorch
 Tensor relu(const Tensor& x);  // gradient at 0 is 0
+// ReLU's backward from its output: grad where out > 0, else 0 (not differentiable; for fused layers).
+Tensor relu_backward(const Tensor& grad, const Tensor& out);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);

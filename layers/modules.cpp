@@ -108,14 +108,22 @@ BatchNorm2d::BatchNorm2d(int64_t n, BatchNormOptions opt) : num_features(n), opt
   }
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return normalize(x, false, Tensor()); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) { return normalize(x, true, residual); }
+
+Tensor BatchNorm2d::normalize(const Tensor& x, bool relu, const Tensor& residual) {
   EMBER_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d: expected input (N, ", num_features,
               ", H, W), got ", describe(x));
   // The replacement (set_training_function) runs in training mode only: in eval mode without
   // running statistics the batch's own statistics normalize it, as in PyTorch.
   auto normalize = [&](const Tensor& rm, const Tensor& rv, bool training) {
-    if (is_training() && training_fn_)
-      return training_fn_(x, rm, rv, weight, bias, training, options.momentum, options.eps);
+    if (is_training() && training_fn_) {
+      const Tensor y = training_fn_(x, rm, rv, weight, bias, training, options.momentum, options.eps);
+      if (!relu) return y;
+      return residual.defined() ? ember::relu(add(y, residual)) : ember::relu(y);
+    }
+    if (relu) return batch_norm_relu(x, rm, rv, weight, bias, training, options.momentum, options.eps, residual);
     return batch_norm(x, rm, rv, weight, bias, training, options.momentum, options.eps);
   };
   if (!options.track_running_stats) {

@@ -67,6 +67,10 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, BatchNormOptions opt = {});
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x) + residual), or relu(forward(x)) without a residual, through batch_norm_relu:
+  // the ReLU and the add inside the batch norm's passes (Note [Batch norm with a fused ReLU] in
+  // kernels/batchnorm.h). A training function (set_training_function) runs unfused.
+  Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
@@ -83,6 +87,7 @@ class BatchNorm2d : public Module {
   const std::string& training_function_label() const { return training_label_; }
 
  private:
+  Tensor normalize(const Tensor& x, bool relu, const Tensor& residual);
   BatchNormFunction training_fn_;
   std::string training_label_;
 };

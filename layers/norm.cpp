@@ -67,11 +67,19 @@ void detail::check_batch_norm_args(const char* op, const Tensor& x, const Tensor
 
 namespace {
 
+// What follows the normalization inside the same passes (Note [Batch norm with a fused ReLU] in
+// kernels/batchnorm.h): nothing, a ReLU, or a residual add and a ReLU.
+struct Fused {
+  bool relu = false;
+  Tensor residual;  // x0's shape, dtype and device; only with relu
+};
+
 // batch_norm on x0 as it is, with the per-channel vectors (weight, bias, the statistics, their
 // gradients) in pdt: x0's dtype, or f32 for a 16-bit x0 under autocast (Note
 // [Mixed-precision batch norm] in kernels/batchnorm.h). The output and grad x have x0's dtype.
 Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                       const Tensor& bias, bool training, double momentum, double eps, DType pdt) {
+                       const Tensor& bias, bool training, double momentum, double eps, DType pdt,
+                       const Fused& fused) {
   const DType dt = x0.dtype();
   const int64_t channels = x0.size(1);
   EMBER_CHECK(training || running_mean.defined(),
@@ -87,8 +95,10 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
   // x in (N, C, S) order, and a channels-last result copied back to `fmt`.
   const MemoryFormat fmt = x0.suggest_memory_format();
   sh.channels_last = x0.device().is_cuda() && detail::is_channels_last(x0);
+  sh.relu = fused.relu;
   const MemoryFormat kernel_fmt = sh.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
   const Tensor x = x0.detach().contiguous(kernel_fmt);
+  const Tensor residual = fused.residual.defined() ? fused.residual.detach().contiguous(kernel_fmt) : Tensor();
   const Tensor w = plain(weight, pdt), b = plain(bias, pdt);
   Tensor mean, invstd;
   {
@@ -112,37 +122,48 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
 
   Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()}, kernel_fmt);
   EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_apply, dt, pdt, sh, x.data(), mean.data(), invstd.data(),
-                    data_or_null(w), data_or_null(b), y.data());
+                    data_or_null(w), data_or_null(b), y.data(), data_or_null(residual));
   if (!sh.channels_last) y = detail::to_format(y, fmt);
 
-  if (any_requires_grad({&x0, &weight, &bias})) {
+  if (any_requires_grad({&x0, &weight, &bias, &fused.residual})) {
     const bool need_x = x0.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
                need_b = bias.defined() && bias.requires_grad();
     const DType dw = weight.defined() ? weight.dtype() : pdt, db = bias.defined() ? bias.dtype() : pdt;
-    SavedTensor sx(x, "BatchNormBackward"), smean(mean, "BatchNormBackward"), sinv(invstd, "BatchNormBackward"),
-        sw(w, "BatchNormBackward");
-    record("BatchNormBackward", {x0, weight, bias}, {y}, [=](const std::vector<Tensor>& grads) {
-      if (!grads[0].defined()) return std::vector<Tensor>(3);
-      const Tensor gy = grads[0].to(dt).contiguous(kernel_fmt);
+    const bool has_residual = residual.defined();
+    const char* node = !fused.relu ? "BatchNormBackward" : has_residual ? "BatchNormAddReluBackward" : "BatchNormReluBackward";
+    SavedTensor sx(x, node), smean(mean, node), sinv(invstd, node), sw(w, node);
+    SavedTensor sy(fused.relu ? y.detach() : Tensor(), node);  // the fused ReLU's output, for its mask
+    record(node, {x0, weight, bias, fused.residual}, {y}, [=](const std::vector<Tensor>& grads) {
+      if (!grads[0].defined()) return std::vector<Tensor>(4);
+      Tensor gy = grads[0].to(dt).contiguous(kernel_fmt);
+      Tensor ys = sy.defined() ? sy.get().contiguous(kernel_fmt) : Tensor();
+      Tensor gresidual;
+      kernels::BatchNormShape shb = sh;
+      if (has_residual) {
+        // The residual's gradient is the masked gradient itself: materialize it once, and let the
+        // batch norm read it unmasked.
+        gy = gresidual = relu_backward(gy, ys);
+        shb.relu = false;
+        ys = Tensor();
+      }
       const Tensor& xs = sx.get();
       Tensor gx = need_x ? empty(xs.shape(), {.dtype = dt, .device = xs.device()}, kernel_fmt) : Tensor();
       Tensor gw = need_w ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
       Tensor gb = need_b ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
-      EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, pdt, sh, training, xs.data(), gy.data(),
-                        smean.get().data(), sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
-                        data_or_null(gx), data_or_null(gw), data_or_null(gb));
+      EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, pdt, shb, training, xs.data(),
+                        gy.data(), smean.get().data(), sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
+                        data_or_null(gx), data_or_null(gw), data_or_null(gb), data_or_null(ys));
       return std::vector<Tensor>{sh.channels_last ? gx : detail::to_format(gx, fmt), need_w ? gw.to(dw) : Tensor(),
-                                 need_b ? gb.to(db) : Tensor()};
+                                 need_b ? gb.to(db) : Tensor(), gresidual};
     });
   }
   return y;
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
-  detail::check_batch_norm_args("batch_norm", x0, running_mean, running_var, weight, bias, eps);
+// batch_norm (and batch_norm_relu): the dtypes under autocast, then batch_norm_impl.
+Tensor batch_norm_dispatch(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
+                           const Fused& fused) {
   // Under autocast: statistics and normalization in f32, the output in x's dtype (Note [Autocast]
   // in core/autocast.h). A 16-bit x is not cast: the kernels read it with f32 per-channel vectors,
   // so backward keeps the 16-bit x, not an f32 copy (Note [Mixed-precision batch norm] in
@@ -150,11 +171,31 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
   if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x0, &weight, &bias})) {
     const Tensor w = autocast::cast(weight, *dt), b = autocast::cast(bias, *dt);
     if (is_low_precision(x0.dtype()))
-      return batch_norm_impl(x0, running_mean, running_var, w, b, training, momentum, eps, *dt);
+      return batch_norm_impl(x0, running_mean, running_var, w, b, training, momentum, eps, *dt, fused);
     const Tensor x = autocast::cast(x0, *dt);  // x0 itself when it is f32 or f64
-    return batch_norm_impl(x, running_mean, running_var, w, b, training, momentum, eps, x.dtype());
+    return batch_norm_impl(x, running_mean, running_var, w, b, training, momentum, eps, x.dtype(), fused);
   }
-  return batch_norm_impl(x0, running_mean, running_var, weight, bias, training, momentum, eps, x0.dtype());
+  return batch_norm_impl(x0, running_mean, running_var, weight, bias, training, momentum, eps, x0.dtype(), fused);
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  detail::check_batch_norm_args("batch_norm", x0, running_mean, running_var, weight, bias, eps);
+  return batch_norm_dispatch(x0, running_mean, running_var, weight, bias, training, momentum, eps, Fused{});
+}
+
+Tensor batch_norm_relu(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, const Tensor& residual) {
+  detail::check_batch_norm_args("batch_norm_relu", x0, running_mean, running_var, weight, bias, eps);
+  // The output's dtype is x0's: a residual in it fuses; any other runs the separate ops, whose
+  // add promotes as add() does (Note [Batch norm with a fused ReLU] in kernels/batchnorm.h).
+  if (residual.defined() && (residual.shape() != x0.shape() || residual.dtype() != x0.dtype() ||
+                             residual.device() != x0.device()))
+    return relu(add(batch_norm(x0, running_mean, running_var, weight, bias, training, momentum, eps), residual));
+  return batch_norm_dispatch(x0, running_mean, running_var, weight, bias, training, momentum, eps,
+                             Fused{.relu = true, .residual = residual});
 }
 
 }  // namespace ember

@@ -54,10 +54,11 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
   }
 }
 
+// relu(bn1(conv1(x))) and relu(bn2(conv2(out)) + shortcut), each batch norm with its ReLU (and the
+// add) fused (Note [Batch norm with a fused ReLU] in kernels/batchnorm.h): the same values.
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = relu(bn1(conv1(x)));
-  out = bn2(conv2(out));
-  return relu(out + (downsample ? downsample->forward(x) : x));
+  const Tensor out = bn1.forward_relu(conv1(x));
+  return bn2.forward_relu(conv2(out), downsample ? downsample->forward(x) : x);
 }
 
 ResNet::ResNet(const ResNetConfig& c)
@@ -91,7 +92,7 @@ ResNet::ResNet(const ResNetConfig& c)
 }
 
 Tensor ResNet::forward(const Tensor& x) {
-  Tensor h = relu(bn1(conv1(x)));
+  Tensor h = bn1.forward_relu(conv1(x));
   if (config.stem == ResNetStem::ImageNet) h = maxpool(h);
   for (auto& layer : layers) h = layer->forward(h);
   return fc(avgpool(h).flatten(1));

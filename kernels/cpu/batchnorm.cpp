@@ -67,7 +67,7 @@ void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
 
 template <typename T, typename P>
 void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight, const P* bias,
-                T* y) {
+                T* y, const T* residual) {
   using C = acc_t<P>;
   parallel_for(0, sh.n * sh.c, row_grain(sh), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -78,16 +78,24 @@ void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* in
       const C m = static_cast<C>(mean[c]), shift = bias ? static_cast<C>(bias[c]) : C(0);
       const T* xr = x + r * sh.s;
       T* yr = y + r * sh.s;
-      for (int64_t j = 0; j < sh.s; ++j) yr[j] = static_cast<T>((static_cast<C>(xr[j]) - m) * scale + shift);
+      if (!sh.relu) {
+        for (int64_t j = 0; j < sh.s; ++j) yr[j] = static_cast<T>((static_cast<C>(xr[j]) - m) * scale + shift);
+        continue;
+      }
+      const T* res = residual ? residual + r * sh.s : nullptr;  // Note [Batch norm with a fused ReLU]
+      for (int64_t j = 0; j < sh.s; ++j)
+        yr[j] = fused_epilogue<T>(static_cast<C>((static_cast<C>(xr[j]) - m) * scale + shift), res, j, true);
     }
   });
 }
 
 template <typename T, typename P>
 void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const P* mean, const P* invstd,
-                   const P* weight, T* gx, P* gw, P* gb) {
+                   const P* weight, T* gx, P* gw, P* gb, const T* y) {
   using C = acc_t<P>;
   auto load = [](auto v) { return static_cast<double>(static_cast<C>(v)); };
+  const T* mask = sh.relu ? y : nullptr;  // Note [Batch norm with a fused ReLU]
+  EMBER_CHECK(!sh.relu || y != nullptr, "batch_norm backward: a fused ReLU needs its output y");
   const double count = static_cast<double>(sh.n * sh.s);
   // Pass 1, per channel: sum(gy) and sum(gy * xhat).
   std::vector<double> sum_g(static_cast<size_t>(sh.c)), sum_gx(static_cast<size_t>(sh.c));
@@ -96,10 +104,10 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
       const double m = load(mean[c]), is = load(invstd[c]);
       double sg = 0, sgx = 0;
       for (int64_t i = 0; i < sh.n; ++i) {
-        const T* xr = x + (i * sh.c + c) * sh.s;
-        const T* gr = gy + (i * sh.c + c) * sh.s;
+        const int64_t row = (i * sh.c + c) * sh.s;
+        const T* xr = x + row;
         for (int64_t j = 0; j < sh.s; ++j) {
-          const double g = load(gr[j]);
+          const double g = static_cast<double>(masked_grad<T>(gy, mask, row + j));
           sg += g;
           sgx += g * (load(xr[j]) - m) * is;
         }
@@ -121,11 +129,11 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
       const double mean_g = training ? sum_g[c] / count : 0.0;
       const double mean_gx = training ? sum_gx[c] / count : 0.0;
       const T* xr = x + r * sh.s;
-      const T* gr = gy + r * sh.s;
       T* out = gx + r * sh.s;
       for (int64_t j = 0; j < sh.s; ++j) {
         const double xhat = (load(xr[j]) - m) * is;
-        out[j] = round_to<T, C>(w * is * (load(gr[j]) - mean_g - xhat * mean_gx));
+        const double g = static_cast<double>(masked_grad<T>(gy, mask, r * sh.s + j));
+        out[j] = round_to<T, C>(w * is * (g - mean_g - xhat * mean_gx));
       }
     }
   });
@@ -150,26 +158,28 @@ void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, 
 }
 
 void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, const void* mean,
-                      const void* invstd, const void* weight, const void* bias, void* y) {
+                      const void* invstd, const void* weight, const void* bias, void* y, const void* residual) {
   check_layout("batch_norm", sh);
   dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
     apply_impl<T, P>(sh, static_cast<const T*>(x), static_cast<const P*>(mean), static_cast<const P*>(invstd),
-                     static_cast<const P*>(weight), static_cast<const P*>(bias), static_cast<T*>(y));
+                     static_cast<const P*>(weight), static_cast<const P*>(bias), static_cast<T*>(y),
+                     static_cast<const T*>(residual));
   });
 }
 
 void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias) {
+                         void* grad_weight, void* grad_bias, const void* y) {
   check_layout("batch_norm backward", sh);
   dispatch_batch_norm("batch_norm backward", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
     backward_impl<T, P>(sh, training, static_cast<const T*>(x), static_cast<const T*>(grad_y),
                         static_cast<const P*>(mean), static_cast<const P*>(invstd), static_cast<const P*>(weight),
-                        static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias));
+                        static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias),
+                        static_cast<const T*>(y));
   });
 }
 

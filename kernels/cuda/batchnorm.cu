@@ -105,7 +105,7 @@ __global__ void stats_kernel(BatchNormShape sh, const T* x, P* mean, P* var) {
 // The CPU's expression, element by element: centre first, then scale and shift.
 template <typename T, typename P>
 __global__ void apply_kernel(BatchNormShape sh, const T* x, const P* mean, const P* invstd, const P* weight,
-                             const P* bias, T* y) {
+                             const P* bias, T* y, const T* residual) {
   using A = acc_t<T>;
   // threadIdx.y walks the n * C planes (image, channel), threadIdx.x one plane's s elements.
   for (int64_t plane = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; plane < sh.n * sh.c;
@@ -115,15 +115,15 @@ __global__ void apply_kernel(BatchNormShape sh, const T* x, const P* mean, const
     const A scale = static_cast<A>(invstd[c]) * (weight ? static_cast<A>(weight[c]) : A(1));
     const A shift = bias ? static_cast<A>(bias[c]) : A(0);
     for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < sh.s; j += int64_t{gridDim.x} * blockDim.x)
-      y[base + j] = static_cast<T>((static_cast<A>(x[base + j]) - m) * scale + shift);
+      y[base + j] = fused_epilogue<T>((static_cast<A>(x[base + j]) - m) * scale + shift, residual, base + j, sh.relu);
   }
 }
 
 // Backward pass 1, one block per channel: sum(grad_y) and sum(grad_y * xhat) in acc_t<T>. Writes
 // grad_weight / grad_bias when wanted and both sums to `sums` (2 C acc_t<T> values) for pass 2.
 template <typename T, typename P>
-__global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean, const P* invstd,
-                                       P* gw, P* gb, acc_t<T>* sums) {
+__global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask, const P* mean,
+                                       const P* invstd, P* gw, P* gb, acc_t<T>* sums) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, count = sh.n * sh.s;
   const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
@@ -131,7 +131,7 @@ __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* g
   ChannelWalk w(threadIdx.x, blockDim.x, sh.s);
   for (int64_t k = threadIdx.x; k < count; k += blockDim.x, w.advance()) {
     const int64_t off = w.offset(sh.c, c);
-    const A g = gy[off];
+    const A g = masked_grad(gy, mask, off);
     sg += g;
     sgx += g * (static_cast<A>(x[off]) - m) * is;
   }
@@ -150,8 +150,8 @@ __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* g
 // Backward pass 2, one thread per element: the CPU's formula in acc_t<T>. `sums` is null in eval
 // mode (the statistics are constants, so only grad_y * weight * invstd remains).
 template <typename T, typename P>
-__global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean, const P* invstd,
-                                      const P* weight, const acc_t<T>* sums, T* gx) {
+__global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask, const P* mean,
+                                      const P* invstd, const P* weight, const acc_t<T>* sums, T* gx) {
   using A = acc_t<T>;
   const A count = static_cast<A>(sh.n * sh.s);
   for (int64_t plane = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; plane < sh.n * sh.c;
@@ -164,7 +164,7 @@ __global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy
     for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < sh.s; j += int64_t{gridDim.x} * blockDim.x) {
       const int64_t idx = base + j;
       const A xhat = (static_cast<A>(x[idx]) - m) * is;
-      gx[idx] = static_cast<T>(w * is * (static_cast<A>(gy[idx]) - mean_g - xhat * mean_gx));
+      gx[idx] = static_cast<T>(w * is * (masked_grad(gy, mask, idx) - mean_g - xhat * mean_gx));
     }
   }
 }
@@ -212,8 +212,8 @@ __global__ void stats_finalize_kernel(int64_t channels, int64_t parts, acc_t<T> 
 
 // Block (c, part): sum(grad_y) and sum(grad_y * xhat) over its slice -> partial[2 (c * parts + part) + {0, 1}].
 template <typename T, typename P>
-__global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean, const P* invstd,
-                                        acc_t<T>* partial) {
+__global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask, const P* mean,
+                                        const P* invstd, acc_t<T>* partial) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   int64_t lo, hi;
@@ -223,7 +223,7 @@ __global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* 
   ChannelWalk w(lo + threadIdx.x, blockDim.x, sh.s);
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x, w.advance()) {
     const int64_t off = w.offset(sh.c, c);
-    const A g = gy[off];
+    const A g = masked_grad(gy, mask, off);
     sg += g;
     sgx += g * (static_cast<A>(x[off]) - m) * is;
   }
@@ -301,8 +301,8 @@ __global__ void stats_partial_cl_kernel(BatchNormShape sh, const T* x, const acc
 // Block (chunk, part): sum(grad_y) and sum(grad_y * xhat) of each of its columns over the rows of
 // slice `part` -> partial[2 (c * parts + part) + {0, 1}] (backward_partial_kernel's layout).
 template <typename T, typename P>
-__global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean,
-                                           const P* invstd, acc_t<T>* partial) {
+__global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask,
+                                           const P* mean, const P* invstd, acc_t<T>* partial) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, part = blockIdx.y, parts = gridDim.y;
   int64_t lo, hi;
@@ -312,7 +312,7 @@ __global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const 
     const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
     for (int64_t r = lo + threadIdx.y; r < hi; r += blockDim.y) {
       const int64_t off = r * sh.c + c;
-      const A g = gy[off];
+      const A g = masked_grad(gy, mask, off);
       sg += g;
       sgx += g * (static_cast<A>(x[off]) - m) * is;
     }
@@ -328,7 +328,7 @@ __global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const 
 // apply_kernel's expression, one column per thread.
 template <typename T, typename P>
 __global__ void apply_cl_kernel(BatchNormShape sh, const T* x, const P* mean, const P* invstd, const P* weight,
-                                const P* bias, T* y) {
+                                const P* bias, T* y, const T* residual) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, rows = sh.n * sh.s;
   if (c >= sh.c) return;
@@ -336,13 +336,15 @@ __global__ void apply_cl_kernel(BatchNormShape sh, const T* x, const P* mean, co
   const A scale = static_cast<A>(invstd[c]) * (weight ? static_cast<A>(weight[c]) : A(1));
   const A shift = bias ? static_cast<A>(bias[c]) : A(0);
   for (int64_t r = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; r < rows; r += int64_t{gridDim.y} * blockDim.y)
-    y[r * sh.c + c] = static_cast<T>((static_cast<A>(x[r * sh.c + c]) - m) * scale + shift);
+    y[r * sh.c + c] =
+        fused_epilogue<T>((static_cast<A>(x[r * sh.c + c]) - m) * scale + shift, residual, r * sh.c + c, sh.relu);
 }
 
 // backward_input_kernel's expression, one column per thread; `sums` is null in eval mode.
 template <typename T, typename P>
-__global__ void backward_input_cl_kernel(BatchNormShape sh, const T* x, const T* gy, const P* mean, const P* invstd,
-                                         const P* weight, const acc_t<T>* sums, T* gx) {
+__global__ void backward_input_cl_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask,
+                                         const P* mean, const P* invstd, const P* weight, const acc_t<T>* sums,
+                                         T* gx) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, rows = sh.n * sh.s;
   if (c >= sh.c) return;
@@ -354,7 +356,7 @@ __global__ void backward_input_cl_kernel(BatchNormShape sh, const T* x, const T*
   for (int64_t r = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; r < rows; r += int64_t{gridDim.y} * blockDim.y) {
     const int64_t idx = r * sh.c + c;
     const A xhat = (static_cast<A>(x[idx]) - m) * is;
-    gx[idx] = static_cast<T>(w * is * (static_cast<A>(gy[idx]) - mean_g - xhat * mean_gx));
+    gx[idx] = static_cast<T>(w * is * (masked_grad(gy, mask, idx) - mean_g - xhat * mean_gx));
   }
 }
 
@@ -448,16 +450,16 @@ void stats_cl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
 
 template <typename T, typename P>
 void apply_cl(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight, const P* bias,
-              T* y) {
+              T* y, const T* residual) {
   const ColumnBlock cb(sh);
   EMBER_LAUNCH_FLAT((apply_cl_kernel<T, P>), cb.elementwise_grid(sh), cb.block, cuda::current_stream(), sh, x, mean,
-                    invstd, weight, bias, y);
+                    invstd, weight, bias, y, residual);
   cuda::check_launch("batch_norm apply");
 }
 
 template <typename T, typename P>
-void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const P* mean, const P* invstd,
-                 const P* weight, T* gx, P* gw, P* gb) {
+void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const T* mask, const P* mean,
+                 const P* invstd, const P* weight, T* gx, P* gw, P* gb) {
   using A = acc_t<T>;
   const cuda::Stream stream = cuda::current_stream();
   const ColumnBlock cb(sh);
@@ -467,15 +469,15 @@ void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* g
     const int64_t slices = cb.slices(sh);
     cuda::Scratch partial(2 * static_cast<size_t>(sh.c * slices) * sizeof(A));
     EMBER_LAUNCH((backward_partial_cl_kernel<T, P>), dim3(cb.chunks, static_cast<unsigned>(slices)), cb.block, 0,
-                 stream, sh, x, gy, mean, invstd, partial.as<A>());
+                 stream, sh, x, gy, mask, mean, invstd, partial.as<A>());
     cuda::check_launch("batch_norm backward");
     EMBER_LAUNCH_FLAT((backward_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads, stream,
                       sh.c, slices, static_cast<const A*>(partial.as<A>()), gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   }
   if (!gx || sh.n * sh.s == 0) return;
-  EMBER_LAUNCH_FLAT((backward_input_cl_kernel<T, P>), cb.elementwise_grid(sh), cb.block, stream, sh, x, gy, mean,
-                    invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
+  EMBER_LAUNCH_FLAT((backward_input_cl_kernel<T, P>), cb.elementwise_grid(sh), cb.block, stream, sh, x, gy, mask,
+                    mean, invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 
@@ -514,36 +516,39 @@ void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
 
 template <typename T, typename P>
 void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight, const P* bias,
-                T* y) {
+                T* y, const T* residual) {
   check_shape("batch_norm", sh);
   const int64_t total = sh.n * sh.c * sh.s;
   if (total == 0) return;
-  if (sh.channels_last) return apply_cl(sh, x, mean, invstd, weight, bias, y);
+  if (!sh.relu) residual = nullptr;  // Note [Batch norm with a fused ReLU]: a residual goes with the ReLU
+  if (sh.channels_last) return apply_cl(sh, x, mean, invstd, weight, bias, y, residual);
   const PlaneGrid pg(sh);
   EMBER_LAUNCH_FLAT((apply_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(), sh, x, mean, invstd, weight,
-                    bias, y);
+                    bias, y, residual);
   cuda::check_launch("batch_norm apply");
 }
 
 template <typename T, typename P>
 void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const P* mean, const P* invstd,
-                   const P* weight, T* gx, P* gw, P* gb) {
+                   const P* weight, T* gx, P* gw, P* gb, const T* y) {
   using A = acc_t<T>;
   check_shape("batch_norm backward", sh);
+  EMBER_CHECK(!sh.relu || y != nullptr, "batch_norm backward: a fused ReLU needs its output y");
+  const T* mask = sh.relu ? y : nullptr;  // Note [Batch norm with a fused ReLU]
   if (sh.c == 0) return;
-  if (sh.channels_last) return backward_cl(sh, training, x, gy, mean, invstd, weight, gx, gw, gb);
+  if (sh.channels_last) return backward_cl(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
   const bool need_sums = gx != nullptr && training;
   cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(A) : 0);
   const int64_t splits = channel_splits(sh);
   if ((gw || gb || need_sums) && splits == 1) {
     EMBER_LAUNCH((backward_reduce_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, cuda::current_stream(),
-                 sh, x, gy, mean, invstd, gw, gb, sums.as<A>());
+                 sh, x, gy, mask, mean, invstd, gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   } else if (gw || gb || need_sums) {
     cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(A));
     const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
-    EMBER_LAUNCH((backward_partial_kernel<T, P>), grid, kThreads, 0, cuda::current_stream(), sh, x, gy, mean,
-                 invstd, partial.as<A>());
+    EMBER_LAUNCH((backward_partial_kernel<T, P>), grid, kThreads, 0, cuda::current_stream(), sh, x, gy, mask,
+                 mean, invstd, partial.as<A>());
     cuda::check_launch("batch_norm backward");
     EMBER_LAUNCH_FLAT((backward_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
                       cuda::current_stream(), sh.c, splits, static_cast<const A*>(partial.as<A>()),
@@ -553,8 +558,8 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   const int64_t total = sh.n * sh.c * sh.s;
   if (!gx || total == 0) return;
   const PlaneGrid pg(sh);
-  EMBER_LAUNCH_FLAT((backward_input_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(), sh, x, gy, mean,
-                    invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
+  EMBER_LAUNCH_FLAT((backward_input_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(), sh, x, gy, mask,
+                    mean, invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 
@@ -569,24 +574,26 @@ void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, 
 }
 
 void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, const void* mean,
-                      const void* invstd, const void* weight, const void* bias, void* y) {
+                      const void* invstd, const void* weight, const void* bias, void* y, const void* residual) {
   dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
     apply_impl<T, P>(sh, static_cast<const T*>(x), static_cast<const P*>(mean), static_cast<const P*>(invstd),
-                     static_cast<const P*>(weight), static_cast<const P*>(bias), static_cast<T*>(y));
+                     static_cast<const P*>(weight), static_cast<const P*>(bias), static_cast<T*>(y),
+                     static_cast<const T*>(residual));
   });
 }
 
 void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias) {
+                         void* grad_weight, void* grad_bias, const void* y) {
   dispatch_batch_norm("batch_norm backward", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
     backward_impl<T, P>(sh, training, static_cast<const T*>(x), static_cast<const T*>(grad_y),
                         static_cast<const P*>(mean), static_cast<const P*>(invstd), static_cast<const P*>(weight),
-                        static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias));
+                        static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias),
+                        static_cast<const T*>(y));
   });
 }
 

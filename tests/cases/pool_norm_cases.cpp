@@ -114,6 +114,27 @@ void add_pool_norm_cases(std::vector<OpCase>& c) {
                  return batch_norm(x[0], stat({0.1, -0.2}), stat({0.5, 2.0}), x[1], x[2], false);
                }});
 
+  // ---- batch norm with a fused ReLU (and residual add) ----
+  c.push_back({.name = "batch_norm_relu/train_residual_4d", .inputs = {{4, 3, 2, 3}, {3}, {3}, {4, 3, 2, 3}},
+               .fn = [](const V& x) {
+                 Tensor rm = zeros({3}, {.dtype = DType::f64, .device = case_device()}),
+                        rv = ones({3}, {.dtype = DType::f64, .device = case_device()});
+                 return batch_norm_relu(x[0], rm, rv, x[1], x[2], true, 0.1, 1e-5, x[3]);
+               },
+               .tol = 1e-5});
+  c.push_back({.name = "batch_norm_relu/train_channels_last", .inputs = {{4, 3, 2, 3}, {3}, {3}},
+               .fn = [](const V& x) {
+                 return expect_channels_last(
+                     batch_norm_relu(channels_last(x[0]), Tensor(), Tensor(), x[1], x[2], true, 0.1, 1e-5),
+                     "batch_norm_relu");
+               },
+               .tol = 1e-5});
+  c.push_back({.name = "batch_norm_relu/eval_residual", .inputs = {{3, 2, 2, 2}, {2}, {2}, {3, 2, 2, 2}},
+               .fn = [](const V& x) {
+                 return batch_norm_relu(x[0], stat({0.1, -0.2}), stat({0.5, 2.0}), x[1], x[2], false, 0.1, 1e-5,
+                                        x[3]);
+               }});
+
   // ---- dropout: the Generator is created inside fn, so every call draws the same mask ----
   c.push_back({.name = "dropout/train", .inputs = {{4, 5}},
                .fn = [](const V& x) {

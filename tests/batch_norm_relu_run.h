@@ -1,0 +1,102 @@
+// batch_norm_relu against the separate ops it fuses (relu(batch_norm(x)) and
+// relu(add(batch_norm(x), residual))), for the CPU tests (tests/test_batch_norm_relu.cpp) and the
+// CUDA ones (tests/cuda/test_batch_norm_relu.cpp): one run returns everything the ops produce, so
+// the two runs can be compared element by element.
+#pragma once
+
+#include <ember/ember.h>
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "test_util.h"
+
+namespace ember::testing {
+
+struct BnReluCase {
+  DType dtype = DType::f32;       // x's (and the residual's) dtype
+  DType param_dtype = DType::f32;  // weight, bias, running statistics
+  bool autocast = false;          // run under AutocastGuard(device, bf16)
+  bool residual = false;
+  bool training = true;
+  bool channels_last = false;
+  bool nan = false;  // a NaN in channel 2
+  Device device = Device::cpu();
+};
+
+// The output, the gradients of x, weight, bias and the residual, and the running statistics
+// afterwards.
+inline std::vector<Tensor> run_bn_relu(const BnReluCase& c, bool fused) {
+  const Shape shape{2, 5, 4, 3};
+  const int64_t plane = 4 * 3;
+  std::vector<float> xv = random_vector<float>(120, 11);
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t j = 0; j < plane; ++j)  // channel 0: -1, 0, 1 in equal numbers, so mean 0 and zeros normalize to 0
+      xv[static_cast<size_t>(n * 5 * plane + j)] = static_cast<float>((n * plane + j) % 3 - 1);
+  if (c.nan) xv[static_cast<size_t>(2 * plane + 5)] = std::nanf("");
+  const TensorOptions pon{.dtype = c.param_dtype, .device = c.device};
+  Tensor x = from_vector<float>(xv, shape).to(c.device, c.dtype);
+  Tensor res = from_vector<float>(random_vector<float>(120, 12), shape).to(c.device, c.dtype);
+  const Tensor r = from_vector<float>(random_vector<float>(120, 13), shape).to(c.device, c.dtype);
+  if (c.channels_last) {
+    x = x.contiguous(MemoryFormat::channels_last);
+    res = res.contiguous(MemoryFormat::channels_last);
+  }
+  x.requires_grad_(true);
+  res.requires_grad_(true);
+  Tensor w = from_vector<double>({0.5, 1.5, -0.75, 1.0, 2.0}, pon).requires_grad_(true);
+  Tensor b = from_vector<double>({0.0, -0.2, 0.1, 0.3, -0.05}, pon).requires_grad_(true);
+  Tensor rm = from_vector<double>({0.1, -0.2, 0.0, 0.3, 0.05}, pon);
+  Tensor rv = from_vector<double>({1.0, 0.5, 2.0, 0.25, 1.5}, pon);
+  Tensor y;
+  {
+    std::optional<AutocastGuard> amp;
+    if (c.autocast) amp.emplace(c.device.type, DType::bf16);
+    const Tensor shortcut = c.residual ? res : Tensor();
+    if (fused) {
+      y = batch_norm_relu(x, rm, rv, w, b, c.training, 0.1, 1e-5, shortcut);
+    } else {
+      y = batch_norm(x, rm, rv, w, b, c.training, 0.1, 1e-5);
+      y = relu(shortcut.defined() ? add(y, shortcut) : y);
+    }
+  }
+  sum(mul(y, r)).backward();
+  return {y, x.grad(), w.grad(), b.grad(), c.residual ? res.grad() : Tensor(), rm, rv};
+}
+
+// Element by element the same: values, NaN for NaN, and the sign of zeros.
+inline bool identical(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const std::vector<double> u = vec(a), v = vec(b);
+  for (size_t i = 0; i < u.size(); ++i) {
+    if (std::isnan(u[i]) != std::isnan(v[i])) return false;
+    if (!std::isnan(u[i]) && (u[i] != v[i] || std::signbit(u[i]) != std::signbit(v[i]))) return false;
+  }
+  return true;
+}
+
+// The cases both test files run: every dtype pairing the batch norm kernels take, training and
+// eval, with and without a residual, both memory formats, and a NaN.
+inline std::vector<BnReluCase> bn_relu_cases(Device device) {
+  std::vector<BnReluCase> out;
+  const std::vector<std::pair<DType, DType>> pairs{{DType::f32, DType::f32},
+                                                   {DType::f64, DType::f64},
+                                                   {DType::bf16, DType::bf16},
+                                                   {DType::f16, DType::f32}};
+  for (const auto& [dt, pdt] : pairs)
+    for (bool residual : {false, true})
+      for (bool training : {true, false})
+        for (bool cl : {false, true})
+          out.push_back({.dtype = dt, .param_dtype = pdt, .autocast = pdt != dt, .residual = residual,
+                         .training = training, .channels_last = cl, .device = device});
+  out.push_back({.dtype = DType::bf16, .param_dtype = DType::f32, .autocast = true, .residual = true,
+                 .channels_last = true, .device = device});
+  out.push_back({.residual = true, .nan = true, .device = device});
+  out.push_back({.channels_last = true, .nan = true, .device = device});
+  return out;
+}
+
+}  // namespace ember::testing

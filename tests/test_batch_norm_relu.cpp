@@ -1,0 +1,70 @@
+// batch_norm_relu (Note [Batch norm with a fused ReLU] in kernels/batchnorm.h) on the CPU: the
+// fused op against the separate ops, bit for bit, forward and backward, in every dtype pairing,
+// with and without a residual, training and eval, both memory formats and a NaN; the mixed-dtype
+// residual that falls back; and ResNet's BasicBlock, which uses it, against the block written with
+// the separate ops. The same comparison on a CUDA device: tests/cuda/test_batch_norm_relu.cpp.
+
+#include <catch2/catch.hpp>
+
+#include "batch_norm_relu_run.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+TEST_CASE("batch_norm_relu equals relu(batch_norm(x) [+ residual]) bit for bit", "[norm]") {
+  for (const BnReluCase& c : bn_relu_cases(Device::cpu())) {
+    INFO("dtype " << c.dtype << " params " << c.param_dtype << " residual " << c.residual << " training "
+                  << c.training << " channels_last " << c.channels_last << " nan " << c.nan);
+    const std::vector<Tensor> fused = run_bn_relu(c, true), separate = run_bn_relu(c, false);
+    const char* what[] = {"y", "grad x", "grad weight", "grad bias", "grad residual", "running mean", "running var"};
+    for (size_t i = 0; i < fused.size(); ++i) {
+      INFO(what[i]);
+      CHECK(identical(fused[i], separate[i]));
+    }
+    CHECK(fused[0].suggest_memory_format() == separate[0].suggest_memory_format());
+    // The ReLU really ran: no negative output, and channel 0's exact zeros have zero gradient.
+    CHECK(!identical(fused[1], zeros_like(fused[1])));
+    for (double v : vec(fused[0])) CHECK(!(v < 0));
+  }
+}
+
+TEST_CASE("batch_norm_relu: a residual of another dtype runs the separate ops", "[norm]") {
+  const Tensor x = from_vector<float>(random_vector<float>(40, 3), {2, 5, 2, 2}).requires_grad_(true);
+  const Tensor res = from_vector<float>(random_vector<float>(40, 4), {2, 5, 2, 2}).to(DType::f64);
+  const Tensor w = ones({5}), b = zeros({5});
+  const Tensor y = batch_norm_relu(x, Tensor(), Tensor(), w, b, true, 0.1, 1e-5, res);
+  CHECK(y.dtype() == DType::f64);  // add promotes
+  CHECK(identical(y, relu(add(batch_norm(x, Tensor(), Tensor(), w, b, true), res))));
+  CHECK_THROWS_WITH(batch_norm_relu(x, Tensor(), Tensor(), ones({4}), b, true),
+                    Catch::Matchers::Contains("batch_norm_relu: weight must have shape"));
+}
+
+TEST_CASE("ResNet's BasicBlock with fused batch norms equals the block written with the separate ops", "[norm][models]") {
+  for (bool downsample : {false, true}) {
+    INFO("downsample " << downsample);
+    auto make = [&] {
+      manual_seed(5);
+      return models::BasicBlock(4, downsample ? 6 : 4, downsample ? 2 : 1);
+    };
+    models::BasicBlock fused = make(), separate = make();
+    manual_seed(6);
+    const Tensor x0 = randn({2, 4, 6, 6});
+    const Tensor xf = x0.detach().requires_grad_(true), xs = x0.detach().requires_grad_(true);
+    const Tensor yf = fused.forward(xf);
+    Tensor h = relu(separate.bn1(separate.conv1(xs)));
+    h = separate.bn2(separate.conv2(h));
+    const Tensor ys = relu(add(h, separate.downsample ? separate.downsample->forward(xs) : xs));
+    CHECK(identical(yf, ys));
+    sum(mul(yf, yf)).backward();
+    sum(mul(ys, ys)).backward();
+    CHECK(identical(xf.grad(), xs.grad()));
+    const auto pf = fused.named_parameters(), ps = separate.named_parameters();
+    REQUIRE(pf.size() == ps.size());
+    for (size_t i = 0; i < pf.size(); ++i) {
+      INFO(pf[i].first);
+      CHECK(identical(pf[i].second.grad(), ps[i].second.grad()));
+    }
+    const auto bf = fused.named_buffers(), bs = separate.named_buffers();
+    for (size_t i = 0; i < bf.size(); ++i) CHECK(identical(bf[i].second, bs[i].second));
+  }
+}
