@@ -29,10 +29,13 @@ namespace ember::train {
 // between replays as it is between eager steps. A batch of another shape (the epoch's last,
 // partial batch) runs eagerly. The weights are those of eager training, bit for bit.
 //
+// With --amp bf16 the captured forward pass and loss run under the autocast region of an eager
+// step (Note [Mixed-precision training] in train/trainer.cpp): each replay casts the weights anew.
 // Class indices are checked on the host before they are staged (cross_entropy's own check waits
 // for the device and is left out of the capture). Not supported, and refused by validate(): the
 // CPU device, several processes (the gradient all-reduce synchronizes), --clip-grad-norm (it reads
-// the norm on the host) and --profile / --profile-trace (they time each op eagerly).
+// the norm on the host), --amp fp16 (its loss scaler reads the overflow flag on the host) and
+// --profile / --profile-trace (they time each op eagerly).
 class GraphedStep {
  public:
   // What a step leaves on the device: the mean loss and the number of correct predictions (f64).

@@ -170,8 +170,9 @@ void validate(const TrainConfig& c) {
   EMBER_CHECK(!c.cuda_graphs || (!c.profile && c.profile_trace.empty()), "--cuda-graphs cannot be combined with "
               "--profile or --profile-trace: the profiler times each op as it runs, and a graph replays them all "
               "in one launch");
-  EMBER_CHECK(!c.cuda_graphs || c.amp == "off", "--cuda-graphs cannot be combined with --amp ", c.amp, ": the "
-              "captured step runs in float32 and has no loss scaler (train the 16-bit run without --cuda-graphs)");
+  EMBER_CHECK(!c.cuda_graphs || c.amp != "fp16", "--cuda-graphs cannot be combined with --amp fp16: its loss "
+              "scaler reads on the host whether the gradients overflowed, which a CUDA graph cannot record (use "
+              "--amp bf16, which needs no scaler, or train the fp16 run without --cuda-graphs)");
   // Single-process only: DDP's gradient buckets and parameter broadcast are not tested on channels-last parameters.
   EMBER_CHECK(!c.channels_last || c.world_size == 1, "--channels-last is for single-process training, got ",
               c.world_size, " processes (train the multi-process run without --channels-last)");

@@ -473,13 +473,20 @@ Run start_run(TrainConfig cfg) {
     nn::CrossEntropyLoss* criterion = r.criterion.get();
     StepGuard* guard = r.guard.get();
     const MemoryFormat input_format = model_input_format(r.cfg);
+    const std::optional<DType> amp_dtype = r.amp_dtype;  // bf16 only: fp16's scaler is refused (recipe.cpp)
+    const Device device = r.device;
     r.graphed = std::make_unique<GraphedStep>(
         r.device, static_cast<int64_t>(r.d.classes.size()),
-        [model, opt, criterion, guard, input_format](const Tensor& x, const Tensor& y) {
+        [model, opt, criterion, guard, input_format, amp_dtype, device](const Tensor& x, const Tensor& y) {
           opt->zero_grad();
-          const Tensor logits = model->forward(x.contiguous(input_format));
           GraphedStep::Outputs out;
-          out.loss = (*criterion)(logits, y);
+          Tensor logits;
+          {
+            std::optional<AutocastGuard> amp;  // Note [Mixed-precision training]
+            if (amp_dtype) amp.emplace(device.type, *amp_dtype);
+            logits = model->forward(x.contiguous(input_format));
+            out.loss = (*criterion)(logits, y);
+          }
           out.loss.backward();
           out.correct = correct_predictions(logits, y);
           guard->record(out.loss, out.correct, y.size(0));

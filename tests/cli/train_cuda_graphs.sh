@@ -52,6 +52,21 @@ python3 "$here/tensors_equal.py" dod-eager.safetensors dod-graphs.safetensors ||
   echo "FAIL: --cuda-graphs --data-on-device trained different weights"
   exit 1
 }
+# Mixed precision in channels-last: the captured step runs its forward pass under the bf16
+# autocast region, as the eager step does (bf16 has no loss scaler to read back).
+run amp-eager --amp bf16 --channels-last
+run amp-graphs --amp bf16 --channels-last --cuda-graphs
+python3 "$here/tensors_equal.py" amp-eager.safetensors amp-graphs.safetensors || {
+  echo "FAIL: --cuda-graphs --amp bf16 --channels-last trained different weights"
+  exit 1
+}
+"$ember" train --device cuda --data data --model cnn --batch-size 24 --max-steps 3 --eval-limit 32 --cuda-graphs \
+  --amp bf16 --channels-last 2>amp-progress.txt >/dev/null
+grep -q "step 2 captured as a CUDA graph" amp-progress.txt || {
+  echo "FAIL: --amp bf16 --cuda-graphs did not capture:"
+  cat amp-progress.txt
+  exit 1
+}
 python3 - eager.jsonl graphs.jsonl <<'PY'
 import json, sys
 def steps(path):
