@@ -11,13 +11,15 @@
 //                  activation, forward + backward, NCHW and channels-last (max pooling through
 //                  cuDNN and through the hand-written kernels, in both layouts);
 //   train_cnn      training steps of the `cnn` model on Fashion-MNIST, batch 64, Adam (images/s,
-//                  loader included: what `ember train` does), four ways: f32 with the host loader;
+//                  loader included: what `ember train` does), five ways: f32 with the host loader;
 //                  f32 with --data-on-device; f32 with --data-on-device --cuda-graphs; --amp bf16
-//                  with --data-on-device ("precision" and "mode" in each line);
+//                  with --data-on-device, without and with --cuda-graphs ("precision" and "mode" in
+//                  each line);
 //   resnet18_step  one ResNet-18 training step (forward, backward, Adam) on random images,
 //                  224x224, batch 256: f32, under AutocastGuard bf16, and bf16 with the model
 //                  and images channels-last (PyTorch's AMP run is channels-last), that last one
-//                  again in cuDNN's benchmark mode: the median step time;
+//                  again in cuDNN's benchmark mode and again captured as a CUDA graph: the median
+//                  step time;
 //   recipe_to_93   the default recipe (`ember train --data-on-device --cuda-graphs`) epoch by epoch:
 //                  the training seconds until the test accuracy first reaches 93%, and the accuracy
 //                  at the end.
@@ -42,6 +44,7 @@
 #include <ember/kernels/cuda/cudnn.h>
 #include <ember/kernels/cuda/elementwise.h>
 #include <ember/kernels/cuda/gemm.h>
+#include <ember/kernels/cuda/graph.h>
 #include <ember/kernels/cuda/runtime.h>
 #include <ember/models/zoo.h>
 #include <ember/train/trainer.h>
@@ -278,7 +281,10 @@ void profile_train_cnn(int steps) {
 // 4-D parameters and the images in the channels-last memory format, as `ember train --channels-last`.
 // cudnn_benchmark: cuDNN's algorithms ranked by running them (Note [cuDNN algorithm choice]) for
 // this run, as torch.backends.cudnn.benchmark; PyTorch's side keeps its default (heuristics).
-void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channels_last, bool cudnn_benchmark) {
+// cuda_graph: the step after the warm-up captured once (Note [CUDA graphs in ember]) and replayed,
+// as `ember train --cuda-graphs` runs it; PyTorch's side is eager.
+void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channels_last, bool cudnn_benchmark,
+                   bool cuda_graph) {
   namespace cudnn = kernels::gpu::cudnn;
   const bool benchmark_was = cudnn::benchmark();
   cudnn::set_benchmark(cudnn_benchmark || benchmark_was);
@@ -303,16 +309,29 @@ void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channe
     loss.backward();
     opt.step();
   };
-  step();  // warm-up: allocations, cuDNN algorithm choice
+  step();  // warm-up: allocations, cuDNN algorithm choice, the optimizer's state
   cuda::synchronize();
+  std::optional<cuda::Graph> graph;
+  if (cuda_graph) {
+    graph.emplace();
+    graph->capture(step);
+    graph->replay();  // its first launch uploads the graph
+    cuda::synchronize();
+    std::fprintf(stderr, "resnet18_step %s%s: captured as a CUDA graph of %zu nodes\n", amp ? "amp_bf16" : "f32",
+                 channels_last ? " channels_last" : "", graph->node_count());
+  }
   std::vector<double> t;
   for (int i = 0; i < steps; ++i)
     t.push_back(time_s([&] {
-      step();
+      if (graph) {
+        graph->replay();
+      } else {
+        step();
+      }
       cuda::synchronize();
     }));
   const double ms = median(t) * 1e3;
-  {  // where the time goes: two more steps under the profiler (CUDA events), on stderr
+  if (!graph) {  // where the time goes: two more steps under the profiler (CUDA events), on stderr
     profiler::Profiler prof;
     for (int i = 0; i < 2; ++i) step();
     cuda::synchronize();
@@ -327,7 +346,8 @@ void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channe
                 "\"bench\":\"resnet18_step\",\"batch\":%lld,\"image_size\":%lld,\"precision\":\"%s\",%s"
                 "\"channels_last\":%s,\"steps\":%d,\"ms\":%.2f,\"images_per_sec\":%.1f",
                 static_cast<long long>(batch), static_cast<long long>(size), amp ? "amp_bf16" : "f32",
-                cudnn_benchmark ? "\"mode\":\"cudnn_benchmark\"," : "", channels_last ? "true" : "false", steps, ms,
+                cuda_graph ? "\"mode\":\"cuda_graphs\"," : cudnn_benchmark ? "\"mode\":\"cudnn_benchmark\"," : "",
+                channels_last ? "true" : "false", steps, ms,
                 batch / ms * 1e3);
   line(buf);
 }
@@ -405,12 +425,14 @@ int main(int argc, char** argv) {
       train_cnn(steps, "data_on_device", "off");
       train_cnn(steps, "data_on_device+cuda_graphs", "off");
       train_cnn(steps, "data_on_device", "bf16");
+      train_cnn(steps, "data_on_device+cuda_graphs", "bf16");
       profile_train_cnn(g_tiny ? 3 : 50);
     }
     if (only.count("resnet18_step"))
-      for (const auto& [amp, channels_last, benchmark] :
-           {std::tuple{false, false, false}, {true, false, false}, {true, true, false}, {true, true, true}})
-        resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10, amp, channels_last, benchmark);
+      for (const auto& [amp, channels_last, benchmark, graph] :
+           {std::tuple{false, false, false, false}, {true, false, false, false}, {true, true, false, false},
+            {true, true, true, false}, {true, true, false, true}})
+        resnet18_step(g_tiny ? 2 : 256, g_tiny ? 32 : 224, g_tiny ? 1 : 10, amp, channels_last, benchmark, graph);
     if (only.count("recipe_to_93")) recipe_to_93();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda: %s\n", e.what());
