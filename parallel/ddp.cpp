@@ -188,9 +188,12 @@ struct DistributedDataParallel::Reducer {
         Tensor g = params[p].grad();
         Tensor avg = b.buffer.narrow(0, b.offsets[k], params[p].numel()).view(params[p].shape());
         if (g.defined()) {
-          g.copy_(avg);
+          g.copy_(avg);  // through g's strides: a channels-last gradient stays channels-last
         } else {
-          params[p].set_grad(avg.clone());
+          Tensor own = empty(avg.shape(), {.dtype = avg.dtype(), .device = avg.device()},
+                             params[p].suggest_memory_format());  // the parameter's format, as AccumulateGrad's
+          own.copy_(avg);
+          params[p].set_grad(own);
         }
       }
       stats.bytes_reduced += b.buffer.nbytes();

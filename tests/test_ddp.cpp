@@ -9,6 +9,7 @@
 
 #include "parallel/ddp_scenarios.h"
 #include "parallel/rank_threads.h"
+#include "test_util.h"
 
 using namespace ember;
 using namespace ember::parallel;
@@ -217,4 +218,56 @@ TEST_CASE("ddp: a backward without a new forward stays local, as in PyTorch", "[
     EXPECT(ddp.stats().steps == 1);
   })));
   CHECK(g[0] != g[1]);
+}
+
+TEST_CASE("ddp: a channels-last model trains as the NCHW one, bit for bit, its gradients channels-last",
+          "[parallel][ddp][memory_format]") {
+  // conv → batch norm + ReLU → linear. The buckets carry gradients in logical order and write the
+  // averages back through the gradients' strides (Note [A leaf's gradient] in core/autograd.cpp),
+  // so the format changes where the bytes lie, not the numbers.
+  struct Net : nn::Module {
+    nn::Conv2d conv{3, 4, 3};
+    nn::BatchNorm2d bn{4};
+    nn::Linear fc{64, 3};
+    Net() {
+      register_module("conv", conv);
+      register_module("bn", bn);
+      register_module("fc", fc);
+    }
+    Tensor forward(const Tensor& x) override { return fc(bn.forward_relu(conv(x)).flatten(1)); }
+  };
+  const int64_t n = 8;
+  const Tensor images = from_vector<float>(ember::testing::random_vector<float>(static_cast<size_t>(n * 3 * 6 * 6), 21), {n, 3, 6, 6});
+  const Tensor labels = from_vector<int64_t>({0, 1, 2, 0, 1, 2, 2, 1});
+  const auto train = [&](bool cl) {
+    std::vector<std::vector<Tensor>> params(2);
+    std::vector<MemoryFormat> grad_format(2);
+    REQUIRE(all_ok(run_ranks(2, [&](std::shared_ptr<Communicator> c) {
+      std::unique_ptr<Net> m;
+      {
+        std::lock_guard<std::mutex> lock(init_mutex());
+        manual_seed(4 + static_cast<uint64_t>(c->rank()));  // rank 0's weights are broadcast
+        m = std::make_unique<Net>();
+      }
+      if (cl) m->to(MemoryFormat::channels_last);
+      DistributedDataParallel ddp(*m, c, {.bucket_cap_bytes = 256});
+      optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
+      const int64_t lo = c->rank() * n / 2;
+      Tensor x = images.narrow(0, lo, n / 2);
+      if (cl) x = x.contiguous(MemoryFormat::channels_last);
+      const Tensor y = labels.narrow(0, lo, n / 2);
+      for (int s = 0; s < 3; ++s) {
+        opt.zero_grad();
+        cross_entropy(ddp(x), y).backward();
+        opt.step();
+      }
+      grad_format[c->rank()] = m->conv.weight.grad().suggest_memory_format();
+      params[c->rank()] = snapshot(*m);
+    })));
+    CHECK(grad_format[0] == (cl ? MemoryFormat::channels_last : MemoryFormat::contiguous));
+    for (size_t i = 0; i < params[0].size(); ++i) CHECK(params[0][i].to_vector<float>() == params[1][i].to_vector<float>());
+    return params[0];
+  };
+  const std::vector<Tensor> nchw = train(false), nhwc = train(true);
+  for (size_t i = 0; i < nchw.size(); ++i) CHECK(nhwc[i].to_vector<float>() == nchw[i].to_vector<float>());
 }

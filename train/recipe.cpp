@@ -173,9 +173,6 @@ void validate(const TrainConfig& c) {
   EMBER_CHECK(!c.cuda_graphs || c.amp != "fp16", "--cuda-graphs cannot be combined with --amp fp16: its loss "
               "scaler reads on the host whether the gradients overflowed, which a CUDA graph cannot record (use "
               "--amp bf16, which needs no scaler, or train the fp16 run without --cuda-graphs)");
-  // Single-process only: DDP's gradient buckets and parameter broadcast are not tested on channels-last parameters.
-  EMBER_CHECK(!c.channels_last || c.world_size == 1, "--channels-last is for single-process training, got ",
-              c.world_size, " processes (train the multi-process run without --channels-last)");
   const std::vector<std::string> names = models::model_names();
   EMBER_CHECK(std::find(names.begin(), names.end(), c.model) != names.end(), "unknown model '", c.model,
               "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");
