@@ -6,7 +6,10 @@
 
 #include <ember/ember.h>
 
+#include <catch2/catch.hpp>
+
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -97,6 +100,25 @@ inline std::vector<BnReluCase> bn_relu_cases(Device device) {
   out.push_back({.residual = true, .nan = true, .device = device});
   out.push_back({.channels_last = true, .nan = true, .device = device});
   return out;
+}
+
+// Runs every case of bn_relu_cases(device), fused and separate, and checks that every result is
+// identical; `more` adds checks of its own on a case's fused results.
+inline void check_fused_equals_separate(Device device,
+                                        const std::function<void(const BnReluCase&, const std::vector<Tensor>&)>& more) {
+  for (const BnReluCase& c : bn_relu_cases(device)) {
+    INFO("dtype " << c.dtype << " params " << c.param_dtype << " residual " << c.residual << " training "
+                  << c.training << " channels_last " << c.channels_last << " nan " << c.nan);
+    const std::vector<Tensor> fused = run_bn_relu(c, true), separate = run_bn_relu(c, false);
+    const char* what[] = {"y", "grad x", "grad weight", "grad bias", "grad residual", "running mean", "running var"};
+    for (size_t i = 0; i < fused.size(); ++i) {
+      INFO(what[i]);
+      if (fused[i].defined()) CHECK(fused[i].device() == device);
+      CHECK(identical(fused[i], separate[i]));
+    }
+    CHECK(fused[0].suggest_memory_format() == separate[0].suggest_memory_format());
+    more(c, fused);
+  }
 }
 
 }  // namespace ember::testing

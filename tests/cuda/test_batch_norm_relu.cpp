@@ -11,20 +11,11 @@ using namespace ember;
 using namespace ember::testing;
 
 TEST_CASE("cuda: batch_norm_relu equals relu(batch_norm(x) [+ residual]) bit for bit", "[batchnorm]") {
-  for (const BnReluCase& c : bn_relu_cases(Device::cuda(0))) {
-    INFO("dtype " << c.dtype << " params " << c.param_dtype << " residual " << c.residual << " training "
-                  << c.training << " channels_last " << c.channels_last << " nan " << c.nan);
-    const std::vector<Tensor> fused = run_bn_relu(c, true), separate = run_bn_relu(c, false);
-    const char* what[] = {"y", "grad x", "grad weight", "grad bias", "grad residual", "running mean", "running var"};
-    for (size_t i = 0; i < fused.size(); ++i) {
-      INFO(what[i]);
-      if (fused[i].defined()) CHECK(fused[i].device() == c.device);
-      CHECK(identical(fused[i], separate[i]));
-    }
+  check_fused_equals_separate(Device::cuda(0), [](const BnReluCase& c, const std::vector<Tensor>& fused) {
     // Channels-last stays channels-last on the device: the (N, S, C) kernels ran, no NCHW copy.
     CHECK(fused[0].suggest_memory_format() ==
           (c.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous));
-  }
+  });
 }
 
 TEST_CASE("cuda: batch_norm_relu matches the CPU's", "[batchnorm]") {
