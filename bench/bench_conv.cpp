@@ -3,8 +3,9 @@
 // (64, 32, 28, 28), 64 output channels, 3x3 kernel, padding 1, with bias.
 //
 //   ./build/bench/bench_conv                      # the layer above, float32
-//   ./build/bench/bench_conv N C_IN H W C_OUT K PAD # another layer (e.g. the cnn model's: 64 1 28 28 32 3 1
-//                                                   # and 64 32 14 14 64 3 1)
+//   ./build/bench/bench_conv N C_IN H W C_OUT K PAD [STRIDE]  # another layer (e.g. the cnn model's:
+//                                                   # 64 1 28 28 32 3 1 and 64 32 14 14 64 3 1; ResNet-18's
+//                                                   # stem: 8 3 224 224 64 7 3 2)
 //   ./build/bench/bench_conv --dtype bfloat16 [N C_IN H W C_OUT K PAD]   # bf16 tensors (--amp bf16's convolutions)
 //
 // bfloat16 on a CPU with AVX512_BF16 runs two configurations, interleaved rep by rep:
@@ -33,7 +34,7 @@ using namespace ember;
 
 int main(int argc, char** argv) {
   namespace kc = kernels::cpu;
-  int64_t n = 64, c_in = 32, h = 28, w = 28, c_out = 64, k = 3, pad = 1;
+  int64_t n = 64, c_in = 32, h = 28, w = 28, c_out = 64, k = 3, pad = 1, stride = 1;
   DType dtype = DType::f32;
   int first = 1;
   if (argc >= 3 && std::string(argv[1]) == "--dtype") {
@@ -45,20 +46,21 @@ int main(int argc, char** argv) {
     dtype = d == "bfloat16" ? DType::bf16 : DType::f32;
     first = 3;
   }
-  if (argc - first == 7) {
-    int64_t* dims[] = {&n, &c_in, &h, &w, &c_out, &k, &pad};
-    for (int i = 0; i < 7; ++i) *dims[i] = std::atoll(argv[first + i]);
+  if (argc - first == 7 || argc - first == 8) {
+    int64_t* dims[] = {&n, &c_in, &h, &w, &c_out, &k, &pad, &stride};
+    for (int i = 0; i < argc - first; ++i) *dims[i] = std::atoll(argv[first + i]);
   } else if (argc != first) {
-    std::fprintf(stderr, "usage: %s [--dtype float32|bfloat16] [N C_IN H W C_OUT K PAD]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--dtype float32|bfloat16] [N C_IN H W C_OUT K PAD [STRIDE]]\n", argv[0]);
     return 2;
   }
+  const int64_t oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
   const int reps = 7;
   Generator gen(42);
   Tensor x = randn({n, c_in, h, w}, {}, gen).to(dtype).requires_grad_();
   Tensor weight = (randn({c_out, c_in, k, k}, {}, gen) * 0.05).to(dtype).detach().requires_grad_();
   Tensor bias = zeros({c_out}).to(dtype).requires_grad_();
-  Tensor dy = randn({n, c_out, h, w}, {}, gen).to(dtype);
-  const double flops = 3.0 * 2.0 * n * c_out * h * w * c_in * k * k;
+  Tensor dy = randn({n, c_out, oh, ow}, {}, gen).to(dtype);
+  const double flops = 3.0 * 2.0 * n * c_out * oh * ow * c_in * k * k;
   // The configurations: float32 has one; bfloat16 both Winograd product modes where it can.
   const bool saved_products = kc::winograd_bf16_products();
   std::vector<bool> bf16_products = {false};
@@ -74,7 +76,8 @@ int main(int argc, char** argv) {
         weight.set_grad(Tensor());
         bias.set_grad(Tensor());
         Tensor y;
-        const double tf = bench::time_s([&] { y = conv2d(x, weight, bias, {.padding = {pad, pad}}); });
+        const double tf =
+            bench::time_s([&] { y = conv2d(x, weight, bias, {.stride = {stride, stride}, .padding = {pad, pad}}); });
         const double tb = bench::time_s([&] { y.backward(dy); });
         if (r == 0) continue;
         fwd[c].push_back(tf);
@@ -86,11 +89,11 @@ int main(int argc, char** argv) {
       const double t = bench::median(total[c]);
       std::printf(
           "{\"bench\":\"conv2d\",\"n\":%lld,\"c_in\":%lld,\"h\":%lld,\"w\":%lld,\"c_out\":%lld,\"k\":%lld,"
-          "\"padding\":%lld,\"dtype\":\"%s\",\"winograd_products\":\"%s\",\"threads\":%d,\"reps\":%d,"
+          "\"padding\":%lld,\"stride\":%lld,\"dtype\":\"%s\",\"winograd_products\":\"%s\",\"threads\":%d,\"reps\":%d,"
           "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"total_ms\":%.2f,\"gflops\":%.1f,%s}\n",
           static_cast<long long>(n), static_cast<long long>(c_in), static_cast<long long>(h),
           static_cast<long long>(w), static_cast<long long>(c_out), static_cast<long long>(k),
-          static_cast<long long>(pad), dtype == DType::bf16 ? "bfloat16" : "float32",
+          static_cast<long long>(pad), static_cast<long long>(stride), dtype == DType::bf16 ? "bfloat16" : "float32",
           bf16_products[c] ? "bf16" : "f32", threads, reps, bench::median(fwd[c]) * 1e3,
           bench::median(bwd[c]) * 1e3, t * 1e3, flops / t / 1e9, bench::machine_fields().c_str());
       std::fflush(stdout);

@@ -178,11 +178,18 @@ Problem make_problem(int64_t n, int64_t C, int64_t h, int64_t w, int64_t K, int6
   return p;
 }
 
+// Filters per task of the weight transforms (each filter is independent: parallel over output
+// channels, the same results for any thread count). A 512 x 512 layer has 262,144 filters, tens of
+// milliseconds on one thread: run serially, the transforms were what kept a deep layer's
+// convolution from getting faster with a second thread.
+int64_t filter_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, C)); }
+
 // U[xi][k][c] = (G g G^T)[xi] for g = filter(k, c): 9 values, row-major, the filter's tap (i, j)
 // at g[3 i + j].
 template <typename Filter>
 void transform_weights(int64_t K, int64_t C, const Filter& filter, float* u) {
-  for (int64_t k = 0; k < K; ++k)
+  parallel_for(0, K, filter_grain(C), [&](int64_t k0, int64_t k1) {
+  for (int64_t k = k0; k < k1; ++k)
     for (int64_t c = 0; c < C; ++c) {
       const std::array<double, 9> g = filter(k, c);
       double s[4][3];  // G g: 4 rows of 3
@@ -198,6 +205,7 @@ void transform_weights(int64_t K, int64_t C, const Filter& filter, float* u) {
         for (int j = 0; j < 4; ++j) u[((i * 4 + j) * K + k) * C + c] = static_cast<float>(r[j]);
       }
     }
+  });
 }
 
 // The tiles [q0, q0 + count) of a part, walked one tile row at a time: f(image, ty, tx0, tx1, q)
@@ -644,13 +652,17 @@ void run_weight_pairs(const Problem& p, const T* x, const T* gy, float* du) {
       }
     }
   });
-  for (int xi = 0; xi < 16; ++xi)
-    for (int64_t k = 0; k < p.K; ++k)
-      for (int64_t c = 0; c < p.C; ++c) {
-        float sum = acc_all[(xi * k_rows + k) * cpad + c];
-        for (int64_t part = 1; part < s.parts; ++part) sum += acc_all[part * acc_elems + (xi * k_rows + k) * cpad + c];
-        du[(xi * p.K + k) * p.C + c] = sum;
-      }
+  // The parts added in part order for every element (parallel over the planes: the same sums).
+  parallel_for(0, 16, 1, [&](int64_t x0, int64_t x1) {
+    for (int64_t xi = x0; xi < x1; ++xi)
+      for (int64_t k = 0; k < p.K; ++k)
+        for (int64_t c = 0; c < p.C; ++c) {
+          float sum = acc_all[(xi * k_rows + k) * cpad + c];
+          for (int64_t part = 1; part < s.parts; ++part)
+            sum += acc_all[part * acc_elems + (xi * k_rows + k) * cpad + c];
+          du[(xi * p.K + k) * p.C + c] = sum;
+        }
+  });
   winograd_count.fetch_add(1, std::memory_order_relaxed);
 }
 #endif
@@ -712,10 +724,13 @@ void run_weight(const Problem& p, const T* x, const T* gy, float* du) {
              v + xi * (p.C * ld + kPlanePad), ld, t == lo * p.tiles ? 0.0f : 1.0f, acc + xi * p.K * p.C, p.C);
     }
   });
-  for (int64_t part = 1; part < s.parts; ++part) {
-    const float* src = partial.get() + (part - 1) * u_elems;
-    for (int64_t i = 0; i < u_elems; ++i) du[i] += src[i];
-  }
+  // The parts added in part order for every element (parallel over elements: the same sums).
+  parallel_for(0, u_elems, 65536, [&](int64_t i0, int64_t i1) {
+    for (int64_t part = 1; part < s.parts; ++part) {
+      const float* src = partial.get() + (part - 1) * u_elems;
+      for (int64_t i = i0; i < i1; ++i) du[i] += src[i];
+    }
+  });
   winograd_count.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -810,8 +825,10 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
   // dg = G^T dU G for each filter (3 x 3 from 4 x 4), in double; G^T = | 1 1/2  1/2 0 |
   //                                                                      | 0 1/2 -1/2 0 |
   //                                                                      | 0 1/2  1/2 1 |
-  // rounded to float32, then (bf16) to the output's type.
-  for (int64_t k = 0; k < p.K; ++k)
+  // rounded to float32, then (bf16) to the output's type. Parallel over output channels, as
+  // transform_weights.
+  parallel_for(0, p.K, filter_grain(p.C), [&](int64_t k0, int64_t k1) {
+  for (int64_t k = k0; k < k1; ++k)
     for (int64_t c = 0; c < p.C; ++c) {
       double e[4][4];
       for (int xi = 0; xi < 16; ++xi) e[xi / 4][xi % 4] = du[(xi * p.K + k) * p.C + c];
@@ -828,6 +845,7 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
         out[i * 3 + 2] = T(static_cast<float>((r[i][1] + r[i][2]) / 2 + r[i][3]));
       }
     }
+  });
 }
 
 }  // namespace

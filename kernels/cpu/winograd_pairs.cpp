@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "../../core/dtype.h"
+#include "parallel.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
 // reports (falsely) once they inline into a target("avx512f") function (as in bf16_simd.h).
@@ -85,14 +86,16 @@ int64_t pair_rows_padded(int64_t K) { return (K + kPairRows - 1) / kPairRows * k
 std::vector<uint32_t> pack_u_pairs(int64_t K, int64_t C, const float* u) {
   const int64_t c2 = (C + 1) / 2, slivers = pair_rows_padded(K) / kPairRows;
   std::vector<uint32_t> up(static_cast<size_t>(16 * slivers * c2 * kPairRows), 0u);
-  for (int xi = 0; xi < 16; ++xi)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t cp = 0; cp < c2; ++cp) {
-        const float* row = u + (xi * K + k) * C;
-        const float hi = 2 * cp + 1 < C ? row[2 * cp + 1] : 0.0f;
-        up[((xi * slivers + k / kPairRows) * c2 + cp) * kPairRows + k % kPairRows] =
-            pair_of(row[2 * cp], hi);
-      }
+  // The 16 planes are independent: one task each (the same words for any thread count).
+  parallel_for(0, 16, 1, [&](int64_t x0, int64_t x1) {
+    for (int64_t xi = x0; xi < x1; ++xi)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t cp = 0; cp < c2; ++cp) {
+          const float* row = u + (xi * K + k) * C;
+          const float hi = 2 * cp + 1 < C ? row[2 * cp + 1] : 0.0f;
+          up[((xi * slivers + k / kPairRows) * c2 + cp) * kPairRows + k % kPairRows] = pair_of(row[2 * cp], hi);
+        }
+  });
   return up;
 }
 
