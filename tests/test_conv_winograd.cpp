@@ -64,6 +64,14 @@ struct Case {
   int64_t n, c_in, h, w, c_out, pad_h, pad_w;
 };
 
+// Forces the Winograd path wherever it applies for a test's lifetime (the default, automatic,
+// sends small bf16 convolutions to im2col: Note [When bf16 Winograd pays]).
+struct WinogradPathGuard {
+  kc::Conv3x3Path saved = kc::conv3x3_path();
+  WinogradPathGuard() { kc::set_conv3x3_path(kc::Conv3x3Path::winograd); }
+  ~WinogradPathGuard() { kc::set_conv3x3_path(saved); }
+};
+
 // Restores the bf16 Winograd plane type when a test changes it.
 struct Bf16ProductsGuard {
   bool saved = kc::winograd_bf16_products();
@@ -143,6 +151,7 @@ TEST_CASE("winograd conv: the AVX-512 and portable transforms give the same bits
     return;
   }
   testing::ThreadsGuard keep;
+  WinogradPathGuard winograd;
   set_num_threads(1);
   const kernels::Conv2dGeometry g = geometry(3, 16, 13, 27, 24, 1, 2);
   const int64_t xn = g.n * g.c_in * g.h * g.w, wn = g.c_out * g.c_in * 9, yn = g.n * g.c_out * g.out_h * g.out_w;
@@ -188,7 +197,7 @@ TEST_CASE("winograd conv: the AVX-512 and portable transforms give the same bits
 }
 
 TEST_CASE("winograd conv: which convolutions take the path", "[conv][winograd]") {
-  REQUIRE(kc::conv3x3_path() == kc::Conv3x3Path::winograd);  // the default (EMBER_CPU_CONV unset)
+  REQUIRE(kc::conv3x3_path() == kc::Conv3x3Path::automatic);  // the default (EMBER_CPU_CONV unset)
   const kernels::Conv2dGeometry base = geometry(2, 16, 8, 8, 16, 1, 1);
   CHECK(kc::winograd_applies(base, false));
   CHECK(kc::winograd_applies(base, true));
@@ -213,9 +222,50 @@ TEST_CASE("winograd conv: which convolutions take the path", "[conv][winograd]")
   const int64_t before = kc::winograd_convolutions();
   kc::conv2d_forward(DType::f32, base, x.data(), w.data(), nullptr, y_i.data());
   CHECK(kc::winograd_convolutions() == before);
-  kc::set_conv3x3_path(kc::Conv3x3Path::winograd);
+  kc::set_conv3x3_path(kc::Conv3x3Path::automatic);
   for (size_t i = 0; i < y_w.size(); ++i) CHECK(y_w[i] == Approx(y_i[i]).margin(1e-4));
   CHECK(std::string(kc::conv3x3_path_name(kc::Conv3x3Path::winograd)) == "winograd F(2x2,3x3)");
+}
+
+TEST_CASE("winograd conv: automatic sends bf16 convolutions with few tiles per thread to im2col", "[conv][winograd][bf16]") {
+  // Note [When bf16 Winograd pays]: with bf16 products, a part (one thread's images) needs 192
+  // tiles of 2 x 2 outputs; float32 and bf16 on float32 planes take Winograd wherever it applies.
+  Bf16ProductsGuard keep_planes;
+  testing::ThreadsGuard keep;
+  set_num_threads(1);
+  const kernels::Conv2dGeometry deep = geometry(8, 64, 7, 7, 64, 1, 1);    // 8 x 16 = 128 tiles
+  const kernels::Conv2dGeometry wide = geometry(4, 16, 14, 14, 16, 1, 1);  // 4 x 49 = 196 tiles
+  CHECK(kc::winograd_applies(deep, false));  // float32
+  CHECK(kc::winograd_applies(deep, true));
+  if (kc::set_winograd_bf16_products(true)) {
+    CHECK_FALSE(kc::winograd_applies(deep, false, true));
+    CHECK_FALSE(kc::winograd_applies(deep, true, true));
+    CHECK(kc::winograd_applies(wide, false, true));
+    set_num_threads(2);  // two parts of 2 images: 98 tiles each
+    CHECK_FALSE(kc::winograd_applies(wide, false, true));
+    set_num_threads(1);
+    {
+      WinogradPathGuard winograd;  // forced: wherever it applies
+      CHECK(kc::winograd_applies(deep, false, true));
+    }
+    // The bf16 convolution that automatic sends to im2col computes im2col's exact contract: the
+    // float64 convolution of the bf16 values, rounded once (within one bf16 unit).
+    const int64_t xn = deep.n * 64 * 49, wn = 64 * 64 * 9, yn = xn;
+    const VF xf = random_floats(xn, 31), wf = random_floats(wn, 32);
+    const std::vector<BFloat16> x = to_bf16(xf), w = to_bf16(wf);
+    VD xd, wd;
+    for (const BFloat16& v : x) xd.push_back(static_cast<float>(v));
+    for (const BFloat16& v : w) wd.push_back(static_cast<float>(v));
+    std::vector<BFloat16> y(yn);
+    VD y_ref(yn);
+    const int64_t before = kc::winograd_convolutions();
+    kc::conv2d_forward(DType::bf16, deep, x.data(), w.data(), nullptr, y.data());
+    CHECK(kc::winograd_convolutions() == before);
+    kc::conv2d_forward_reference(DType::f64, deep, xd.data(), wd.data(), nullptr, y_ref.data());
+    for (int64_t i = 0; i < yn; ++i) CHECK(static_cast<float>(y[i]) == Approx(y_ref[i]).epsilon(1.0 / 128).margin(1e-3));
+  }
+  CHECK(kc::set_winograd_bf16_products(false));
+  CHECK(kc::winograd_applies(deep, false, true));  // float32 planes: Winograd
 }
 
 TEST_CASE("winograd conv: conv2d's autograd runs it and matches float64", "[conv][winograd]") {
@@ -238,6 +288,7 @@ TEST_CASE("winograd conv: conv2d's autograd runs it and matches float64", "[conv
 }
 
 TEST_CASE("winograd conv: bf16 on float32 planes computes what float32 computes on the widened values, rounded once", "[conv][winograd][bf16]") {
+  WinogradPathGuard winograd;
   Bf16ProductsGuard keep_planes;
   kc::set_winograd_bf16_products(false);
   const kernels::Conv2dGeometry g = geometry(2, 16, 9, 12, 24, 1, 1);
@@ -429,6 +480,7 @@ double rms_relative(const std::vector<BFloat16>& got, const VD& want) {
 }  // namespace
 
 TEST_CASE("winograd conv: bf16 products on bf16 pairs compute their definition, close to float64", "[conv][winograd][bf16]") {
+  WinogradPathGuard winograd;
   Bf16ProductsGuard keep_planes;
   if (!kc::set_winograd_bf16_products(true)) {
     WARN("this CPU has no AVX512_BF16: bf16 convolutions keep float32 planes here");

@@ -220,7 +220,7 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: the GEMM writes f32 (Note [bf16 convolutions])
   if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, false)) return winograd_forward(g, x, w, bias, y);
+    if (winograd_applies(g, false, std::is_same_v<T, BFloat16>)) return winograd_forward(g, x, w, bias, y);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -264,7 +264,7 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: dcol and col2im in f32 (Note [bf16 convolutions])
   if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, true)) return winograd_backward_data(g, gy, w, gx);
+    if (winograd_applies(g, true, std::is_same_v<T, BFloat16>)) return winograd_backward_data(g, gy, w, gx);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -315,7 +315,8 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: every part sums in f32 (Note [bf16 convolutions])
   if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, false)) return winograd_backward_weight(g, gy, x, gw);
+    if (winograd_applies(g, false, std::is_same_v<T, BFloat16>))
+      return winograd_backward_weight(g, gy, x, gw);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;

@@ -141,7 +141,36 @@ int64_t row_ld(int64_t count) { return count + kRowSlack; }
 
 Conv3x3Path default_path() {
   const char* env = std::getenv("EMBER_CPU_CONV");
-  return env && std::string(env) == "im2col" ? Conv3x3Path::im2col : Conv3x3Path::winograd;
+  if (env && std::string(env) == "im2col") return Conv3x3Path::im2col;
+  if (env && std::string(env) == "winograd") return Conv3x3Path::winograd;
+  return Conv3x3Path::automatic;
+}
+
+// Note [When bf16 Winograd pays]
+// Winograd's products work on the weights transformed into 16 planes of K x C: every call
+// transforms them, rounds them into bf16 pairs, and for the weight gradient sums a float32 K x C
+// plane per part (a thread's images) and adds the parts — work that grows with the weights, not
+// with the batch. A part amortizes it over its tiles (2 x 2 outputs each). With few tiles per
+// part — deep layers of small images, where K and C are large and the planes small — that work
+// dominates; im2col + GEMM, whose bf16 GEMM runs on VDPBF16PS too, has none of it and wins.
+// Measured on a 2-vCPU AMD EPYC (Zen 4, 2026-12-05; bench_conv --dtype bfloat16, forward and
+// both gradients, ms on 1 / 2 threads; tiles per part on 1 / 2 threads):
+//   8 x 512 x 7 x 7 -> 512   (128 / 64 tiles)    Winograd 59.7 / 44.2   im2col 37.2 / 22.2
+//   32 x 512 x 4 x 4 -> 512  (128 / 64)          Winograd 61.6 / 46.6   im2col 58.1 / 30.5
+//   8 x 256 x 14 x 14 -> 256 (392 / 196)         Winograd 25.6 / 14.4   im2col 34.7 / 18.4
+//   64 x 256 x 8 x 8 -> 256  (1024 / 512)        Winograd 59.7 / 32.0   im2col 98.5 / 52.9
+// So under Conv3x3Path::automatic a bf16 convolution with bf16 products takes Winograd from
+// kMinBf16TilesPerPart tiles per part up. float32 keeps Winograd wherever it applies: its im2col
+// GEMM runs at float32's rate, and the same layers show no clear crossover (8 x 512 x 7 x 7:
+// Winograd 68 / 54 against im2col 61 / 33; 32 x 512 x 4 x 4: 71 / 53 against 89 / 58).
+constexpr int64_t kMinBf16TilesPerPart = 192;
+
+// The tiles one part of this call's images holds (split_images: a part per thread when there are
+// enough images): the Winograd problem's, over the output, or over the input for its gradient.
+int64_t tiles_per_part(const Conv2dGeometry& g, bool backward_data) {
+  const int64_t h = backward_data ? g.h : g.out_h, w = backward_data ? g.w : g.out_w;
+  const int64_t parts = split_images(g.n).parts;
+  return (g.n + parts - 1) / parts * ((h + 1) / 2) * ((w + 1) / 2);
 }
 
 std::atomic<int>& chosen_path() {
@@ -741,25 +770,41 @@ Conv3x3Path conv3x3_path() { return static_cast<Conv3x3Path>(chosen_path().load(
 void set_conv3x3_path(Conv3x3Path path) { chosen_path().store(static_cast<int>(path), std::memory_order_relaxed); }
 
 const char* conv3x3_path_name(Conv3x3Path path) {
-  return path == Conv3x3Path::winograd ? "winograd F(2x2,3x3)" : "im2col + GEMM";
+  switch (path) {
+    case Conv3x3Path::automatic: return "winograd F(2x2,3x3) where it pays";
+    case Conv3x3Path::winograd: return "winograd F(2x2,3x3)";
+    case Conv3x3Path::im2col: return "im2col + GEMM";
+  }
+  return "?";
 }
 
-bool winograd_applies(const Conv2dGeometry& g, bool backward_data) {
-  (void)backward_data;  // the same conditions: padding <= 2 keeps the input gradient's 2 - p >= 0
-  return conv3x3_path() == Conv3x3Path::winograd && g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 &&
-         g.dil_h == 1 && g.dil_w == 1 && g.groups == 1 && g.pad_h >= 0 && g.pad_h <= 2 && g.pad_w >= 0 &&
-         g.pad_w <= 2 && g.out_h >= 1 && g.out_w >= 1 && g.n >= 1 && g.c_in >= kMinChannels &&
-         g.c_out >= kMinChannels;
+bool winograd_applies(const Conv2dGeometry& g, bool backward_data, bool bf16) {
+  const Conv3x3Path path = conv3x3_path();
+  // The same geometric conditions for both passes: padding <= 2 keeps the input gradient's 2 - p >= 0.
+  const bool fits = path != Conv3x3Path::im2col && g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 &&
+                    g.dil_h == 1 && g.dil_w == 1 && g.groups == 1 && g.pad_h >= 0 && g.pad_h <= 2 &&
+                    g.pad_w >= 0 && g.pad_w <= 2 && g.out_h >= 1 && g.out_w >= 1 && g.n >= 1 &&
+                    g.c_in >= kMinChannels && g.c_out >= kMinChannels;
+  if (!fits) return false;
+  if (path == Conv3x3Path::automatic && bf16 && winograd_bf16_products())  // Note [When bf16 Winograd pays]
+    return tiles_per_part(g, backward_data) >= kMinBf16TilesPerPart;
+  return true;
 }
 
 int64_t winograd_convolutions() { return winograd_count.load(std::memory_order_relaxed); }
 
 std::string conv3x3_description() {
-  if (conv3x3_path() == Conv3x3Path::im2col) return std::string(conv3x3_path_name(Conv3x3Path::im2col)) + " (EMBER_CPU_CONV=im2col)";
+  const Conv3x3Path path = conv3x3_path();
+  if (path == Conv3x3Path::im2col) return std::string(conv3x3_path_name(Conv3x3Path::im2col)) + " (EMBER_CPU_CONV=im2col)";
+  const bool bf16_pairs = winograd_bf16_products();
+  const std::string bf16_from = bf16_pairs && path == Conv3x3Path::automatic
+                                    ? ", bf16 from " + std::to_string(kMinBf16TilesPerPart) + " tiles per thread"
+                                    : "";
   return std::string(conv3x3_path_name(Conv3x3Path::winograd)) + " (" +
          (winograd_vectorized() ? "AVX-512" : "portable") + " transforms; f32 and bf16, stride 1, >= " +
-         std::to_string(kMinChannels) + " channels; bf16 products " +
-         (winograd_bf16_products() ? "on bf16 pairs (VDPBF16PS)" : "in float32") + "; im2col + GEMM otherwise)";
+         std::to_string(kMinChannels) + " channels" + bf16_from + "; bf16 products " +
+         (bf16_pairs ? "on bf16 pairs (VDPBF16PS)" : "in float32") + "; im2col + GEMM otherwise)" +
+         (path == Conv3x3Path::winograd ? " (EMBER_CPU_CONV=winograd)" : "");
 }
 
 bool winograd_vectorized() { return use_avx512().load(std::memory_order_relaxed); }

@@ -13,22 +13,27 @@
 
 namespace ember::kernels::cpu {
 
-enum class Conv3x3Path { winograd, im2col };
+// automatic: Winograd where it applies and pays (Note [When bf16 Winograd pays] in
+// conv_winograd.cpp), im2col + GEMM elsewhere; winograd: wherever it applies; im2col: never.
+enum class Conv3x3Path { automatic, winograd, im2col };
 
-// The path that f32 and bf16 3x3 convolutions take: winograd unless the environment says
-// EMBER_CPU_CONV=im2col. set_conv3x3_path chooses it for the whole process (tests and benchmarks
-// compare both); not thread-safe with convolutions in flight.
+// The path that f32 and bf16 3x3 convolutions take: automatic unless the environment says
+// EMBER_CPU_CONV=winograd or EMBER_CPU_CONV=im2col. set_conv3x3_path chooses it for the whole
+// process (tests and benchmarks compare them); not thread-safe with convolutions in flight.
 Conv3x3Path conv3x3_path();
 void set_conv3x3_path(Conv3x3Path path);
-const char* conv3x3_path_name(Conv3x3Path path);  // "winograd F(2x2,3x3)" or "im2col + GEMM"
+// "winograd F(2x2,3x3)", "im2col + GEMM", or for automatic "winograd F(2x2,3x3) where it pays".
+const char* conv3x3_path_name(Conv3x3Path path);
 // What `ember info` and the benchmarks print: the path, and for winograd the transforms' loops
 // and the cases it covers, e.g. "winograd F(2x2,3x3) (AVX-512 transforms; f32 and bf16, stride 1, >= 16
 // channels; bf16 products on bf16 pairs (VDPBF16PS); im2col + GEMM otherwise)".
 std::string conv3x3_description();
 
-// Whether this geometry's forward pass (backward_data = false) or input gradient (true) runs on
-// the Winograd path under the current conv3x3_path().
-bool winograd_applies(const Conv2dGeometry& g, bool backward_data);
+// Whether this geometry's forward pass and weight gradient (backward_data = false) or input
+// gradient (true) run on the Winograd path under the current conv3x3_path(), for float32 data or,
+// with bf16 = true, bfloat16 data (whose products can make im2col the faster path: Note [When
+// bf16 Winograd pays] in conv_winograd.cpp).
+bool winograd_applies(const Conv2dGeometry& g, bool backward_data, bool bf16 = false);
 
 // How many convolutions (forward or input gradient) ran on the Winograd path so far: lets a test
 // prove which path ran.

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Side by side on the CPU: one ResNet-18 training step (224 x 224, batch 8, SGD with momentum),
+# ember (bench_resnet_step) against current PyTorch 2.x from PyPI (bench/torch_resnet_step.py, in
+# the environment of scripts/python-env.sh), float32 and bf16 autocast, 1 and 2 threads, ROUNDS
+# rounds with the two sides interleaved. Prints every JSON line, then per configuration both
+# sides' median step time over the rounds and ember's speed-up, with the CPU. Run on an idle machine.
+#   bench/compare_resnet_cpu.sh build/bench/bench_resnet_step        (ROUNDS=3 BATCH=8)
+set -euo pipefail
+bench="${1:-build/bench/bench_resnet_step}"
+here=$(cd "$(dirname "$0")" && pwd)
+python=$("$here/../scripts/python-env.sh")
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for round in $(seq "${ROUNDS:-3}"); do
+  for threads in 1 2; do
+    "$bench" --batch "${BATCH:-8}" --threads "$threads" | tee -a "$out"
+    "$python" "$here/torch_resnet_step.py" --batch "${BATCH:-8}" --threads "$threads" | tee -a "$out"
+  done
+done
+"$python" - "$out" <<'PY'
+import collections, json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = collections.defaultdict(list)
+cpu = next((r["cpu"] for r in rows if "cpu" in r), "?")
+for r in rows:
+    by[(r["threads"], r["amp"], r["side"])].append(r["step_s"])
+for (threads, amp) in sorted({(t, a) for t, a, _ in by}):
+    e, p = statistics.median(by[(threads, amp, "ember")]), statistics.median(by[(threads, amp, "pytorch")])
+    print(json.dumps({"summary": "resnet18_step", "threads": threads, "amp": amp, "ember_s": e, "pytorch_s": p,
+                      "ember_speedup": round(p / e, 2), "cpu": cpu}))
+PY
