@@ -78,28 +78,60 @@ T take_value(bool take, T a, T b) {
 // The common case — every window inside the input (no padding, dilation 1, no partial ceil_mode
 // window) — with the kernel size known at compile time: per output cell only the window's loads
 // and compares remain (the general loop below spends more on window bounds than on the max).
+// One output cell whose K x K window starts at input position `base` and lies inside the input.
 template <typename T, int K, typename I>
-void max_forward_inside(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
-  for (int64_t oh = 0; oh < g.out_h; ++oh) {
-    for (int64_t ow = 0; ow < g.out_w; ++ow) {
-      const int64_t base = oh * g.stride_h * g.in_w + ow * g.stride_w;
-      int64_t best = base;
-      T best_v = -std::numeric_limits<T>::infinity();
-      for (int i = 0; i < K; ++i) {
-        for (int j = 0; j < K; ++j) {
-          const int64_t idx = base + i * g.in_w + j;
-          const T v = xp[idx];
-          // The same rule as the general loop, as bit masks: the winner is data-dependent, and a
-          // compiler-chosen branch here mispredicts on about every other element.
-          const bool take = (v > best_v) | (v != v);
-          best = take_bits(take, idx, best);
-          best_v = take_value(take, v, best_v);
-        }
-      }
-      op[oh * g.out_w + ow] = best_v;
-      ip[oh * g.out_w + ow] = static_cast<I>(best);
+inline void max_cell_inside(const Pool2dGeometry& g, const T* xp, int64_t base, T* o, I* oi) {
+  int64_t best = base;
+  T best_v = -std::numeric_limits<T>::infinity();
+  for (int i = 0; i < K; ++i) {
+    for (int j = 0; j < K; ++j) {
+      const int64_t idx = base + i * g.in_w + j;
+      const T v = xp[idx];
+      // The same rule as the general loop, as bit masks: the winner is data-dependent, and a
+      // compiler-chosen branch here mispredicts on about every other element.
+      const bool take = (v > best_v) | (v != v);
+      best = take_bits(take, idx, best);
+      best_v = take_value(take, v, best_v);
     }
   }
+  *o = best_v;
+  *oi = static_cast<I>(best);
+}
+
+// kCells neighbouring cells of one output row (window starts `step` apart) at once: each cell's
+// running max is a chain of dependent compare-and-selects, and interleaving independent chains
+// lets the core overlap them. The same comparisons in the same order per cell as max_cell_inside.
+template <typename T, int K, int kCells, typename I>
+inline void max_cells_inside(const Pool2dGeometry& g, const T* xp, int64_t base, int64_t step, T* o, I* oi) {
+  int64_t best[kCells];
+  T best_v[kCells];
+  for (int c = 0; c < kCells; ++c) {
+    best[c] = base + c * step;
+    best_v[c] = -std::numeric_limits<T>::infinity();
+  }
+  for (int i = 0; i < K; ++i) {
+    for (int j = 0; j < K; ++j) {
+      for (int c = 0; c < kCells; ++c) {
+        const int64_t idx = base + c * step + i * g.in_w + j;
+        const T v = xp[idx];
+        const bool take = (v > best_v[c]) | (v != v);
+        best[c] = take_bits(take, idx, best[c]);
+        best_v[c] = take_value(take, v, best_v[c]);
+      }
+    }
+  }
+  for (int c = 0; c < kCells; ++c) {
+    o[c] = best_v[c];
+    oi[c] = static_cast<I>(best[c]);
+  }
+}
+
+template <typename T, int K, typename I>
+void max_forward_inside(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
+  for (int64_t oh = 0; oh < g.out_h; ++oh)
+    for (int64_t ow = 0; ow < g.out_w; ++ow)
+      max_cell_inside<T, K, I>(g, xp, oh * g.stride_h * g.in_w + ow * g.stride_w, op + oh * g.out_w + ow,
+                               ip + oh * g.out_w + ow);
 }
 
 #ifdef __SSE2__
@@ -245,18 +277,40 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, I* indices) {
     });
     return;
   }
+  // Padded square windows with dilation 1 (ResNet's 3x3 stride-2 pad-1 pool): the cells whose
+  // window lies inside the input take max_forward_inside's loop, the border cells the general one.
+  const bool square = g.dilation_h == 1 && g.dilation_w == 1 && g.kernel_h == g.kernel_w;
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T* xp = x + p * in_plane;
       T* op = out + p * out_plane;
       I* ip = indices + p * out_plane;
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        int64_t h0 = oh * g.stride_h - g.pad_h;
-        const int64_t h1 = std::min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
-        while (h0 < 0) h0 += g.dilation_h;  // first tap that is not padding
+        const int64_t top = oh * g.stride_h - g.pad_h;
+        const bool rows_inside = top >= 0 && top + g.kernel_h <= g.in_h;
         for (int64_t ow = 0; ow < g.out_w; ++ow) {
-          int64_t w0 = ow * g.stride_w - g.pad_w;
+          const int64_t left = ow * g.stride_w - g.pad_w;
+          if (square && rows_inside && left >= 0 && left + g.kernel_w <= g.in_w) {
+            // Four cells at a time while all four windows lie inside.
+            if (g.kernel_h == 3 && ow + 3 < g.out_w && left + 3 * g.stride_w + 3 <= g.in_w) {
+              max_cells_inside<T, 3, 4, I>(g, xp, top * g.in_w + left, g.stride_w, op + oh * g.out_w + ow,
+                                           ip + oh * g.out_w + ow);
+              ow += 3;
+              continue;
+            }
+            if (g.kernel_h == 3) {
+              max_cell_inside<T, 3, I>(g, xp, top * g.in_w + left, op + oh * g.out_w + ow, ip + oh * g.out_w + ow);
+              continue;
+            }
+            if (g.kernel_h == 2) {
+              max_cell_inside<T, 2, I>(g, xp, top * g.in_w + left, op + oh * g.out_w + ow, ip + oh * g.out_w + ow);
+              continue;
+            }
+          }
+          int64_t h0 = top, w0 = left;
+          const int64_t h1 = std::min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
           const int64_t w1 = std::min(w0 + (g.kernel_w - 1) * g.dilation_w + 1, g.in_w);
+          while (h0 < 0) h0 += g.dilation_h;  // first tap that is not padding
           while (w0 < 0) w0 += g.dilation_w;
           // PyTorch's rule: start from -inf at the first tap; a strictly larger value or a NaN
           // takes over, so ties keep the first position in row-major order (and NaN propagates).
@@ -268,8 +322,8 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, I* indices) {
               const T v = xp[i];
               // Branch-free: which element wins is data-dependent, so a branch mispredicts often.
               const bool take = (v > best_v) | (v != v);
-              best_v = take ? v : best_v;
-              best = take ? i : best;
+              best_v = take_value(take, v, best_v);
+              best = take_bits(take, i, best);
             }
           }
           op[oh * g.out_w + ow] = best_v;
