@@ -76,8 +76,9 @@ namespace ember::kernels::cpu {
 // transforms the K C sums back in double. dY of the outputs a cut tile does not have is 0.
 //
 // Tiles are numbered across the images of a part, q = image * tiles_per_image + ty * tiles_w +
-// tx, and taken kTileBlock at a time, so the 16 planes of a block (16 (C + K) kTileBlock floats)
-// stay in the caches between the transforms and the GEMMs however large the images. The
+// tx, and taken a block at a time (Note [Winograd tile blocks]), so the 16 planes of a block
+// (16 (C + K) floats per tile) stay in the caches between the transforms and the GEMMs however
+// large the images. The
 // transforms walk each channel plane front to back, and write whole vectors (kRowSlack).
 // When it applies: 3x3, stride 1, dilation 1, one group, padding at most 2 (so that the input
 // gradient's padding 2 - p is not negative), and at least kMinChannels input and output
@@ -126,7 +127,21 @@ using conv_detail::run_parts;
 using conv_detail::scratch;
 using conv_detail::split_images;
 
-constexpr int64_t kTileBlock = 256;  // tiles per block (the GEMMs' N; measured: 128-384 alike, 512+ slower)
+// Note [Winograd tile blocks]
+// Tiles are transformed, multiplied and transformed back a block at a time; the block is the
+// GEMMs' N. Each block streams the whole of U (16 K x C transformed weights) through the GEMMs,
+// and holds 16 (C + K) floats of planes per tile. A large block amortizes U; a small one keeps
+// the planes in the core's own cache (1 MB of L2 on Zen 4), which matters once two threads share
+// the rest. Measured on a 2-vCPU AMD EPYC (Zen 4, 2026-12-05; bench_conv, forward and both
+// gradients, ms on 1 / 2 threads), blocks of 256 against 64:
+//   8 x 128 x 28 x 28 -> 128, bf16   26.2 / 23.6   against 24.7 / 16.2
+//   8 x 64 x 56 x 56 -> 64, bf16     24.9 / 16.6   against 22.5 / 13.0
+//   64 x 32 x 14 x 14 -> 64 (cnn)    f32 11.8 / 5.5, bf16 9.3 / 5.3   against 12.1 / 5.0, 7.9 / 4.0
+//   8 x 256 x 14 x 14 -> 256, bf16   25.5 / 14.1   against 36.7 / 18.0 (U is 2 MB in bf16 pairs)
+// so blocks of 64 tiles, and of 256 where K C reaches 256 x 256.
+int64_t tile_block(int64_t C, int64_t K, int64_t tiles) {
+  return std::min<int64_t>(C * K >= 256 * 256 ? 256 : 64, tiles);
+}
 constexpr int64_t kMinChannels = 16;  // both C and K at least this
 // The 16 planes of V and of M lie this many floats more than their size apart. The transforms
 // read or write all 16 at once, and with a power-of-two plane (C count floats: 32 x 512 x 4
@@ -618,7 +633,7 @@ void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, 
   const std::vector<uint32_t> up = pack_u_pairs(p.K, p.C, u);
   const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, c2 = (p.C + 1) / 2;
   const ImageSplit s = split_images(p.n);
-  const int64_t block = std::min(kTileBlock, p.n * p.tiles);
+  const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
   const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), m_elems = 16 * (k_rows * row_ld(block) + kPlanePad);
   const int64_t vp_elems = c2 * row_ld(block);
   auto v_all = scratch<float>(s.parts * v_elems);
@@ -651,7 +666,7 @@ template <typename T>
 void run_weight_pairs(const Problem& p, const T* x, const T* gy, float* du) {
   const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, cpad = (p.C + 15) / 16 * 16;
   const ImageSplit s = split_images(p.n);
-  const int64_t block = std::min(kTileBlock, p.n * p.tiles);
+  const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
   const int64_t max_pairs = ((block + 1) / 2 + 15) / 16 * 16;
   const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), w_elems = 16 * (p.K * row_ld(block) + kPlanePad);
   const int64_t acc_elems = 16 * k_rows * cpad;
@@ -703,7 +718,7 @@ void run(const Problem& p, const T* x, const float* u, const float* bias, T* y) 
     if (bf16_products_on().load(std::memory_order_relaxed)) return run_pairs(p, x, u, bias, y);
 #endif
   const ImageSplit s = split_images(p.n);
-  const int64_t block = std::min(kTileBlock, p.n * p.tiles);
+  const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
   const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), m_elems = 16 * (p.K * row_ld(block) + kPlanePad);
   auto v_all = scratch<float>(s.parts * v_elems);
   auto m_all = scratch<float>(s.parts * m_elems);
@@ -732,7 +747,7 @@ void run_weight(const Problem& p, const T* x, const T* gy, float* du) {
     if (bf16_products_on().load(std::memory_order_relaxed)) return run_weight_pairs(p, x, gy, du);
 #endif
   const ImageSplit s = split_images(p.n);
-  const int64_t block = std::min(kTileBlock, p.n * p.tiles);
+  const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
   const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), w_elems = 16 * (p.K * row_ld(block) + kPlanePad);
   const int64_t u_elems = 16 * p.K * p.C;
   auto v_all = scratch<float>(s.parts * v_elems);
