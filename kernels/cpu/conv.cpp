@@ -353,18 +353,22 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
                   first == lo ? A(0) : A(1), acc + gr * cout_g * kk, kk);
     }
   });
-  if constexpr (narrow) {
-    for (int64_t i = 0; i < w_elems; ++i) {
-      A sum = partial[i];
-      for (int64_t p = 1; p < s.parts; ++p) sum += partial[p * w_elems + i];
-      gw[i] = T(sum);
+  // The parts added in part order for every element; parallel over the elements (the same sums
+  // for any thread count): a deep layer's weight gradient is millions of elements per part.
+  parallel_for(0, w_elems, 65536, [&](int64_t i0, int64_t i1) {
+    if constexpr (narrow) {
+      for (int64_t i = i0; i < i1; ++i) {
+        A sum = partial[i];
+        for (int64_t p = 1; p < s.parts; ++p) sum += partial[p * w_elems + i];
+        gw[i] = T(sum);
+      }
+    } else {
+      for (int64_t p = 1; p < s.parts; ++p) {
+        const T* src = partial.get() + (p - 1) * w_elems;
+        for (int64_t i = i0; i < i1; ++i) gw[i] += src[i];
+      }
     }
-  } else {
-    for (int64_t p = 1; p < s.parts; ++p) {
-      const T* src = partial.get() + (p - 1) * w_elems;
-      for (int64_t i = 0; i < w_elems; ++i) gw[i] += src[i];
-    }
-  }
+  });
 }
 
 template <typename T>
