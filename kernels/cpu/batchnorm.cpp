@@ -146,24 +146,11 @@ void backward_passes(const BatchNormShape& sh, bool training, const T* x, const 
   parallel_for(0, sh.c, channel_grain(sh), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const double m = load(mean[c]), is = load(invstd[c]);
-      double lg[kLanes] = {}, lgx[kLanes] = {};
-      for (int64_t i = 0; i < sh.n; ++i) {
-        const int64_t row = (i * sh.c + c) * sh.s;
-        int64_t j = 0;
-        for (; j + kLanes <= sh.s; j += kLanes)
-          for (int l = 0; l < kLanes; ++l) {
-            const double g = grad(row + j + l);
-            lg[l] += g;
-            lgx[l] += g * (load(x[row + j + l]) - m) * is;
-          }
-        for (; j < sh.s; ++j) {
-          const double g = grad(row + j);
-          lg[j % kLanes] += g;
-          lgx[j % kLanes] += g * (load(x[row + j]) - m) * is;
-        }
-      }
-      double sg = 0, sgx = 0;
-      for (int l = 0; l < kLanes; ++l) sg += lg[l], sgx += lgx[l];
+      const std::array<double, 2> sums = channel_sums<2>(sh, x, c, [&](int64_t e) {
+        const double g = grad(e);
+        return std::array<double, 2>{g, g * (load(x[e]) - m) * is};
+      });
+      const double sg = sums[0], sgx = sums[1];
       sum_g[c] = sg;
       sum_gx[c] = sgx;
       if (gw) gw[c] = round_to<P, C>(sgx);

@@ -26,11 +26,6 @@ using ember::kernels::WeightDecayMode;
 using ember::testing::DeviceBuffer;
 using ember::testing::random_vector;
 
-template <typename T>
-DType dtype_of() {
-  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
-}
-
 // Bit-for-bit equality, except that any NaN matches any NaN (a GPU returns its canonical NaN,
 // x86 propagates the payload of an input NaN).
 template <typename T>
@@ -104,7 +99,7 @@ const size_t kSizes[] = {1, 31, 33, 1000, 4097, 9001};
 
 TEMPLATE_TEST_CASE("cuda adam_step is bit-identical to the CPU step", "[cuda][optim]", float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   uint64_t seed = 1;
   for (const AdamHyper& h : adam_configs()) {
     for (size_t n : kSizes) {
@@ -123,7 +118,7 @@ TEMPLATE_TEST_CASE("cuda adam_step is bit-identical to the CPU step", "[cuda][op
 
 TEMPLATE_TEST_CASE("cuda sgd_step is bit-identical to the CPU step", "[cuda][optim]", float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   uint64_t seed = 500;
   for (const SgdHyper& h : sgd_configs()) {
     for (size_t n : kSizes) {
@@ -144,7 +139,7 @@ TEMPLATE_TEST_CASE("cuda sgd_step is bit-identical to the CPU step", "[cuda][opt
 TEMPLATE_TEST_CASE("cuda adam_step_multi / sgd_step_multi equal per-tensor CPU steps in one launch", "[cuda][optim]",
                    float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   const size_t sizes[] = {1, 4097, 0, 300, 8192, 5};  // chunk boundaries, an empty tensor
   std::vector<std::unique_ptr<State<T>>> states;
   for (size_t i = 0; i < std::size(sizes); ++i) states.push_back(std::make_unique<State<T>>(sizes[i], 900 + 10 * i));
@@ -187,7 +182,7 @@ TEMPLATE_TEST_CASE("cuda adam_step_multi / sgd_step_multi equal per-tensor CPU s
 
 TEMPLATE_TEST_CASE("cuda grad_norm_partial matches the CPU within double rounding", "[cuda][optim]", float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   const double inf = std::numeric_limits<double>::infinity();
   for (size_t n : {size_t{1}, size_t{31}, size_t{1000}, size_t{70001}}) {
     const std::vector<T> g = random_vector<T>(n, 77 + n, -3.0, 3.0);
@@ -263,10 +258,10 @@ TEMPLATE_TEST_CASE("cuda non_finite_check_and_unscale equals the CPU over a ragg
     for (auto& h : host) cpu_list.push_back({h.data(), static_cast<int64_t>(h.size())});
     const float inv_scale = 1.0f / 65536.0f;
     float cpu_found = 0;
-    ember::kernels::cpu::non_finite_check_and_unscale(dtype_of<T>(), cpu_list.data(), int64_t(cpu_list.size()),
+    ember::kernels::cpu::non_finite_check_and_unscale(ember::dtype_of<T>::value, cpu_list.data(), int64_t(cpu_list.size()),
                                                       &cpu_found, &inv_scale);
     DeviceBuffer<float> found(std::vector<float>{0.0f}), inv(std::vector<float>{inv_scale});
-    ember::kernels::gpu::non_finite_check_and_unscale(dtype_of<T>(), gpu_list.data(), int64_t(gpu_list.size()),
+    ember::kernels::gpu::non_finite_check_and_unscale(ember::dtype_of<T>::value, gpu_list.data(), int64_t(gpu_list.size()),
                                                       found.data(), inv.data());
     REQUIRE(cpu_found == (plant >= 0 ? 1.0f : 0.0f));
     REQUIRE(found.download()[0] == cpu_found);
@@ -279,7 +274,7 @@ TEMPLATE_TEST_CASE("cuda non_finite_check_and_unscale equals the CPU over a ragg
     DeviceBuffer<T> dclean(clean);
     const ember::kernels::UnscaleTensor one{dclean.data(), 2};
     DeviceBuffer<float> raised(std::vector<float>{1.0f});
-    ember::kernels::gpu::non_finite_check_and_unscale(dtype_of<T>(), &one, 1, raised.data(), inv.data());
+    ember::kernels::gpu::non_finite_check_and_unscale(ember::dtype_of<T>::value, &one, 1, raised.data(), inv.data());
     REQUIRE(raised.download()[0] == 1.0f);
   }
 }
