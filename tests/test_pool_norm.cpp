@@ -411,48 +411,55 @@ TEST_CASE("max_pool2d: the 2x2 stride-2 fast paths match the rule on ties and Na
 }
 
 TEST_CASE("max_pool2d: padded windows (ResNet's 3x3/2 pad 1) match the rule on ties and NaNs", "[pool]") {
-  // The cells whose window lies inside take the fixed-size loops (four at a time where four fit),
-  // the border cells the general loop: both against the rule written out here, with values from a
-  // small set (many ties) and a few NaNs, in f32, f64 and bf16, for sizes that leave tails of 1-3
-  // cells after the groups of four.
+  // The cells whose window lies inside take the fixed-size loops (16 at a time with AVX-512, else
+  // four at a time where four fit), the border cells the general loop: both against the rule
+  // written out here, with values from a small set (many ties) and a few NaNs, in f32, f64, bf16
+  // and f16, for sizes that leave tails of 1-3 cells after the groups of four and masked tails
+  // after the groups of 16, with the AVX-512 rows on and off where the CPU has them.
   struct Shape2 {
     int64_t k, stride, pad;
   };
-  for (const Shape2 sp : {Shape2{3, 2, 1}, Shape2{3, 1, 1}, Shape2{2, 1, 1}, Shape2{3, 2, 0}})
-    for (int64_t w : {7, 13, 16, 23})
-      for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
-        const int64_t n = 2, c = 2, h = 9;
-        Generator g(31 + w);
-        std::vector<double> v = randint(0, 4, {n * c * h * w}, {.dtype = DType::i64}, g).to(DType::f64).to_vector<double>();
-        for (size_t i = 5; i < v.size(); i += 41) v[i] = std::numeric_limits<double>::quiet_NaN();
-        const Tensor x = from_vector<double>(v, {n, c, h, w}).to(dt);
-        auto [out, idx] = max_pool2d_with_indices(
-            x, {.kernel = {sp.k, sp.k}, .stride = {sp.stride, sp.stride}, .padding = {sp.pad, sp.pad}});
-        const int64_t oh_n = out.size(2), ow_n = out.size(3);
-        REQUIRE(oh_n == (h + 2 * sp.pad - sp.k) / sp.stride + 1);
-        const std::vector<double> o = out.to_vector<double>();
-        const std::vector<int64_t> id = idx.to_vector<int64_t>();
-        for (int64_t p = 0; p < n * c; ++p)
-          for (int64_t oh = 0; oh < oh_n; ++oh)
-            for (int64_t ow = 0; ow < ow_n; ++ow) {
-              const int64_t h0 = std::max<int64_t>(oh * sp.stride - sp.pad, 0), w0 = std::max<int64_t>(ow * sp.stride - sp.pad, 0);
-              const int64_t h1 = std::min(oh * sp.stride - sp.pad + sp.k, h), w1 = std::min(ow * sp.stride - sp.pad + sp.k, w);
-              double best = -INFINITY;
-              int64_t best_i = h0 * w + w0;
-              for (int64_t ih = h0; ih < h1; ++ih)
-                for (int64_t iw = w0; iw < w1; ++iw) {
-                  const double val = v[p * h * w + ih * w + iw];
-                  if (val > best || std::isnan(val)) best = val, best_i = ih * w + iw;
+  std::vector<bool> avx512_modes = {false};
+  if (kernels::cpu::set_max_pool_avx512(true)) avx512_modes.push_back(true);
+  for (bool avx512 : avx512_modes)
+    for (const Shape2 sp : {Shape2{3, 2, 1}, Shape2{3, 1, 1}, Shape2{2, 1, 1}, Shape2{3, 2, 0}, Shape2{2, 2, 1},
+                            Shape2{3, 1, 0}})
+      for (int64_t w : {7, 13, 16, 23, 40, 71})
+        for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+          REQUIRE(kernels::cpu::set_max_pool_avx512(avx512));
+          const int64_t n = 2, c = 2, h = 9;
+          Generator g(31 + w);
+          std::vector<double> v = randint(0, 4, {n * c * h * w}, {.dtype = DType::i64}, g).to(DType::f64).to_vector<double>();
+          for (size_t i = 5; i < v.size(); i += 41) v[i] = std::numeric_limits<double>::quiet_NaN();
+          const Tensor x = from_vector<double>(v, {n, c, h, w}).to(dt);
+          auto [out, idx] = max_pool2d_with_indices(
+              x, {.kernel = {sp.k, sp.k}, .stride = {sp.stride, sp.stride}, .padding = {sp.pad, sp.pad}});
+          const int64_t oh_n = out.size(2), ow_n = out.size(3);
+          REQUIRE(oh_n == (h + 2 * sp.pad - sp.k) / sp.stride + 1);
+          const std::vector<double> o = out.to_vector<double>();
+          const std::vector<int64_t> id = idx.to_vector<int64_t>();
+          for (int64_t p = 0; p < n * c; ++p)
+            for (int64_t oh = 0; oh < oh_n; ++oh)
+              for (int64_t ow = 0; ow < ow_n; ++ow) {
+                const int64_t h0 = std::max<int64_t>(oh * sp.stride - sp.pad, 0), w0 = std::max<int64_t>(ow * sp.stride - sp.pad, 0);
+                const int64_t h1 = std::min(oh * sp.stride - sp.pad + sp.k, h), w1 = std::min(ow * sp.stride - sp.pad + sp.k, w);
+                double best = -INFINITY;
+                int64_t best_i = h0 * w + w0;
+                for (int64_t ih = h0; ih < h1; ++ih)
+                  for (int64_t iw = w0; iw < w1; ++iw) {
+                    const double val = v[p * h * w + ih * w + iw];
+                    if (val > best || std::isnan(val)) best = val, best_i = ih * w + iw;
+                  }
+                const int64_t k = (p * oh_n + oh) * ow_n + ow;
+                INFO(dtype_name(dt) << " kernel " << sp.k << " stride " << sp.stride << " pad " << sp.pad << " width " << w
+                                    << " AVX-512 " << avx512 << " plane " << p << " output (" << oh << ", " << ow << ")");
+                REQUIRE(id[k] == best_i);
+                if (std::isnan(best)) {
+                  REQUIRE(std::isnan(o[k]));
+                } else {
+                  REQUIRE(o[k] == best);
                 }
-              const int64_t k = (p * oh_n + oh) * ow_n + ow;
-              INFO(dtype_name(dt) << " kernel " << sp.k << " stride " << sp.stride << " pad " << sp.pad << " width " << w
-                                  << " plane " << p << " output (" << oh << ", " << ow << ")");
-              REQUIRE(id[k] == best_i);
-              if (std::isnan(best)) {
-                REQUIRE(std::isnan(o[k]));
-              } else {
-                REQUIRE(o[k] == best);
               }
-            }
-      }
+        }
+  kernels::cpu::set_max_pool_avx512(avx512_modes.size() == 2);
 }

@@ -126,14 +126,6 @@ inline void max_cells_inside(const Pool2dGeometry& g, const T* xp, int64_t base,
   }
 }
 
-template <typename T, int K, typename I>
-void max_forward_inside(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
-  for (int64_t oh = 0; oh < g.out_h; ++oh)
-    for (int64_t ow = 0; ow < g.out_w; ++ow)
-      max_cell_inside<T, K, I>(g, xp, oh * g.stride_h * g.in_w + ow * g.stride_w, op + oh * g.out_w + ow,
-                               ip + oh * g.out_w + ow);
-}
-
 #ifdef __SSE2__
 // The 2x2 tournament below on four outputs at a time with SSE2 (in every x86-64 CPU): even and
 // odd columns are split with shuffles, "later wins if greater or NaN" is a compare mask, and the
@@ -169,6 +161,7 @@ int64_t max_2x2_row_sse(const float* row0, const float* row1, int64_t r0, int64_
 #if EMBER_POOL_X86
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in bf16_convert.cpp)
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 // The same tournament on 16 outputs at a time with AVX-512: the 32 columns under them are loaded
 // as two vectors (through a mask past the row's end), split into even and odd columns by one
@@ -217,6 +210,11 @@ __attribute__((target("avx512f"))) void max_2x2_row_avx512(const float* row0, co
 }
 #endif
 
+bool is_2x2_stride_2_inside(const Pool2dGeometry& g) {
+  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
+         g.dilation_h == 1 && g.dilation_w == 1 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
+}
+
 // The most common pool of all (2x2, stride 2, inside): a two-level tournament. "The later element
 // wins when strictly greater or NaN" gives the same winner in any bracketing as in row-major
 // order, and the two first-round matches are independent, which halves the dependency chain.
@@ -253,84 +251,134 @@ void max_forward_2x2(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
   }
 }
 
+#if EMBER_POOL_X86
+// n neighbouring output cells of one row, 16 at a time with AVX-512: output c's window covers rows
+// top .. top + K - 1 and columns left0 + stride c .. + K - 1, all inside the plane (stride 1 or 2).
+// Each of the K x K taps is one vector of 16 cells' values — a masked load (stride 1), or two and
+// a permute that keeps the even columns (stride 2) — and "a later tap wins when strictly greater
+// or NaN" is a compare mask applied with blends, in max_cell_inside's order: the same winners and
+// indices, bit for bit. Indices are 32-bit lanes (the caller checks that the plane fits).
+template <int K, typename I>
+__attribute__((target("avx512f"))) void max_row_avx512(const float* xp, int64_t in_w, int64_t top, int64_t left0,
+                                                        int64_t stride, int64_t n, float* out, I* idx) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i even = _mm512_slli_epi32(lane, 1);
+  auto first = [](int64_t count) {  // a mask of the first `count` lanes (0..16)
+    return static_cast<__mmask16>(count >= 16 ? 0xffff : count <= 0 ? 0 : (1u << count) - 1u);
+  };
+  for (int64_t c0 = 0; c0 < n; c0 += 16) {
+    const int64_t m = std::min<int64_t>(16, n - c0), left = left0 + stride * c0;
+    const int64_t span = stride * (m - 1) + 1;  // the columns one tap reads: at most 31
+    const __mmask16 lo = first(span), hi = first(span - 16), outs = first(m);
+    // The first tap's position of each cell: where a window of -inf values keeps its index.
+    const __m512i base = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(top * in_w + left)),
+                                          _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(stride))));
+    __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512i best_i = base;
+    for (int i = 0; i < K; ++i) {
+      const float* row = xp + (top + i) * in_w + left;
+      for (int j = 0; j < K; ++j) {
+        __m512 v;
+        if (stride == 1) {
+          v = _mm512_maskz_loadu_ps(lo, row + j);
+        } else {
+          const __m512 a = _mm512_maskz_loadu_ps(lo, row + j), b = _mm512_maskz_loadu_ps(hi, row + j + 16);
+          v = _mm512_permutex2var_ps(a, even, b);
+        }
+        const __mmask16 take = static_cast<__mmask16>(_mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+                                                      _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+        best = _mm512_mask_blend_ps(take, best, v);
+        best_i = _mm512_mask_blend_epi32(take, best_i,
+                                         _mm512_add_epi32(base, _mm512_set1_epi32(static_cast<int>(i * in_w + j))));
+      }
+    }
+    _mm512_mask_storeu_ps(out + c0, outs, best);
+    if constexpr (sizeof(I) == 4) {
+      _mm512_mask_storeu_epi32(idx + c0, outs, best_i);
+    } else {
+      _mm512_mask_storeu_epi64(idx + c0, static_cast<__mmask8>(outs & 0xff),
+                               _mm512_cvtepi32_epi64(_mm512_castsi512_si256(best_i)));
+      _mm512_mask_storeu_epi64(idx + c0 + 8, static_cast<__mmask8>(outs >> 8),
+                               _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(best_i, 1)));
+    }
+  }
+}
+#endif
+
+// One plane of max pooling, any geometry. The 2x2 stride-2 pool without padding is the
+// tournament above. Otherwise each output row splits into the cells whose window lies inside the
+// input and the border cells around them (padding, a partial ceil_mode window): square 2x2 and 3x3
+// windows with dilation 1 take the fixed-size loops for the inside cells — 16 cells at a time with
+// AVX-512 for strides 1 and 2 (ResNet's 3x3 / 2, pad 1), else four at a time — and every other
+// cell the general loop.
+template <typename T, typename I>
+void max_forward_plane(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
+  if (g.pad_h == 0 && g.pad_w == 0 && is_2x2_stride_2_inside(g)) return max_forward_2x2<T, I>(g, xp, op, ip);
+  const int64_t K = g.kernel_h;
+  const bool fixed = g.dilation_h == 1 && g.dilation_w == 1 && g.kernel_w == K && (K == 2 || K == 3);
+  [[maybe_unused]] const bool wide = fixed && max_pool_avx512() && std::is_same_v<T, float> &&
+                                     g.stride_w <= 2 && g.in_h * g.in_w <= INT32_MAX;
+  // Output columns [ow_lo, ow_hi) have windows inside the input's columns.
+  const int64_t ow_lo = std::min(g.out_w, (g.pad_w + g.stride_w - 1) / g.stride_w);
+  const int64_t last = g.in_w - g.kernel_w + g.pad_w;  // the largest inside window start + pad
+  const int64_t ow_hi = last < 0 ? ow_lo : std::clamp(last / g.stride_w + 1, ow_lo, g.out_w);
+  auto general_cell = [&](int64_t oh, int64_t ow) {
+    int64_t h0 = oh * g.stride_h - g.pad_h, w0 = ow * g.stride_w - g.pad_w;
+    const int64_t h1 = std::min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
+    const int64_t w1 = std::min(w0 + (g.kernel_w - 1) * g.dilation_w + 1, g.in_w);
+    while (h0 < 0) h0 += g.dilation_h;  // first tap that is not padding
+    while (w0 < 0) w0 += g.dilation_w;
+    // PyTorch's rule: start from -inf at the first tap; a strictly larger value or a NaN takes
+    // over, so ties keep the first position in row-major order (and NaN propagates).
+    int64_t best = h0 * g.in_w + w0;
+    T best_v = -std::numeric_limits<T>::infinity();
+    for (int64_t ih = h0; ih < h1; ih += g.dilation_h) {
+      for (int64_t iw = w0; iw < w1; iw += g.dilation_w) {
+        const int64_t i = ih * g.in_w + iw;
+        const T v = xp[i];
+        // Branch-free: which element wins is data-dependent, so a branch mispredicts often.
+        const bool take = (v > best_v) | (v != v);
+        best_v = take_value(take, v, best_v);
+        best = take_bits(take, i, best);
+      }
+    }
+    op[oh * g.out_w + ow] = best_v;
+    ip[oh * g.out_w + ow] = static_cast<I>(best);
+  };
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    const int64_t top = oh * g.stride_h - g.pad_h;
+    if (!fixed || top < 0 || top + K > g.in_h) {
+      for (int64_t ow = 0; ow < g.out_w; ++ow) general_cell(oh, ow);
+      continue;
+    }
+    for (int64_t ow = 0; ow < ow_lo; ++ow) general_cell(oh, ow);
+    T* orow = op + oh * g.out_w;
+    I* irow = ip + oh * g.out_w;
+    auto base = [&](int64_t ow) { return top * g.in_w + ow * g.stride_w - g.pad_w; };
+    int64_t ow = ow_lo;
+#if EMBER_POOL_X86
+    if constexpr (std::is_same_v<T, float>)
+      if (wide && ow < ow_hi) {
+        if (K == 3) max_row_avx512<3, I>(xp, g.in_w, top, base(ow) - top * g.in_w, g.stride_w, ow_hi - ow, orow + ow, irow + ow);
+        else max_row_avx512<2, I>(xp, g.in_w, top, base(ow) - top * g.in_w, g.stride_w, ow_hi - ow, orow + ow, irow + ow);
+        ow = ow_hi;
+      }
+#endif
+    if (K == 3)
+      for (; ow + 4 <= ow_hi; ow += 4) max_cells_inside<T, 3, 4, I>(g, xp, base(ow), g.stride_w, orow + ow, irow + ow);
+    for (; ow < ow_hi; ++ow) {
+      if (K == 3) max_cell_inside<T, 3, I>(g, xp, base(ow), orow + ow, irow + ow);
+      else max_cell_inside<T, 2, I>(g, xp, base(ow), orow + ow, irow + ow);
+    }
+    for (; ow < g.out_w; ++ow) general_cell(oh, ow);
+  }
+}
+
 template <typename T, typename I>
 void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, I* indices) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-  const bool inside = g.pad_h == 0 && g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1 &&
-                      g.kernel_h == g.kernel_w && (g.out_h - 1) * g.stride_h + g.kernel_h <= g.in_h &&
-                      (g.out_w - 1) * g.stride_w + g.kernel_w <= g.in_w;
-  if (inside && g.kernel_h == 2 && g.stride_h == 2 && g.stride_w == 2) {
-    parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) max_forward_2x2<T, I>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
-    });
-    return;
-  }
-  if (inside && (g.kernel_h == 2 || g.kernel_h == 3)) {
-    parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        if (g.kernel_h == 2) {
-          max_forward_inside<T, 2, I>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
-        } else {
-          max_forward_inside<T, 3, I>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
-        }
-      }
-    });
-    return;
-  }
-  // Padded square windows with dilation 1 (ResNet's 3x3 stride-2 pad-1 pool): the cells whose
-  // window lies inside the input take max_forward_inside's loop, the border cells the general one.
-  const bool square = g.dilation_h == 1 && g.dilation_w == 1 && g.kernel_h == g.kernel_w;
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const T* xp = x + p * in_plane;
-      T* op = out + p * out_plane;
-      I* ip = indices + p * out_plane;
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        const int64_t top = oh * g.stride_h - g.pad_h;
-        const bool rows_inside = top >= 0 && top + g.kernel_h <= g.in_h;
-        for (int64_t ow = 0; ow < g.out_w; ++ow) {
-          const int64_t left = ow * g.stride_w - g.pad_w;
-          if (square && rows_inside && left >= 0 && left + g.kernel_w <= g.in_w) {
-            // Four cells at a time while all four windows lie inside.
-            if (g.kernel_h == 3 && ow + 3 < g.out_w && left + 3 * g.stride_w + 3 <= g.in_w) {
-              max_cells_inside<T, 3, 4, I>(g, xp, top * g.in_w + left, g.stride_w, op + oh * g.out_w + ow,
-                                           ip + oh * g.out_w + ow);
-              ow += 3;
-              continue;
-            }
-            if (g.kernel_h == 3) {
-              max_cell_inside<T, 3, I>(g, xp, top * g.in_w + left, op + oh * g.out_w + ow, ip + oh * g.out_w + ow);
-              continue;
-            }
-            if (g.kernel_h == 2) {
-              max_cell_inside<T, 2, I>(g, xp, top * g.in_w + left, op + oh * g.out_w + ow, ip + oh * g.out_w + ow);
-              continue;
-            }
-          }
-          int64_t h0 = top, w0 = left;
-          const int64_t h1 = std::min(h0 + (g.kernel_h - 1) * g.dilation_h + 1, g.in_h);
-          const int64_t w1 = std::min(w0 + (g.kernel_w - 1) * g.dilation_w + 1, g.in_w);
-          while (h0 < 0) h0 += g.dilation_h;  // first tap that is not padding
-          while (w0 < 0) w0 += g.dilation_w;
-          // PyTorch's rule: start from -inf at the first tap; a strictly larger value or a NaN
-          // takes over, so ties keep the first position in row-major order (and NaN propagates).
-          int64_t best = h0 * g.in_w + w0;
-          T best_v = -std::numeric_limits<T>::infinity();
-          for (int64_t ih = h0; ih < h1; ih += g.dilation_h) {
-            for (int64_t iw = w0; iw < w1; iw += g.dilation_w) {
-              const int64_t i = ih * g.in_w + iw;
-              const T v = xp[i];
-              // Branch-free: which element wins is data-dependent, so a branch mispredicts often.
-              const bool take = (v > best_v) | (v != v);
-              best_v = take_value(take, v, best_v);
-              best = take_bits(take, i, best);
-            }
-          }
-          op[oh * g.out_w + ow] = best_v;
-          ip[oh * g.out_w + ow] = static_cast<I>(best);
-        }
-      }
-    }
+    for (int64_t p = p0; p < p1; ++p) max_forward_plane<T, I>(g, x + p * in_plane, out + p * out_plane, indices + p * out_plane);
   });
 }
 
@@ -340,44 +388,59 @@ void max_forward_impl(const Pool2dGeometry& g, const T* x, T* out, I* indices) {
 // with no tap inside the input (impossible with the checked padding <= kernel / 2, but a bad index
 // must not write out of bounds).
 template <bool Disjoint, typename T, typename I>
+void max_backward_plane(const Pool2dGeometry& g, const T* go, const I* ip, T* gi) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  std::fill(gi, gi + in_plane, T(0));
+  for (int64_t o = 0; o < out_plane; ++o) {
+    if (ip[o] < 0 || ip[o] >= in_plane) continue;
+    if constexpr (Disjoint)
+      gi[ip[o]] = go[o];
+    else
+      gi[ip[o]] += go[o];
+  }
+}
+
+template <bool Disjoint, typename T, typename I>
 void max_backward_impl(const Pool2dGeometry& g, const T* grad_out, const I* indices, T* grad_in) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      max_backward_plane<Disjoint>(g, grad_out + p * out_plane, indices + p * out_plane, grad_in + p * in_plane);
+  });
+}
+
+// 16-bit gradients of overlapping windows (an input can collect several): per plane, the output
+// gradients widened and summed in a per-thread f32 plane, each input's sum rounded once — the
+// f32 kernel's sums, without tensor-sized f32 copies.
+template <typename T, typename I>
+void max_backward_16bit_overlapping(const Pool2dGeometry& g, const T* grad_out, const I* indices, T* grad_in) {
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    thread_local std::vector<float> go_buf, gi_buf;
+    if (static_cast<int64_t>(go_buf.size()) < out_plane) go_buf.resize(static_cast<size_t>(out_plane));
+    if (static_cast<int64_t>(gi_buf.size()) < in_plane) gi_buf.resize(static_cast<size_t>(in_plane));
     for (int64_t p = p0; p < p1; ++p) {
-      T* gi = grad_in + p * in_plane;
-      const T* go = grad_out + p * out_plane;
-      const I* ip = indices + p * out_plane;
-      std::fill(gi, gi + in_plane, T(0));
-      for (int64_t o = 0; o < out_plane; ++o) {
-        if (ip[o] < 0 || ip[o] >= in_plane) continue;
-        if constexpr (Disjoint)
-          gi[ip[o]] = go[o];
-        else
-          gi[ip[o]] += go[o];
-      }
+      to_f32(grad_out + p * out_plane, go_buf.data(), out_plane);
+      max_backward_plane<false>(g, go_buf.data(), indices + p * out_plane, gi_buf.data());
+      from_f32(gi_buf.data(), grad_in + p * in_plane, in_plane);
     }
   });
 }
 
-bool is_2x2_stride_2_inside(const Pool2dGeometry& g) {
-  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
-         g.dilation_h == 1 && g.dilation_w == 1 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
-}
-
-// 16-bit (bf16, f16) 2x2 stride-2 pooling of one plane: the plane is widened to float in a
-// per-thread buffer (exact), the f32 code (SSE where built) picks the winners, and the output
+// 16-bit (bf16, f16) max pooling of one plane: the plane is widened to float in a per-thread
+// buffer (exact), the f32 code picks the winners (the vector rows where built), and the output
 // plane is narrowed back (exact: a winner is one of the inputs; a NaN is quieted, as the scalar
-// conversion does). Both conversions run 16 elements at a time where the CPU can (bf16_convert.h),
-// over the whole plane rather than row by row, so short rows leave no scalar tails. Same winners
-// and indices as f32.
+// conversion does). Both conversions run 16 elements at a time where the CPU can
+// (bf16_convert.h), a whole plane at a time, so short rows leave no scalar tails and no
+// tensor-sized f32 copy is made. Same winners and indices as f32.
 template <typename T, typename I>
-void max_forward_2x2_16bit(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
+void max_forward_16bit_plane(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
   thread_local std::vector<float> in_buf, out_buf;
-  const int64_t rows = 2 * g.out_h * g.in_w, out_plane = g.out_h * g.out_w;  // the input rows read
-  if (static_cast<int64_t>(in_buf.size()) < rows) in_buf.resize(static_cast<size_t>(rows));
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  if (static_cast<int64_t>(in_buf.size()) < in_plane) in_buf.resize(static_cast<size_t>(in_plane));
   if (static_cast<int64_t>(out_buf.size()) < out_plane) out_buf.resize(static_cast<size_t>(out_plane));
-  to_f32(xp, in_buf.data(), rows);
-  max_forward_2x2<float, I>(g, in_buf.data(), out_buf.data(), ip);
+  to_f32(xp, in_buf.data(), in_plane);
+  max_forward_plane<float, I>(g, in_buf.data(), out_buf.data(), ip);
   from_f32(out_buf.data(), op, out_plane);
 }
 
@@ -387,33 +450,26 @@ bool windows_disjoint(const Pool2dGeometry& g) {
 
 }  // namespace
 
-// Max pooling picks values without arithmetic, so bf16 and f16 skip the f32 round trip where they can: the
-// 2x2 stride-2 forward (the common pool; a plane at a time through the f32 code) and the
-// backward of non-overlapping windows run without the tensor-sized f32 copies, with the same
-// winners and indices as f32; other cases widen (widen.h).
+// Max pooling picks values without arithmetic, so bf16 and f16 never make tensor-sized f32 copies:
+// the forward widens a plane at a time into the f32 code, the backward of non-overlapping windows
+// copies 16-bit gradients directly, and that of overlapping windows sums a plane at a time in f32
+// — the same winners, indices and sums as f32.
 void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* x, void* out,
                         void* indices) {
   check_max_pool_indices("max_pool2d", index_dtype, g);
   EMBER_DISPATCH_INDEX(index_dtype, "max_pool2d", [&] {
     using I = scalar_t;
     I* const ind = static_cast<I*>(indices);
-    if (is_low_precision(dtype) && is_2x2_stride_2_inside(g)) {
+    if (is_low_precision(dtype)) {
       const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
       auto planes = [&]<typename T>(const T* xb, T* ob) {
         parallel_for(0, g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
           for (int64_t p = p0; p < p1; ++p)
-            max_forward_2x2_16bit<T, I>(g, xb + p * in_plane, ob + p * out_plane, ind + p * out_plane);
+            max_forward_16bit_plane<T, I>(g, xb + p * in_plane, ob + p * out_plane, ind + p * out_plane);
         });
       };
       if (dtype == DType::bf16) planes(static_cast<const BFloat16*>(x), static_cast<BFloat16*>(out));
       else planes(static_cast<const Half*>(x), static_cast<Half*>(out));
-      return;
-    }
-    if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
-      const Widened xf(dtype, x, g.planes * g.in_h * g.in_w);
-      Widened of(dtype, nullptr, g.planes * g.out_h * g.out_w);
-      max_forward_impl<float, I>(g, xf.data(), of.data(), ind);
-      of.store(out);
       return;
     }
     EMBER_DISPATCH_FLOAT(dtype, "max_pool2d", [&] {
@@ -432,13 +488,11 @@ void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g
       return max_backward_impl<true>(g, static_cast<const BFloat16*>(grad_out), ind, static_cast<BFloat16*>(grad_in));
     if (dtype == DType::f16 && windows_disjoint(g))
       return max_backward_impl<true>(g, static_cast<const Half*>(grad_out), ind, static_cast<Half*>(grad_in));
-    if (is_low_precision(dtype)) {  // Note [Low-precision CPU kernels through f32] in widen.h
-      const Widened gof(dtype, grad_out, g.planes * g.out_h * g.out_w);
-      Widened gif(dtype, nullptr, g.planes * g.in_h * g.in_w);
-      max_backward_impl<false>(g, gof.data(), ind, gif.data());
-      gif.store(grad_in);
-      return;
-    }
+    if (dtype == DType::bf16)
+      return max_backward_16bit_overlapping(g, static_cast<const BFloat16*>(grad_out), ind,
+                                            static_cast<BFloat16*>(grad_in));
+    if (dtype == DType::f16)
+      return max_backward_16bit_overlapping(g, static_cast<const Half*>(grad_out), ind, static_cast<Half*>(grad_in));
     EMBER_DISPATCH_FLOAT(dtype, "max_pool2d backward", [&] {
       max_backward_impl<false, scalar_t>(g, static_cast<const scalar_t*>(grad_out), ind,
                                          static_cast<scalar_t*>(grad_in));

@@ -13,8 +13,8 @@
 // kernels are compared with. The cost is one float copy of each operand, small beside the
 // kernels' own passes over the data; f16 and bf16 widen and round 16 elements at a time on AVX-512 CPUs
 // (Note [Vectorized bf16 conversion on the CPU] in bf16_convert.h). (bf16 and f16 max pooling picks
-// values without arithmetic, so its 2x2 stride-2 forward and non-overlapping backward run on the
-// 16-bit data directly: kernels/cpu/pool.cpp.)
+// values without arithmetic, so it widens a plane at a time instead, and its non-overlapping
+// backward copies the 16-bit gradients directly: kernels/cpu/pool.cpp.)
 //
 //   const Widened xf(dtype, x, n);        // n elements of x (f16 or bf16) as floats
 //   Widened yf(dtype, nullptr, m);        // an f32 output buffer of m elements (zeros)
