@@ -6,7 +6,7 @@
 //   bf16_fallback  the same call through the f32 fallback (widen A and B, OpenBLAS sgemm)
 //   sgemm          OpenBLAS sgemm on f32 copies of the operands (what an f32 model runs)
 //
-//   ./build/bench/bench_gemm_bf16
+//   ./build/bench/bench_gemm_bf16 [NAME]      # NAME: only the shapes whose name contains it ("layer4")
 //
 // One JSON line per (shape, threads, kernel):
 //   {"bench":"gemm_bf16","shape":"conv2 forward","m":64,"n":2156,"k":288,"ta":0,"tb":0,"threads":1,
@@ -37,7 +37,8 @@ struct Case {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
   const Transpose N = Transpose::No, T = Transpose::Yes;
   // cnn at batch 64 on 28 x 28 images: the im2col GEMMs of a chunk of images (Note [Chunks of
   // images] in kernels/cpu/conv.cpp) and fc1; then square products.
@@ -45,11 +46,15 @@ int main() {
       {"conv1 forward", 32, 2352, 9, N, N},          {"conv2 forward", 64, 2156, 288, N, N},
       {"conv2 backward-data", 288, 2156, 64, T, N},  {"conv2 backward-weight", 64, 288, 2156, N, T},
       {"fc1 forward", 64, 128, 3136, N, T},          {"square 256", 256, 256, 256, N, N},
-      {"square 1024", 1024, 1024, 1024, N, N},       {"square 2048", 2048, 2048, 2048, N, N}};
+      {"square 1024", 1024, 1024, 1024, N, N},       {"square 2048", 2048, 2048, 2048, N, N},
+      // ResNet-18's layer4 3 x 3 convolution (512 channels, 7 x 7) at batch 8.
+      {"layer4 forward", 512, 392, 4608, N, N},      {"layer4 backward-data", 4608, 392, 512, T, N},
+      {"layer4 backward-weight", 512, 4608, 392, N, T}};
   const bool native = kc::bf16_gemm_native_available();
   const kc::Bf16GemmPath saved_path = kc::bf16_gemm_path();
   const int saved_threads = get_num_threads();
   for (const Case& cs : cases) {
+    if (std::string(cs.name).find(only) == std::string::npos) continue;
     const int64_t ar = cs.ta == N ? cs.m : cs.k, ac = cs.ta == N ? cs.k : cs.m;
     const int64_t br = cs.tb == N ? cs.k : cs.n, bc = cs.tb == N ? cs.n : cs.k;
     std::vector<BFloat16> a(ar * ac), b(br * bc);

@@ -14,6 +14,14 @@
 #include "conv_winograd.h"
 #include "gemm_bf16.h"
 #include "bf16_convert.h"
+#include "cpu_features.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define EMBER_CONV_X86 1
+#else
+#define EMBER_CONV_X86 0
+#endif
 
 namespace ember::kernels::cpu {
 
@@ -22,6 +30,7 @@ namespace {
 using conv_detail::ImageSplit;
 using conv_detail::run_parts;
 using conv_detail::scratch;
+using conv_detail::Scratch;
 using conv_detail::split_images;
 
 // ---- im2col / col2im ---------------------------------------------------------------------------
@@ -35,6 +44,45 @@ ValidRange valid_range(int64_t x_off, int64_t stride, int64_t w, int64_t out_w) 
   const int64_t last = w - 1 - x_off;  // ox * stride <= last
   const int64_t hi = last < 0 ? 0 : std::min(out_w, last / stride + 1);
   return {std::min(lo, hi), hi};
+}
+
+// dst[i] = src[2 i] for i < n: a row of a stride-2 convolution's im2col (ResNet's stem and its
+// strided layers). With AVX-512 16 outputs at a time: 16-bit values load as 16 32-bit pairs
+// (src[2i], src[2i + 1]) and VPMOVDW keeps each pair's low half, src[2i]; floats load as two
+// vectors and a permute keeps the even ones. Masked loads read nothing past src[2 (n - 1)].
+#if EMBER_CONV_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in pool.cpp)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) void copy_stride2_avx512(const T* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i), span = 2 * m - 1;  // elements read
+    if constexpr (sizeof(T) == 2) {
+      const __m512i v = _mm512_maskz_loadu_epi16(span >= 32 ? ~__mmask32{0} : (__mmask32{1} << span) - 1, src + 2 * i);
+      _mm512_mask_cvtepi32_storeu_epi16(dst + i, static_cast<__mmask16>((1u << m) - 1u), v);
+    } else {
+      static_assert(std::is_same_v<T, float>);
+      const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+      const __mmask16 lo = static_cast<__mmask16>(span >= 16 ? 0xffff : (1u << span) - 1u);
+      const __mmask16 hi = static_cast<__mmask16>(span <= 16 ? 0 : (1u << (span - 16)) - 1u);
+      const __m512 a = _mm512_maskz_loadu_ps(lo, src + 2 * i), b = _mm512_maskz_loadu_ps(hi, src + 2 * i + 16);
+      _mm512_mask_storeu_ps(dst + i, static_cast<__mmask16>((1u << m) - 1u), _mm512_permutex2var_ps(a, even, b));
+    }
+  }
+}
+#endif
+
+template <typename T>
+void copy_stride2(const T* src, T* dst, int64_t n) {
+#if EMBER_CONV_X86
+  if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) {
+    static const bool avx512 = cpu_features().avx512f && cpu_features().avx512bw;
+    if (avx512) return copy_stride2_avx512(src, dst, n);
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[2 * i];
 }
 
 // col's rows are `ld` apart: ld = out_h * out_w for one image's col, B * out_h * out_w for an
@@ -59,6 +107,8 @@ void im2col_impl(const Conv2dGeometry& g, const T* x, T* col, int64_t ld) {
           std::fill(dst, dst + r.lo, T(0));
           if (g.stride_w == 1) {
             if (r.lo < r.hi) std::copy(src + (r.lo + x_off), src + (r.hi + x_off), dst + r.lo);
+          } else if (g.stride_w == 2) {
+            if (r.lo < r.hi) copy_stride2(src + 2 * r.lo + x_off, dst + r.lo, r.hi - r.lo);
           } else {
             for (int64_t ox = r.lo; ox < r.hi; ++ox) dst[ox] = src[ox * g.stride_w + x_off];
           }
@@ -147,8 +197,8 @@ int64_t max_chunk(const Conv2dGeometry& g, const ImageSplit& s, size_t elem) {
 template <typename C, typename B = C>
 struct ChunkScratch {
   int64_t col_elems = 0, buf_elems = 0;
-  std::unique_ptr<C[]> col;
-  std::unique_ptr<B[]> buf;
+  Scratch<C> col;
+  Scratch<B> buf;
   ChunkScratch(const Conv2dGeometry& g, const ImageSplit& s, int64_t b, bool need_col, bool need_buf,
                bool buf_for_one = false) {
     const int64_t ohw = g.out_h * g.out_w;
@@ -356,12 +406,13 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
   // The parts added in part order for every element; parallel over the elements (the same sums
   // for any thread count): a deep layer's weight gradient is millions of elements per part.
   parallel_for(0, w_elems, 65536, [&](int64_t i0, int64_t i1) {
-    if constexpr (narrow) {
-      for (int64_t i = i0; i < i1; ++i) {
-        A sum = partial[i];
-        for (int64_t p = 1; p < s.parts; ++p) sum += partial[p * w_elems + i];
-        gw[i] = T(sum);
+    if constexpr (narrow) {  // summed into part 0's buffer, then rounded 16 at a time
+      A* sum = partial.get();
+      for (int64_t p = 1; p < s.parts; ++p) {
+        const A* src = partial.get() + p * w_elems;
+        for (int64_t i = i0; i < i1; ++i) sum[i] += src[i];
       }
+      store_rounded(sum + i0, gw + i0, i1 - i0);
     } else {
       for (int64_t p = 1; p < s.parts; ++p) {
         const T* src = partial.get() + (p - 1) * w_elems;

@@ -10,6 +10,7 @@
 
 #include "gemm.h"
 #include "parallel.h"
+#include "scratch.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -46,11 +47,8 @@ void run_parts(const ImageSplit& s, int64_t n, const F& body) {
   });
 }
 
-// Uninitialized scratch (every user overwrites it before reading), allocated before the
-// parallel region so an allocation failure throws in the calling thread.
-template <typename T>
-std::unique_ptr<T[]> scratch(int64_t elems) {
-  return elems > 0 ? std::make_unique_for_overwrite<T[]>(elems) : nullptr;
-}
+// Kernel scratch: Note [Kernel scratch from the CPU allocator] in scratch.h.
+using cpu::scratch;
+using cpu::Scratch;
 
 }  // namespace ember::kernels::cpu::conv_detail

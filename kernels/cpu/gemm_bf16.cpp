@@ -68,6 +68,7 @@
 #include "cpu_features.h"
 #include "gemm.h"
 #include "parallel.h"
+#include "scratch.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -166,10 +167,8 @@ void micro_kernel(int64_t, const uint32_t*, const uint32_t*, float, float*, int6
 
 // ---- the blocked product, one thread ----------------------------------------------------------
 
-struct PackBuffers {
-  std::unique_ptr<uint32_t[]> a, b;
-  PackBuffers() : a(std::make_unique_for_overwrite<uint32_t[]>(kKC / 2 * kMC)),
-                  b(std::make_unique_for_overwrite<uint32_t[]>(kKC / 2 * kNC)) {}
+struct PackBuffers {  // Note [Kernel scratch from the CPU allocator] in scratch.h
+  Scratch<uint32_t> a = scratch<uint32_t>(kKC / 2 * kMC), b = scratch<uint32_t>(kKC / 2 * kNC);
 };
 
 struct Operands {
