@@ -18,4 +18,10 @@ void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& s
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
                          void* grad_weight, void* grad_bias, const void* y = nullptr);
 
+// The loops run as AVX-512 code where the CPU has AVX-512 F, BW, VL and DQ (Note [Batch norm's
+// loops with AVX-512] in batchnorm.cpp), with the same bits as the plain build.
+// set_batch_norm_avx512(false) turns that off for the whole process (tests compare the two);
+// asking for it on a CPU without those extensions returns false and changes nothing.
+bool set_batch_norm_avx512(bool on);
+
 }  // namespace ember::kernels::cpu
