@@ -359,8 +359,9 @@ void max_forward_plane(const Pool2dGeometry& g, const T* xp, T* op, I* ip) {
 #if EMBER_POOL_X86
     if constexpr (std::is_same_v<T, float>)
       if (wide && ow < ow_hi) {
-        if (K == 3) max_row_avx512<3, I>(xp, g.in_w, top, base(ow) - top * g.in_w, g.stride_w, ow_hi - ow, orow + ow, irow + ow);
-        else max_row_avx512<2, I>(xp, g.in_w, top, base(ow) - top * g.in_w, g.stride_w, ow_hi - ow, orow + ow, irow + ow);
+        const int64_t left = ow * g.stride_w - g.pad_w;
+        if (K == 3) max_row_avx512<3, I>(xp, g.in_w, top, left, g.stride_w, ow_hi - ow, orow + ow, irow + ow);
+        else max_row_avx512<2, I>(xp, g.in_w, top, left, g.stride_w, ow_hi - ow, orow + ow, irow + ow);
         ow = ow_hi;
       }
 #endif
