@@ -163,6 +163,18 @@ int64_t max_2x2_row_sse(const float* row0, const float* row1, int64_t r0, int64_
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in bf16_convert.cpp)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
+// The 32-bit lanes of `winner` that `outs` selects, stored as the index type I (int32 or int64).
+template <typename I>
+__attribute__((target("avx512f"))) inline void store_indices16(I* idx, __mmask16 outs, __m512i winner) {
+  if constexpr (sizeof(I) == 4) {
+    _mm512_mask_storeu_epi32(idx, outs, winner);
+  } else {
+    _mm512_mask_storeu_epi64(idx, static_cast<__mmask8>(outs & 0xff), _mm512_cvtepi32_epi64(_mm512_castsi512_si256(winner)));
+    _mm512_mask_storeu_epi64(idx + 8, static_cast<__mmask8>(outs >> 8),
+                             _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(winner, 1)));
+  }
+}
+
 // The same tournament on 16 outputs at a time with AVX-512: the 32 columns under them are loaded
 // as two vectors (through a mask past the row's end), split into even and odd columns by one
 // permute each, the "beats" tests are compare masks and the picks are blends; the indices are
@@ -198,14 +210,7 @@ __attribute__((target("avx512f"))) void max_2x2_row_avx512(const float* row0, co
     const __m512i ia = _mm512_mask_add_epi32(c, ta, c, one);
     const __m512i ib = _mm512_add_epi32(_mm512_mask_add_epi32(c, tb, c, one), _mm512_set1_epi32(static_cast<int>(in_w)));
     const __m512i winner = _mm512_mask_blend_epi32(t, ia, ib);
-    if constexpr (sizeof(I) == 4) {
-      _mm512_mask_storeu_epi32(idx + ow, outs, winner);
-    } else {
-      _mm512_mask_storeu_epi64(idx + ow, static_cast<__mmask8>(outs & 0xff),
-                               _mm512_cvtepi32_epi64(_mm512_castsi512_si256(winner)));
-      _mm512_mask_storeu_epi64(idx + ow + 8, static_cast<__mmask8>(outs >> 8),
-                               _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(winner, 1)));
-    }
+    store_indices16(idx + ow, outs, winner);
   }
 }
 #endif
@@ -293,14 +298,7 @@ __attribute__((target("avx512f"))) void max_row_avx512(const float* xp, int64_t 
       }
     }
     _mm512_mask_storeu_ps(out + c0, outs, best);
-    if constexpr (sizeof(I) == 4) {
-      _mm512_mask_storeu_epi32(idx + c0, outs, best_i);
-    } else {
-      _mm512_mask_storeu_epi64(idx + c0, static_cast<__mmask8>(outs & 0xff),
-                               _mm512_cvtepi32_epi64(_mm512_castsi512_si256(best_i)));
-      _mm512_mask_storeu_epi64(idx + c0 + 8, static_cast<__mmask8>(outs >> 8),
-                               _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(best_i, 1)));
-    }
+    store_indices16(idx + c0, outs, best_i);
   }
 }
 #endif
