@@ -93,11 +93,13 @@ template <int K, typename T, typename F>
 // widened through shuffles (batch norm was a seventh of a bf16 ResNet-18 step). Its four loops —
 // the statistics' sums, the apply, the backward's sums and its elementwise pass — are therefore
 // each written once, as an always-inline function over a range of channels or rows, and compiled
-// twice: into a plain function and into one marked for AVX-512 (F, BW, VL, DQ), where the same
-// loops become 8 doubles or 16 floats per instruction. The second runs where cpu_features()
-// reports those extensions (set_batch_norm_avx512 turns it off). Both compile the same operations
-// in the same order — lane l of the sums is still lane l, nothing is contracted into an FMA
-// (ISO C++ mode: -ffp-contract=off) — so they give the same bits (tests/test_pool_norm.cpp).
+// twice: into a plain function and into one marked for AVX-512 (F, BW, VL, DQ), where GCC turns
+// the loops into 512-bit (or 256-bit) vector code — all of them except the 16-bit statistics'
+// sums, which GCC 12 leaves mostly scalar. The second runs where cpu_features() reports those
+// extensions (set_batch_norm_avx512 turns it off). Both compile the same operations in the same
+// order — lane l of the sums is still lane l, and nothing is contracted into an FMA (the library
+// builds with -ffp-contract=off, CMakeLists.txt) — so they give the same bits
+// (tests/test_pool_norm.cpp).
 
 // Statistics of channels [c0, c1).
 template <typename T, typename P>
