@@ -7,6 +7,8 @@
 //                                                   # 64 1 28 28 32 3 1 and 64 32 14 14 64 3 1; ResNet-18's
 //                                                   # stem: 8 3 224 224 64 7 3 2)
 //   ./build/bench/bench_conv --dtype bfloat16 [N C_IN H W C_OUT K PAD]   # bf16 tensors (--amp bf16's convolutions)
+//   --threads N (one thread count instead of 1 and 2), --reps N (default 7), --products bf16|f32
+//   (one of the two bfloat16 configurations below): one configuration alone, e.g. under perf.
 //
 // bfloat16 on a CPU with AVX512_BF16 runs two configurations, interleaved rep by rep:
 // "winograd_products":"bf16" (the Winograd path's products on bf16 pairs) and "f32" (float32
@@ -36,25 +38,37 @@ int main(int argc, char** argv) {
   namespace kc = kernels::cpu;
   int64_t n = 64, c_in = 32, h = 28, w = 28, c_out = 64, k = 3, pad = 1, stride = 1;
   DType dtype = DType::f32;
+  std::vector<int> thread_counts = {1, 2};
+  int reps = 7;
+  std::string products;  // "" (every mode that applies), "bf16" or "f32"
+  const char* usage =
+      "usage: %s [--dtype float32|bfloat16] [--threads N] [--reps N] [--products bf16|f32] "
+      "[N C_IN H W C_OUT K PAD [STRIDE]]\n";
   int first = 1;
-  if (argc >= 3 && std::string(argv[1]) == "--dtype") {
-    const std::string d = argv[2];
-    if (d != "float32" && d != "bfloat16") {
-      std::fprintf(stderr, "bench_conv: --dtype takes float32 or bfloat16, not '%s'\n", d.c_str());
+  for (; first + 1 < argc && std::string(argv[first]).rfind("--", 0) == 0; first += 2) {
+    const std::string flag = argv[first], value = argv[first + 1];
+    if (flag == "--dtype" && (value == "float32" || value == "bfloat16")) {
+      dtype = value == "bfloat16" ? DType::bf16 : DType::f32;
+    } else if (flag == "--threads" && std::atoi(value.c_str()) > 0) {
+      thread_counts = {std::atoi(value.c_str())};
+    } else if (flag == "--reps" && std::atoi(value.c_str()) > 0) {
+      reps = std::atoi(value.c_str());
+    } else if (flag == "--products" && (value == "bf16" || value == "f32")) {
+      products = value;
+    } else {
+      std::fprintf(stderr, "bench_conv: bad option %s %s\n", flag.c_str(), value.c_str());
+      std::fprintf(stderr, usage, argv[0]);
       return 2;
     }
-    dtype = d == "bfloat16" ? DType::bf16 : DType::f32;
-    first = 3;
   }
   if (argc - first == 7 || argc - first == 8) {
     int64_t* dims[] = {&n, &c_in, &h, &w, &c_out, &k, &pad, &stride};
     for (int i = 0; i < argc - first; ++i) *dims[i] = std::atoll(argv[first + i]);
   } else if (argc != first) {
-    std::fprintf(stderr, "usage: %s [--dtype float32|bfloat16] [N C_IN H W C_OUT K PAD [STRIDE]]\n", argv[0]);
+    std::fprintf(stderr, usage, argv[0]);
     return 2;
   }
   const int64_t oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
-  const int reps = 7;
   Generator gen(42);
   Tensor x = randn({n, c_in, h, w}, {}, gen).to(dtype).requires_grad_();
   Tensor weight = (randn({c_out, c_in, k, k}, {}, gen) * 0.05).to(dtype).detach().requires_grad_();
@@ -65,8 +79,10 @@ int main(int argc, char** argv) {
   const bool saved_products = kc::winograd_bf16_products();
   std::vector<bool> bf16_products = {false};
   if (dtype == DType::bf16 && kc::set_winograd_bf16_products(true)) bf16_products = {true, false};
+  if (products == "bf16" && bf16_products.size() == 2) bf16_products = {true};
+  if (products == "f32") bf16_products = {false};
   const int saved_threads = get_num_threads();
-  for (int threads : {1, 2}) {
+  for (int threads : thread_counts) {
     set_num_threads(threads);
     std::vector<std::vector<double>> fwd(bf16_products.size()), bwd(bf16_products.size()), total(bf16_products.size());
     for (int r = 0; r <= reps; ++r) {  // r == 0 is the warm-up
