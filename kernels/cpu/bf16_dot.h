@@ -28,7 +28,10 @@ EMBER_BF16_DOT_TARGET inline void bf16_dot_tile(int64_t steps, const uint32_t* a
 #pragma GCC unroll 8
   for (int r = 0; r < kDotRows; ++r)
 #pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = _mm512_setzero_ps();
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16 * v), _MM_HINT_T0);
+    }
   for (int64_t p = 0; p < steps; ++p) {
     __m512bh b[NV];
 #pragma GCC unroll 3
