@@ -88,6 +88,10 @@ TEST_CASE("conv2d: im2col + GEMM matches the direct reference (forward and backw
       {{2, 3, 12, 12}, {5, 3, 5, 5}, {.stride = {3, 3}, .padding = {3, 3}, .dilation = {2, 2}}},
       {{1, 2, 4, 4}, {3, 2, 2, 2}, {.stride = {4, 4}}, false},
       {{5, 16, 14, 14}, {32, 16, 3, 3}, {.padding = {1, 1}}},
+      // Rows longer than one or two vectors of the AVX-512 row copies and adds (39 and 42 columns),
+      // with input columns before and past the row (padding, dilation).
+      {{2, 3, 5, 37}, {4, 3, 3, 3}, {.padding = {1, 2}}},
+      {{2, 3, 4, 40}, {2, 3, 2, 3}, {.padding = {0, 3}, .dilation = {1, 2}}, false},
   };
   for (int threads : {1, 2})
     for (DType dt : {DType::f32, DType::f64})
