@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "../../core/dtype.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -55,6 +57,14 @@ EMBER_BF16_DOT_TARGET inline void bf16_dot_tile(int64_t steps, const uint32_t* a
       _mm512_storeu_ps(cv, x);
     }
 }
+
+// Packs one sliver of W lines (W = 8: rows of A for bf16_dot_tile's kPackedA; 48: columns of B)
+// into pairs along the sum: dst[kp * W + x] = (E(x, p0 + 2kp), E(x, p0 + 2kp + 1)) for x < xw
+// and 2kp < kc, zeros elsewhere (lines past xw, the odd kc's missing partner). E(x, p) is
+// src[x * ld + p] when the sum runs along the lines (k_contig), src[p * ld + x] otherwise. W is a
+// multiple of 8. Defined in gemm_bf16.cpp; the Winograd path packs its weights with it too.
+EMBER_BF16_DOT_TARGET void pack_pair_sliver(const BFloat16* src, int64_t ld, bool k_contig, int64_t xw, int64_t W,
+                                            int64_t p0, int64_t kc, uint32_t* dst);
 
 }  // namespace ember::kernels::cpu
 

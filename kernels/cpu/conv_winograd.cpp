@@ -228,25 +228,93 @@ Problem make_problem(int64_t n, int64_t C, int64_t h, int64_t w, int64_t K, int6
 // convolution from getting faster with a second thread.
 int64_t filter_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, C)); }
 
+std::atomic<bool>& use_avx512();  // the AVX-512 transforms' switch (below)
+
+// Note [Filter transforms eight at a time]
+// The filter transforms (U = G g G^T per filter, and dg = G^T dU G for the weight gradient) run
+// in double, rounded once to float: a deep layer has K C filters (262,144 at 512 x 512), and
+// scalar double arithmetic made them a tenth of a bf16 Winograd convolution. Each is written once
+// as a template on its number type: `double`, or `Doubles8`, eight doubles that GCC's vector
+// extension computes in one zmm register with the same operations in the same order (the library
+// builds with -ffp-contract=off, so neither fuses a multiply-add), so the eight-at-a-time path on
+// eight consecutive input channels gives the scalar path's bits. tests/test_conv_winograd.cpp
+// compares the two.
+using Doubles8 = double __attribute__((vector_size(64)));
+using Floats8 = float __attribute__((vector_size(32)));
+
+// G g G^T for g's 9 taps (tap (i, j) at g[3 i + j]): out(xi, value) for the 16 values, xi = 4 i + j.
+template <typename V, typename Out>
+[[gnu::always_inline]] inline void filter_transform(const V (&g)[9], const Out& out) {
+  V s[4][3];  // G g: 4 rows of 3
+  for (int j = 0; j < 3; ++j) {
+    const V g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
+    s[0][j] = g0;
+    s[1][j] = (g0 + g1 + g2) / 2;
+    s[2][j] = (g0 - g1 + g2) / 2;
+    s[3][j] = g2;
+  }
+  for (int i = 0; i < 4; ++i) {  // (G g) G^T: row i of 4
+    const V r[4] = {s[i][0], (s[i][0] + s[i][1] + s[i][2]) / 2, (s[i][0] - s[i][1] + s[i][2]) / 2, s[i][2]};
+    for (int j = 0; j < 4; ++j) out(i * 4 + j, r[j]);
+  }
+}
+
+// dg = G^T dU G for one filter's 16 values e (xi = 4 i + j at e[xi]): out(t, value) for the 9
+// taps, t = 3 i + j.       G^T = | 1 1/2  1/2 0 |
+//                                | 0 1/2 -1/2 0 |
+//                                | 0 1/2  1/2 1 |
+template <typename V, typename Out>
+[[gnu::always_inline]] inline void filter_gradient_transform(const V (&e)[16], const Out& out) {
+  V r[3][4];  // G^T dU
+  for (int j = 0; j < 4; ++j) {
+    r[0][j] = e[j] + (e[4 + j] + e[8 + j]) / 2;
+    r[1][j] = (e[4 + j] - e[8 + j]) / 2;
+    r[2][j] = (e[4 + j] + e[8 + j]) / 2 + e[12 + j];
+  }
+  for (int i = 0; i < 3; ++i) {  // (G^T dU) G
+    out(i * 3 + 0, r[i][0] + (r[i][1] + r[i][2]) / 2);
+    out(i * 3 + 1, (r[i][1] - r[i][2]) / 2);
+    out(i * 3 + 2, (r[i][1] + r[i][2]) / 2 + r[i][3]);
+  }
+}
+
+#if EMBER_WINOGRAD_X86
+// The filters (k, c) for c in [0, C / 8 * 8), eight channels at a time; returns where it stopped.
+template <typename Filter>
+__attribute__((target("avx512f"))) int64_t transform_filters8(int64_t K, int64_t C, int64_t k, const Filter& filter,
+                                                              float* u) {
+  const int64_t c8 = C / 8 * 8;
+  for (int64_t c0 = 0; c0 < c8; c0 += 8) {
+    Doubles8 g[9];
+    for (int l = 0; l < 8; ++l) {
+      const std::array<double, 9> f = filter(k, c0 + l);
+      for (int i = 0; i < 9; ++i) g[i][l] = f[i];
+    }
+    filter_transform(g, [&](int xi, Doubles8 v) {
+      const Floats8 f = __builtin_convertvector(v, Floats8);
+      std::memcpy(u + (xi * K + k) * C + c0, &f, sizeof f);
+    });
+  }
+  return c8;
+}
+#endif
+
 // U[xi][k][c] = (G g G^T)[xi] for g = filter(k, c): 9 values, row-major, the filter's tap (i, j)
 // at g[3 i + j].
 template <typename Filter>
 void transform_weights(int64_t K, int64_t C, const Filter& filter, float* u) {
+  [[maybe_unused]] const bool wide = use_avx512().load(std::memory_order_relaxed);
   parallel_for(0, K, filter_grain(C), [&](int64_t k0, int64_t k1) {
-  for (int64_t k = k0; k < k1; ++k)
-    for (int64_t c = 0; c < C; ++c) {
-      const std::array<double, 9> g = filter(k, c);
-      double s[4][3];  // G g: 4 rows of 3
-      for (int j = 0; j < 3; ++j) {
-        const double g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
-        s[0][j] = g0;
-        s[1][j] = (g0 + g1 + g2) / 2;
-        s[2][j] = (g0 - g1 + g2) / 2;
-        s[3][j] = g2;
-      }
-      for (int i = 0; i < 4; ++i) {  // (G g) G^T: row i of 4
-        const double r[4] = {s[i][0], (s[i][0] + s[i][1] + s[i][2]) / 2, (s[i][0] - s[i][1] + s[i][2]) / 2, s[i][2]};
-        for (int j = 0; j < 4; ++j) u[((i * 4 + j) * K + k) * C + c] = static_cast<float>(r[j]);
+    for (int64_t k = k0; k < k1; ++k) {
+      int64_t c = 0;
+#if EMBER_WINOGRAD_X86
+      if (wide) c = transform_filters8(K, C, k, filter, u);
+#endif
+      for (; c < C; ++c) {
+        const std::array<double, 9> f = filter(k, c);
+        double g[9];
+        std::copy(f.begin(), f.end(), g);
+        filter_transform(g, [&](int xi, double v) { u[(xi * K + k) * C + c] = static_cast<float>(v); });
       }
     }
   });
@@ -625,12 +693,29 @@ void grad_transform(const Problem& p, const T* gy, int64_t first_tile, int64_t c
 
 // ---- step 2 on bf16 pairs (Note [bf16 Winograd products]; the layouts: winograd_pairs.h) -----------
 
+// The weight gradient's transformed planes dU as the parts left them: `parts` partial sums (one
+// per part of the batch), each 16 planes of `rows` rows of `ld` floats (rows and ld may be padded
+// past K and C). dU[xi][k][c] is their sum in part order, which the final transform adds as it
+// reads (no pass of its own over 16 K C floats per part: 16 MB each at 512 x 512).
+struct DuParts {
+  const float* base;
+  int64_t parts, part_elems, rows, ld;
+  const float* at(int64_t part, int64_t xi, int64_t k, int64_t c) const {
+    return base + part * part_elems + (xi * rows + k) * ld + c;
+  }
+  float sum(int64_t xi, int64_t k, int64_t c) const {
+    float v = *at(0, xi, k, c);
+    for (int64_t part = 1; part < parts; ++part) v += *at(part, xi, k, c);
+    return v;
+  }
+};
+
 #if EMBER_WINOGRAD_X86
 // run() with step 2 on bf16 pairs: the input transform as float32 does it, each plane of V turned
 // into channel pairs just before its product, M in float32 for the output transform.
 template <typename T>
 void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, T* y) {
-  const std::vector<uint32_t> up = pack_u_pairs(p.K, p.C, u);
+  const Scratch<uint32_t> up = pack_u_pairs(p.K, p.C, u);
   const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, c2 = (p.C + 1) / 2;
   const ImageSplit s = split_images(p.n);
   const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
@@ -650,7 +735,7 @@ void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, 
       for (int xi = 0; xi < 16; ++xi) {
         pair_channels(v + xi * (p.C * ld + kPlanePad), p.C, ld, cols, vp);
         // M[xi] (K rounded up to 8 rows, cols) = U[xi] @ V[xi] on the pairs.
-        pair_product_packed(slivers, c2, up.data() + xi * slivers * c2 * kPairRows, c2 * kPairRows, 0, vp, ld,
+        pair_product_packed(slivers, c2, up.get() + xi * slivers * c2 * kPairRows, c2 * kPairRows, 0, vp, ld,
                            cols, m + xi * (k_rows * ld + kPlanePad), ld, false);
       }
       output_transform(p, m, k_rows, bias, t, count, y);
@@ -663,7 +748,7 @@ void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, 
 // planes transformed as float32 does it, then W in tile order and V transposed, both as pairs of
 // tiles; each part sums into its own padded f32 dU, the parts added in part order.
 template <typename T>
-void run_weight_pairs(const Problem& p, const T* x, const T* gy, float* du) {
+DuParts run_weight_pairs(const Problem& p, const T* x, const T* gy, Scratch<float>& store) {
   const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, cpad = (p.C + 15) / 16 * 16;
   const ImageSplit s = split_images(p.n);
   const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
@@ -674,13 +759,14 @@ void run_weight_pairs(const Problem& p, const T* x, const T* gy, float* du) {
   auto w_all = scratch<float>(s.parts * w_elems);
   auto wn_all = scratch<uint32_t>(s.parts * k_rows * max_pairs);
   auto vt_all = scratch<uint32_t>(s.parts * max_pairs * cpad);
-  auto acc_all = scratch<float>(s.parts * acc_elems);
+  store = scratch<float>(s.parts * acc_elems);
+  float* acc_all = store.get();
   run_parts(s, p.n, [&](int64_t part, int64_t lo, int64_t hi) {
     float* v = v_all.get() + part * v_elems;
     float* w = w_all.get() + part * w_elems;
     uint32_t* wn = wn_all.get() + part * k_rows * max_pairs;
     uint32_t* vt = vt_all.get() + part * max_pairs * cpad;
-    float* acc = acc_all.get() + part * acc_elems;
+    float* acc = acc_all + part * acc_elems;
     if (lo == hi) std::fill(acc, acc + acc_elems, 0.0f);
     for (int64_t t = lo * p.tiles; t < hi * p.tiles; t += block) {
       const int64_t count = std::min(block, hi * p.tiles - t);
@@ -696,18 +782,8 @@ void run_weight_pairs(const Problem& p, const T* x, const T* gy, float* du) {
       }
     }
   });
-  // The parts added in part order for every element (parallel over the planes: the same sums).
-  parallel_for(0, 16, 1, [&](int64_t x0, int64_t x1) {
-    for (int64_t xi = x0; xi < x1; ++xi)
-      for (int64_t k = 0; k < p.K; ++k)
-        for (int64_t c = 0; c < p.C; ++c) {
-          float sum = acc_all[(xi * k_rows + k) * cpad + c];
-          for (int64_t part = 1; part < s.parts; ++part)
-            sum += acc_all[part * acc_elems + (xi * k_rows + k) * cpad + c];
-          du[(xi * p.K + k) * p.C + c] = sum;
-        }
-  });
   winograd_count.fetch_add(1, std::memory_order_relaxed);
+  return {acc_all, s.parts, acc_elems, k_rows, cpad};
 }
 #endif
 
@@ -741,10 +817,10 @@ void run(const Problem& p, const T* x, const float* u, const float* bias, T* y) 
 // The weight gradient: dU[xi] (K, C) = sum over the tiles of W[xi] (K, tiles) @ V[xi]^T, each part
 // summing its own images' blocks in order, the parts then added in part order.
 template <typename T>
-void run_weight(const Problem& p, const T* x, const T* gy, float* du) {
+DuParts run_weight(const Problem& p, const T* x, const T* gy, Scratch<float>& store) {
 #if EMBER_WINOGRAD_X86
   if constexpr (std::is_same_v<T, BFloat16>)
-    if (bf16_products_on().load(std::memory_order_relaxed)) return run_weight_pairs(p, x, gy, du);
+    if (bf16_products_on().load(std::memory_order_relaxed)) return run_weight_pairs(p, x, gy, store);
 #endif
   const ImageSplit s = split_images(p.n);
   const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
@@ -752,11 +828,11 @@ void run_weight(const Problem& p, const T* x, const T* gy, float* du) {
   const int64_t u_elems = 16 * p.K * p.C;
   auto v_all = scratch<float>(s.parts * v_elems);
   auto w_all = scratch<float>(s.parts * w_elems);
-  auto partial = scratch<float>((s.parts - 1) * u_elems);  // part 0 sums into du
+  store = scratch<float>(s.parts * u_elems);  // a dU per part (DuParts)
   run_parts(s, p.n, [&](int64_t part, int64_t lo, int64_t hi) {
     float* v = v_all.get() + part * v_elems;
     float* w = w_all.get() + part * w_elems;
-    float* acc = part == 0 ? du : partial.get() + (part - 1) * u_elems;
+    float* acc = store.get() + part * u_elems;
     if (lo == hi) std::fill(acc, acc + u_elems, 0.0f);
     for (int64_t t = lo * p.tiles; t < hi * p.tiles; t += block) {
       const int64_t count = std::min(block, hi * p.tiles - t);
@@ -768,14 +844,8 @@ void run_weight(const Problem& p, const T* x, const T* gy, float* du) {
              v + xi * (p.C * ld + kPlanePad), ld, t == lo * p.tiles ? 0.0f : 1.0f, acc + xi * p.K * p.C, p.C);
     }
   });
-  // The parts added in part order for every element (parallel over elements: the same sums).
-  parallel_for(0, u_elems, 65536, [&](int64_t i0, int64_t i1) {
-    for (int64_t part = 1; part < s.parts; ++part) {
-      const float* src = partial.get() + (part - 1) * u_elems;
-      for (int64_t i = i0; i < i1; ++i) du[i] += src[i];
-    }
-  });
   winograd_count.fetch_add(1, std::memory_order_relaxed);
+  return {store.get(), s.parts, u_elems, p.K, p.C};
 }
 
 }  // namespace
@@ -877,32 +947,52 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
   run<T>(p, gy, u.get(), nullptr, gx);
 }
 
+#if EMBER_WINOGRAD_X86
+// The weight gradient of filters (k, c) for c in [0, C / 8 * 8), eight channels at a time, into
+// out[c * 9 + t]; returns where it stopped.
+template <typename T>
+__attribute__((target("avx512f"))) int64_t gradient_filters8(const Problem& p, int64_t k, const DuParts& du, T* out) {
+  const int64_t c8 = p.C / 8 * 8;
+  for (int64_t c0 = 0; c0 < c8; c0 += 8) {
+    Doubles8 e[16];
+    for (int xi = 0; xi < 16; ++xi) {
+      Floats8 f, part;
+      std::memcpy(&f, du.at(0, xi, k, c0), sizeof f);
+      for (int64_t q = 1; q < du.parts; ++q) {  // DuParts::sum, 8 channels at a time
+        std::memcpy(&part, du.at(q, xi, k, c0), sizeof part);
+        f += part;
+      }
+      e[xi] = __builtin_convertvector(f, Doubles8);
+    }
+    filter_gradient_transform(e, [&](int t, Doubles8 v) {
+      const Floats8 f = __builtin_convertvector(v, Floats8);
+      for (int l = 0; l < 8; ++l) out[(c0 + l) * 9 + t] = T(f[l]);
+    });
+  }
+  return c8;
+}
+#endif
+
 template <typename T>
 void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   const Problem p = make_problem(g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w);
-  auto du = scratch<float>(16 * p.K * p.C);
-  run_weight(p, x, gy, du.get());
-  // dg = G^T dU G for each filter (3 x 3 from 4 x 4), in double; G^T = | 1 1/2  1/2 0 |
-  //                                                                      | 0 1/2 -1/2 0 |
-  //                                                                      | 0 1/2  1/2 1 |
-  // rounded to float32, then (bf16) to the output's type. Parallel over output channels, as
-  // transform_weights.
+  Scratch<float> store;
+  const DuParts du = run_weight(p, x, gy, store);
+  // dg = G^T dU G for each filter (3 x 3 from 4 x 4), in double (Note [Filter transforms eight
+  // at a time]), rounded to float32, then (bf16) to the output's type. Parallel over output
+  // channels, as transform_weights.
+  [[maybe_unused]] const bool wide = use_avx512().load(std::memory_order_relaxed);
   parallel_for(0, p.K, filter_grain(p.C), [&](int64_t k0, int64_t k1) {
-  for (int64_t k = k0; k < k1; ++k)
-    for (int64_t c = 0; c < p.C; ++c) {
-      double e[4][4];
-      for (int xi = 0; xi < 16; ++xi) e[xi / 4][xi % 4] = du[(xi * p.K + k) * p.C + c];
-      double r[3][4];  // G^T dU
-      for (int j = 0; j < 4; ++j) {
-        r[0][j] = e[0][j] + (e[1][j] + e[2][j]) / 2;
-        r[1][j] = (e[1][j] - e[2][j]) / 2;
-        r[2][j] = (e[1][j] + e[2][j]) / 2 + e[3][j];
-      }
-      T* out = gw + (k * g.c_in + c) * 9;
-      for (int i = 0; i < 3; ++i) {  // (G^T dU) G
-        out[i * 3 + 0] = T(static_cast<float>(r[i][0] + (r[i][1] + r[i][2]) / 2));
-        out[i * 3 + 1] = T(static_cast<float>((r[i][1] - r[i][2]) / 2));
-        out[i * 3 + 2] = T(static_cast<float>((r[i][1] + r[i][2]) / 2 + r[i][3]));
+    for (int64_t k = k0; k < k1; ++k) {
+      int64_t c = 0;
+#if EMBER_WINOGRAD_X86
+      if (wide) c = gradient_filters8(p, k, du, gw + k * g.c_in * 9);
+#endif
+      for (; c < p.C; ++c) {
+        double e[16];
+        for (int xi = 0; xi < 16; ++xi) e[xi] = du.sum(xi, k, c);
+        T* out = gw + (k * g.c_in + c) * 9;
+        filter_gradient_transform(e, [&](int t, double v) { out[t] = T(static_cast<float>(v)); });
       }
     }
   });

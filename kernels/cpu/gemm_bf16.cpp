@@ -85,6 +85,92 @@
 
 namespace ember::kernels::cpu {
 
+// ---- packing (shared with the Winograd path: bf16_dot.h) ---------------------------------
+
+// pack_pair_sliver (bf16_dot.h): the loops use AVX-512 (Note [Packing with AVX-512]); the plain
+// loops take what they leave.
+//
+// Note [Packing with AVX-512]
+// Packing is pure data movement, ~14% of a layer4 product when it ran one pair at a time.
+//   k contiguous: a line's pairs are consecutive 32-bit words, and the sliver wants them
+//     transposed (line x's pair kp at word kp * W + x). Eight lines by eight pairs are loaded as
+//     eight ymm rows and transposed with the classic 8 x 8 shuffle network (32-bit unpacks, then
+//     64-bit unpacks, then 128-bit lane swaps): 24 shuffles for 64 words.
+//   k across lines: pair kp is (line p, line p + 1) at the same column: 16 values of each line
+//     are widened to 32 bits (VPMOVZXWD), the second shifted into the high half and OR-ed; masked
+//     loads give the zeros past xw, masked stores stop at W.
+#if EMBER_BF16_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in pool.cpp)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// dst[j * W + i] = pair j of line i (at src + i * ld), for i, j < 8.
+EMBER_BF16_DOT_TARGET static void transpose8x8_pairs(const BFloat16* src, int64_t ld, uint32_t* dst, int64_t W) {
+  __m256i r[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * ld));
+  __m256i t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);      // pairs 0 1 | 4 5 of lines 2i, 2i+1
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);  // pairs 2 3 | 6 7
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // lines 4h .. 4h + 3
+    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);      // pair 0 | pair 4
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);      // pair 1 | pair 5
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);  // pair 2 | pair 6
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);  // pair 3 | pair 7
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j * W), _mm256_permute2x128_si256(u[j], u[4 + j], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (j + 4) * W),
+                        _mm256_permute2x128_si256(u[j], u[4 + j], 0x31));
+  }
+}
+
+EMBER_BF16_DOT_TARGET void pack_pair_sliver(const BFloat16* src, int64_t ld, bool k_contig, int64_t xw, int64_t W,
+                                            int64_t p0, int64_t kc, uint32_t* dst) {
+  const int64_t kcp = (kc + 1) / 2, full = kc / 2;
+  if (k_contig) {
+    // Blocks of 8 lines by 8 pairs, then the lines' remaining pairs and the lines past the blocks.
+    const int64_t x8 = xw / 8 * 8, kp8 = full / 8 * 8;
+    for (int64_t x = 0; x < x8; x += 8)
+      for (int64_t kp = 0; kp < kp8; kp += 8) transpose8x8_pairs(src + x * ld + p0 + 2 * kp, ld, dst + kp * W + x, W);
+    for (int64_t x = 0; x < xw; ++x) {
+      const BFloat16* row = src + x * ld + p0;
+      for (int64_t kp = x < x8 ? kp8 : 0; kp < full; ++kp) {
+        uint32_t pair;
+        std::memcpy(&pair, row + 2 * kp, sizeof pair);  // two consecutive bf16: one pair
+        dst[kp * W + x] = pair;
+      }
+      if (full < kcp) dst[full * W + x] = row[kc - 1].bits;
+    }
+    for (int64_t kp = 0; kp < kcp; ++kp)
+      for (int64_t x = xw; x < W; ++x) dst[kp * W + x] = 0;
+    return;
+  }
+  for (int64_t kp = 0; kp < kcp; ++kp) {
+    const BFloat16* r0 = src + (p0 + 2 * kp) * ld;
+    const BFloat16* r1 = 2 * kp + 1 < kc ? r0 + ld : nullptr;  // the odd k's partner is zero
+    uint32_t* d = dst + kp * W;
+    for (int64_t x = 0; x < W; x += 16) {
+      const int64_t valid = std::clamp<int64_t>(xw - x, 0, 16);
+      const __mmask16 load = static_cast<__mmask16>((1u << valid) - 1u);
+      const __mmask16 store = static_cast<__mmask16>((1u << std::min<int64_t>(16, W - x)) - 1u);
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, r0 + x));
+      const __m512i hi = r1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, r1 + x)) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(d + x, store, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+#else
+void pack_pair_sliver(const BFloat16*, int64_t, bool, int64_t, int64_t, int64_t, int64_t, uint32_t*) {
+  EMBER_THROW("gemm_bf16: the AVX512_BF16 kernel is not built for this architecture");
+}
+#endif
+
 namespace {
 
 constexpr int64_t kMR = 8;     // rows of a C micro-tile
@@ -121,94 +207,6 @@ bool in_parallel() {
   return false;
 #endif
 }
-
-// ---- packing ----------------------------------------------------------------------------------
-
-// Packs one sliver of W (kMR or kNR) lines into k-pairs: dst[kp * W + x] = (E(x, p0 + 2kp),
-// E(x, p0 + 2kp + 1)) for x < xw and 2kp < kc, zeros elsewhere. E(x, p) is src[x * ld + p] when
-// k is contiguous (k_contig), src[p * ld + x] otherwise. Only the native path packs, so the
-// loops use AVX-512 (Note [Packing with AVX-512]); the plain loops take what they leave.
-//
-// Note [Packing with AVX-512]
-// Packing is pure data movement, ~14% of a layer4 product when it ran one pair at a time.
-//   k contiguous: a line's pairs are consecutive 32-bit words, and the sliver wants them
-//     transposed (line x's pair kp at word kp * W + x). Eight lines by eight pairs are loaded as
-//     eight ymm rows and transposed with the classic 8 x 8 shuffle network (32-bit unpacks, then
-//     64-bit unpacks, then 128-bit lane swaps): 24 shuffles for 64 words.
-//   k across lines: pair kp is (line p, line p + 1) at the same column: 16 values of each line
-//     are widened to 32 bits (VPMOVZXWD), the second shifted into the high half and OR-ed; masked
-//     loads give the zeros past xw, masked stores stop at W.
-#if EMBER_BF16_X86
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_*() (as in pool.cpp)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-// dst[j * W + i] = pair j of line i (at src + i * ld), for i, j < 8.
-EMBER_BF16_DOT_TARGET void transpose8x8_pairs(const BFloat16* src, int64_t ld, uint32_t* dst, int64_t W) {
-  __m256i r[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * ld));
-  __m256i t[8], u[8];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);      // pairs 0 1 | 4 5 of lines 2i, 2i+1
-    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);  // pairs 2 3 | 6 7
-  }
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {  // lines 4h .. 4h + 3
-    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);      // pair 0 | pair 4
-    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);      // pair 1 | pair 5
-    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);  // pair 2 | pair 6
-    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);  // pair 3 | pair 7
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j * W), _mm256_permute2x128_si256(u[j], u[4 + j], 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (j + 4) * W),
-                        _mm256_permute2x128_si256(u[j], u[4 + j], 0x31));
-  }
-}
-
-EMBER_BF16_DOT_TARGET void pack_sliver(const BFloat16* src, int64_t ld, bool k_contig, int64_t xw, int64_t W,
-                                       int64_t p0, int64_t kc, uint32_t* dst) {
-  const int64_t kcp = (kc + 1) / 2, full = kc / 2;
-  if (k_contig) {
-    // Blocks of 8 lines by 8 pairs, then the lines' remaining pairs and the lines past the blocks.
-    const int64_t x8 = xw / 8 * 8, kp8 = full / 8 * 8;
-    for (int64_t x = 0; x < x8; x += 8)
-      for (int64_t kp = 0; kp < kp8; kp += 8) transpose8x8_pairs(src + x * ld + p0 + 2 * kp, ld, dst + kp * W + x, W);
-    for (int64_t x = 0; x < xw; ++x) {
-      const BFloat16* row = src + x * ld + p0;
-      for (int64_t kp = x < x8 ? kp8 : 0; kp < full; ++kp) {
-        uint32_t pair;
-        std::memcpy(&pair, row + 2 * kp, sizeof pair);  // two consecutive bf16: one pair
-        dst[kp * W + x] = pair;
-      }
-      if (full < kcp) dst[full * W + x] = row[kc - 1].bits;
-    }
-    for (int64_t kp = 0; kp < kcp; ++kp)
-      for (int64_t x = xw; x < W; ++x) dst[kp * W + x] = 0;
-    return;
-  }
-  for (int64_t kp = 0; kp < kcp; ++kp) {
-    const BFloat16* r0 = src + (p0 + 2 * kp) * ld;
-    const BFloat16* r1 = 2 * kp + 1 < kc ? r0 + ld : nullptr;  // the odd k's partner is zero
-    uint32_t* d = dst + kp * W;
-    for (int64_t x = 0; x < W; x += 16) {
-      const int64_t valid = std::clamp<int64_t>(xw - x, 0, 16);
-      const __mmask16 load = static_cast<__mmask16>((1u << valid) - 1u);
-      const __mmask16 store = static_cast<__mmask16>((1u << std::min<int64_t>(16, W - x)) - 1u);
-      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, r0 + x));
-      const __m512i hi = r1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, r1 + x)) : _mm512_setzero_si512();
-      _mm512_mask_storeu_epi32(d + x, store, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-  }
-}
-#else
-void pack_sliver(const BFloat16*, int64_t, bool, int64_t, int64_t, int64_t, int64_t, uint32_t*) {
-  EMBER_THROW("gemm_bf16: the AVX512_BF16 kernel is not built for this architecture");
-}
-#endif
 
 // ---- the micro-kernel -------------------------------------------------------------------------
 
@@ -263,12 +261,12 @@ void native_block(const Operands& o, int64_t i0, int64_t j0, int64_t m, int64_t 
     for (int64_t pc = 0; pc < k; pc += kc_even) {
       const int64_t kc = std::min(kc_even, k - pc), kcp = (kc + 1) / 2;
       for (int64_t jr = 0; jr < nc; jr += kNR)
-        pack_sliver(b_line(j0 + jc + jr), o.ldb, b_kc, std::min(kNR, nc - jr), kNR, pc, kc, buf.b.get() + jr * kcp);
+        pack_pair_sliver(b_line(j0 + jc + jr), o.ldb, b_kc, std::min(kNR, nc - jr), kNR, pc, kc, buf.b.get() + jr * kcp);
       const bool overwrite = beta == 0.0f && pc == 0;
       for (int64_t ic = 0; ic < m; ic += kMC) {
         const int64_t mc = std::min(kMC, m - ic);
         for (int64_t ir = 0; ir < mc; ir += kMR)
-          pack_sliver(a_line(i0 + ic + ir), o.lda, a_kc, std::min(kMR, mc - ir), kMR, pc, kc, buf.a.get() + ir * kcp);
+          pack_pair_sliver(a_line(i0 + ic + ir), o.lda, a_kc, std::min(kMR, mc - ir), kMR, pc, kc, buf.a.get() + ir * kcp);
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const uint32_t* bp = buf.b.get() + jr * kcp;
           const int64_t nr = std::min(kNR, nc - jr);

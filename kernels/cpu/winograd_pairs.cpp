@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "../../core/dtype.h"
+#include "bf16_convert.h"
 #include "parallel.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
@@ -19,10 +20,6 @@
 namespace ember::kernels::cpu {
 
 namespace {
-
-uint32_t pair_of(float lo, float hi) {
-  return static_cast<uint32_t>(BFloat16(lo).bits) | (static_cast<uint32_t>(BFloat16(hi).bits) << 16);
-}
 
 // 32 floats (lo: the first 16) -> 32 bf16 in order, as VCVTNE2PS2BF16 rounds: to nearest even,
 // float32 denormals to zero (the planes' one rounding, Note [bf16 Winograd products]).
@@ -83,18 +80,21 @@ EMBER_BF16_DOT_TARGET void pair_product(int64_t slivers, int64_t steps, const ui
 
 int64_t pair_rows_padded(int64_t K) { return (K + kPairRows - 1) / kPairRows * kPairRows; }
 
-std::vector<uint32_t> pack_u_pairs(int64_t K, int64_t C, const float* u) {
+Scratch<uint32_t> pack_u_pairs(int64_t K, int64_t C, const float* u) {
   const int64_t c2 = (C + 1) / 2, slivers = pair_rows_padded(K) / kPairRows;
-  std::vector<uint32_t> up(static_cast<size_t>(16 * slivers * c2 * kPairRows), 0u);
-  // The 16 planes are independent: one task each (the same words for any thread count).
+  Scratch<uint32_t> up = scratch<uint32_t>(16 * slivers * c2 * kPairRows);
+  Scratch<BFloat16> ub = scratch<BFloat16>(16 * K * C);
+  // The 16 planes are independent: one task each (the same words for any thread count). A plane
+  // is rounded to bf16 16 values at a time (BFloat16(float)'s bits), then packed into 8-row
+  // slivers of channel pairs as the bf16 GEMM packs its A (pack_pair_sliver, zeros past K and C).
   parallel_for(0, 16, 1, [&](int64_t x0, int64_t x1) {
-    for (int64_t xi = x0; xi < x1; ++xi)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t cp = 0; cp < c2; ++cp) {
-          const float* row = u + (xi * K + k) * C;
-          const float hi = 2 * cp + 1 < C ? row[2 * cp + 1] : 0.0f;
-          up[((xi * slivers + k / kPairRows) * c2 + cp) * kPairRows + k % kPairRows] = pair_of(row[2 * cp], hi);
-        }
+    for (int64_t xi = x0; xi < x1; ++xi) {
+      const BFloat16* plane = ub.get() + xi * K * C;
+      f32_to_bf16(u + xi * K * C, ub.get() + xi * K * C, K * C);
+      for (int64_t s = 0; s < slivers; ++s)
+        pack_pair_sliver(plane + s * kPairRows * C, C, true, std::min(kPairRows, K - s * kPairRows), kPairRows, 0, C,
+                         up.get() + (xi * slivers + s) * c2 * kPairRows);
+    }
   });
   return up;
 }

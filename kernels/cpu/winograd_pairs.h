@@ -6,7 +6,6 @@
 // A plane holds rows of `ld` elements, one row per channel, one column per tile.
 
 #include <cstdint>
-#include <vector>
 
 #if defined(__x86_64__)
 #define EMBER_WINOGRAD_PAIRS 1
@@ -17,6 +16,7 @@
 #if EMBER_WINOGRAD_PAIRS
 
 #include "bf16_dot.h"
+#include "scratch.h"
 
 namespace ember::kernels::cpu {
 
@@ -28,7 +28,7 @@ int64_t pair_rows_padded(int64_t K);
 // The transformed weights u[xi][k][c] (16 planes of K x C floats) as the micro-kernel broadcasts
 // them: up[xi][s][cp][r] = (U[xi][8 s + r][2 cp], U[xi][8 s + r][2 cp + 1]) rounded to bf16
 // (BFloat16(float)), zeros past K and C.
-std::vector<uint32_t> pack_u_pairs(int64_t K, int64_t C, const float* u);
+Scratch<uint32_t> pack_u_pairs(int64_t K, int64_t C, const float* u);
 
 // Forward and input gradient (the sum over channels). One plane of V (C rows, `cols` columns used,
 // a multiple of 16 and at most ld) as channel pairs: vp[cp * ld + q] = (V[2 cp][q], V[2 cp + 1][q]),
