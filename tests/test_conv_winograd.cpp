@@ -231,22 +231,28 @@ TEST_CASE("winograd conv: which convolutions take the path", "[conv][winograd]")
   CHECK(std::string(kc::conv3x3_path_name(kc::Conv3x3Path::winograd)) == "winograd F(2x2,3x3)");
 }
 
-TEST_CASE("winograd conv: automatic sends bf16 convolutions with few tiles per thread to im2col", "[conv][winograd][bf16]") {
-  // Note [When bf16 Winograd pays]: with bf16 products, a part (one thread's images) needs 192
-  // tiles of 2 x 2 outputs; float32 and bf16 on float32 planes take Winograd wherever it applies.
+TEST_CASE("winograd conv: automatic sends bf16 convolutions with few tiles to im2col", "[conv][winograd][bf16]") {
+  // Note [When bf16 Winograd pays]: with bf16 products, a call needs 128 tiles of 2 x 2 outputs,
+  // whatever the thread count; float32 and bf16 on float32 planes take Winograd wherever it applies.
   Bf16ProductsGuard keep_planes;
   testing::ThreadsGuard keep;
   set_num_threads(1);
-  const kernels::Conv2dGeometry deep = geometry(8, 64, 7, 7, 64, 1, 1);    // 8 x 16 = 128 tiles
+  const kernels::Conv2dGeometry deep = geometry(4, 64, 7, 7, 64, 1, 1);   // 4 x 16 = 64 tiles
+  const kernels::Conv2dGeometry edge = geometry(8, 64, 7, 7, 64, 1, 1);   // 8 x 16 = 128 tiles
+  const kernels::Conv2dGeometry short_of = geometry(7, 64, 7, 7, 64, 1, 1);  // 112 tiles
   const kernels::Conv2dGeometry wide = geometry(4, 16, 14, 14, 16, 1, 1);  // 4 x 49 = 196 tiles
   CHECK(kc::winograd_applies(deep, false));  // float32
   CHECK(kc::winograd_applies(deep, true));
   if (kc::set_winograd_bf16_products(true)) {
     CHECK_FALSE(kc::winograd_applies(deep, false, true));
     CHECK_FALSE(kc::winograd_applies(deep, true, true));
+    CHECK(kc::winograd_applies(edge, false, true));
+    CHECK(kc::winograd_applies(edge, true, true));
+    CHECK_FALSE(kc::winograd_applies(short_of, false, true));
     CHECK(kc::winograd_applies(wide, false, true));
-    set_num_threads(2);  // two parts of 2 images: 98 tiles each
-    CHECK_FALSE(kc::winograd_applies(wide, false, true));
+    set_num_threads(2);  // two parts of 2 images: the call still has 196 tiles
+    CHECK(kc::winograd_applies(wide, false, true));
+    CHECK_FALSE(kc::winograd_applies(deep, false, true));
     set_num_threads(1);
     {
       WinogradPathGuard winograd;  // forced: wherever it applies

@@ -163,29 +163,36 @@ Conv3x3Path default_path() {
 
 // Note [When bf16 Winograd pays]
 // Winograd's products work on the weights transformed into 16 planes of K x C: every call
-// transforms them, rounds them into bf16 pairs, and for the weight gradient sums a float32 K x C
-// plane per part (a thread's images) and adds the parts — work that grows with the weights, not
-// with the batch. A part amortizes it over its tiles (2 x 2 outputs each). With few tiles per
-// part — deep layers of small images, where K and C are large and the planes small — that work
-// dominates; im2col + GEMM, whose bf16 GEMM runs on VDPBF16PS too, has none of it and wins.
-// Measured on a 2-vCPU AMD EPYC (Zen 4, 2026-12-05; bench_conv --dtype bfloat16, forward and
-// both gradients, ms on 1 / 2 threads; tiles per part on 1 / 2 threads):
-//   8 x 512 x 7 x 7 -> 512   (128 / 64 tiles)    Winograd 59.7 / 44.2   im2col 37.2 / 22.2
-//   32 x 512 x 4 x 4 -> 512  (128 / 64)          Winograd 61.6 / 46.6   im2col 58.1 / 30.5
-//   8 x 256 x 14 x 14 -> 256 (392 / 196)         Winograd 25.6 / 14.4   im2col 34.7 / 18.4
-//   64 x 256 x 8 x 8 -> 256  (1024 / 512)        Winograd 59.7 / 32.0   im2col 98.5 / 52.9
-// So under Conv3x3Path::automatic a bf16 convolution with bf16 products takes Winograd from
-// kMinBf16TilesPerPart tiles per part up. float32 keeps Winograd wherever it applies: its im2col
-// GEMM runs at float32's rate, and the same layers show no clear crossover (8 x 512 x 7 x 7:
-// Winograd 68 / 54 against im2col 61 / 33; 32 x 512 x 4 x 4: 71 / 53 against 89 / 58).
-constexpr int64_t kMinBf16TilesPerPart = 192;
+// transforms them (and, for the input gradient, the rotated filters), rounds them into bf16 pairs,
+// and for the weight gradient transforms a float32 dU of 16 K x C planes back — work that grows
+// with the weights, not with the batch, amortized over the call's tiles (2 x 2 outputs each). With
+// few tiles — deep layers of small images, where K and C are large and the planes small — that
+// work dominates; im2col + GEMM, whose bf16 GEMM runs on VDPBF16PS too, has none of it and wins.
+// Measured on a 2-vCPU AMD EPYC (Zen 4, 2026-12-05, after the filter transforms went eight
+// channels at a time: Note [Filter transforms eight at a time]; bench_conv --dtype bfloat16
+// --products bf16, forward and both gradients, ms on 1 / 2 threads; the call's tiles):
+//   4 x 512 x 7 x 7 -> 512    (64 tiles)     Winograd 26.2 / 14.9   im2col 17.6 / 9.9
+//   8 x 512 x 4 x 4 -> 512    (32)           Winograd 18.6 / 11.5   im2col 12.9 / 7.3
+//   16 x 512 x 4 x 4 -> 512   (64)           Winograd 24.0 / 14.7   im2col 25.8 / 13.2
+//   2 x 256 x 14 x 14 -> 256  (98)           Winograd 6.9 / 4.0     im2col 8.6 / 4.4
+//   8 x 512 x 7 x 7 -> 512    (128)          Winograd 33.7 / 20.0   im2col 35.4 / 18.8
+//   32 x 512 x 4 x 4 -> 512   (128)          Winograd 38.0 / 20.4   im2col 53.2 / 29.3
+//   16 x 512 x 7 x 7 -> 512   (256)          Winograd 54.5 / 29.5   im2col 71.7 / 36.9
+//   8 x 256 x 14 x 14 -> 256  (392)          Winograd 18.6 / 12.4   im2col 33.6 / 20.4
+//   64 x 256 x 8 x 8 -> 256   (1024)         Winograd 54.2 / 29.8   im2col 108.8 / 56.3
+// and ResNet-18's bf16 step at batch 8 (bench_resnet_step, 4 interleaved rounds) with its layer4
+// 3 x 3s (the 128-tile row) on Winograd against im2col: 0.458 against 0.476 s on one thread,
+// 0.258 against 0.268 on two. So under Conv3x3Path::automatic a bf16 convolution with bf16
+// products takes Winograd from kMinBf16Tiles tiles per call up, whatever the thread count (the
+// 98-tile row is the one loss). float32 keeps Winograd wherever it applies: its im2col GEMM runs
+// at float32's rate, and the same layers showed no clear crossover (8 x 512 x 7 x 7: Winograd 68 /
+// 54 against im2col 61 / 33; 32 x 512 x 4 x 4: 71 / 53 against 89 / 58).
+constexpr int64_t kMinBf16Tiles = 128;
 
-// The tiles one part of this call's images holds (split_images: a part per thread when there are
-// enough images): the Winograd problem's, over the output, or over the input for its gradient.
-int64_t tiles_per_part(const Conv2dGeometry& g, bool backward_data) {
+// The tiles of this call's Winograd problem: over the output, or over the input for its gradient.
+int64_t call_tiles(const Conv2dGeometry& g, bool backward_data) {
   const int64_t h = backward_data ? g.h : g.out_h, w = backward_data ? g.w : g.out_w;
-  const int64_t parts = split_images(g.n).parts;
-  return (g.n + parts - 1) / parts * ((h + 1) / 2) * ((w + 1) / 2);
+  return g.n * ((h + 1) / 2) * ((w + 1) / 2);
 }
 
 std::atomic<int>& chosen_path() {
@@ -872,7 +879,7 @@ bool winograd_applies(const Conv2dGeometry& g, bool backward_data, bool bf16) {
                     g.c_in >= kMinChannels && g.c_out >= kMinChannels;
   if (!fits) return false;
   if (path == Conv3x3Path::automatic && bf16 && winograd_bf16_products())  // Note [When bf16 Winograd pays]
-    return tiles_per_part(g, backward_data) >= kMinBf16TilesPerPart;
+    return call_tiles(g, backward_data) >= kMinBf16Tiles;
   return true;
 }
 
@@ -883,7 +890,7 @@ std::string conv3x3_description() {
   if (path == Conv3x3Path::im2col) return std::string(conv3x3_path_name(Conv3x3Path::im2col)) + " (EMBER_CPU_CONV=im2col)";
   const bool bf16_pairs = winograd_bf16_products();
   const std::string bf16_from = bf16_pairs && path == Conv3x3Path::automatic
-                                    ? ", bf16 from " + std::to_string(kMinBf16TilesPerPart) + " tiles per thread"
+                                    ? ", bf16 from " + std::to_string(kMinBf16Tiles) + " tiles per call"
                                     : "";
   return std::string(conv3x3_path_name(Conv3x3Path::winograd)) + " (" +
          (winograd_vectorized() ? "AVX-512" : "portable") + " transforms; f32 and bf16, stride 1, >= " +
