@@ -249,9 +249,9 @@ std::atomic<bool>& use_avx512();  // the AVX-512 transforms' switch (below)
 using Doubles8 = double __attribute__((vector_size(64)));
 using Floats8 = float __attribute__((vector_size(32)));
 
-// G g G^T for g's 9 taps (tap (i, j) at g[3 i + j]): out(xi, value) for the 16 values, xi = 4 i + j.
-template <typename V, typename Out>
-[[gnu::always_inline]] inline void filter_transform(const V (&g)[9], const Out& out) {
+// u = G g G^T for g's 9 taps (tap (i, j) at g[3 i + j]): u[xi], xi = 4 i + j.
+template <typename V>
+[[gnu::always_inline]] inline void filter_transform(const V (&g)[9], V (&u)[16]) {
   V s[4][3];  // G g: 4 rows of 3
   for (int j = 0; j < 3; ++j) {
     const V g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
@@ -262,16 +262,16 @@ template <typename V, typename Out>
   }
   for (int i = 0; i < 4; ++i) {  // (G g) G^T: row i of 4
     const V r[4] = {s[i][0], (s[i][0] + s[i][1] + s[i][2]) / 2, (s[i][0] - s[i][1] + s[i][2]) / 2, s[i][2]};
-    for (int j = 0; j < 4; ++j) out(i * 4 + j, r[j]);
+    for (int j = 0; j < 4; ++j) u[i * 4 + j] = r[j];
   }
 }
 
-// dg = G^T dU G for one filter's 16 values e (xi = 4 i + j at e[xi]): out(t, value) for the 9
-// taps, t = 3 i + j.       G^T = | 1 1/2  1/2 0 |
+// dg = G^T dU G for one filter's 16 values e (xi = 4 i + j at e[xi]): dg[t] for the 9 taps,
+// t = 3 i + j.       G^T = | 1 1/2  1/2 0 |
 //                                | 0 1/2 -1/2 0 |
 //                                | 0 1/2  1/2 1 |
-template <typename V, typename Out>
-[[gnu::always_inline]] inline void filter_gradient_transform(const V (&e)[16], const Out& out) {
+template <typename V>
+[[gnu::always_inline]] inline void filter_gradient_transform(const V (&e)[16], V (&dg)[9]) {
   V r[3][4];  // G^T dU
   for (int j = 0; j < 4; ++j) {
     r[0][j] = e[j] + (e[4 + j] + e[8 + j]) / 2;
@@ -279,9 +279,9 @@ template <typename V, typename Out>
     r[2][j] = (e[4 + j] + e[8 + j]) / 2 + e[12 + j];
   }
   for (int i = 0; i < 3; ++i) {  // (G^T dU) G
-    out(i * 3 + 0, r[i][0] + (r[i][1] + r[i][2]) / 2);
-    out(i * 3 + 1, (r[i][1] - r[i][2]) / 2);
-    out(i * 3 + 2, (r[i][1] + r[i][2]) / 2 + r[i][3]);
+    dg[i * 3 + 0] = r[i][0] + (r[i][1] + r[i][2]) / 2;
+    dg[i * 3 + 1] = (r[i][1] - r[i][2]) / 2;
+    dg[i * 3 + 2] = (r[i][1] + r[i][2]) / 2 + r[i][3];
   }
 }
 
@@ -297,10 +297,12 @@ __attribute__((target("avx512f"))) int64_t transform_filters8(int64_t K, int64_t
       const std::array<double, 9> f = filter(k, c0 + l);
       for (int i = 0; i < 9; ++i) g[i][l] = f[i];
     }
-    filter_transform(g, [&](int xi, Doubles8 v) {
-      const Floats8 f = __builtin_convertvector(v, Floats8);
+    Doubles8 r[16];
+    filter_transform(g, r);
+    for (int xi = 0; xi < 16; ++xi) {
+      const Floats8 f = __builtin_convertvector(r[xi], Floats8);
       std::memcpy(u + (xi * K + k) * C + c0, &f, sizeof f);
-    });
+    }
   }
   return c8;
 }
@@ -321,7 +323,9 @@ void transform_weights(int64_t K, int64_t C, const Filter& filter, float* u) {
         const std::array<double, 9> f = filter(k, c);
         double g[9];
         std::copy(f.begin(), f.end(), g);
-        filter_transform(g, [&](int xi, double v) { u[(xi * K + k) * C + c] = static_cast<float>(v); });
+        double r[16];
+        filter_transform(g, r);
+        for (int xi = 0; xi < 16; ++xi) u[(xi * K + k) * C + c] = static_cast<float>(r[xi]);
       }
     }
   });
@@ -720,9 +724,97 @@ struct DuParts {
 #if EMBER_WINOGRAD_X86
 // run() with step 2 on bf16 pairs: the input transform as float32 does it, each plane of V turned
 // into channel pairs just before its product, M in float32 for the output transform.
+// The weights as step 2 multiplies them: U in float32 (16 planes of K x C), or with bf16
+// products U's bf16 pairs in pack_u_pairs's layout (winograd_pairs.h).
+struct TransformedWeights {
+  Scratch<float> u;
+  Scratch<uint32_t> up;
+};
+
+#if EMBER_WINOGRAD_X86
+// U's bf16 pairs straight from the filters, without U in float32 (16 K C floats written, read
+// back, rounded and packed: at 512 x 512 that traffic was most of the transform's time). Filter
+// row k, channels eight at a time as transform_filters8 computes them: each plane's eight values
+// are rounded as BFloat16(float) rounds (bf16_bits16) and narrowed into four pair words, stored
+// at the sliver position pack_u_pairs gives them: the same words. The last channels (C % 8) and
+// the padding rows of the last sliver are done one at a time.
+template <typename Filter>
+EMBER_AVX512_TARGET void pair_filter_row(int64_t K, int64_t C, int64_t k, const Filter& filter, uint32_t* up) {
+  const int64_t c2 = (C + 1) / 2, slivers = pair_rows_padded(K) / kPairRows;
+  uint32_t* row = up + (k / kPairRows) * c2 * kPairRows + k % kPairRows;  // + (xi slivers c2 + cp) kPairRows
+  auto word = [&](int xi, int64_t cp) -> uint32_t& { return row[(xi * slivers * c2 + cp) * kPairRows]; };
+  const int64_t c8 = C / 8 * 8;
+  for (int64_t c0 = 0; c0 < c8; c0 += 8) {
+    Doubles8 g[9];
+    for (int l = 0; l < 8; ++l) {
+      const std::array<double, 9> f = filter(k, c0 + l);
+      for (int i = 0; i < 9; ++i) g[i][l] = f[i];
+    }
+    Doubles8 r[16];
+    filter_transform(g, r);
+    for (int xi = 0; xi < 16; ++xi) {
+      const __m256 f = (__m256)__builtin_convertvector(r[xi], Floats8);
+      const __m256i bits = _mm512_cvtepi32_epi16(bf16_bits16(_mm512_zextps256_ps512(f)));  // 16 bf16, 8 used
+      alignas(16) uint32_t pairs[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(pairs), _mm256_castsi256_si128(bits));
+      for (int j = 0; j < 4; ++j) word(xi, c0 / 2 + j) = pairs[j];
+    }
+  }
+  for (int64_t c = c8; c < C; ++c) {
+    const std::array<double, 9> f = filter(k, c);
+    double g[9];
+    std::copy(f.begin(), f.end(), g);
+    double r[16];
+    filter_transform(g, r);
+    for (int xi = 0; xi < 16; ++xi) {
+      const uint32_t bits = BFloat16(static_cast<float>(r[xi])).bits;
+      uint32_t& w = word(xi, c / 2);
+      w = c % 2 == 0 ? bits : (w | bits << 16);  // an odd C's last pair keeps a zero high half
+    }
+  }
+}
+
+template <typename Filter>
+Scratch<uint32_t> transform_weight_pairs(int64_t K, int64_t C, const Filter& filter) {
+  const int64_t c2 = (C + 1) / 2, slivers = pair_rows_padded(K) / kPairRows;
+  Scratch<uint32_t> up = scratch<uint32_t>(16 * slivers * c2 * kPairRows);
+  for (int64_t xi = 0; xi < 16; ++xi)  // the last sliver's rows past K are zeros
+    for (int64_t cp = 0; cp < c2; ++cp)
+      for (int64_t r = K - (slivers - 1) * kPairRows; r < kPairRows; ++r)
+        up[((xi * slivers + slivers - 1) * c2 + cp) * kPairRows + r] = 0;
+  parallel_for(0, K, filter_grain(C), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) pair_filter_row(K, C, k, filter, up.get());
+  });
+  return up;
+}
+#endif
+
+// The weights for step 2 from filter (Filter: transform_weights's): U's bf16 pairs for a bf16
+// convolution with bf16 products (straight from the filters with the AVX-512 transforms, else
+// through U in float32), U in float32 otherwise.
+template <typename T, typename Filter>
+TransformedWeights transformed_weights(int64_t K, int64_t C, const Filter& filter) {
+  TransformedWeights wt;
+#if EMBER_WINOGRAD_X86
+  if constexpr (std::is_same_v<T, BFloat16>)
+    if (bf16_products_on().load(std::memory_order_relaxed)) {
+      if (use_avx512().load(std::memory_order_relaxed)) {
+        wt.up = transform_weight_pairs(K, C, filter);
+      } else {
+        const Scratch<float> u = scratch<float>(16 * K * C);
+        transform_weights(K, C, filter, u.get());
+        wt.up = pack_u_pairs(K, C, u.get());
+      }
+      return wt;
+    }
+#endif
+  wt.u = scratch<float>(16 * K * C);
+  transform_weights(K, C, filter, wt.u.get());
+  return wt;
+}
+
 template <typename T>
-void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, T* y) {
-  const Scratch<uint32_t> up = pack_u_pairs(p.K, p.C, u);
+void run_pairs(const Problem& p, const T* x, const uint32_t* up, const float* bias, T* y) {
   const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, c2 = (p.C + 1) / 2;
   const ImageSplit s = split_images(p.n);
   const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
@@ -742,7 +834,7 @@ void run_pairs(const Problem& p, const T* x, const float* u, const float* bias, 
       for (int xi = 0; xi < 16; ++xi) {
         pair_channels(v + xi * (p.C * ld + kPlanePad), p.C, ld, cols, vp);
         // M[xi] (K rounded up to 8 rows, cols) = U[xi] @ V[xi] on the pairs.
-        pair_product_packed(slivers, c2, up.get() + xi * slivers * c2 * kPairRows, c2 * kPairRows, 0, vp, ld,
+        pair_product_packed(slivers, c2, up + xi * slivers * c2 * kPairRows, c2 * kPairRows, 0, vp, ld,
                            cols, m + xi * (k_rows * ld + kPlanePad), ld, false);
       }
       output_transform(p, m, k_rows, bias, t, count, y);
@@ -795,11 +887,12 @@ DuParts run_weight_pairs(const Problem& p, const T* x, const T* gy, Scratch<floa
 #endif
 
 template <typename T>
-void run(const Problem& p, const T* x, const float* u, const float* bias, T* y) {
+void run(const Problem& p, const T* x, const TransformedWeights& wt, const float* bias, T* y) {
 #if EMBER_WINOGRAD_X86
   if constexpr (std::is_same_v<T, BFloat16>)
-    if (bf16_products_on().load(std::memory_order_relaxed)) return run_pairs(p, x, u, bias, y);
+    if (wt.up) return run_pairs(p, x, wt.up.get(), bias, y);
 #endif
+  const float* u = wt.u.get();
   const ImageSplit s = split_images(p.n);
   const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
   const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), m_elems = 16 * (p.K * row_ld(block) + kPlanePad);
@@ -924,18 +1017,15 @@ namespace {
 template <typename T>
 void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   const Problem p = make_problem(g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w);
-  auto u = scratch<float>(16 * p.K * p.C);
-  transform_weights(p.K, p.C,
-                    [&](int64_t k, int64_t c) {
-                      std::array<double, 9> f;
-                      for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(k * g.c_in + c) * 9 + i]);
-                      return f;
-                    },
-                    u.get());
+  const TransformedWeights wt = transformed_weights<T>(p.K, p.C, [&](int64_t k, int64_t c) {
+    std::array<double, 9> f;
+    for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(k * g.c_in + c) * 9 + i]);
+    return f;
+  });
   std::vector<float> b;  // the bias as float32 (added before the output's one rounding)
   if (bias)
     for (int64_t k = 0; k < g.c_out; ++k) b.push_back(static_cast<float>(bias[k]));
-  run(p, x, u.get(), bias ? b.data() : nullptr, y);
+  run(p, x, wt, bias ? b.data() : nullptr, y);
 }
 
 template <typename T>
@@ -943,15 +1033,12 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
   // dx = conv2d(dy, w') with padding 2 - p: C = c_out channels in, K = c_in out, and
   // w'[c_in][c_out] = w[c_out][c_in] rotated by 180 degrees.
   const Problem p = make_problem(g.n, g.c_out, g.out_h, g.out_w, g.c_in, 2 - g.pad_h, 2 - g.pad_w);
-  auto u = scratch<float>(16 * p.K * p.C);
-  transform_weights(p.K, p.C,
-                    [&](int64_t k, int64_t c) {
-                      std::array<double, 9> f;
-                      for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(c * g.c_in + k) * 9 + 8 - i]);
-                      return f;
-                    },
-                    u.get());
-  run<T>(p, gy, u.get(), nullptr, gx);
+  const TransformedWeights wt = transformed_weights<T>(p.K, p.C, [&](int64_t k, int64_t c) {
+    std::array<double, 9> f;
+    for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(c * g.c_in + k) * 9 + 8 - i]);
+    return f;
+  });
+  run<T>(p, gy, wt, nullptr, gx);
 }
 
 #if EMBER_WINOGRAD_X86
@@ -971,10 +1058,12 @@ __attribute__((target("avx512f"))) int64_t gradient_filters8(const Problem& p, i
       }
       e[xi] = __builtin_convertvector(f, Doubles8);
     }
-    filter_gradient_transform(e, [&](int t, Doubles8 v) {
-      const Floats8 f = __builtin_convertvector(v, Floats8);
+    Doubles8 dg[9];
+    filter_gradient_transform(e, dg);
+    for (int t = 0; t < 9; ++t) {
+      const Floats8 f = __builtin_convertvector(dg[t], Floats8);
       for (int l = 0; l < 8; ++l) out[(c0 + l) * 9 + t] = T(f[l]);
-    });
+    }
   }
   return c8;
 }
@@ -999,7 +1088,9 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
         double e[16];
         for (int xi = 0; xi < 16; ++xi) e[xi] = du.sum(xi, k, c);
         T* out = gw + (k * g.c_in + c) * 9;
-        filter_gradient_transform(e, [&](int t, double v) { out[t] = T(static_cast<float>(v)); });
+        double dg[9];
+        filter_gradient_transform(e, dg);
+        for (int t = 0; t < 9; ++t) out[t] = T(static_cast<float>(dg[t]));
       }
     }
   });
