@@ -21,6 +21,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define EMBER_WINOGRAD_X86 1
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's _mm512_undefined_*() (as in bf16_simd.h)
+#endif
 #else
 #define EMBER_WINOGRAD_X86 0
 #endif
@@ -1042,6 +1045,14 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
 }
 
 #if EMBER_WINOGRAD_X86
+// dst[i] = src[i] for i < 72, as T.
+EMBER_AVX512_TARGET inline void store_taps72(const float* src, float* dst) {
+  for (int i = 0; i < 72; i += 16) store16(dst + i, i + 16 <= 72 ? 0xffff : 0xff, _mm512_loadu_ps(src + i));
+}
+EMBER_AVX512_TARGET inline void store_taps72(const float* src, BFloat16* dst) {
+  for (int i = 0; i < 72; i += 16) store16(dst + i, i + 16 <= 72 ? 0xffff : 0xff, _mm512_loadu_ps(src + i));
+}
+
 // The weight gradient of filters (k, c) for c in [0, C / 8 * 8), eight channels at a time, into
 // out[c * 9 + t]; returns where it stopped.
 template <typename T>
@@ -1060,10 +1071,14 @@ __attribute__((target("avx512f"))) int64_t gradient_filters8(const Problem& p, i
     }
     Doubles8 dg[9];
     filter_gradient_transform(e, dg);
+    // The eight filters' 72 taps lie together in out: transposed through a float buffer, then
+    // stored 16 at a time (bf16: rounded as BFloat16(float) rounds, narrow16).
+    alignas(64) float taps[80];
     for (int t = 0; t < 9; ++t) {
       const Floats8 f = __builtin_convertvector(dg[t], Floats8);
-      for (int l = 0; l < 8; ++l) out[(c0 + l) * 9 + t] = T(f[l]);
+      for (int l = 0; l < 8; ++l) taps[l * 9 + t] = f[l];
     }
+    store_taps72(taps, out + c0 * 9);
   }
   return c8;
 }
