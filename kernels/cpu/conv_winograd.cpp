@@ -248,7 +248,8 @@ std::atomic<bool>& use_avx512();  // the AVX-512 transforms' switch (below)
 // extension computes in one zmm register with the same operations in the same order (the library
 // builds with -ffp-contract=off, so neither fuses a multiply-add), so the eight-at-a-time path on
 // eight consecutive input channels gives the scalar path's bits. tests/test_conv_winograd.cpp
-// compares the two.
+// compares the two. With bf16 products the eight-at-a-time path writes U's bf16 pairs directly
+// (pair_filter_row), never U in float32.
 using Doubles8 = double __attribute__((vector_size(64)));
 using Floats8 = float __attribute__((vector_size(32)));
 
