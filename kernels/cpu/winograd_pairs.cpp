@@ -61,10 +61,10 @@ template <bool kPackedA>
 EMBER_BF16_DOT_TARGET void pair_product(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride,
                                         int64_t lda, const uint32_t* bp, int64_t ldb, int64_t cols, float* c,
                                         int64_t ldc, bool add) {
-  for (int64_t j = 0; j < cols; j += 48) {
-    const int64_t nv = std::min<int64_t>(3, (cols - j) / 16);
-    for (int64_t s = 0; s < slivers; ++s) {
-      const uint32_t* a = ap + s * sliver_stride;
+  for (int64_t s = 0; s < slivers; ++s) {
+    const uint32_t* a = ap + s * sliver_stride;
+    for (int64_t j = 0; j < cols; j += 48) {
+      const int64_t nv = std::min<int64_t>(3, (cols - j) / 16);
       float* cs = c + s * kPairRows * ldc + j;
       if (nv == 3)
         bf16_dot_tile<3, kPackedA>(steps, a, lda, bp + j, ldb, 1.0f, cs, ldc, add);

@@ -45,7 +45,8 @@ EMBER_BF16_DOT_TARGET void pair_tiles_transposed(const float* v, int64_t C, int6
 
 // C (slivers of 8 rows, `cols` columns, a multiple of 16, row stride ldc) = (or += with add) the
 // sum over `steps` pairs of A's pairs times B's (bp[p * ldb + column]), on the bf16 GEMM's
-// micro-kernel, 48 columns at a time (their pairs stay in L1 while every sliver passes). Sliver s
+// micro-kernel: one sliver of A against 48 columns of B at a time, the last 16 or 32 after them
+// (the sliver's pairs stay in L1 while B's columns pass; each sliver of A is read once). Sliver s
 // of A starts at ap + s * sliver_stride; within it the pair of row r and step p is
 // ap[p * 8 + r] (packed: pack_u_pairs) or ap[r * lda + p] (rows as they lie: pair_tiles).
 void pair_product_packed(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride, int64_t lda,
