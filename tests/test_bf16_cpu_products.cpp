@@ -83,6 +83,9 @@ void check_all_ops() {
   // Rows of 39 columns: more than one vector of 32 bf16 in the im2col and col2im rows.
   check_op("conv2d wide rows", [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], {.padding = {1, 2}}); },
            {{2, 3, 5, 37}, {4, 3, 3, 3}, {4}}, 2 * 5 * 39);
+  check_op("conv2d stride 2, wide rows",
+           [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], {.stride = {2, 2}, .padding = {1, 1}}); },
+           {{2, 3, 5, 70}, {4, 3, 3, 3}, {4}}, 2 * 3 * 35);
   check_op("conv2d 1x1", [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2]); },
            {{4, 8, 5, 5}, {12, 8, 1, 1}, {12}}, 4 * 25);
 }

@@ -92,6 +92,7 @@ TEST_CASE("conv2d: im2col + GEMM matches the direct reference (forward and backw
       // with input columns before and past the row (padding, dilation).
       {{2, 3, 5, 37}, {4, 3, 3, 3}, {.padding = {1, 2}}},
       {{2, 3, 4, 40}, {2, 3, 2, 3}, {.padding = {0, 3}, .dilation = {1, 2}}, false},
+      {{2, 3, 5, 70}, {4, 3, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},  // stride-2 rows of 35 columns
   };
   for (int threads : {1, 2})
     for (DType dt : {DType::f32, DType::f64})

@@ -90,7 +90,8 @@ void copy_stride2(const T* src, T* dst, int64_t n) {
 // is masked loads and stores, 16 floats or 32 16-bit values at a time. Lanes outside the mask
 // are neither read nor written, so `src` may point before the start of the input row.
 //   copy_row: dst[i] = lo <= i < hi ? src[i] : 0 for i < n.
-//   add_row:  dst[i] += src[i] for lo <= i < hi (the same one add per element as the plain loop).
+//   add_row:  dst[i] += src[i] for lo <= i < hi (the same one add per element as the plain loop);
+//   add_row_stride2: dst[2 i] += src[i], the rows of a stride-2 convolution's col2im.
 #if EMBER_CONV_X86
 // Lanes [lo, hi) of a V-lane chunk starting at i0 (as a mask of V bits).
 inline uint64_t lanes_in(int64_t i0, int64_t V, int64_t lo, int64_t hi) {
@@ -118,6 +119,24 @@ __attribute__((target("avx512f"))) void add_row_avx512(const float* src, float* 
     _mm512_mask_storeu_ps(dst + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + i), _mm512_maskz_loadu_ps(m, src + i)));
   }
 }
+
+// dst[2 i] += src[i] for lo <= i < hi: 16 sources spread over the even lanes of two vectors
+// (VEXPANDPS), added and stored through an even-lane mask, so the odd elements are not touched
+// (adding a zero would turn a -0 into +0).
+__attribute__((target("avx512f"))) void add_row_stride2_avx512(const float* src, float* dst, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i += 16) {
+    const int64_t n = std::min<int64_t>(16, hi - i);
+    const __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>(lanes_in(0, 16, 0, n)), src + i);
+    const __m512 halves[2] = {_mm512_maskz_expand_ps(0x5555, v),
+                              _mm512_maskz_expand_ps(0x5555, _mm512_shuffle_f32x4(v, v, 0x0e))};  // v[8..15] down
+    for (int h = 0; h < 2; ++h) {
+      const int64_t in_half = std::clamp<int64_t>(n - 8 * h, 0, 8);  // sources in this half
+      const __mmask16 m = static_cast<__mmask16>(0x5555u & ((1u << (2 * in_half)) - 1u));
+      float* d = dst + 2 * i + 16 * h;
+      _mm512_mask_storeu_ps(d, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d), halves[h]));
+    }
+  }
+}
 #endif
 
 template <typename T>
@@ -131,6 +150,17 @@ void copy_row(const T* src, T* dst, int64_t n, int64_t lo, int64_t hi) {
   std::fill(dst, dst + lo, T(0));
   if (lo < hi) std::copy(src + lo, src + hi, dst + lo);
   std::fill(dst + hi, dst + n, T(0));
+}
+
+template <typename T>
+void add_row_stride2(const T* src, T* dst, int64_t lo, int64_t hi) {
+#if EMBER_CONV_X86
+  if constexpr (std::is_same_v<T, float>) {
+    static const bool avx512 = cpu_features().avx512f;
+    if (avx512) return add_row_stride2_avx512(src, dst, lo, hi);
+  }
+#endif
+  for (int64_t i = lo; i < hi; ++i) dst[2 * i] += src[i];
 }
 
 template <typename T>
@@ -195,6 +225,10 @@ void col2im_impl(const Conv2dGeometry& g, const T* col, T* x, int64_t ld) {
           T* dst = x + (c * g.h + iy) * g.w;
           if (g.stride_w == 1) {
             add_row(src, dst + x_off, r.lo, r.hi);
+            continue;
+          }
+          if (g.stride_w == 2) {
+            add_row_stride2(src, dst + x_off, r.lo, r.hi);
             continue;
           }
           for (int64_t ox = r.lo; ox < r.hi; ++ox) dst[ox * g.stride_w + x_off] += src[ox];
