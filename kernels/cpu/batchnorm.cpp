@@ -205,38 +205,24 @@ template <bool kMasked, typename T, typename P>
   }
 }
 
-// Each loop's two compilations: name##_plain and name##_avx512, called with the loop's arguments.
+// Each loop's two compilations: name##_plain and name##_avx512, called with the loop's arguments
+// and, for the backward's loops, kMasked (which no argument carries) as the one explicit
+// template argument: backward_sums_avx512<kMasked>(...).
 #define EMBER_BN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")))
 #define EMBER_BN_COMPILE_TWICE(name)                                                                        \
-  template <typename... Args>                                                                               \
+  template <bool... kFlags, typename... Args>                                                               \
   [[gnu::noinline]] void name##_plain(Args... args) {                                                       \
-    name(args...);                                                                                          \
+    name<kFlags...>(args...);                                                                               \
   }                                                                                                         \
-  template <typename... Args>                                                                               \
+  template <bool... kFlags, typename... Args>                                                               \
   [[gnu::noinline]] EMBER_BN_AVX512 void name##_avx512(Args... args) {                                      \
-    name(args...);                                                                                          \
+    name<kFlags...>(args...);                                                                               \
   }
 EMBER_BN_COMPILE_TWICE(stats_channels)
 EMBER_BN_COMPILE_TWICE(apply_rows)
+EMBER_BN_COMPILE_TWICE(backward_sums)
+EMBER_BN_COMPILE_TWICE(backward_rows)
 #undef EMBER_BN_COMPILE_TWICE
-
-// The backward's loops also take kMasked, which no argument carries: spelled out.
-template <bool kMasked, typename... Args>
-[[gnu::noinline]] void backward_sums_plain(Args... args) {
-  backward_sums<kMasked>(args...);
-}
-template <bool kMasked, typename... Args>
-[[gnu::noinline]] EMBER_BN_AVX512 void backward_sums_avx512(Args... args) {
-  backward_sums<kMasked>(args...);
-}
-template <bool kMasked, typename... Args>
-[[gnu::noinline]] void backward_rows_plain(Args... args) {
-  backward_rows<kMasked>(args...);
-}
-template <bool kMasked, typename... Args>
-[[gnu::noinline]] EMBER_BN_AVX512 void backward_rows_avx512(Args... args) {
-  backward_rows<kMasked>(args...);
-}
 
 bool bn_avx512_available() {
   const CpuFeatures& f = cpu_features();

@@ -74,13 +74,17 @@ __attribute__((target("avx512f,avx512bw"))) void copy_stride2_avx512(const T* sr
 }
 #endif
 
+// Whether the row loops below take their AVX-512 versions (F and BW, read once).
+bool rows_avx512() {
+  static const bool on = cpu_features().avx512f && cpu_features().avx512bw;
+  return on;
+}
+
 template <typename T>
 void copy_stride2(const T* src, T* dst, int64_t n) {
 #if EMBER_CONV_X86
-  if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) {
-    static const bool avx512 = cpu_features().avx512f && cpu_features().avx512bw;
-    if (avx512) return copy_stride2_avx512(src, dst, n);
-  }
+  if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>)
+    if (rows_avx512()) return copy_stride2_avx512(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = src[2 * i];
 }
@@ -90,8 +94,8 @@ void copy_stride2(const T* src, T* dst, int64_t n) {
 // is masked loads and stores, 16 floats or 32 16-bit values at a time. Lanes outside the mask
 // are neither read nor written, so `src` may point before the start of the input row.
 //   copy_row: dst[i] = lo <= i < hi ? src[i] : 0 for i < n.
-//   add_row:  dst[i] += src[i] for lo <= i < hi (the same one add per element as the plain loop);
-//   add_row_stride2: dst[2 i] += src[i], the rows of a stride-2 convolution's col2im.
+//   add_row<1>: dst[i] += src[i] for lo <= i < hi (the same one add per element as the plain loop);
+//   add_row<2>: dst[2 i] += src[i], the rows of a stride-2 convolution's col2im.
 #if EMBER_CONV_X86
 // Lanes [lo, hi) of a V-lane chunk starting at i0 (as a mask of V bits).
 inline uint64_t lanes_in(int64_t i0, int64_t V, int64_t lo, int64_t hi) {
@@ -142,36 +146,26 @@ __attribute__((target("avx512f"))) void add_row_stride2_avx512(const float* src,
 template <typename T>
 void copy_row(const T* src, T* dst, int64_t n, int64_t lo, int64_t hi) {
 #if EMBER_CONV_X86
-  if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) {
-    static const bool avx512 = cpu_features().avx512f && cpu_features().avx512bw;
-    if (avx512) return copy_row_avx512(src, dst, n, lo, hi);
-  }
+  if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>)
+    if (rows_avx512()) return copy_row_avx512(src, dst, n, lo, hi);
 #endif
   std::fill(dst, dst + lo, T(0));
   if (lo < hi) std::copy(src + lo, src + hi, dst + lo);
   std::fill(dst + hi, dst + n, T(0));
 }
 
-template <typename T>
-void add_row_stride2(const T* src, T* dst, int64_t lo, int64_t hi) {
-#if EMBER_CONV_X86
-  if constexpr (std::is_same_v<T, float>) {
-    static const bool avx512 = cpu_features().avx512f;
-    if (avx512) return add_row_stride2_avx512(src, dst, lo, hi);
-  }
-#endif
-  for (int64_t i = lo; i < hi; ++i) dst[2 * i] += src[i];
-}
-
-template <typename T>
+// dst[kStride i] += src[i] for lo <= i < hi (with AVX-512: add_row_avx512, add_row_stride2_avx512).
+template <int kStride, typename T>
 void add_row(const T* src, T* dst, int64_t lo, int64_t hi) {
 #if EMBER_CONV_X86
   if constexpr (std::is_same_v<T, float>) {
-    static const bool avx512 = cpu_features().avx512f;
-    if (avx512) return add_row_avx512(src, dst, lo, hi);
+    if (rows_avx512()) {
+      if constexpr (kStride == 1) return add_row_avx512(src, dst, lo, hi);
+      if constexpr (kStride == 2) return add_row_stride2_avx512(src, dst, lo, hi);
+    }
   }
 #endif
-  for (int64_t i = lo; i < hi; ++i) dst[i] += src[i];
+  for (int64_t i = lo; i < hi; ++i) dst[kStride * i] += src[i];
 }
 
 // col's rows are `ld` apart: ld = out_h * out_w for one image's col, B * out_h * out_w for an
@@ -224,11 +218,11 @@ void col2im_impl(const Conv2dGeometry& g, const T* col, T* x, int64_t ld) {
           const T* src = row + oy * g.out_w;
           T* dst = x + (c * g.h + iy) * g.w;
           if (g.stride_w == 1) {
-            add_row(src, dst + x_off, r.lo, r.hi);
+            add_row<1>(src, dst + x_off, r.lo, r.hi);
             continue;
           }
           if (g.stride_w == 2) {
-            add_row_stride2(src, dst + x_off, r.lo, r.hi);
+            add_row<2>(src, dst + x_off, r.lo, r.hi);
             continue;
           }
           for (int64_t ox = r.lo; ox < r.hi; ++ox) dst[ox * g.stride_w + x_off] += src[ox];

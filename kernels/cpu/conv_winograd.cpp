@@ -289,6 +289,17 @@ template <typename V>
   }
 }
 
+// r = G g G^T of the filters (k, c0 + l), l < 8, lane l each (Filter: transform_weights's).
+template <typename Filter>
+[[gnu::always_inline]] inline void filter_transform8(const Filter& filter, int64_t k, int64_t c0, Doubles8 (&r)[16]) {
+  Doubles8 g[9];
+  for (int l = 0; l < 8; ++l) {
+    const std::array<double, 9> f = filter(k, c0 + l);
+    for (int i = 0; i < 9; ++i) g[i][l] = f[i];
+  }
+  filter_transform(g, r);
+}
+
 #if EMBER_WINOGRAD_X86
 // The filters (k, c) for c in [0, C / 8 * 8), eight channels at a time; returns where it stopped.
 template <typename Filter>
@@ -296,13 +307,8 @@ __attribute__((target("avx512f"))) int64_t transform_filters8(int64_t K, int64_t
                                                               float* u) {
   const int64_t c8 = C / 8 * 8;
   for (int64_t c0 = 0; c0 < c8; c0 += 8) {
-    Doubles8 g[9];
-    for (int l = 0; l < 8; ++l) {
-      const std::array<double, 9> f = filter(k, c0 + l);
-      for (int i = 0; i < 9; ++i) g[i][l] = f[i];
-    }
     Doubles8 r[16];
-    filter_transform(g, r);
+    filter_transform8(filter, k, c0, r);
     for (int xi = 0; xi < 16; ++xi) {
       const Floats8 f = __builtin_convertvector(r[xi], Floats8);
       std::memcpy(u + (xi * K + k) * C + c0, &f, sizeof f);
@@ -749,13 +755,8 @@ EMBER_AVX512_TARGET void pair_filter_row(int64_t K, int64_t C, int64_t k, const 
   auto word = [&](int xi, int64_t cp) -> uint32_t& { return row[(xi * slivers * c2 + cp) * kPairRows]; };
   const int64_t c8 = C / 8 * 8;
   for (int64_t c0 = 0; c0 < c8; c0 += 8) {
-    Doubles8 g[9];
-    for (int l = 0; l < 8; ++l) {
-      const std::array<double, 9> f = filter(k, c0 + l);
-      for (int i = 0; i < 9; ++i) g[i][l] = f[i];
-    }
     Doubles8 r[16];
-    filter_transform(g, r);
+    filter_transform8(filter, k, c0, r);
     for (int xi = 0; xi < 16; ++xi) {
       const __m256 f = (__m256)__builtin_convertvector(r[xi], Floats8);
       const __m256i bits = _mm512_cvtepi32_epi16(bf16_bits16(_mm512_zextps256_ps512(f)));  // 16 bf16, 8 used
