@@ -25,33 +25,43 @@ struct BnReluCase {
   bool training = true;
   bool channels_last = false;
   bool nan = false;  // a NaN in channel 2
+  int64_t channels = 5;  // 16: the CUDA channels-last kernels take 16-byte packs of channels
   Device device = Device::cpu();
 };
+
+// Per-channel values: the first five as listed, then the list again with `step` added per lap.
+inline std::vector<double> channel_values(std::vector<double> first, int64_t channels, double step) {
+  std::vector<double> v;
+  for (int64_t c = 0; c < channels; ++c)
+    v.push_back(first[static_cast<size_t>(c % 5)] + step * static_cast<double>(c / 5));
+  return v;
+}
 
 // The output, the gradients of x, weight, bias and the residual, and the running statistics
 // afterwards.
 inline std::vector<Tensor> run_bn_relu(const BnReluCase& c, bool fused) {
-  const Shape shape{2, 5, 4, 3};
-  const int64_t plane = 4 * 3;
-  std::vector<float> xv = random_vector<float>(120, 11);
+  const int64_t ch = c.channels, plane = 4 * 3;
+  const Shape shape{2, ch, 4, 3};
+  const size_t numel = static_cast<size_t>(2 * ch * plane);
+  std::vector<float> xv = random_vector<float>(numel, 11);
   for (int64_t n = 0; n < 2; ++n)
     for (int64_t j = 0; j < plane; ++j)  // channel 0: -1, 0, 1 in equal numbers, so mean 0 and zeros normalize to 0
-      xv[static_cast<size_t>(n * 5 * plane + j)] = static_cast<float>((n * plane + j) % 3 - 1);
+      xv[static_cast<size_t>(n * ch * plane + j)] = static_cast<float>((n * plane + j) % 3 - 1);
   if (c.nan) xv[static_cast<size_t>(2 * plane + 5)] = std::nanf("");
   const TensorOptions pon{.dtype = c.param_dtype, .device = c.device};
   Tensor x = from_vector<float>(xv, shape).to(c.device, c.dtype);
-  Tensor res = from_vector<float>(random_vector<float>(120, 12), shape).to(c.device, c.dtype);
-  const Tensor r = from_vector<float>(random_vector<float>(120, 13), shape).to(c.device, c.dtype);
+  Tensor res = from_vector<float>(random_vector<float>(numel, 12), shape).to(c.device, c.dtype);
+  const Tensor r = from_vector<float>(random_vector<float>(numel, 13), shape).to(c.device, c.dtype);
   if (c.channels_last) {
     x = x.contiguous(MemoryFormat::channels_last);
     res = res.contiguous(MemoryFormat::channels_last);
   }
   x.requires_grad_(true);
   res.requires_grad_(true);
-  Tensor w = from_vector<double>({0.5, 1.5, -0.75, 1.0, 2.0}, pon).requires_grad_(true);
-  Tensor b = from_vector<double>({0.0, -0.2, 0.1, 0.3, -0.05}, pon).requires_grad_(true);
-  Tensor rm = from_vector<double>({0.1, -0.2, 0.0, 0.3, 0.05}, pon);
-  Tensor rv = from_vector<double>({1.0, 0.5, 2.0, 0.25, 1.5}, pon);
+  Tensor w = from_vector<double>(channel_values({0.5, 1.5, -0.75, 1.0, 2.0}, ch, 0.125), pon).requires_grad_(true);
+  Tensor b = from_vector<double>(channel_values({0.0, -0.2, 0.1, 0.3, -0.05}, ch, 0.0625), pon).requires_grad_(true);
+  Tensor rm = from_vector<double>(channel_values({0.1, -0.2, 0.0, 0.3, 0.05}, ch, 0.0), pon);
+  Tensor rv = from_vector<double>(channel_values({1.0, 0.5, 2.0, 0.25, 1.5}, ch, 0.25), pon);
   Tensor y;
   {
     std::optional<AutocastGuard> amp;
@@ -82,7 +92,7 @@ inline bool identical(const Tensor& a, const Tensor& b) {
 }
 
 // The cases both test files run: every dtype pairing the batch norm kernels take, training and
-// eval, with and without a residual, both memory formats, and a NaN.
+// eval, with and without a residual, both memory formats, a NaN, and 16 channels channels-last.
 inline std::vector<BnReluCase> bn_relu_cases(Device device) {
   std::vector<BnReluCase> out;
   const std::vector<std::pair<DType, DType>> pairs{{DType::f32, DType::f32},
@@ -99,6 +109,11 @@ inline std::vector<BnReluCase> bn_relu_cases(Device device) {
                  .channels_last = true, .device = device});
   out.push_back({.residual = true, .nan = true, .device = device});
   out.push_back({.channels_last = true, .nan = true, .device = device});
+  // 16 channels: two 16-byte packs of 16-bit values, four of float32, eight of float64.
+  for (const auto& [dt, pdt] : pairs)
+    for (bool residual : {false, true})
+      out.push_back({.dtype = dt, .param_dtype = pdt, .autocast = pdt != dt, .residual = residual,
+                     .channels_last = true, .nan = residual, .channels = 16, .device = device});
   return out;
 }
 
@@ -108,7 +123,7 @@ inline void check_fused_equals_separate(Device device,
                                         const std::function<void(const BnReluCase&, const std::vector<Tensor>&)>& more) {
   for (const BnReluCase& c : bn_relu_cases(device)) {
     INFO("dtype " << c.dtype << " params " << c.param_dtype << " residual " << c.residual << " training "
-                  << c.training << " channels_last " << c.channels_last << " nan " << c.nan);
+                  << c.training << " channels_last " << c.channels_last << " nan " << c.nan << " channels " << c.channels);
     const std::vector<Tensor> fused = run_bn_relu(c, true), separate = run_bn_relu(c, false);
     const char* what[] = {"y", "grad x", "grad weight", "grad bias", "grad residual", "running mean", "running var"};
     for (size_t i = 0; i < fused.size(); ++i) {

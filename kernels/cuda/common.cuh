@@ -1,6 +1,7 @@
 #pragma once
 // Shared building blocks of the hand-written CUDA kernels (include after "launch.h"):
 //   - launch geometry: kThreads per block and a capped grid size for grid-stride loops;
+//   - Pack<T, K>: K elements that move with one aligned vector load or store;
 //   - StridedIndexer<N>: linear element index -> element offset in each of N strided operands;
 //   - group reductions: a "group" of G threads (1, a warp of 32, or a block of 256) cooperates on
 //     one output; warp shuffles reduce inside a warp, shared memory across the warps of a block.
@@ -31,6 +32,13 @@ inline unsigned grid_for(int64_t n, int64_t per_block) {
   const int64_t b = (n + per_block - 1) / per_block;
   return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxGrid ? kMaxGrid : b));
 }
+
+// K elements of T that move with one aligned load/store (alignas 16 for 4 floats: a float4; for
+// 8 bf16 values: one 16-byte access).
+template <typename T, int K>
+struct alignas(sizeof(T) * K) Pack {
+  T v[K];
+};
 
 // Note [Offset calculator]
 // An elementwise kernel gives each thread a linear index i over the iteration shape (row-major)

@@ -44,18 +44,13 @@ namespace {
 
 using detail::grid_for;
 using detail::kThreads;
+using detail::Pack;
 using detail::StridedIndexer;
 
 // The input pointers of one launch (at least one slot, so a fill with no inputs compiles).
 template <int K>
 struct Inputs {
   const void* p[K > 0 ? K : 1];
-};
-
-// K elements of T that move with one aligned load/store (alignas 16 for 4 floats: a float4).
-template <typename T, int K>
-struct alignas(sizeof(T) * K) Pack {
-  T v[K];
 };
 
 // A pack of each input's K elements: a minimal tuple (std::tuple is not device code).

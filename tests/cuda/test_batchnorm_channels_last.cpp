@@ -7,9 +7,9 @@
 // sums differs. Recursive summation of M terms in a tree of depth K (the most additions on the
 // way from one term to the result) errs by at most K eps sum|terms| (Higham, eps of acc_t<T>).
 // The (N, C, S) kernels' depth is at most M / 256 + M / 4096 + 16 (a thread's share of its
-// channel, the slices, the warp and block tree); the (N, S, C) kernels' at most R / by + by +
-// R * min(C, 32) / 4096 + 2 (a thread's rows, the column sum of by partials, the slices; by =
-// 256 / bx, bx the power of two >= C, at most 32). Two results each within their bound of the
+// channel, the slices, the warp and block tree); the (N, S, C) kernels' at most R / by + log2(by)
+// + R * min(C, bx V) / 4096 + 2 (a thread's rows, the tree over the by partials of a column, the
+// slices; V columns per thread, by = 256 / bx, bx the power of two >= C / V, at most 32). Two results each within their bound of the
 // exact sum are within the sum of the bounds of each other (the double reference: within the
 // (N, S, C) bound alone). On top of that: the centred squares move with the mean (each run
 // centres on its own mean), 3 eps per term for the roundings inside a term (centring, products),
@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <vector>
 
@@ -110,18 +111,30 @@ double depth_ncs(const BatchNormShape& sh) {
   const double m = static_cast<double>(sh.n * sh.s);
   return m / 256 + m / 4096 + 16;
 }
-double depth_nsc(const BatchNormShape& sh) {
+// The (n, s, c) kernels give each thread V columns (Note [Channels-last batch norm in 16-byte
+// packs]): V = 16 / sizeof(T) when C is a multiple of it (the test's buffers are 16-byte aligned),
+// else 1; bx is then the power of two >= C / V.
+template <typename T>
+int lanes_of(const BatchNormShape& sh) {
+  const int v = 16 / static_cast<int>(sizeof(T));
+  return sh.c % v == 0 ? v : 1;
+}
+double depth_nsc(const BatchNormShape& sh, int lanes) {
   int64_t bx = 1;
-  while (bx < 32 && bx < sh.c) bx *= 2;
+  while (bx < 32 && bx < sh.c / lanes) bx *= 2;
   const double rows = static_cast<double>(sh.n * sh.s), by = 256.0 / static_cast<double>(bx);
-  return rows / by + by + rows * static_cast<double>(std::min<int64_t>(sh.c, 32)) / 4096 + 2;
+  return rows / by + std::log2(by) + rows * static_cast<double>(std::min<int64_t>(sh.c, bx * lanes)) / 4096 + 2;
 }
 
 // Shapes (n, c, s): channel counts 1, 3, 17, 64, 300 (a part of a 32-column chunk idle, several
 // chunks), one row slice and several (on 132 SMs: (8, 3, 2000) cuts its 16000 rows into 11
-// slices, (16, 64, 256) into 32), images with odd spatial sizes, (N, C) input (s = 1).
+// slices, (16, 64, 256) into 32), images with odd spatial sizes, (N, C) input (s = 1). In 16-byte
+// packs: 64 (every dtype), 24 (three 16-bit packs, f32, f64), 300 (f32: 75 packs, three chunks,
+// part of the last idle; f64), 8 * 33 = 264 at 16 bits (33 packs: a second chunk of one pack),
+// 1032 (129 packs of 8, 258 of 4: five and nine chunks).
 const BatchNormShape kShapes[] = {
-    {4, 1, 37}, {5, 3, 49}, {2, 17, 30}, {3, 300, 4}, {33, 5, 1}, {1, 1, 1}, {8, 3, 2000}, {16, 64, 256}, {40, 1, 500},
+    {4, 1, 37},   {5, 3, 49},  {2, 17, 30}, {3, 300, 4}, {33, 5, 1},  {1, 1, 1},  {8, 3, 2000},
+    {16, 64, 256}, {40, 1, 500}, {6, 24, 35}, {3, 264, 7}, {2, 1032, 3},
 };
 
 // The three kernels on device buffers: stats of x; apply and backward with the given per-channel
@@ -131,21 +144,29 @@ struct Results {
   std::vector<double> mean, var, y, gx, gw, gb;
 };
 
+// `shift` elements into each buffer: 1 puts x, grad y, y and grad x off 16-byte alignment, so
+// the kernels take one column per thread whatever C is.
 template <typename T, typename P>
 Results run_gpu(const BatchNormShape& sh, bool training, bool affine, const std::vector<T>& x, const std::vector<T>& gy,
                 const std::vector<P>& mean, const std::vector<P>& invstd, const std::vector<P>& weight,
-                const std::vector<P>& bias) {
+                const std::vector<P>& bias, size_t shift = 0) {
   namespace k = ember::kernels::gpu;
   const DType dt = ember::dtype_of<T>::value, pdt = ember::dtype_of<P>::value;
   const size_t n = x.size(), c = static_cast<size_t>(sh.c);
-  DeviceBuffer<T> dx(x), dgy(gy), dy(n), dgx(n);
+  std::vector<T> xs(shift, from_double<T>(0)), gs(shift, from_double<T>(0));
+  xs.insert(xs.end(), x.begin(), x.end());
+  gs.insert(gs.end(), gy.begin(), gy.end());
+  DeviceBuffer<T> dx(xs), dgy(gs), dy(n + shift), dgx(n + shift);
   DeviceBuffer<P> dm(mean), dis(invstd), dw(weight), db(bias), smean(c), svar(c), dgw(c), dgb(c);
-  k::batch_norm_stats(dt, pdt, sh, dx.data(), smean.data(), svar.data());
-  k::batch_norm_apply(dt, pdt, sh, dx.data(), dm.data(), dis.data(), affine ? dw.data() : nullptr,
-                      affine ? db.data() : nullptr, dy.data());
-  k::batch_norm_backward(dt, pdt, sh, training, dx.data(), dgy.data(), dm.data(), dis.data(),
-                         affine ? dw.data() : nullptr, dgx.data(), dgw.data(), dgb.data());
-  return {fetch(smean), fetch(svar), fetch(dy), fetch(dgx), fetch(dgw), fetch(dgb)};
+  k::batch_norm_stats(dt, pdt, sh, dx.data() + shift, smean.data(), svar.data());
+  k::batch_norm_apply(dt, pdt, sh, dx.data() + shift, dm.data(), dis.data(), affine ? dw.data() : nullptr,
+                      affine ? db.data() : nullptr, dy.data() + shift);
+  k::batch_norm_backward(dt, pdt, sh, training, dx.data() + shift, dgy.data() + shift, dm.data(), dis.data(),
+                         affine ? dw.data() : nullptr, dgx.data() + shift, dgw.data(), dgb.data());
+  Results r{fetch(smean), fetch(svar), fetch(dy), fetch(dgx), fetch(dgw), fetch(dgb)};
+  r.y.erase(r.y.begin(), r.y.begin() + static_cast<std::ptrdiff_t>(shift));
+  r.gx.erase(r.gx.begin(), r.gx.begin() + static_cast<std::ptrdiff_t>(shift));
+  return r;
 }
 
 // Per-channel sums in double over (n, c, s) data, for the bounds and the reference.
@@ -188,11 +209,11 @@ struct HostInputs {
 
 template <typename T, typename P>
 void require_close_sums(const BatchNormShape& sh, bool training, bool affine, const HostInputs& in, const Results& got,
-                        const Results& want, bool reference) {
+                        const Results& want, bool reference, int lanes) {
   const std::vector<double>& x = in.x;
   const std::vector<double>& g = in.g;
   const double ea = eps_of<ember::acc_t<T>>(), ep = eps_of<P>(), et = eps_of<T>();
-  const double K = reference ? depth_nsc(sh) : depth_nsc(sh) + depth_ncs(sh);
+  const double K = reference ? depth_nsc(sh, lanes) : depth_nsc(sh, lanes) + depth_ncs(sh);
   const double M = static_cast<double>(sh.n * sh.s);
   for (int64_t c = 0; c < sh.c; ++c) {
     const size_t ci = static_cast<size_t>(c);
@@ -254,8 +275,17 @@ void check_channels_last(const BatchNormShape& sh, uint64_t seed) {
       Results got = run_gpu<T, P>(cl, training, affine, to_nsc(x, sh), to_nsc(gy, sh), mean, invstd, weight, bias);
       got.y = to_ncs(got.y, sh);
       got.gx = to_ncs(got.gx, sh);
-      require_close_sums<T, P>(sh, training, affine, in, got, want, /*reference=*/false);
-      require_close_sums<T, P>(sh, training, affine, in, got, want, /*reference=*/true);
+      require_close_sums<T, P>(sh, training, affine, in, got, want, /*reference=*/false, lanes_of<T>(sh));
+      require_close_sums<T, P>(sh, training, affine, in, got, want, /*reference=*/true, lanes_of<T>(sh));
+      if (lanes_of<T>(sh) == 1) continue;
+      // Off 16-byte alignment the same C takes one column per thread: y (and grad x in eval,
+      // where no sum enters it) bit for bit the packed kernels', the sums within the bounds.
+      Results one = run_gpu<T, P>(cl, training, affine, to_nsc(x, sh), to_nsc(gy, sh), mean, invstd, weight, bias, 1);
+      one.y = to_ncs(one.y, sh);
+      one.gx = to_ncs(one.gx, sh);
+      CHECK(one.y == got.y);
+      if (!training) CHECK(one.gx == got.gx);
+      require_close_sums<T, P>(sh, training, affine, in, one, want, /*reference=*/false, 1);
     }
   }
   // Values in {0, 1, 2}: every partial sum of x and of grad y is an exact float, in any order.
