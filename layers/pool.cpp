@@ -74,13 +74,15 @@ Pool2dGeometry pool_geometry(const char* op, const Tensor& x, const Pool2dOption
 // The incoming gradient as a contiguous tensor of dtype dt.
 Tensor contiguous_grad(const Tensor& g, DType dt) { return g.to(dt).contiguous(); }
 
-// Whether pooling x with geometry g goes through cuDNN.
-bool via_cudnn(const Tensor& x, const Pool2dGeometry& g) {
+// Whether pooling x with geometry g goes through cuDNN (max pooling only when asked for: Note
+// [cuDNN or the hand-written kernels] in kernels/cuda/cudnn.h).
+bool via_cudnn(const Tensor& x, const Pool2dGeometry& g, bool is_max) {
 #if EMBER_CUDA_BACKEND
   // f32, f64, and f16/bf16 computed in float (Note [16-bit pooling and activations] in cudnn.h).
-  return x.device().type == DeviceType::CUDA && kernels::gpu::cudnn::use_for_pool(g);
+  namespace cudnn = kernels::gpu::cudnn;
+  return x.device().type == DeviceType::CUDA && (is_max ? cudnn::use_for_max_pool(g) : cudnn::use_for_pool(g));
 #else
-  (void)x, (void)g;
+  (void)x, (void)g, (void)is_max;
   return false;
 #endif
 }
@@ -212,7 +214,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x0, const Pool2d
 // PyTorch's).
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
   const Pool2dGeometry g = pool_geometry("max_pool2d", x, opt, true);
-  if (via_cudnn(x, g)) return cudnn_pool("max_pool2d", "MaxPool2dBackward", x, g, true, false);
+  if (via_cudnn(x, g, true)) return cudnn_pool("max_pool2d", "MaxPool2dBackward", x, g, true, false);
   const DType index_dtype = kernels::max_pool_indices_fit(DType::i32, g) ? DType::i32 : DType::i64;
   return max_pool2d_indexed(x, g, index_dtype).first;
 }
@@ -220,7 +222,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
 Tensor avg_pool2d(const Tensor& x0, const Pool2dOptions& opt) {
   const Pool2dGeometry g = pool_geometry("avg_pool2d", x0, opt, false);
   const bool include_pad = opt.count_include_pad;
-  if (via_cudnn(x0, g)) return cudnn_pool("avg_pool2d", "AvgPool2dBackward", x0, g, false, include_pad);
+  if (via_cudnn(x0, g, false)) return cudnn_pool("avg_pool2d", "AvgPool2dBackward", x0, g, false, include_pad);
   const MemoryFormat fmt = x0.suggest_memory_format();  // Note [Channels-last through the NCHW kernels]
   const Tensor x = x0.contiguous();
   Tensor out = empty(pooled_shape(x, g.out_h, g.out_w), {.dtype = x.dtype(), .device = x.device()});

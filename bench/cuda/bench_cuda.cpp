@@ -191,9 +191,10 @@ void conv(int64_t n, int64_t c, int64_t hw) {
 // ResNet-18's stem layers after the first convolution, as a bf16 AMP step runs them: batch norm
 // (training, float32 weights and statistics) and the 3x3 stride-2 max pooling, each forward +
 // backward with the output gradient given, on an (n, 64, hw, hw) bf16 activation in NCHW and in
-// channels-last. Max pooling two ways in each layout: cuDNN (what max_pool2d uses) and the
-// hand-written kernels (max_pool2d_with_indices; Note [Channels-last max pooling]). On an H200 cuDNN's max-pooling backward
-// took 4.8 ms of a 40.6 ms AMP step (docs/gpu-validation.md).
+// channels-last. max_pool2d two ways in each layout: the hand-written kernels (the default, int32
+// indices; Note [Channels-last max pooling]) and cuDNN (cudnn::set_max_pool(true); Note [cuDNN or
+// the hand-written kernels]). On an H200 cuDNN's max-pooling backward took 4.8 ms of a 40.6 ms AMP
+// step (docs/gpu-validation.md).
 void stem_layers(int64_t n, int64_t hw) {
   const Device dev = Device::cuda(0);
   const Tensor x0 = randn({n, 64, hw, hw}, {.device = dev}).to(DType::bf16);
@@ -219,9 +220,12 @@ void stem_layers(int64_t n, int64_t hw) {
     const Tensor gy_bn = gy_bn0.contiguous(fmt), gy_pool = gy_pool0.contiguous(fmt);
     emit("stem_batchnorm", nullptr, cl,
          timed(5, [&] { batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5).backward(gy_bn); }));
+    const bool max_pool_default = kernels::gpu::cudnn::max_pool();
+    kernels::gpu::cudnn::set_max_pool(true);
     emit("stem_maxpool", "cudnn", cl, timed(5, [&] { max_pool2d(x, pool).backward(gy_pool); }));
-    emit("stem_maxpool", "hand_written", cl,
-         timed(5, [&] { max_pool2d_with_indices(x, pool).first.backward(gy_pool); }));
+    kernels::gpu::cudnn::set_max_pool(false);
+    emit("stem_maxpool", "hand_written", cl, timed(5, [&] { max_pool2d(x, pool).backward(gy_pool); }));
+    kernels::gpu::cudnn::set_max_pool(max_pool_default);
   }
 }
 

@@ -489,14 +489,11 @@ struct ColumnBlock {
 // larger for the same C), so statistics and parameter gradients can differ from V = 1 in the last
 // bits of a float sum, run to run they are fixed by the shape, V and the SM count.
 template <typename T>
-constexpr int kLanes = 16 / static_cast<int>(sizeof(T));
+constexpr int kLanes = detail::kLanes16<T>;
 
 template <typename T>
 bool fits_lanes(const BatchNormShape& sh, std::initializer_list<const void*> tensors) {
-  if (sh.c % kLanes<T> != 0) return false;
-  for (const void* p : tensors)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;  // null passes
-  return true;
+  return sh.c % kLanes<T> == 0 && detail::all_aligned(tensors, 16);  // null pointers pass
 }
 
 void check_shape(const char* op, const BatchNormShape& sh) {

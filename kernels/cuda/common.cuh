@@ -7,7 +7,9 @@
 //     one output; warp shuffles reduce inside a warp, shared memory across the warps of a block.
 // Private to kernels/cuda: no public header includes this file.
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 #include <utility>
 
@@ -39,6 +41,18 @@ template <typename T, int K>
 struct alignas(sizeof(T) * K) Pack {
   T v[K];
 };
+
+// Elements of T in 16 bytes, the widest access one thread can make (8 for f16/bf16, 4 for f32).
+template <typename T>
+inline constexpr int kLanes16 = 16 / static_cast<int>(sizeof(T));
+
+// Whether p is aligned to `bytes` (null is).
+inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+inline bool all_aligned(std::initializer_list<const void*> ptrs, size_t bytes) {
+  for (const void* p : ptrs)
+    if (!aligned(p, bytes)) return false;
+  return true;
+}
 
 // Note [Offset calculator]
 // An elementwise kernel gives each thread a linear index i over the iteration shape (row-major)

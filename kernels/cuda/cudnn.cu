@@ -34,6 +34,7 @@ std::atomic<bool> g_benchmark{[] {
   return v != nullptr && v[0] == '1';
 }()};
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<int> g_max_pool{-1};  // -1: EMBER_CUDNN_MAX_POOL not read yet (it may throw: not at static init)
 }  // namespace
 
 bool enabled() {
@@ -49,6 +50,18 @@ bool use_for_pool(const Pool2dGeometry& g) {
   return enabled() && g.dilation_h == 1 && g.dilation_w == 1 && g.planes * g.in_h * g.in_w <= INT32_MAX &&
          g.out_h == pool_output_size(g.in_h, g.kernel_h, g.pad_h, g.stride_h, 1, false) &&
          g.out_w == pool_output_size(g.in_w, g.kernel_w, g.pad_w, g.stride_w, 1, false);
+}
+
+bool use_for_max_pool(const Pool2dGeometry& g) { return max_pool() && use_for_pool(g); }
+void set_max_pool(bool on) { g_max_pool = on ? 1 : 0; }
+bool max_pool() {
+  int v = g_max_pool.load();
+  if (v < 0) {
+    v = cuda::env_switch("EMBER_CUDNN_MAX_POOL", "0", "1") ? 1 : 0;
+    int unread = -1;
+    if (!g_max_pool.compare_exchange_strong(unread, v)) v = unread;  // a set_max_pool() meanwhile wins
+  }
+  return v == 1;
 }
 
 const char* layout_name(Layout layout) { return layout == Layout::NHWC ? "NHWC" : "NCHW"; }

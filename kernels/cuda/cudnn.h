@@ -9,14 +9,21 @@
 //
 // Note [cuDNN or the hand-written kernels]
 // Where ember has both, a layer on a CUDA device uses cuDNN for convolutions (layers/conv.cpp) and
-// for max and average pooling whose output size is cuDNN's floor formula (layers/pool.cpp;
-// ceil_mode windows, dilation and max_pool2d_with_indices, whose indices are part of ember's
-// contract, stay hand-written), in f32, f64, f16 and bf16 (Note [16-bit pooling and
-// activations]). ReLU, sigmoid and tanh use the hand-written elementwise kernels: on an H200
-// (2026-12-04) the kernel moved 3,947 GB/s through a 2^26-float ReLU and cuDNN's activation 2,787
-// (the copy: 3,778). cuDNN's activation entry points below stay, tested against the kernels.
-// EMBER_CUDNN=0 in the environment selects the hand-written kernels for everything (to compare
-// the two, or to rule cuDNN out); ctest runs the CUDA parity tests both ways.
+// for average pooling whose output size is cuDNN's floor formula (layers/pool.cpp; ceil_mode
+// windows stay hand-written), in f32, f64, f16 and bf16 (Note [16-bit pooling and activations]).
+// Max pooling is hand-written unless asked for through cuDNN (set_max_pool(true) or
+// EMBER_CUDNN_MAX_POOL=1; then for the same geometries as average pooling): on an H200
+// (2026-12-04) cuDNN's max-pooling backward took 4.8 ms of a ResNet-18 AMP step for the stem's
+// one layer, where reading x, y and dy and writing dx is about 0.3 ms; the hand-written kernels
+// keep int32 window indices (Note [Max-pool indices] in layers/pool.cpp), gather the gradient
+// (Note [Pooling backward as a gather] in pool.cu) and move channels-last data in 16-byte packs
+// (Note [Channels-last max pooling]), and PyTorch's max pooling is its own kernels, not cuDNN's.
+// bench_cuda's stem_layers times both at the stem's shape. ReLU, sigmoid and tanh use the
+// hand-written elementwise kernels: on an H200 (2026-12-04) the kernel moved 3,947 GB/s through
+// a 2^26-float ReLU and cuDNN's activation 2,787 (the copy: 3,778). cuDNN's activation entry
+// points below stay, tested against the kernels. EMBER_CUDNN=0 in the environment selects the
+// hand-written kernels for everything (to compare the two, or to rule cuDNN out); ctest runs the
+// CUDA parity tests both ways.
 //
 // Note [cuDNN algorithm choice]
 // A cuDNN convolution can be computed by several algorithms (implicit GEMM, FFT, Winograd, ...)
@@ -93,6 +100,11 @@ bool use_for_conv();
 // Pooling of geometry g through cuDNN: enabled(), no dilation, and the output size is the floor
 // one cuDNN computes (no extra ceil_mode window).
 bool use_for_pool(const Pool2dGeometry& g);
+// Max pooling through cuDNN: use_for_pool(g) and max_pool() — off unless set_max_pool(true) or
+// EMBER_CUDNN_MAX_POOL=1 (Note [cuDNN or the hand-written kernels]).
+bool use_for_max_pool(const Pool2dGeometry& g);
+void set_max_pool(bool on);
+bool max_pool();
 void set_benchmark(bool on);
 bool benchmark();
 void set_allow_tf32(bool on);

@@ -42,6 +42,7 @@ namespace ember::kernels::gpu {
 
 namespace {
 
+using detail::aligned;
 using detail::grid_for;
 using detail::kThreads;
 using detail::Pack;
@@ -195,8 +196,6 @@ __global__ void strided_kernel(int64_t n, StridedIndexer<sizeof...(In) + 1> ix, 
     apply_strided<Out, F, In...>(off, out, in, f, std::index_sequence_for<In...>{});
   }
 }
-
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // The launcher: picks the kernel for the layout. Out and In... are the element types.
 template <typename Out, typename... In, typename F>

@@ -17,10 +17,13 @@
 #include "launch.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 
 #include "../../core/error.h"
 #include "block_reduce.cuh"
+#include "common.cuh"
 #include "pool.h"
 #include "runtime.h"
 
@@ -29,6 +32,8 @@ namespace ember::kernels::gpu {
 namespace {
 
 constexpr int kThreads = 256;
+
+using detail::Pack;
 
 // Grid-stride loop over [0, total) for the flat kernels below.
 #define EMBER_POOL_FOR(idx, total)                                                  \
@@ -76,28 +81,35 @@ __device__ inline J ceil_div_nonneg_j(J a, J b) {
   return a <= 0 ? J(0) : (a + b - 1) / b;
 }
 
-// The max of output cell (oh, ow)'s window over one plane whose element (ih, iw) is
-// xp[(ih * in_w + iw) * step] (step 1: an NCHW plane; C: one channel of an NHWC image). The window
-// walk and the comparison rule are the CPU's general loop (kernels/cpu/pool.cpp) verbatim: start
-// at -inf on the first tap that is not padding; a strictly larger value or a NaN takes over.
-// `best` is the in-plane position ih * in_w + iw.
-template <typename T, typename J>
-__device__ inline void max_window(const MaxIndex<J>& q, J oh, J ow, const T* xp, J step, acc_t<T>* best_v, J* best) {
+// The max of output cell (oh, ow)'s window over V adjacent planes whose element (ih, iw) is
+// xp[(ih * in_w + iw) * step + j], j < V (V = 1, step 1: an NCHW plane; step C: V channels of an
+// NHWC image, read as one Pack when V > 1: Note [Channels-last max pooling]). The window walk and
+// the comparison rule are the CPU's general loop (kernels/cpu/pool.cpp) verbatim, for each of the
+// V planes: start at -inf on the first tap that is not padding; a strictly larger value or a NaN
+// takes over. best[j] is the in-plane position ih * in_w + iw.
+template <int V, typename T, typename J>
+__device__ inline void max_window(const MaxIndex<J>& q, J oh, J ow, const T* xp, J step, acc_t<T> (&best_v)[V],
+                                  J (&best)[V]) {
   J h0 = oh * q.s_h - q.p_h;
   const J h1 = min(h0 + (q.k_h - 1) * q.d_h + 1, q.in_h);
   while (h0 < 0) h0 += q.d_h;
   J w0 = ow * q.s_w - q.p_w;
   const J w1 = min(w0 + (q.k_w - 1) * q.d_w + 1, q.in_w);
   while (w0 < 0) w0 += q.d_w;
-  *best = h0 * q.in_w + w0;
-  *best_v = -std::numeric_limits<acc_t<T>>::infinity();  // f16/bf16 compared as float
+  for (int j = 0; j < V; ++j) {
+    best[j] = h0 * q.in_w + w0;
+    best_v[j] = -std::numeric_limits<acc_t<T>>::infinity();  // f16/bf16 compared as float
+  }
   for (J ih = h0; ih < h1; ih += q.d_h) {
     for (J iw = w0; iw < w1; iw += q.d_w) {
       const J i = ih * q.in_w + iw;
-      const acc_t<T> v = static_cast<acc_t<T>>(xp[i * step]);
-      if (v > *best_v || v != v) {
-        *best_v = v;
-        *best = i;
+      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(xp + i * step);
+      for (int j = 0; j < V; ++j) {
+        const acc_t<T> v = static_cast<acc_t<T>>(p.v[j]);
+        if (v > best_v[j] || v != v) {
+          best_v[j] = v;
+          best[j] = i;
+        }
       }
     }
   }
@@ -111,33 +123,37 @@ __global__ void max_forward_kernel(Pool2dGeometry g, const T* x, T* out, I* indi
   const J out_plane = q.out_h * q.out_w, total = static_cast<J>(g.planes) * out_plane;
   EMBER_POOL_FOR_J(J, idx, total) {
     const J ow = idx % q.out_w, oh = (idx / q.out_w) % q.out_h, p = idx / out_plane;
-    acc_t<T> best_v;
-    J best;
-    max_window(q, oh, ow, x + p * q.in_h * q.in_w, J(1), &best_v, &best);
-    out[idx] = static_cast<T>(best_v);  // exact: best_v is one of x's values (or -inf)
-    indices[idx] = static_cast<I>(best);
+    acc_t<T> best_v[1];
+    J best[1];
+    max_window<1>(q, oh, ow, x + p * q.in_h * q.in_w, J(1), best_v, best);
+    out[idx] = static_cast<T>(best_v[0]);  // exact: best_v is one of x's values (or -inf)
+    indices[idx] = static_cast<I>(best[0]);
   }
 }
 
-// The gradient gathered by input cell (ih, iw) of one plane (Note [Pooling backward as a gather]):
-// output row oh's window covers input rows [oh s - pad, oh s - pad + (k - 1) dil], so row ih is in
-// the windows with ceil((ih + pad - (k - 1) dil) / s) <= oh <= floor((ih + pad) / s); the sum of
-// grad_out over those whose recorded argmax is this cell, in increasing (oh, ow). The plane's
-// output cell (oh, ow) is at go[(oh * out_w + ow) * step] and ip[...] likewise.
-template <typename T, typename I, typename J>
-__device__ inline acc_t<T> max_gather(const MaxIndex<J>& q, J ih, J iw, const T* go, const I* ip, J step) {
+// The gradient gathered by input cell (ih, iw) of V adjacent planes (Note [Pooling backward as a
+// gather]): output row oh's window covers input rows [oh s - pad, oh s - pad + (k - 1) dil], so row
+// ih is in the windows with ceil((ih + pad - (k - 1) dil) / s) <= oh <= floor((ih + pad) / s); for
+// each plane j, the sum of grad_out over those whose recorded argmax is this cell, in increasing
+// (oh, ow). Plane j's output cell (oh, ow) is at go[(oh * out_w + ow) * step + j] and ip[...]
+// likewise (V > 1: one Pack of each).
+template <int V, typename T, typename I, typename J>
+__device__ inline void max_gather(const MaxIndex<J>& q, J ih, J iw, const T* go, const I* ip, J step,
+                                  acc_t<T> (&acc)[V]) {
   const J me = ih * q.in_w + iw;
   const J oh_lo = ceil_div_nonneg_j(ih + q.p_h - (q.k_h - 1) * q.d_h, q.s_h);
   const J oh_hi = min((ih + q.p_h) / q.s_h, q.out_h - 1);
   const J ow_lo = ceil_div_nonneg_j(iw + q.p_w - (q.k_w - 1) * q.d_w, q.s_w);
   const J ow_hi = min((iw + q.p_w) / q.s_w, q.out_w - 1);
-  acc_t<T> acc = 0;  // f16/bf16: summed in float, rounded once
+  for (int j = 0; j < V; ++j) acc[j] = 0;  // f16/bf16: summed in float, rounded once
   for (J oh = oh_lo; oh <= oh_hi; ++oh)
     for (J ow = ow_lo; ow <= ow_hi; ++ow) {
       const J o = (oh * q.out_w + ow) * step;
-      if (static_cast<int64_t>(ip[o]) == static_cast<int64_t>(me)) acc += static_cast<acc_t<T>>(go[o]);
+      const Pack<I, V> at = *reinterpret_cast<const Pack<I, V>*>(ip + o);
+      const Pack<T, V> g = *reinterpret_cast<const Pack<T, V>*>(go + o);
+      for (int j = 0; j < V; ++j)
+        if (static_cast<int64_t>(at.v[j]) == static_cast<int64_t>(me)) acc[j] += static_cast<acc_t<T>>(g.v[j]);
     }
-  return acc;
 }
 
 // One thread per input cell.
@@ -147,44 +163,61 @@ __global__ void max_backward_kernel(Pool2dGeometry g, const T* grad_out, const I
   const J in_plane = q.in_h * q.in_w, out_plane = q.out_h * q.out_w, total = static_cast<J>(g.planes) * in_plane;
   EMBER_POOL_FOR_J(J, idx, total) {
     const J iw = idx % q.in_w, ih = (idx / q.in_w) % q.in_h, p = idx / in_plane;
-    grad_in[idx] = static_cast<T>(max_gather(q, ih, iw, grad_out + p * out_plane, indices + p * out_plane, J(1)));
+    acc_t<T> acc[1];
+    max_gather<1>(q, ih, iw, grad_out + p * out_plane, indices + p * out_plane, J(1), acc);
+    grad_in[idx] = static_cast<T>(acc[0]);
   }
 }
 
 // Note [Channels-last max pooling]
 // A channels-last (N, H, W, C) tensor is pooled where it lies: the same windows, comparisons and
 // gather as above, each plane's element (ih, iw) of channel c at ((n H + ih) W + iw) C + c. One
-// thread per output cell (n, oh, ow, c) forward and per input cell (n, ih, iw, c) backward, with c
-// fastest, so a warp reads consecutive channels of one pixel (coalesced) where the NCHW kernels
-// read along a row. out, indices and grad_in are channels-last too; an index is the in-plane
-// position ih * in_w + iw, as in NCHW (and PyTorch). The comparisons and the gather's order are the
-// NCHW kernels', so the two layouts give the same bits.
-template <typename T, typename I, typename J>
+// thread per output cell (n, oh, ow) and group of V channels forward, per input cell (n, ih, iw)
+// and group backward, with the group fastest, so a warp reads consecutive channels of one pixel
+// (coalesced) where the NCHW kernels read along a row. V = 16 / sizeof(T) (8 for f16/bf16) when C
+// is a multiple of it and the tensors are aligned to their packs: then every tap of the window is
+// one 16-byte load, the index arithmetic (divisions included) is done once for V channels, and
+// the output and index stores are vector stores; otherwise V = 1, one channel per thread. out,
+// indices and grad_in are channels-last too; an index is the in-plane position ih * in_w + iw, as
+// in NCHW (and PyTorch). The comparisons and the gather's order are the NCHW kernels', so the two
+// layouts (and both V) give the same bits.
+template <int V, typename T, typename I, typename J>
 __global__ void max_forward_nhwc_kernel(Pool2dGeometry g, int64_t channels, const T* x, T* out, I* indices) {
   const MaxIndex<J> q(g);
-  const J c_n = static_cast<J>(channels), total = static_cast<J>(g.planes) * q.out_h * q.out_w;
+  const J c_n = static_cast<J>(channels), groups = c_n / V;
+  const J total = static_cast<J>(g.planes / V) * q.out_h * q.out_w;
   EMBER_POOL_FOR_J(J, idx, total) {
-    const J c = idx % c_n, pixel = idx / c_n;  // pixel = (n * out_h + oh) * out_w + ow
+    const J c = (idx % groups) * V, pixel = idx / groups;  // pixel = (n * out_h + oh) * out_w + ow
     const J ow = pixel % q.out_w, oh = (pixel / q.out_w) % q.out_h, n = pixel / (q.out_w * q.out_h);
-    acc_t<T> best_v;
-    J best;
-    max_window(q, oh, ow, x + n * q.in_h * q.in_w * c_n + c, c_n, &best_v, &best);
-    out[idx] = static_cast<T>(best_v);
-    indices[idx] = static_cast<I>(best);
+    acc_t<T> best_v[V];
+    J best[V];
+    max_window<V>(q, oh, ow, x + n * q.in_h * q.in_w * c_n + c, c_n, best_v, best);
+    Pack<T, V> o;
+    Pack<I, V> at;
+    for (int j = 0; j < V; ++j) {
+      o.v[j] = static_cast<T>(best_v[j]);
+      at.v[j] = static_cast<I>(best[j]);
+    }
+    *reinterpret_cast<Pack<T, V>*>(out + pixel * c_n + c) = o;
+    *reinterpret_cast<Pack<I, V>*>(indices + pixel * c_n + c) = at;
   }
 }
 
-template <typename T, typename I, typename J>
+template <int V, typename T, typename I, typename J>
 __global__ void max_backward_nhwc_kernel(Pool2dGeometry g, int64_t channels, const T* grad_out, const I* indices,
                                          T* grad_in) {
   const MaxIndex<J> q(g);
-  const J c_n = static_cast<J>(channels), out_image = q.out_h * q.out_w * c_n;
-  const J total = static_cast<J>(g.planes) * q.in_h * q.in_w;
+  const J c_n = static_cast<J>(channels), groups = c_n / V, out_image = q.out_h * q.out_w * c_n;
+  const J total = static_cast<J>(g.planes / V) * q.in_h * q.in_w;
   EMBER_POOL_FOR_J(J, idx, total) {
-    const J c = idx % c_n, pixel = idx / c_n;  // pixel = (n * in_h + ih) * in_w + iw
+    const J c = (idx % groups) * V, pixel = idx / groups;  // pixel = (n * in_h + ih) * in_w + iw
     const J iw = pixel % q.in_w, ih = (pixel / q.in_w) % q.in_h, n = pixel / (q.in_w * q.in_h);
     const J o = n * out_image + c;
-    grad_in[idx] = static_cast<T>(max_gather(q, ih, iw, grad_out + o, indices + o, c_n));
+    acc_t<T> acc[V];
+    max_gather<V>(q, ih, iw, grad_out + o, indices + o, c_n, acc);
+    Pack<T, V> r;
+    for (int j = 0; j < V; ++j) r.v[j] = static_cast<T>(acc[j]);
+    *reinterpret_cast<Pack<T, V>*>(grad_in + pixel * c_n + c) = r;
   }
 }
 
@@ -331,6 +364,18 @@ void with_index_type(const Pool2dGeometry& g, const F& f) {
     f(int64_t{});
 }
 
+// The channels-last max-pooling kernels' pack width (Note [Channels-last max pooling]): V
+// channels of T in 16 bytes, taken when C is a multiple of V and the data (16 bytes) and the
+// indices (V * sizeof(I) bytes) are aligned to their packs.
+template <typename T>
+constexpr int kLanes = detail::kLanes16<T>;
+
+template <typename T, typename I>
+bool fits_lanes(int64_t channels, std::initializer_list<const void*> data, const void* indices) {
+  return channels % kLanes<T> == 0 && detail::all_aligned(data, 16) &&
+         detail::aligned(indices, kLanes<T> * sizeof(I));
+}
+
 void check_pool(const char* op, const Pool2dGeometry& g) {
   EMBER_CHECK(g.planes >= 0 && g.in_h >= 0 && g.in_w >= 0 && g.out_h >= 0 && g.out_w >= 0, op, ": negative size");
   EMBER_CHECK(g.kernel_h >= 1 && g.kernel_w >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.dilation_h >= 1 &&
@@ -389,8 +434,13 @@ void max_pool2d_forward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometr
   dispatch_max_pool("max_pool2d", dtype, index_dtype, g, channels, [&](auto t, auto i, auto j) {
     using T = decltype(t);
     using I = decltype(i);
-    launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<T, I, decltype(j)>, g, channels,
-                 static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
+    using J = decltype(j);
+    if (fits_lanes<T, I>(channels, {x, out}, indices))
+      launch_cells("max_pool2d", out_cells(g) / kLanes<T>, max_forward_nhwc_kernel<kLanes<T>, T, I, J>, g, channels,
+                   static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
+    else
+      launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<1, T, I, J>, g, channels,
+                   static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
   });
 }
 
@@ -400,8 +450,14 @@ void max_pool2d_backward_nhwc(DType dtype, DType index_dtype, const Pool2dGeomet
   dispatch_max_pool("max_pool2d backward", dtype, index_dtype, g, channels, [&](auto t, auto i, auto j) {
     using T = decltype(t);
     using I = decltype(i);
-    launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<T, I, decltype(j)>, g, channels,
-                 static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
+    using J = decltype(j);
+    if (fits_lanes<T, I>(channels, {grad_out, grad_in}, indices))
+      launch_cells("max_pool2d backward", in_cells(g) / kLanes<T>, max_backward_nhwc_kernel<kLanes<T>, T, I, J>, g,
+                   channels, static_cast<const T*>(grad_out), static_cast<const I*>(indices),
+                   static_cast<T*>(grad_in));
+    else
+      launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<1, T, I, J>, g, channels,
+                   static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
   });
 }
 

@@ -27,6 +27,7 @@
 #include "../../kernels/cuda/runtime.h"
 #include "conv_check.h"
 #include "cudnn_fixture.h"
+#include "cudnn_max_pool.h"
 #include "device_buffer.h"
 #include "random_data.h"
 
@@ -628,38 +629,45 @@ TEST_CASE("cudnn shim: alpha and beta blend into the output as cuDNN defines", "
   REQUIRE(cudnnDestroyTensorDescriptor(pooled) == CUDNN_STATUS_SUCCESS);
 }
 
-TEST_CASE("cudnn serves the layers: conv2d and max/avg pooling (not the activations), unless EMBER_CUDNN=0",
+TEST_CASE("cudnn serves the layers: conv2d, avg pooling, max pooling when asked (not the activations), unless "
+          "EMBER_CUDNN=0",
           "[cuda][cudnn][cudnn_layers]") {
   using namespace ember;
   const Device dev = Device::cuda(0);
-  Generator gen(7);
-  const Tensor x = randn({2, 3, 8, 8}, {}, gen).to(dev).requires_grad_(true);
-  const Tensor w = randn({4, 3, 3, 3}, {}, gen).to(dev).requires_grad_(true);
-  const Tensor b = randn({4}, {}, gen).to(dev).requires_grad_(true);
-  const auto s0 = shim();
-  Tensor y = conv2d(x, w, b, {.padding = {1, 1}});
-  y = relu(y);
-  y = max_pool2d(y, {.kernel = {2, 2}});
-  y = avg_pool2d(tanh(y), {.kernel = {2, 2}});
-  y = sigmoid(y);
-  sum(y).backward();
-  const auto s1 = shim();
   const int64_t expect = cudnn::enabled() ? 1 : 0;
-  CHECK(s1.convolution[pass(Pass::Forward)] - s0.convolution[pass(Pass::Forward)] == expect);
-  CHECK(s1.convolution[pass(Pass::BackwardData)] - s0.convolution[pass(Pass::BackwardData)] == expect);
-  CHECK(s1.convolution[pass(Pass::BackwardFilter)] - s0.convolution[pass(Pass::BackwardFilter)] == expect);
-  CHECK(s1.backward_bias - s0.backward_bias == expect);
-  CHECK(s1.pooling_forward - s0.pooling_forward == 2 * expect);  // max and avg
-  CHECK(s1.pooling_backward - s0.pooling_backward == 2 * expect);
-  // ReLU, tanh and sigmoid: the hand-written kernels (Note [cuDNN or the hand-written kernels]).
-  CHECK(s1.activation_forward == s0.activation_forward);
-  CHECK(s1.activation_backward == s0.activation_backward);
-  // A ceil_mode window cuDNN does not have, and a strided input: the hand-written kernels.
-  const Tensor odd = randn({1, 2, 7, 7}, {}, gen).to(dev);
-  (void)max_pool2d(odd, {.kernel = {2, 2}, .ceil_mode = true});
-  (void)relu(odd.transpose(2, 3));
-  const auto s2 = shim();
-  CHECK(s2.pooling_forward == s1.pooling_forward);
-  CHECK(s2.activation_forward == s1.activation_forward);
+  for (const bool max_via_cudnn : {false, true}) {
+    INFO("max pooling through cuDNN: " << max_via_cudnn);
+    const ember::testing::CudnnMaxPool scope(max_via_cudnn);
+    Generator gen(7);
+    const Tensor x = randn({2, 3, 8, 8}, {}, gen).to(dev).requires_grad_(true);
+    const Tensor w = randn({4, 3, 3, 3}, {}, gen).to(dev).requires_grad_(true);
+    const Tensor b = randn({4}, {}, gen).to(dev).requires_grad_(true);
+    const auto s0 = shim();
+    Tensor y = conv2d(x, w, b, {.padding = {1, 1}});
+    y = relu(y);
+    y = max_pool2d(y, {.kernel = {2, 2}});
+    y = avg_pool2d(tanh(y), {.kernel = {2, 2}});
+    y = sigmoid(y);
+    sum(y).backward();
+    const auto s1 = shim();
+    CHECK(s1.convolution[pass(Pass::Forward)] - s0.convolution[pass(Pass::Forward)] == expect);
+    CHECK(s1.convolution[pass(Pass::BackwardData)] - s0.convolution[pass(Pass::BackwardData)] == expect);
+    CHECK(s1.convolution[pass(Pass::BackwardFilter)] - s0.convolution[pass(Pass::BackwardFilter)] == expect);
+    CHECK(s1.backward_bias - s0.backward_bias == expect);
+    const int64_t pools = (max_via_cudnn ? 2 : 1) * expect;  // avg, and max when asked
+    CHECK(s1.pooling_forward - s0.pooling_forward == pools);
+    CHECK(s1.pooling_backward - s0.pooling_backward == pools);
+    // ReLU, tanh and sigmoid: the hand-written kernels (Note [cuDNN or the hand-written kernels]).
+    CHECK(s1.activation_forward == s0.activation_forward);
+    CHECK(s1.activation_backward == s0.activation_backward);
+    // A ceil_mode window cuDNN does not have, and a strided input: the hand-written kernels.
+    const Tensor odd = randn({1, 2, 7, 7}, {}, gen).to(dev);
+    (void)max_pool2d(odd, {.kernel = {2, 2}, .ceil_mode = true});
+    (void)avg_pool2d(odd, {.kernel = {2, 2}, .ceil_mode = true});
+    (void)relu(odd.transpose(2, 3));
+    const auto s2 = shim();
+    CHECK(s2.pooling_forward == s1.pooling_forward);
+    CHECK(s2.activation_forward == s1.activation_forward);
+  }
 }
 #endif

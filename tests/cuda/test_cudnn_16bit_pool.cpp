@@ -22,6 +22,7 @@
 #include "../../kernels/cuda/pool.h"
 #include "conv_check.h"
 #include "cudnn_fixture.h"
+#include "cudnn_max_pool.h"
 #include "device_buffer.h"
 #include "random_data.h"
 
@@ -247,38 +248,43 @@ TEST_CASE("cudnn layers in f16/bf16: pooling reaches cuDNN natively (activations
   using namespace ember;
   const Device dev = Device::cuda(0);
   const int64_t expect = cudnn::enabled() ? 1 : 0;
-  for (const DType dt : {DType::f16, DType::bf16}) {
-    INFO("dtype " << dt);
-    Generator gen(5);
-    const Tensor x = randn({2, 3, 8, 8}, {}, gen).to(dt).to(dev).requires_grad_(true);
-    const auto s0 = shim();
-    Tensor y = relu(x);
-    y = max_pool2d(y, {.kernel = {2, 2}});
-    y = avg_pool2d(tanh(y), {.kernel = {2, 2}});
-    y = sigmoid(y);
-    y.to(DType::f32).sum().backward();
-    const auto s1 = shim();
-    CHECK(y.dtype() == dt);
-    REQUIRE(x.grad().defined());
-    CHECK(x.grad().dtype() == dt);
-    const bool f16 = dt == DType::f16;
-    for (int i : {0, 1}) {
-      CHECK(s1.pooling_f16[i] - s0.pooling_f16[i] == (f16 ? 2 * expect : 0));  // max and avg
-      CHECK(s1.pooling_bf16[i] - s0.pooling_bf16[i] == (f16 ? 0 : 2 * expect));
-      // ReLU, tanh and sigmoid: the hand-written kernels (Note [cuDNN or the hand-written kernels]).
-      CHECK(s1.activation_f16[i] == s0.activation_f16[i]);
-      CHECK(s1.activation_bf16[i] == s0.activation_bf16[i]);
+  // Max pooling only when asked for (Note [cuDNN or the hand-written kernels]): both ways.
+  for (const bool max_via_cudnn : {false, true}) {
+    const ember::testing::CudnnMaxPool scope(max_via_cudnn);
+    const int64_t pools = (max_via_cudnn ? 2 : 1) * expect;  // avg, and max when asked
+    for (const DType dt : {DType::f16, DType::bf16}) {
+      INFO("dtype " << dt << ", max pooling through cuDNN: " << max_via_cudnn);
+      Generator gen(5);
+      const Tensor x = randn({2, 3, 8, 8}, {}, gen).to(dt).to(dev).requires_grad_(true);
+      const auto s0 = shim();
+      Tensor y = relu(x);
+      y = max_pool2d(y, {.kernel = {2, 2}});
+      y = avg_pool2d(tanh(y), {.kernel = {2, 2}});
+      y = sigmoid(y);
+      y.to(DType::f32).sum().backward();
+      const auto s1 = shim();
+      CHECK(y.dtype() == dt);
+      REQUIRE(x.grad().defined());
+      CHECK(x.grad().dtype() == dt);
+      const bool f16 = dt == DType::f16;
+      for (int i : {0, 1}) {
+        CHECK(s1.pooling_f16[i] - s0.pooling_f16[i] == (f16 ? pools : 0));
+        CHECK(s1.pooling_bf16[i] - s0.pooling_bf16[i] == (f16 ? 0 : pools));
+        // ReLU, tanh and sigmoid: the hand-written kernels (Note [cuDNN or the hand-written kernels]).
+        CHECK(s1.activation_f16[i] == s0.activation_f16[i]);
+        CHECK(s1.activation_bf16[i] == s0.activation_bf16[i]);
+      }
+      // No widened f32 call besides the 16-bit ones.
+      CHECK(s1.pooling_forward - s0.pooling_forward == pools);
+      CHECK(s1.activation_forward == s0.activation_forward);
+      // The same values as the f32 layers on the same 16-bit input, rounded to 16 bits once per op.
+      const Tensor x32 = x.detach().to(DType::f32);
+      const Tensor pooled = max_pool2d(relu(x32), {.kernel = {2, 2}});
+      const std::vector<float> want = pooled.to(dt).to(DType::f32).to(Device::cpu()).to_vector<float>();
+      const std::vector<float> got =
+          max_pool2d(relu(x.detach()), {.kernel = {2, 2}}).to(DType::f32).to(Device::cpu()).to_vector<float>();
+      REQUIRE(got == want);  // max pooling and ReLU select: exact
     }
-    // No widened f32 call besides the 16-bit ones.
-    CHECK(s1.pooling_forward - s0.pooling_forward == 2 * expect);
-    CHECK(s1.activation_forward == s0.activation_forward);
-    // The same values as the f32 layers on the same 16-bit input, rounded to 16 bits once per op.
-    const Tensor x32 = x.detach().to(DType::f32);
-    const Tensor pooled = max_pool2d(relu(x32), {.kernel = {2, 2}});
-    const std::vector<float> want = pooled.to(dt).to(DType::f32).to(Device::cpu()).to_vector<float>();
-    const std::vector<float> got =
-        max_pool2d(relu(x.detach()), {.kernel = {2, 2}}).to(DType::f32).to(Device::cpu()).to_vector<float>();
-    REQUIRE(got == want);  // max pooling and ReLU select: exact
   }
 }
 

@@ -22,6 +22,7 @@
 #include "../memory_format_cnn.h"
 #include "channels_last_data.h"
 #include "cudnn_fixture.h"
+#include "cudnn_max_pool.h"
 #include "device_buffer.h"
 #include "random_data.h"
 
@@ -206,6 +207,9 @@ TEST_CASE("a channels-last conv2d and max_pool2d on a CUDA device run cuDNN in N
   // With EMBER_CUDNN=0 the layers run the hand-written NCHW kernels instead, and no call is NHWC.
   const int64_t want = kernels::gpu::cudnn::use_for_conv() ? 1 : 0;
   const Device gpu = Device::cuda(0);
+  // Max pooling reaches cuDNN only when asked for (Note [cuDNN or the hand-written kernels]);
+  // otherwise the hand-written channels-last kernels pool in place.
+  const ember::testing::CudnnMaxPool scope(true);
   for (const DType dt : {DType::f32, DType::bf16}) {
     INFO(dt);
     const Tensor x0 = rnd({2, 6, 8, 8}, 31, 1.0, gpu).to(dt), w0 = rnd({10, 6, 3, 3}, 32, 0.3, gpu).to(dt);

@@ -61,9 +61,24 @@ void require_same_bits(const std::vector<T>& got, const std::vector<T>& want, co
   }
 }
 
-// n images of c channels: values on a coarse grid (so windows hold ties) and one NaN.
+// A copy of v one element in: data() + 1 of a buffer of it is off 16-byte alignment.
+template <typename T>
+std::vector<T> shifted(const std::vector<T>& v) {
+  std::vector<T> r(1, v.empty() ? T(0.0f) : v.front());
+  r.insert(r.end(), v.begin(), v.end());
+  return r;
+}
+template <typename T>
+std::vector<T> unshifted(const std::vector<T>& v) {
+  return std::vector<T>(v.begin() + 1, v.end());
+}
+
+// n images of c channels: values on a coarse grid (so windows hold ties) and one NaN. The NHWC
+// kernels take 16-byte packs of channels where c and the pointers allow (Note [Channels-last max
+// pooling]); `shift` puts the data one element off alignment, which makes them take one channel
+// per thread: the same bits either way.
 template <typename T, typename I>
-void check_window(const Window& w, int64_t n, int64_t c, uint64_t seed) {
+void check_window(const Window& w, int64_t n, int64_t c, uint64_t seed, bool shift = false) {
   const Pool2dGeometry g = geometry(w, n * c);
   const DType dt = ember::dtype_of<T>::value, it = ember::dtype_of<I>::value;
   const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w);
@@ -80,15 +95,19 @@ void check_window(const Window& w, int64_t n, int64_t c, uint64_t seed) {
   ember::kernels::gpu::max_pool2d_forward(dt, it, g, dx.data(), out.data(), idx.data());
   ember::kernels::gpu::max_pool2d_backward(dt, it, g, dgo.data(), idx.data(), gi.data());
 
-  DeviceBuffer<T> dx_cl(permute_channels(x, n, c, in_s, true)), dgo_cl(permute_channels(go, n, c, out_s, true));
-  DeviceBuffer<T> out_cl(out_n), gi_cl(in_n);
+  std::vector<T> x_cl = permute_channels(x, n, c, in_s, true), go_cl = permute_channels(go, n, c, out_s, true);
+  const size_t k = shift ? 1 : 0;
+  DeviceBuffer<T> dx_cl(shift ? shifted(x_cl) : x_cl), dgo_cl(shift ? shifted(go_cl) : go_cl);
+  DeviceBuffer<T> out_cl(out_n + k), gi_cl(in_n + k);
   DeviceBuffer<I> idx_cl(out_n);
-  ember::kernels::gpu::max_pool2d_forward_nhwc(dt, it, g, c, dx_cl.data(), out_cl.data(), idx_cl.data());
-  ember::kernels::gpu::max_pool2d_backward_nhwc(dt, it, g, c, dgo_cl.data(), idx_cl.data(), gi_cl.data());
+  ember::kernels::gpu::max_pool2d_forward_nhwc(dt, it, g, c, dx_cl.data() + k, out_cl.data() + k, idx_cl.data());
+  ember::kernels::gpu::max_pool2d_backward_nhwc(dt, it, g, c, dgo_cl.data() + k, idx_cl.data(), gi_cl.data() + k);
+  std::vector<T> got_out = downloaded(out_cl), got_gi = downloaded(gi_cl);
+  if (shift) got_out = unshifted(got_out), got_gi = unshifted(got_gi);
 
-  require_same_bits(permute_channels(downloaded(out_cl), n, c, out_s, false), downloaded(out), "values");
+  require_same_bits(permute_channels(got_out, n, c, out_s, false), downloaded(out), "values");
   REQUIRE(permute_channels(downloaded(idx_cl), n, c, out_s, false) == downloaded(idx));
-  require_same_bits(permute_channels(downloaded(gi_cl), n, c, in_s, false), downloaded(gi), "input gradient");
+  require_same_bits(permute_channels(got_gi, n, c, in_s, false), downloaded(gi), "input gradient");
 }
 
 const std::vector<Window>& windows() {
@@ -108,11 +127,15 @@ TEMPLATE_TEST_CASE("cuda channels-last max pooling equals NCHW: values, indices,
                    "[cuda][pool][channels_last]", float, double, ember::BFloat16) {
   uint64_t seed = 700;
   for (const Window& w : windows()) {
-    for (const int64_t c : {int64_t{1}, int64_t{3}, int64_t{32}}) {
+    // 1 and 3 channels one per thread; 24 and 32 in packs (three and four of 8 bf16 values, six
+    // and eight of 4 floats, twelve and sixteen of 2 doubles), and 32 off alignment.
+    for (const int64_t c : {int64_t{1}, int64_t{3}, int64_t{24}, int64_t{32}}) {
       INFO(w.name << ", " << c << " channels");
       check_window<TestType, int64_t>(w, 2, c, seed++);
       check_window<TestType, int32_t>(w, 2, c, seed++);
     }
+    INFO(w.name << ", 32 channels one element off alignment");
+    check_window<TestType, int32_t>(w, 2, 32, seed++, /*shift=*/true);
   }
 }
 
