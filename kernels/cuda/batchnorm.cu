@@ -86,6 +86,8 @@ constexpr int kThreads = 256;
 
 using detail::ChannelWalk;
 using detail::Pack;
+using detail::vector_load;
+using detail::vector_store;
 
 template <typename T, typename P>
 __global__ void stats_kernel(BatchNormShape sh, const T* x, P* mean, P* var) {
@@ -268,16 +270,6 @@ __global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const 
 // blockIdx.x * blockDim.x + threadIdx.x (idle when past C / V), and rows threadIdx.y,
 // threadIdx.y + blockDim.y, ... of its range. V = 1 is one column per thread.
 
-// The V elements of row-major offset `at` (a multiple of V): one aligned access.
-template <int V, typename T>
-__device__ inline Pack<T, V> load_lanes(const T* p, int64_t at) {
-  return *reinterpret_cast<const Pack<T, V>*>(p + at);
-}
-template <int V, typename T>
-__device__ inline void store_lanes(T* p, int64_t at, const Pack<T, V>& v) {
-  *reinterpret_cast<Pack<T, V>*>(p + at) = v;
-}
-
 // The sums over a block's threadIdx.y of each of a thread's K values, for each threadIdx.x
 // (column): every thread parks its values, then the upper half of the rows adds itself onto the
 // lower half, h = blockDim.y / 2, blockDim.y / 4, ..., 1 (row y takes row y + h): a fixed tree of
@@ -313,7 +305,7 @@ __global__ void stats_partial_cl_kernel(BatchNormShape sh, const T* x, const acc
     if (mean)
       for (int j = 0; j < V; ++j) m[j] = mean[c0 + j];
     for (int64_t r = lo + threadIdx.y; r < hi; r += blockDim.y) {
-      const Pack<T, V> v = load_lanes<V>(x, r * sh.c + c0);
+      const Pack<T, V> v = vector_load<V>(x + r * sh.c + c0);
       for (int j = 0; j < V; ++j) {
         const A e = static_cast<A>(v.v[j]);
         acc[j] += mean ? (e - m[j]) * (e - m[j]) : e;
@@ -340,8 +332,8 @@ __global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const 
     for (int j = 0; j < V; ++j) m[j] = static_cast<A>(mean[c0 + j]), is[j] = static_cast<A>(invstd[c0 + j]);
     for (int64_t r = lo + threadIdx.y; r < hi; r += blockDim.y) {
       const int64_t at = r * sh.c + c0;
-      const Pack<T, V> xv = load_lanes<V>(x, at), gv = load_lanes<V>(gy, at);
-      const Pack<T, V> yv = mask ? load_lanes<V>(mask, at) : Pack<T, V>{};
+      const Pack<T, V> xv = vector_load<V>(x + at), gv = vector_load<V>(gy + at);
+      const Pack<T, V> yv = mask ? vector_load<V>(mask + at) : Pack<T, V>{};
       for (int j = 0; j < V; ++j) {
         const A g = masked_grad(gv.v, mask ? yv.v : nullptr, j);
         sums[j] += g;
@@ -373,13 +365,13 @@ __global__ void apply_cl_kernel(BatchNormShape sh, const T* x, const P* mean, co
   }
   for (int64_t r = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; r < rows; r += int64_t{gridDim.y} * blockDim.y) {
     const int64_t at = r * sh.c + c0;
-    const Pack<T, V> xv = load_lanes<V>(x, at);
-    const Pack<T, V> rv = residual ? load_lanes<V>(residual, at) : Pack<T, V>{};
+    const Pack<T, V> xv = vector_load<V>(x + at);
+    const Pack<T, V> rv = residual ? vector_load<V>(residual + at) : Pack<T, V>{};
     Pack<T, V> out;
     for (int j = 0; j < V; ++j)
       out.v[j] = fused_epilogue<T>((static_cast<A>(xv.v[j]) - m[j]) * scale[j] + shift[j], residual ? rv.v : nullptr,
                                    j, sh.relu);
-    store_lanes<V>(y, at, out);
+    vector_store<V>(y + at, out);
   }
 }
 
@@ -402,15 +394,15 @@ __global__ void backward_input_cl_kernel(BatchNormShape sh, const T* x, const T*
   }
   for (int64_t r = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; r < rows; r += int64_t{gridDim.y} * blockDim.y) {
     const int64_t at = r * sh.c + c0;
-    const Pack<T, V> xv = load_lanes<V>(x, at), gv = load_lanes<V>(gy, at);
-    const Pack<T, V> yv = mask ? load_lanes<V>(mask, at) : Pack<T, V>{};
+    const Pack<T, V> xv = vector_load<V>(x + at), gv = vector_load<V>(gy + at);
+    const Pack<T, V> yv = mask ? vector_load<V>(mask + at) : Pack<T, V>{};
     Pack<T, V> out;
     for (int j = 0; j < V; ++j) {
       const A xhat = (static_cast<A>(xv.v[j]) - m[j]) * is[j];
       out.v[j] = static_cast<T>(w[j] * is[j] * (masked_grad(gv.v, mask ? yv.v : nullptr, j) - mean_g[j] -
                                                 xhat * mean_gx[j]));
     }
-    store_lanes<V>(gx, at, out);
+    vector_store<V>(gx + at, out);
   }
 }
 

@@ -42,6 +42,32 @@ struct alignas(sizeof(T) * K) Pack {
   T v[K];
 };
 
+// The K elements at p as one vector access (p must be aligned to the pack's size, as a GPU requires;
+// the SIMT build checks it and reports a misaligned p with the caller's file:line: Note [Vector
+// access alignment] in kernels/simt/simt.h).
+// EMBER_VECTOR_CHECK_HERE(p, bytes) makes the same check for an access of another type (CUDA's
+// __half2) at its own line.
+#if EMBER_SIMT
+#define EMBER_VECTOR_SITE_ARGS , EMBER_SIMT_HERE_ARGS
+#define EMBER_VECTOR_CHECK(p, bytes) ::ember::simt::check_vector_alignment(p, bytes, EMBER_SIMT_HERE)
+#define EMBER_VECTOR_CHECK_HERE(p, bytes) \
+  ::ember::simt::check_vector_alignment(p, bytes, ::ember::simt::detail::Site{__FILE__, __LINE__})
+#else
+#define EMBER_VECTOR_SITE_ARGS
+#define EMBER_VECTOR_CHECK(p, bytes) (void)0
+#define EMBER_VECTOR_CHECK_HERE(p, bytes) (void)0
+#endif
+template <int K, typename T>
+__device__ inline Pack<T, K> vector_load(const T* p EMBER_VECTOR_SITE_ARGS) {
+  EMBER_VECTOR_CHECK(p, sizeof(Pack<T, K>));
+  return *reinterpret_cast<const Pack<T, K>*>(p);
+}
+template <int K, typename T>
+__device__ inline void vector_store(T* p, const Pack<T, K>& v EMBER_VECTOR_SITE_ARGS) {
+  EMBER_VECTOR_CHECK(p, sizeof(Pack<T, K>));
+  *reinterpret_cast<Pack<T, K>*>(p) = v;
+}
+
 // Elements of T in 16 bytes, the widest access one thread can make (8 for f16/bf16, 4 for f32).
 template <typename T>
 inline constexpr int kLanes16 = 16 / static_cast<int>(sizeof(T));

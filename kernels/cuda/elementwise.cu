@@ -47,6 +47,8 @@ using detail::grid_for;
 using detail::kThreads;
 using detail::Pack;
 using detail::StridedIndexer;
+using detail::vector_load;
+using detail::vector_store;
 
 // The input pointers of one launch (at least one slot, so a fill with no inputs compiles).
 template <int K>
@@ -129,17 +131,23 @@ struct Pair16<BFloat16> {
 // Pack v of K elements of T at p: one aligned access, through Pair16 for a pair of 16-bit values.
 template <typename T, int K>
 __device__ Pack<T, K> load_pack(const void* p, int64_t v) {
-  if constexpr (K == 2 && is_low_precision_v<T>)
-    return Pair16<T>::split(static_cast<const typename Pair16<T>::type*>(p)[v]);
-  else
-    return static_cast<const Pack<T, K>*>(p)[v];
+  if constexpr (K == 2 && is_low_precision_v<T>) {
+    const auto* pairs = static_cast<const typename Pair16<T>::type*>(p) + v;
+    EMBER_VECTOR_CHECK_HERE(pairs, 4);
+    return Pair16<T>::split(*pairs);
+  } else {
+    return vector_load<K>(static_cast<const T*>(p) + v * K);
+  }
 }
 template <typename T, int K>
 __device__ void store_pack(void* p, int64_t v, Pack<T, K> r) {
-  if constexpr (K == 2 && is_low_precision_v<T>)
-    static_cast<typename Pair16<T>::type*>(p)[v] = Pair16<T>::join(r);
-  else
-    static_cast<Pack<T, K>*>(p)[v] = r;
+  if constexpr (K == 2 && is_low_precision_v<T>) {
+    auto* pairs = static_cast<typename Pair16<T>::type*>(p) + v;
+    EMBER_VECTOR_CHECK_HERE(pairs, 4);
+    *pairs = Pair16<T>::join(r);
+  } else {
+    vector_store<K>(static_cast<T*>(p) + v * K, r);
+  }
 }
 
 // Loads the packs of inputs I.. (typed Ts..) at pack index v.

@@ -34,6 +34,8 @@ namespace {
 constexpr int kThreads = 256;
 
 using detail::Pack;
+using detail::vector_load;
+using detail::vector_store;
 
 // Grid-stride loop over [0, total) for the flat kernels below.
 #define EMBER_POOL_FOR(idx, total)                                                  \
@@ -103,7 +105,7 @@ __device__ inline void max_window(const MaxIndex<J>& q, J oh, J ow, const T* xp,
   for (J ih = h0; ih < h1; ih += q.d_h) {
     for (J iw = w0; iw < w1; iw += q.d_w) {
       const J i = ih * q.in_w + iw;
-      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(xp + i * step);
+      const Pack<T, V> p = vector_load<V>(xp + i * step);
       for (int j = 0; j < V; ++j) {
         const acc_t<T> v = static_cast<acc_t<T>>(p.v[j]);
         if (v > best_v[j] || v != v) {
@@ -149,8 +151,8 @@ __device__ inline void max_gather(const MaxIndex<J>& q, J ih, J iw, const T* go,
   for (J oh = oh_lo; oh <= oh_hi; ++oh)
     for (J ow = ow_lo; ow <= ow_hi; ++ow) {
       const J o = (oh * q.out_w + ow) * step;
-      const Pack<I, V> at = *reinterpret_cast<const Pack<I, V>*>(ip + o);
-      const Pack<T, V> g = *reinterpret_cast<const Pack<T, V>*>(go + o);
+      const Pack<I, V> at = vector_load<V>(ip + o);
+      const Pack<T, V> g = vector_load<V>(go + o);
       for (int j = 0; j < V; ++j)
         if (static_cast<int64_t>(at.v[j]) == static_cast<int64_t>(me)) acc[j] += static_cast<acc_t<T>>(g.v[j]);
     }
@@ -198,8 +200,8 @@ __global__ void max_forward_nhwc_kernel(Pool2dGeometry g, int64_t channels, cons
       o.v[j] = static_cast<T>(best_v[j]);
       at.v[j] = static_cast<I>(best[j]);
     }
-    *reinterpret_cast<Pack<T, V>*>(out + pixel * c_n + c) = o;
-    *reinterpret_cast<Pack<I, V>*>(indices + pixel * c_n + c) = at;
+    vector_store<V>(out + pixel * c_n + c, o);
+    vector_store<V>(indices + pixel * c_n + c, at);
   }
 }
 
@@ -217,7 +219,7 @@ __global__ void max_backward_nhwc_kernel(Pool2dGeometry g, int64_t channels, con
     max_gather<V>(q, ih, iw, grad_out + o, indices + o, c_n, acc);
     Pack<T, V> r;
     for (int j = 0; j < V; ++j) r.v[j] = static_cast<T>(acc[j]);
-    *reinterpret_cast<Pack<T, V>*>(grad_in + pixel * c_n + c) = r;
+    vector_store<V>(grad_in + pixel * c_n + c, r);
   }
 }
 

@@ -76,4 +76,10 @@ void fatal_in_flat_kernel(const char* what, Site site) {
         what, site_string(site).c_str());
 }
 
+void fatal_misaligned_vector(const void* p, unsigned bytes, Site site) {
+  fatal("misaligned %u-byte vector access at %s: address %p is not a multiple of %u (a GPU faults: "
+        "cudaErrorMisalignedAddress; Note [Vector access alignment] in kernels/simt/simt.h)",
+        bytes, site_string(site).c_str(), p, bytes);
+}
+
 }  // namespace ember::simt::detail

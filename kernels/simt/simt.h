@@ -100,8 +100,23 @@ inline thread_local ExecContext tls_exec __attribute__((tls_model("initial-exec"
 // Error exits used by the inline code below (defined in diagnostics.cpp).
 [[noreturn]] void fatal_outside_kernel(const char* what, Site site);
 [[noreturn]] void fatal_in_flat_kernel(const char* what, Site site);
+[[noreturn]] void fatal_misaligned_vector(const void* p, unsigned bytes, Site site);
 
 }  // namespace ember::simt::detail
+
+// Note [Vector access alignment]
+// A GPU's vector load or store (ld.global.v2 / .v4: 8 or 16 bytes in one access) needs an address
+// aligned to its size; a misaligned one faults the kernel (cudaErrorMisalignedAddress), which
+// ends the CUDA context. Fibers are host code, whose loads take any address, so the same mistake
+// would run here and fault only on a GPU. ember's kernels make their vector accesses through
+// kernels/cuda/common.cuh's vector_load / vector_store, which in the SIMT build call this check
+// with their caller's file:line: a misaligned address is reported like the other kernel bugs,
+// with the kernel and block (tests/simt/bugs.cu, case vector_misaligned).
+namespace ember::simt {
+inline void check_vector_alignment(const void* p, unsigned bytes, detail::Site site) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) detail::fatal_misaligned_vector(p, bytes, site);
+}
+}  // namespace ember::simt
 
 #define EMBER_SIMT_HERE_ARGS const char *ember_simt_file_ = __builtin_FILE(), unsigned ember_simt_line_ = __builtin_LINE()
 #define EMBER_SIMT_HERE \

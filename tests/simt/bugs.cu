@@ -3,6 +3,7 @@
 // diagnostic must point to). `simt_bugs <case>` runs the case in a child process so that the
 // expected abort() does not look like a crash to ctest; the child's output is the test's output.
 #include <ember/kernels/cuda/launch.h>
+#include <ember/kernels/cuda/common.cuh>
 #include <ember/kernels/simt/warp_matrix.h>
 
 #include <sys/wait.h>
@@ -124,6 +125,16 @@ __global__ void ldmatrix_misaligned(float* out) {
   out[threadIdx.x] = static_cast<float>(r[0]);
 }
 
+// Four floats a thread as one 16-byte vector load, from a base one float past an allocation's
+// start: every pack straddles a 16-byte boundary, which a GPU refuses (kernels/simt/simt.h,
+// Note [Vector access alignment]; a Note's name stays on one line here, for CMake's reading).
+__global__ void vector_misaligned(const float* in, float* out) {
+  using ember::kernels::gpu::detail::Pack;
+  const float* base = in + 1;
+  const Pack<float, 4> v = ember::kernels::gpu::detail::vector_load<4>(base + 4 * threadIdx.x);  // BUG(vector_misaligned)
+  out[threadIdx.x] = v.v[0] + v.v[1] + v.v[2] + v.v[3];
+}
+
 __global__ void nop(float* out) {
   if (out != nullptr && threadIdx.x == 12345) out[0] = 0;
 }
@@ -191,6 +202,8 @@ const std::map<std::string, std::function<void()>> cases = {
     {"deadlock", [] { EMBER_LAUNCH(deadlock, 1, 32, 0, 0, device_array(32, 0.0f)); }},
     {"mma_partial_warp", [] { EMBER_LAUNCH(mma_partial_warp, 1, 32, 0, 0, device_array(32, 0.0f)); }},
     {"ldmatrix_misaligned", [] { EMBER_LAUNCH(ldmatrix_misaligned, 1, 32, 0, 0, device_array(32, 0.0f)); }},
+    {"vector_misaligned",
+     [] { EMBER_LAUNCH_FLAT(vector_misaligned, 1, 32, 0, device_array(129, 1.0f), device_array(32, 0.0f)); }},
     {"host_pointer",
      [] {
        std::vector<float> host(64);
