@@ -646,6 +646,44 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   cuda::check_launch("batch_norm backward");
 }
 
+// The first pass of the statistics alone: out[c] = the sum of channel c's values, in the split
+// layouts' order (partials of slices, added in slice order by stats_finalize_kernel with a count
+// of 1), rounded to T once.
+template <typename T, int V>
+void channel_sums_cl(const BatchNormShape& sh, const T* x, T* out) {
+  using A = acc_t<T>;
+  const ColumnBlock cb(sh, V);
+  const int64_t slices = cb.slices(sh);
+  cuda::Scratch partial(static_cast<size_t>(sh.c * slices) * sizeof(A));
+  EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), dim3(cb.chunks, static_cast<unsigned>(slices)), cb.block, 0,
+               cuda::current_stream(), sh, x, static_cast<const A*>(nullptr), partial.as<A>());
+  cuda::check_launch("channel sums");
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, T>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
+                    cuda::current_stream(), sh.c, slices, A(1), static_cast<const A*>(partial.as<A>()),
+                    static_cast<A*>(nullptr), out);
+  cuda::check_launch("channel sums");
+}
+
+template <typename T>
+void channel_sums_impl(const BatchNormShape& sh, const T* x, T* out) {
+  using A = acc_t<T>;
+  check_shape("channel sums", sh);
+  if (sh.c == 0) return;
+  if (sh.channels_last) {
+    if (fits_lanes<T>(sh, {x})) return channel_sums_cl<T, kLanes<T>>(sh, x, out);
+    return channel_sums_cl<T, 1>(sh, x, out);
+  }
+  const int64_t splits = channel_splits(sh);
+  cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(A));
+  EMBER_LAUNCH(stats_partial_kernel<T>, dim3(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits)), kThreads,
+               0, cuda::current_stream(), sh, x, static_cast<const A*>(nullptr), partial.as<A>());
+  cuda::check_launch("channel sums");
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, T>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
+                    cuda::current_stream(), sh.c, splits, A(1), static_cast<const A*>(partial.as<A>()),
+                    static_cast<A*>(nullptr), out);
+  cuda::check_launch("channel sums");
+}
+
 }  // namespace
 
 void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
@@ -677,6 +715,13 @@ void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& s
                         static_cast<const P*>(mean), static_cast<const P*>(invstd), static_cast<const P*>(weight),
                         static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias),
                         static_cast<const T*>(y));
+  });
+}
+
+void channel_sums(DType dtype, const BatchNormShape& sh, const void* x, void* out) {
+  EMBER_DISPATCH_FLOATING(dtype, "channel sums", [&] {
+    using T = scalar_t;
+    channel_sums_impl<T>(sh, static_cast<const T*>(x), static_cast<T*>(out));
   });
 }
 

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "../../core/error.h"
-#include "block_reduce.cuh"
+#include "batchnorm.h"
+#include "block_reduce.cuh"  // grid_stride_blocks
 #include "conv.h"
 #include "gemm.h"
 #include "runtime.h"
@@ -114,21 +115,6 @@ __global__ void fill_bias_kernel(int64_t n, int64_t c_out, int64_t ohw, const T*
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x)
     y[idx] = bias[(idx / ohw) % c_out];
-}
-
-// gb[oc] = sum of gy[:, oc, :, :]. One block per output channel: its 256 threads stride over the
-// n * out_h * out_w values of the channel (consecutive threads read consecutive pixels of one
-// image: coalesced), each summing in acc_t<T> (Note [Accumulation types] in core/dtype.h), then
-// block_reduce adds the 256 partial sums.
-template <typename T>
-__global__ void bias_grad_kernel(int64_t n, int64_t c_out, int64_t ohw, const T* gy, T* gb) {
-  const int64_t oc = blockIdx.x;
-  acc_t<T> acc = 0;
-  detail::ChannelWalk w(threadIdx.x, blockDim.x, ohw);  // no division per element
-  for (int64_t idx = threadIdx.x; idx < n * ohw; idx += blockDim.x, w.advance())
-    acc += static_cast<acc_t<T>>(gy[w.offset(c_out, oc)]);
-  acc = detail::block_sum(acc);
-  if (threadIdx.x == 0) gb[oc] = static_cast<T>(acc);
 }
 
 // ---- launchers -------------------------------------------------------------------------------
@@ -299,20 +285,6 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
   }
 }
 
-// channels_last: gy is (n, out_h, out_w, c_out) in memory, read as n * out_h * out_w rows of one
-// pixel each (the kernel's n and ohw become n * ohw and 1): the same float sum of a channel's values,
-// in the same order, through reads c_out elements apart instead of contiguous ones. A bias
-// gradient reads dy once per step, beside the three passes of the convolution itself.
-template <typename T>
-void backward_bias_impl(const Conv2dGeometry& g, bool channels_last, const T* gy, T* gb) {
-  if (g.c_out == 0) return;
-  EMBER_CHECK(g.c_out <= 2147483647, "conv2d backward: c_out = ", g.c_out, " is too large for one grid");
-  const int64_t ohw = g.out_h * g.out_w;
-  EMBER_LAUNCH(bias_grad_kernel<T>, static_cast<unsigned>(g.c_out), kThreads, 0, cuda::current_stream(),
-               channels_last ? g.n * ohw : g.n, g.c_out, channels_last ? int64_t{1} : ohw, gy, gb);
-  cuda::check_launch("conv2d backward bias");
-}
-
 }  // namespace
 
 void im2col(const Conv2dGeometry& g, const float* x, float* col) { launch_im2col(g, 1, x, col); }
@@ -341,20 +313,17 @@ void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy
   });
 }
 
+// gb[oc] = the sum of dy's channel oc: batch norm's split per-channel sum (channel_sums in
+// batchnorm.cu), NCHW as (n, c_out, out_h out_w) planes, channels-last as rows of c_out channels
+// read in 16-byte packs — many blocks per channel, where one block per channel left most of a GPU
+// idle at a small c_out and, channels-last, read each element c_out apart. f16/bf16 too: summed
+// in float, rounded once (cuDNN's bf16 bias gradient, which cuDNN 9 refuses, comes here).
 void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb) {
-  // f16/bf16 too: summed in float, rounded once (cuDNN's bf16 bias gradient, which cuDNN 9
-  // refuses, comes here).
-  EMBER_DISPATCH_FLOATING(dtype, "conv2d backward", [&] {
-    using T = scalar_t;
-    backward_bias_impl(g, false, static_cast<const T*>(gy), static_cast<T*>(gb));
-  });
+  channel_sums(dtype, BatchNormShape{.n = g.n, .c = g.c_out, .s = g.out_h * g.out_w}, gy, gb);
 }
 
 void conv2d_backward_bias_nhwc(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb) {
-  EMBER_DISPATCH_FLOATING(dtype, "conv2d backward", [&] {
-    using T = scalar_t;
-    backward_bias_impl(g, true, static_cast<const T*>(gy), static_cast<T*>(gb));
-  });
+  channel_sums(dtype, BatchNormShape{.n = g.n, .c = g.c_out, .s = g.out_h * g.out_w, .channels_last = true}, gy, gb);
 }
 
 }  // namespace ember::kernels::gpu

@@ -22,7 +22,8 @@ void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, 
 void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw);
 void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
 // The bias gradient of a channels-last gy ((n, out_h, out_w, c_out) in memory), any floating dtype:
-// the same sums as conv2d_backward_bias (cuDNN's bf16 bias gradient comes here for NHWC layers).
+// the same sums as conv2d_backward_bias, added in another order (column sums; cuDNN's bf16 bias
+// gradient comes here for NHWC layers).
 void conv2d_backward_bias_nhwc(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
 
 }  // namespace ember::kernels::gpu
