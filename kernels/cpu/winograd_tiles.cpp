@@ -308,17 +308,33 @@ std::atomic<bool>& use_avx512() {
   return on;
 }
 
+// A step-1 transform of one tile row (input_row_* or grad_row_*).
+template <typename T>
+using RowTransform = void (*)(const Problem&, const T*, int64_t, int64_t, int64_t, float*, int64_t);
+
+// Step 1 over `channels` planes of src: every tile row through `wide` where the AVX-512
+// transforms run (and exist: null elsewhere), through `portable` otherwise.
+template <typename T>
+void transform_rows(const Problem& p, const T* src, int64_t channels, int64_t plane_elems, int64_t first_tile,
+                    int64_t count, float* dst, RowTransform<T> portable, RowTransform<T> wide) {
+  const RowTransform<T> row = wide != nullptr && use_avx512().load(std::memory_order_relaxed) ? wide : portable;
+  transform_planes(p, src, channels, plane_elems, first_tile, count, dst,
+                   [&](const T* s, const TileRow& r, float* d, int64_t plane) {
+                     row(p, s, r.ty, r.tx0, r.tx1, d, plane);
+                   });
+}
+
+#if EMBER_WINOGRAD_X86
+#define EMBER_WINOGRAD_WIDE(f) (&f)
+#else
+#define EMBER_WINOGRAD_WIDE(f) nullptr
+#endif
+
 // Step 1: v[xi][c][q] = (B^T d B)[xi] for every channel c and tile q of the block.
 template <typename T>
 void input_transform(const Problem& p, const T* x, int64_t first_tile, int64_t count, float* v) {
-  [[maybe_unused]] const bool wide = use_avx512().load(std::memory_order_relaxed);
-  transform_planes(p, x, p.C, p.h * p.w, first_tile, count, v,
-                   [&](const T* xc, const TileRow& r, float* vc, int64_t plane) {
-#if EMBER_WINOGRAD_X86
-                     if (wide) return input_row_avx512(p, xc, r.ty, r.tx0, r.tx1, vc, plane);
-#endif
-                     input_row_portable(p, xc, r.ty, r.tx0, r.tx1, vc, plane);
-                   });
+  transform_rows<T>(p, x, p.C, p.h * p.w, first_tile, count, v, &input_row_portable<T>,
+                    EMBER_WINOGRAD_WIDE(input_row_avx512<T>));
 }
 
 // Step 3: y's 2x2 output tiles from m[xi][k][q] (A^T m A), plus bias. Each plane of m has
@@ -368,15 +384,11 @@ void output_transform(const Problem& p, const float* m, int64_t m_rows, const fl
 // and tile q of the block.
 template <typename T>
 void grad_transform(const Problem& p, const T* gy, int64_t first_tile, int64_t count, float* w) {
-  [[maybe_unused]] const bool wide = use_avx512().load(std::memory_order_relaxed);
-  transform_planes(p, gy, p.K, p.oh * p.ow, first_tile, count, w,
-                   [&](const T* gk, const TileRow& r, float* wk, int64_t plane) {
-#if EMBER_WINOGRAD_X86
-                     if (wide) return grad_row_avx512(p, gk, r.ty, r.tx0, r.tx1, wk, plane);
-#endif
-                     grad_row_portable(p, gk, r.ty, r.tx0, r.tx1, wk, plane);
-                   });
+  transform_rows<T>(p, gy, p.K, p.oh * p.ow, first_tile, count, w, &grad_row_portable<T>,
+                    EMBER_WINOGRAD_WIDE(grad_row_avx512<T>));
 }
+
+#undef EMBER_WINOGRAD_WIDE
 
 template void input_transform<float>(const Problem&, const float*, int64_t, int64_t, float*);
 template void input_transform<BFloat16>(const Problem&, const BFloat16*, int64_t, int64_t, float*);
