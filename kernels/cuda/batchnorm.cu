@@ -85,6 +85,7 @@ namespace {
 constexpr int kThreads = 256;
 
 using detail::ChannelWalk;
+using detail::kLanes16;
 using detail::Pack;
 using detail::vector_load;
 using detail::vector_store;
@@ -481,11 +482,8 @@ struct ColumnBlock {
 // larger for the same C), so statistics and parameter gradients can differ from V = 1 in the last
 // bits of a float sum, run to run they are fixed by the shape, V and the SM count.
 template <typename T>
-constexpr int kLanes = detail::kLanes16<T>;
-
-template <typename T>
 bool fits_lanes(const BatchNormShape& sh, std::initializer_list<const void*> tensors) {
-  return sh.c % kLanes<T> == 0 && detail::all_aligned(tensors, 16);  // null pointers pass
+  return sh.c % kLanes16<T> == 0 && detail::all_aligned(tensors, 16);  // null pointers pass
 }
 
 void check_shape(const char* op, const BatchNormShape& sh) {
@@ -559,7 +557,7 @@ void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
   check_shape("batch_norm", sh);
   if (sh.c == 0) return;
   if (sh.channels_last) {
-    if (fits_lanes<T>(sh, {x})) return stats_cl<T, P, kLanes<T>>(sh, x, mean, var);
+    if (fits_lanes<T>(sh, {x})) return stats_cl<T, P, kLanes16<T>>(sh, x, mean, var);
     return stats_cl<T, P, 1>(sh, x, mean, var);
   }
   const cuda::Stream stream = cuda::current_stream();
@@ -598,7 +596,7 @@ void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* in
   if (!sh.relu) residual = nullptr;  // Note [Batch norm with a fused ReLU]: a residual goes with the ReLU
   if (sh.channels_last) {
     if (fits_lanes<T>(sh, {x, y, residual}))
-      return apply_cl<T, P, kLanes<T>>(sh, x, mean, invstd, weight, bias, y, residual);
+      return apply_cl<T, P, kLanes16<T>>(sh, x, mean, invstd, weight, bias, y, residual);
     return apply_cl<T, P, 1>(sh, x, mean, invstd, weight, bias, y, residual);
   }
   const PlaneGrid pg(sh);
@@ -617,7 +615,7 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   if (sh.c == 0) return;
   if (sh.channels_last) {
     if (fits_lanes<T>(sh, {x, gy, mask, gx}))
-      return backward_cl<T, P, kLanes<T>>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
+      return backward_cl<T, P, kLanes16<T>>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
     return backward_cl<T, P, 1>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
   }
   const bool need_sums = gx != nullptr && training;
@@ -670,7 +668,7 @@ void channel_sums_impl(const BatchNormShape& sh, const T* x, T* out) {
   check_shape("channel sums", sh);
   if (sh.c == 0) return;
   if (sh.channels_last) {
-    if (fits_lanes<T>(sh, {x})) return channel_sums_cl<T, kLanes<T>>(sh, x, out);
+    if (fits_lanes<T>(sh, {x})) return channel_sums_cl<T, kLanes16<T>>(sh, x, out);
     return channel_sums_cl<T, 1>(sh, x, out);
   }
   const int64_t splits = channel_splits(sh);

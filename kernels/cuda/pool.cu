@@ -33,6 +33,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
+using detail::kLanes16;
 using detail::Pack;
 using detail::vector_load;
 using detail::vector_store;
@@ -366,16 +367,13 @@ void with_index_type(const Pool2dGeometry& g, const F& f) {
     f(int64_t{});
 }
 
-// The channels-last max-pooling kernels' pack width (Note [Channels-last max pooling]): V
-// channels of T in 16 bytes, taken when C is a multiple of V and the data (16 bytes) and the
+// Whether the channels-last max-pooling kernels take packs (Note [Channels-last max pooling]): V =
+// kLanes16<T> channels of T in 16 bytes, when C is a multiple of V and the data (16 bytes) and the
 // indices (V * sizeof(I) bytes) are aligned to their packs.
-template <typename T>
-constexpr int kLanes = detail::kLanes16<T>;
-
 template <typename T, typename I>
 bool fits_lanes(int64_t channels, std::initializer_list<const void*> data, const void* indices) {
-  return channels % kLanes<T> == 0 && detail::all_aligned(data, 16) &&
-         detail::aligned(indices, kLanes<T> * sizeof(I));
+  return channels % kLanes16<T> == 0 && detail::all_aligned(data, 16) &&
+         detail::aligned(indices, kLanes16<T> * sizeof(I));
 }
 
 void check_pool(const char* op, const Pool2dGeometry& g) {
@@ -438,7 +436,7 @@ void max_pool2d_forward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometr
     using I = decltype(i);
     using J = decltype(j);
     if (fits_lanes<T, I>(channels, {x, out}, indices))
-      launch_cells("max_pool2d", out_cells(g) / kLanes<T>, max_forward_nhwc_kernel<kLanes<T>, T, I, J>, g, channels,
+      launch_cells("max_pool2d", out_cells(g) / kLanes16<T>, max_forward_nhwc_kernel<kLanes16<T>, T, I, J>, g, channels,
                    static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
     else
       launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<1, T, I, J>, g, channels,
@@ -454,7 +452,7 @@ void max_pool2d_backward_nhwc(DType dtype, DType index_dtype, const Pool2dGeomet
     using I = decltype(i);
     using J = decltype(j);
     if (fits_lanes<T, I>(channels, {grad_out, grad_in}, indices))
-      launch_cells("max_pool2d backward", in_cells(g) / kLanes<T>, max_backward_nhwc_kernel<kLanes<T>, T, I, J>, g,
+      launch_cells("max_pool2d backward", in_cells(g) / kLanes16<T>, max_backward_nhwc_kernel<kLanes16<T>, T, I, J>, g,
                    channels, static_cast<const T*>(grad_out), static_cast<const I*>(indices),
                    static_cast<T*>(grad_in));
     else
