@@ -24,6 +24,7 @@ done
 
 packages=(
   build-essential cmake         # compiler and build system
+  ccache                        # keeps compiled objects between builds and clones (CMake uses it when found)
   libopenblas-dev               # CPU GEMM (cblas_sgemm / cblas_dgemm)
   zlib1g-dev                    # gzipped dataset files
   nlohmann-json3-dev            # safetensors headers, training-state files, metrics
