@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/tensor.h"
-#include "kernels/cpu/parallel.h"
+#include "core/cpu/parallel.h"
 #include "layers/elementwise.h"
 #include "layers/linalg.h"
 #include "layers/nn_functional.h"

@@ -12,7 +12,7 @@
 //
 // bfloat16 on a CPU with AVX512_BF16 runs two configurations, interleaved rep by rep:
 // "winograd_products":"bf16" (the Winograd path's products on bf16 pairs) and "f32" (float32
-// planes and sgemm): Note [bf16 Winograd products] in kernels/cpu/conv_winograd.cpp.
+// planes and sgemm): Note [bf16 Winograd products] in kernels/cpu/winograd/conv_winograd.cpp.
 //
 // One JSON line per thread count (1 and 2) and configuration:
 //   {"bench":"conv2d","n":64,"c_in":32,"h":28,"w":28,"c_out":64,"k":3,"padding":1,"dtype":"float32",
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include <ember/kernels/cpu/conv_winograd.h>
+#include <ember/kernels/cpu/winograd/conv_winograd.h>
 
 #include <ember/ember.h>
 

@@ -28,7 +28,7 @@ using namespace ember;
 
 int main() {
   const bench::CpuInfo cpu = bench::read_cpuinfo();
-  const bool avx512f = kernels::cpu::cpu_features().avx512f;  // BLAS may run 512-bit FMAs: twice the AVX2 peak
+  const bool avx512f = ember::cpu_features().avx512f;  // BLAS may run 512-bit FMAs: twice the AVX2 peak
   const double flop_per_cycle = 32;  // AVX2 FMA, f32
   const int saved_threads = get_num_threads();
   for (int64_t n : {256, 1024, 2048}) {

@@ -1,4 +1,4 @@
-// bench_gemm_bf16: the CPU bf16 GEMM (kernels/cpu/gemm_bf16.h) against OpenBLAS sgemm on the same
+// bench_gemm_bf16: the CPU bf16 GEMM (kernels/cpu/bf16/gemm_bf16.h) against OpenBLAS sgemm on the same
 // values, at the cnn model's im2col/linear shapes (batch 64, 28 x 28) and square sizes, on 1 and
 // 2 threads. Three kernels per shape, timed interleaved (one call of each per round) so a shared
 // machine's noise hits them alike:
@@ -19,7 +19,7 @@
 
 #include <ember/ember.h>
 #include <ember/kernels/cpu/gemm.h>
-#include <ember/kernels/cpu/gemm_bf16.h>
+#include <ember/kernels/cpu/bf16/gemm_bf16.h>
 
 #include "bench_util.h"
 

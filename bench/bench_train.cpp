@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <ember/ember.h>
-#include <ember/kernels/cpu/gemm_bf16.h>
+#include <ember/kernels/cpu/bf16/gemm_bf16.h>
 #include <ember/train/trainer.h>
 
 #include "bench_util.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include <ember/kernels/cpu/blas.h>
-#include <ember/kernels/cpu/conv_winograd.h>
-#include <ember/kernels/cpu/gemm_bf16.h>
+#include <ember/kernels/cpu/winograd/conv_winograd.h>
+#include <ember/kernels/cpu/bf16/gemm_bf16.h>
 
 namespace ember::bench {
 
@@ -72,10 +72,10 @@ inline std::string json_str(const std::string& s) {
 // Every benchmark's line carries them.
 inline std::string machine_fields() {
   namespace kc = kernels::cpu;
-  const kc::CpuFeatures& f = kc::cpu_features();
+  const ember::CpuFeatures& f = ember::cpu_features();
   const kc::BlasInfo& b = kc::blas_info();
-  return "\"cpu\":" + json_str(f.model_name) + ",\"cpu_isa\":" + json_str(kc::isa_name(kc::widest_isa(f))) +
-         ",\"gemm_kernels\":" + json_str(b.core + " (" + kc::isa_name(b.core_isa) + ")") +
+  return "\"cpu\":" + json_str(f.model_name) + ",\"cpu_isa\":" + json_str(ember::isa_name(ember::widest_isa(f))) +
+         ",\"gemm_kernels\":" + json_str(b.core + " (" + ember::isa_name(b.core_isa) + ")") +
          ",\"gemm_chosen_by\":" + json_str(b.chosen_by) +
          ",\"bf16_gemm\":" + json_str(kc::bf16_gemm_path_name(kc::bf16_gemm_path())) +
          ",\"conv3x3\":" + json_str(kc::conv3x3_description());

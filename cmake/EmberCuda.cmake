@@ -1,5 +1,5 @@
 # Decides whether the real CUDA flavour is built (EMBER_CUDA = AUTO | ON | OFF) and sets
-# EMBER_WITH_CUDA; ember_add_cuda_flavour(<target>) then compiles kernels/cuda/*.cu with nvcc into
+# EMBER_WITH_CUDA; ember_add_cuda_flavour(<target>) then compiles core/cuda/*.cu and kernels/cuda/*.cu with nvcc into
 # the library and links the CUDA runtime, cuBLAS and cuDNN.
 #
 # AUTO builds it when nvcc, cuDNN and cuBLAS are found AND a GPU is present (`nvidia-smi -L` lists
@@ -80,11 +80,11 @@ if(EMBER_WITH_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
 endif()
 
-# The real CUDA flavour of <target>: kernels/cuda/*.cu compiled by nvcc into it, the CUDA runtime,
+# The real CUDA flavour of <target>: core/cuda/*.cu and kernels/cuda/*.cu compiled by nvcc into it, the CUDA runtime,
 # cuBLAS and cuDNN linked. EMBER_CUDA_BACKEND=1 is private: public headers are the same in every
 # flavour.
 function(ember_add_cuda_flavour target)
-  file(GLOB _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu)
+  file(GLOB _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/cuda/*.cu ${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu)
   target_sources(${target} PRIVATE ${_cu})
   target_compile_definitions(${target} PRIVATE EMBER_CUDA_BACKEND=1)
   target_include_directories(${target} PRIVATE ${EMBER_CUDNN_INCLUDE_DIR})

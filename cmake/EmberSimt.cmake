@@ -1,5 +1,5 @@
 # Decides whether the SIMT flavour is built (EMBER_SIMT = AUTO | ON | OFF) and sets
-# EMBER_WITH_SIMT; ember_add_simt_flavour(<target>) then compiles kernels/cuda/*.cu with the C++
+# EMBER_WITH_SIMT; ember_add_simt_flavour(<target>) then compiles core/cuda/*.cu and kernels/cuda/*.cu with the C++
 # compiler over ember's CUDA emulator (kernels/simt, docs/simt.md) into the library.
 #
 # AUTO builds it when boost.context and the CUDA headers are found and the real CUDA flavour is
@@ -89,7 +89,7 @@ function(ember_simt_cu_sources)
 endfunction()
 
 function(ember_add_simt_flavour target)
-  file(GLOB _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu)
+  file(GLOB _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/cuda/*.cu ${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu)
   file(GLOB _emulator CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/simt/*.cpp)
   ember_simt_cu_sources(${_cu})
   if(EMBER_SANITIZE STREQUAL "thread")

@@ -3,7 +3,7 @@
 //
 // Every Storage owns its bytes through an Allocator. The CPU allocator hands out 64-byte
 // aligned blocks (one cache line, and the widest AVX-512 load) and counts what it hands out.
-// The CUDA caching allocator (core/cuda_caching_allocator.h) implements the same interface.
+// The CUDA caching allocator (core/cuda/caching_allocator.h) implements the same interface.
 
 #include <atomic>
 #include <cstddef>

@@ -7,7 +7,7 @@
 
 #include "device.h"
 #if EMBER_CUDA_BACKEND
-#include "../kernels/cuda/runtime.h"
+#include "cuda/runtime.h"
 #endif
 
 #ifndef EMBER_VERSION_STRING

@@ -3,7 +3,7 @@
 #include "error.h"
 
 #if EMBER_CUDA_BACKEND
-#include "../kernels/cuda/runtime.h"
+#include "cuda/runtime.h"
 #endif
 
 namespace ember {
@@ -40,7 +40,7 @@ std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_st
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
 // With a CUDA backend (nvcc, or the SIMT emulator: EMBER_CUDA_BACKEND is a private define of
-// libember) kernels/cuda/allocator.cu answers; the CPU-only build answers here.
+// libember) core/cuda/allocator.cu answers; the CPU-only build answers here.
 #if !EMBER_CUDA_BACKEND
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }

@@ -34,12 +34,12 @@ namespace ember::detail {
 bool capturing_graph(Device device);
 // Throws ember::Error naming `op` and what it does that a graph cannot record (`why`: "waits for
 // the device ...") when capturing_graph(device), abandoning the capture (Note [CUDA graphs in
-// ember] in kernels/cuda/graph.h).
+// ember] in core/cuda/graph.h).
 void check_not_capturing(Device device, const char* op, const char* why);
 }  // namespace ember::detail
 
 #if EMBER_CUDA_BACKEND
-#include "../kernels/cuda/runtime.h"
+#include "cuda/runtime.h"
 #define EMBER_CUDA_CALL(device, op_name, ...)                             \
   do {                                                                    \
     const ::ember::cuda::DeviceGuard ember_device_guard_((device).index); \

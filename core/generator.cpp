@@ -4,7 +4,7 @@
 
 #include "generator.h"
 
-#include "../kernels/cpu/parallel.h"
+#include "cpu/parallel.h"
 #include "../kernels/random.h"
 #include "autograd.h"
 #include "philox.h"

@@ -16,7 +16,7 @@
 #include "autograd.h"
 #include "error.h"
 #if EMBER_CUDA_BACKEND
-#include "../kernels/cuda/runtime.h"
+#include "cuda/runtime.h"
 #endif
 
 namespace ember::profiler {

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../kernels/cpu/parallel.h"
+#include "../core/cpu/parallel.h"
 #include "transforms.h"
 
 namespace ember::data {

@@ -32,7 +32,7 @@ struct Batch {
 // The interface a DataLoader reads from. get() and get_batch() are const and must be safe to
 // call from several threads at once: the threaded loader (data/loader.h) calls them from its
 // workers. Randomness does not belong here: transforms get per-sample streams from the loader
-// (data/random.h), so a dataset returns the same thing for the same index every time.
+// (core/sample_rng.h), so a dataset returns the same thing for the same index every time.
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -45,7 +45,7 @@ class Dataset {
   // share shape and dtype); tensor-backed datasets override it with one gather.
   virtual Batch get_batch(std::span<const int64_t> indices) const;
   // The samples at `indices`, each transformed with its own stream sample_rng(seed, epoch, index)
-  // (data/random.h): what the DataLoader calls for every batch. The default is
+  // (core/sample_rng.h): what the DataLoader calls for every batch. The default is
   // apply_batch(transform, get_batch(indices).images, ...); datasets of images of varying size
   // (ImageDataset) load and transform sample by sample, and may leave unreadable files out.
   virtual Batch load_transformed(std::span<const int64_t> indices, const AnyTransform& transform, uint64_t seed,

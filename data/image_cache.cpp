@@ -15,7 +15,7 @@
 #include <atomic>
 
 #include "../io/atomic_file.h"
-#include "../kernels/cpu/parallel.h"
+#include "../core/cpu/parallel.h"
 #include "image_transforms.h"
 
 namespace ember::data {

@@ -18,9 +18,9 @@
 
 #include "../core/autograd.h"
 #include "../io/atomic_file.h"
-#include "../kernels/cpu/parallel.h"
+#include "../core/cpu/parallel.h"
 #include "image_pipeline.h"
-#include "random.h"
+#include "../core/sample_rng.h"
 #include "transforms.h"
 
 namespace ember::data {

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <vector>
 
-#include "../kernels/cpu/parallel.h"
+#include "../core/cpu/parallel.h"
 #include "auto_augment.h"
 #include "resample.h"
 

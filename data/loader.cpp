@@ -8,11 +8,11 @@
 #include <thread>
 
 #include "../core/profiler.h"
-#include "../kernels/cpu/parallel.h"
+#include "../core/cpu/parallel.h"
 #include "../layers/shape_ops.h"
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/augment.h"
-#include "../kernels/cuda/runtime.h"
+#include "../core/cuda/runtime.h"
 #endif
 
 namespace ember::data {

@@ -11,7 +11,7 @@
 // Note [Loader determinism and positions]
 // Batch b of epoch e is a pure function of (dataset, options, e, b): the epoch's order is a
 // Fisher-Yates shuffle driven by the stream sample_rng(seed, e, kShuffleStream), and every
-// sample is transformed with sample_rng(seed, e, dataset index) (data/random.h). With a sampler
+// sample is transformed with sample_rng(seed, e, dataset index) (core/sample_rng.h). With a sampler
 // (data/sampler.h) the order is sampler.indices(e) instead. Nothing depends on what was loaded
 // before, on threads, or on the worker count: load_batch(e, b) is the unit of work a worker
 // runs, and batches are handed out in b order (Note [Loader workers]).
@@ -37,7 +37,7 @@
 // workers). Destroying the iterator (the end of a range-for, a break, an exception) stops the
 // workers: none takes a new batch, each finishes the one it is loading, all are joined; so
 // abandoning an epoch costs at most one batch's load time. Workers load inside a
-// SerialThreadScope (kernels/cpu/parallel.h): their kernels run single-threaded, rather than N
+// SerialThreadScope (core/cpu/parallel.h): their kernels run single-threaded, rather than N
 // OpenMP teams of all cores fighting the training step for the same cores.
 //
 // Note [Batches on the device]

@@ -15,7 +15,7 @@
 // cross-entropy] in layers/softmax_loss.cpp), where label smoothing composes as in PyTorch. With
 // both alphas given, each batch uses one of the two, each with probability 1/2 (torchvision's
 // RandomChoice([MixUp, CutMix]), timm's switch_prob 0.5). The draws come from the batch's stream
-// sample_rng(seed, epoch, kMixStream | batch) (data/random.h), so a batch is mixed the same way
+// sample_rng(seed, epoch, kMixStream | batch) (core/sample_rng.h), so a batch is mixed the same way
 // whatever the worker count; Beta uses Marsaglia-Tsang gamma variates (a rejection loop: the word
 // count varies, which is harmless for a stream no one else reads).
 
@@ -24,7 +24,7 @@
 #include "../core/tensor.h"
 #include "dataset.h"
 #include "image_transforms.h"
-#include "random.h"
+#include "../core/sample_rng.h"
 
 namespace ember::data {
 

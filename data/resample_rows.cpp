@@ -6,7 +6,7 @@
 #include <atomic>
 #include <utility>
 
-#include "../kernels/cpu/cpu_features.h"
+#include "../core/cpu/cpu_features.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define EMBER_RESAMPLE_X86 1
@@ -122,7 +122,7 @@ void horizontal_scalar(const uint8_t* row, int64_t ps, uint8_t* dst, const Fixed
 
 constexpr int kSplitBits = 11;
 
-bool cpu_has_avx2() { return EMBER_RESAMPLE_X86 && kernels::cpu::cpu_features().avx2; }
+bool cpu_has_avx2() { return EMBER_RESAMPLE_X86 && ember::cpu_features().avx2; }
 
 std::atomic<HorizontalPath>& path_flag() {
   static std::atomic<HorizontalPath> p{cpu_has_avx2() ? HorizontalPath::avx2 : HorizontalPath::scalar};

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "../core/error.h"
-#include "random.h"
+#include "../core/sample_rng.h"
 
 namespace ember::data {
 

@@ -16,7 +16,7 @@
 namespace ember::data {
 
 // The order of epoch `epoch`: a permutation of [0, n) by Fisher-Yates (i from n-1 down to 1 swaps
-// i with below(i + 1)) drawing from sample_rng(seed, epoch, kShuffleStream) (data/random.h).
+// i with below(i + 1)) drawing from sample_rng(seed, epoch, kShuffleStream) (core/sample_rng.h).
 // Throws ember::Error when n or epoch is negative.
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
@@ -74,7 +74,7 @@ struct DistributedOptions {
 //    drop_last: order is cut to `total`
 //   indices    = order[rank : total : world]
 // The one difference is the shuffle: PyTorch draws torch.randperm from a generator seeded with
-// seed + epoch; ember uses its own epoch_permutation (counter-based, see data/random.h). So the
+// seed + epoch; ember uses its own epoch_permutation (counter-based, see core/sample_rng.h). So the
 // shuffled orders differ from PyTorch's, while the sharding and padding are PyTorch's exactly.
 // Over all ranks the indices cover the dataset (padding repeats some) unless drop_last drops the
 // tail; without padding they partition it.

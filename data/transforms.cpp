@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "../core/autograd.h"
-#include "../kernels/cpu/parallel.h"
+#include "../core/cpu/parallel.h"
 
 namespace ember::data {
 
@@ -54,7 +54,7 @@ void flip_rows(const E* src, E* dst, int64_t rows, int64_t w) {
 }  // namespace
 
 Tensor Transform::operator()(const Tensor& image) const {
-  EMBER_CHECK(!is_random(), name(), " is random: call it with a SampleRng (data::sample_rng(seed, epoch, index))");
+  EMBER_CHECK(!is_random(), name(), " is random: call it with a SampleRng (sample_rng(seed, epoch, index))");
   SampleRng unused(0, 0, 0);
   return apply(image, unused);
 }

@@ -3,7 +3,7 @@
 // Compose, and apply_batch, which runs a transform over a batch with per-sample streams.
 //
 // Images are CPU tensors (C, H, W), u8 before ToTensor and float32 after it. Random transforms
-// draw from the SampleRng they are given (data/random.h) and nothing else, so a sample's
+// draw from the SampleRng they are given (core/sample_rng.h) and nothing else, so a sample's
 // augmentation depends only on (seed, epoch, dataset index): not on batch composition, thread
 // or worker count. Within one sample, transforms draw in pipeline order: RandomCrop draws the
 // top offset then the left offset (two words each), RandomHorizontalFlip one word, always
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "../core/tensor.h"
-#include "random.h"
+#include "../core/sample_rng.h"
 
 namespace ember::data {
 

@@ -15,7 +15,7 @@
 #include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../kernels/cpu/gemm.h"
-#include "../kernels/cpu/gemm_bf16.h"
+#include "../kernels/cpu/bf16/gemm_bf16.h"
 #include "elementwise.h"
 #include "reduce.h"
 
@@ -188,7 +188,7 @@ Tensor product_forward(const char* op, const Tensor& a, const Tensor& b) {
 //     (Note [16-bit GEMM on CUDA] in kernels/cuda/gemm.cu). No f32 copy of an operand is made. The
 //     backward products run the same way on the 16-bit gradient, so gradients come out in the
 //     inputs' dtype.
-//   CPU, bf16: natively too, on kernels/cpu/gemm_bf16.h — VDPBF16PS on packed bf16 panels where
+//   CPU, bf16: natively too, on kernels/cpu/bf16/gemm_bf16.h — VDPBF16PS on packed bf16 panels where
 //     the CPU has AVX512_BF16, else both operands widened to f32 inside the GEMM and OpenBLAS
 //     sgemm (Note [bf16 GEMM on the CPU]); a bias is added before the one rounding. The backward
 //     products are bf16 products the same way, except that a gradient summed over broadcast batch

@@ -114,7 +114,7 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
   // Validate the class indices before any kernel runs (kernels cannot throw from their threads).
   // The check reads its answer on the host; a CUDA graph cannot record that, so while one is being
   // captured the check is left to whoever fills the graph's static targets (ember train checks
-  // every batch's labels before it stages them: Note [CUDA graphs in ember] in kernels/cuda/graph.h).
+  // every batch's labels before it stages them: Note [CUDA graphs in ember] in core/cuda/graph.h).
   const Tensor t = target.contiguous();
   int64_t bad = -1;
   if (!detail::capturing_graph(t.device()))
@@ -144,7 +144,7 @@ std::pair<Tensor, double> reduce_loss(const Tensor& per_sample, const Tensor& ta
       // otherwise it is read on the host. A CUDA graph cannot read, so while one is being captured
       // every target is taken to be a class index (the check above is left out too: the caller
       // checks the staged targets), and without class weights the total is the number of targets,
-      // exactly the sum an eager step would read (Note [CUDA graphs in ember] in kernels/cuda/graph.h).
+      // exactly the sum an eager step would read (Note [CUDA graphs in ember] in core/cuda/graph.h).
       double total_weight = static_cast<double>(per_sample.numel());
       if (weighted)
         detail::check_not_capturing(per_sample.device(), "cross_entropy / nll_loss with class weights and reduction "

@@ -7,7 +7,7 @@
 #include "../core/error.h"
 #include "../kernels/cpu/optim.h"
 #if EMBER_CUDA_BACKEND
-#include "../kernels/cuda/graph.h"
+#include "../core/cuda/graph.h"
 #include "../kernels/cuda/optim.h"
 #endif
 

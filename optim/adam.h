@@ -63,7 +63,7 @@ class Adam : public Optimizer {
   // The hyperparameters of one parameter's update at step count `step` in group `group`.
   kernels::AdamHyper hyper(const Group& group, double step) const;
   // step() of parameter `index` (group `group`) while a CUDA graph captures (Note [CUDA graphs in
-  // ember] in kernels/cuda/graph.h): the kernel reads its scalars from a device buffer that a
+  // ember] in core/cuda/graph.h): the kernel reads its scalars from a device buffer that a
   // before-replay hook fills, and the hook advances the step count.
   void step_captured(size_t group, size_t index, Tensor& p, const Tensor& grad);
 

@@ -11,7 +11,6 @@
 #include "../kernels/cpu/optim.h"
 #include "../kernels/cuda/optim.h"
 #include "../layers/elementwise.h"
-#include "../parallel/communicator.h"
 
 namespace ember::optim {
 
@@ -102,11 +101,15 @@ bool GradScaler::step(Optimizer& opt) {
   EMBER_CHECK(state.stage != Stage::stepped, "GradScaler::step: already called for this optimizer since the last "
               "update()");
   if (state.stage == Stage::ready) unscale_(opt);
-  if (options_.communicator) options_.communicator->all_reduce(state.found_inf, parallel::ReduceOp::sum);
   const bool skip = state.found_inf.item() != 0.0;  // the one read back of a step
   if (!skip) opt.step();
   state.stage = Stage::stepped;
   return !skip;
+}
+
+Tensor GradScaler::found_inf(const Optimizer& opt) {
+  const auto it = per_optimizer_.find(&opt);
+  return it == per_optimizer_.end() ? Tensor() : it->second.found_inf;
 }
 
 void GradScaler::update() {

@@ -32,8 +32,9 @@
 //
 // Data-parallel training. DistributedDataParallel all-reduces the gradients before unscale_ sees
 // them, and an inf or NaN on one rank is inf or NaN in the reduced sum on every rank, so every
-// rank finds the same flag. With `communicator` set, step() also all-reduces the flags, so that
-// ranks agree even where gradients were not reduced first (no_sync, hand-rolled reductions).
+// rank finds the same flag. Where gradients were not reduced first (no_sync, hand-rolled
+// reductions), parallel::all_reduce_found_inf (parallel/ddp.h) makes the ranks agree: called
+// between unscale_ and step, it sums the flag found_inf(opt) over the ranks.
 
 #include <cstdint>
 #include <map>
@@ -43,10 +44,6 @@
 #include "../core/tensor.h"
 #include "optimizer.h"
 
-namespace ember::parallel {
-class Communicator;
-}
-
 namespace ember::optim {
 
 struct GradScalerOptions {
@@ -55,8 +52,6 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   bool enabled = true;  // false: every method passes its argument through (scale(loss) is loss)
-  // When set, step() all-reduces the found-inf flags across its ranks (see the Note).
-  std::shared_ptr<parallel::Communicator> communicator = nullptr;
 };
 
 class GradScaler {
@@ -71,6 +66,10 @@ class GradScaler {
   // Unscales (if unscale_ was not called), then runs opt.step() unless a gradient was inf or NaN.
   // Returns whether the optimizer stepped. At most once per optimizer between two update() calls.
   bool step(Optimizer& opt);
+  // The found-inf flag of `opt` since its unscale_: a float32 (1,) tensor on the gradients'
+  // device, nonzero when a gradient was inf or NaN. step() reads it; writing to it (an all-reduce
+  // across ranks) changes what step() decides. Undefined before unscale_.
+  Tensor found_inf(const Optimizer& opt);
   // The next S from the flags of every optimizer stepped since the last update (see the Note),
   // and a fresh start for each optimizer's unscale_/step.
   void update();

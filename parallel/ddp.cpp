@@ -320,4 +320,10 @@ DDPStats DistributedDataParallel::stats() const {
   return reducer_->stats;
 }
 
+void all_reduce_found_inf(optim::GradScaler& scaler, const optim::Optimizer& opt, Communicator& comm) {
+  Tensor found = scaler.found_inf(opt);
+  EMBER_CHECK(found.defined(), "all_reduce_found_inf: call scaler.unscale_(opt) first");
+  comm.all_reduce(found, ReduceOp::sum);
+}
+
 }  // namespace ember::parallel

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "../layers/module.h"
+#include "../optim/grad_scaler.h"
 #include "communicator.h"
 
 namespace ember::parallel {
@@ -142,5 +143,12 @@ class DistributedDataParallel : public nn::Module {
 // buffer: 1-D, same dtype; offsets[i] + tensors[i].numel() <= buffer.numel().
 void pack_into(const Tensor& buffer, const std::vector<Tensor>& tensors, const std::vector<int64_t>& offsets);
 void unpack_from(const Tensor& buffer, const std::vector<Tensor>& tensors, const std::vector<int64_t>& offsets);
+
+// Mixed precision with gradients that were not all-reduced first (no_sync, hand-rolled
+// reductions): sums `scaler`'s found-inf flag of `opt` over the ranks of `comm`, so that every rank
+// skips the step when any rank saw an inf or NaN. Call it between scaler.unscale_(opt) and
+// scaler.step(opt), on every rank. (With DDP's reduced gradients every rank already finds the same
+// flag: Note in optim/grad_scaler.h.)
+void all_reduce_found_inf(optim::GradScaler& scaler, const optim::Optimizer& opt, Communicator& comm);
 
 }  // namespace ember::parallel

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "../core/autograd.h"
-#include "../kernels/cuda/runtime.h"
+#include "../core/cuda/runtime.h"
 #endif
 
 namespace ember::parallel {

@@ -1,5 +1,5 @@
 // The vectorized bf16 and f16 conversion and ReLU loops (Note [Vectorized bf16 conversion on the
-// CPU] in kernels/cpu/bf16_convert.h) against the scalar ones, bit for bit: every 16-bit pattern, f32
+// CPU] in kernels/cpu/bf16/bf16_convert.h) against the scalar ones, bit for bit: every 16-bit pattern, f32
 // edge values (ties both ways, subnormals, infinities, NaNs with payloads, the largest finite
 // values) and random bits, at lengths that leave a scalar tail; and the elementwise ops and max
 // pooling that call them, against scalar references on the same inputs.
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include <ember/kernels/cpu/bf16_convert.h>
-#include <ember/kernels/cpu/cpu_features.h>
+#include <ember/kernels/cpu/bf16/bf16_convert.h>
+#include <ember/core/cpu/cpu_features.h>
 
 #include "test_util.h"
 

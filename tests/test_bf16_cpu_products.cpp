@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include <ember/kernels/cpu/gemm_bf16.h>
-#include <ember/kernels/cpu/parallel.h>
+#include <ember/kernels/cpu/bf16/gemm_bf16.h>
+#include <ember/core/cpu/parallel.h>
 
 #include "test_util.h"
 

@@ -13,7 +13,7 @@
 #include <ember/kernels/cpu/blas.h>
 #include <ember/kernels/cpu/conv.h>
 #include <ember/kernels/cpu/gemm.h>
-#include <ember/kernels/cpu/parallel.h>
+#include <ember/core/cpu/parallel.h>
 
 #include "test_util.h"
 
@@ -26,10 +26,10 @@ using testing::random_vector;
 namespace {
 
 // The OpenBLAS kernel sets, widest first, with the instruction set each needs.
-const std::vector<std::pair<std::string, kc::IsaLevel>> kCores = {{"SkylakeX", kc::IsaLevel::avx512},
-                                                                  {"Haswell", kc::IsaLevel::avx2},
-                                                                  {"Sandybridge", kc::IsaLevel::avx},
-                                                                  {"Prescott", kc::IsaLevel::sse2}};
+const std::vector<std::pair<std::string, ember::IsaLevel>> kCores = {{"SkylakeX", ember::IsaLevel::avx512},
+                                                                  {"Haswell", ember::IsaLevel::avx2},
+                                                                  {"Sandybridge", ember::IsaLevel::avx},
+                                                                  {"Prescott", ember::IsaLevel::sse2}};
 
 // Every transpose combination on odd shapes, with alpha/beta, against the triple loop.
 template <typename T>
@@ -90,9 +90,9 @@ struct RestoreCore {
 }  // namespace
 
 TEST_CASE("blas: the kernels use the widest instruction set the CPU has", "[blas]") {
-  const kc::IsaLevel cpu = kc::widest_isa(kc::cpu_features());
+  const ember::IsaLevel cpu = ember::widest_isa(ember::cpu_features());
   const kc::BlasInfo& info = kc::blas_info();
-  INFO("CPU " << kc::cpu_features().model_name << ": " << kc::feature_list(kc::cpu_features()));
+  INFO("CPU " << ember::cpu_features().model_name << ": " << ember::feature_list(ember::cpu_features()));
   INFO("OpenBLAS: " << info.library << "; kernels " << info.core << ", chosen by " << info.chosen_by);
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   if (forced != nullptr && *forced != '\0') {
@@ -107,14 +107,14 @@ TEST_CASE("blas: the kernels use the widest instruction set the CPU has", "[blas
 }
 
 TEST_CASE("blas: kernels older than the CPU are replaced, as on a CPU OpenBLAS does not know", "[blas]") {
-  const kc::IsaLevel cpu = kc::widest_isa(kc::cpu_features());
+  const ember::IsaLevel cpu = ember::widest_isa(ember::cpu_features());
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
     // Nothing to replace: a user's OPENBLAS_CORETYPE is obeyed (the test above checks the warning).
     CHECK(kc::blas_info().chosen_by.rfind("OPENBLAS_CORETYPE=", 0) == 0);
     return;
   }
-  if (cpu == kc::IsaLevel::sse2) {
-    CHECK(kc::blas_info().core_isa == kc::IsaLevel::sse2);  // nothing wider to choose
+  if (cpu == ember::IsaLevel::sse2) {
+    CHECK(kc::blas_info().core_isa == ember::IsaLevel::sse2);  // nothing wider to choose
     return;
   }
   RestoreCore restore;
@@ -128,7 +128,7 @@ TEST_CASE("blas: kernels older than the CPU are replaced, as on a CPU OpenBLAS d
 }
 
 TEST_CASE("blas: every kernel path this CPU can run matches the reference GEMM and convolution", "[blas]") {
-  const kc::IsaLevel cpu = kc::widest_isa(kc::cpu_features());
+  const ember::IsaLevel cpu = ember::widest_isa(ember::cpu_features());
   RestoreCore restore;
   const int threads_before = get_num_threads();
   int paths = 0;

@@ -1,4 +1,4 @@
-// The Winograd F(2x2, 3x3) convolution (kernels/cpu/conv_winograd.h): forward, input gradient and
+// The Winograd F(2x2, 3x3) convolution (kernels/cpu/winograd/conv_winograd.h): forward, input gradient and
 // weight gradient against the float64 direct references over odd and even sizes, paddings 0-2,
 // blocks of tiles that cross images and threads; the AVX-512 and portable transforms bit for
 // bit, in f32 and bf16 (both plane types); bf16 on float32 planes against float32 on the widened
@@ -11,7 +11,7 @@
 #include <cmath>
 #include <ember/ember.h>
 #include <ember/kernels/cpu/conv.h>
-#include <ember/kernels/cpu/conv_winograd.h>
+#include <ember/kernels/cpu/winograd/conv_winograd.h>
 #include <random>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// The CUDA caching allocator's policy (core/cuda_caching_allocator.h) against a fake device:
+// The CUDA caching allocator's policy (core/cuda/caching_allocator.h) against a fake device:
 // a byte budget carved first-fit from a real host arena (so addresses and adjacency are real) and
 // events that complete only when the test says so (or on synchronize).
 
@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
-#include <ember/core/cuda_caching_allocator.h>
+#include <ember/core/cuda/caching_allocator.h>
 #include <ember/core/error.h>
 #include <map>
 #include <thread>

@@ -19,7 +19,7 @@
 #include <ember/data/dataset.h>
 #include <ember/data/idx.h>
 #include <ember/data/loader.h>
-#include <ember/data/random.h>
+#include <ember/core/sample_rng.h>
 #include <ember/data/transforms.h>
 #include <ember/ember.h>
 
@@ -401,40 +401,40 @@ TEST_CASE("datasets: get, get_batch gather, errors", "[data]") {
 // ---- per-sample randomness --------------------------------------------------------------------
 
 TEST_CASE("sample_rng: a pure function of (seed, epoch, index)", "[data]") {
-  auto words = [](data::SampleRng r, int n) {
+  auto words = [](ember::SampleRng r, int n) {
     std::vector<uint32_t> w;
     for (int i = 0; i < n; ++i) w.push_back(r.next_u32());
     return w;
   };
-  const std::vector<uint32_t> base = words(data::sample_rng(1, 2, 3), 9);
-  CHECK(words(data::sample_rng(1, 2, 3), 9) == base);
-  CHECK(words(data::sample_rng(2, 2, 3), 9) != base);
-  CHECK(words(data::sample_rng(1, 3, 3), 9) != base);
-  CHECK(words(data::sample_rng(1, 2, 4), 9) != base);
-  CHECK(words(data::sample_rng(1, 2, 3 + (uint64_t{1} << 32)), 9) != base);
-  CHECK(words(data::sample_rng(1, 2, data::kShuffleStream), 9) != base);
+  const std::vector<uint32_t> base = words(ember::sample_rng(1, 2, 3), 9);
+  CHECK(words(ember::sample_rng(1, 2, 3), 9) == base);
+  CHECK(words(ember::sample_rng(2, 2, 3), 9) != base);
+  CHECK(words(ember::sample_rng(1, 3, 3), 9) != base);
+  CHECK(words(ember::sample_rng(1, 2, 4), 9) != base);
+  CHECK(words(ember::sample_rng(1, 2, 3 + (uint64_t{1} << 32)), 9) != base);
+  CHECK(words(ember::sample_rng(1, 2, ember::kShuffleStream), 9) != base);
 
   // Draws use fixed word counts; a copy replays the stream.
-  data::SampleRng r = data::sample_rng(7, 0, 0);
-  const data::SampleRng copy = r;
+  ember::SampleRng r = ember::sample_rng(7, 0, 0);
+  const ember::SampleRng copy = r;
   r.uniform();
   CHECK(r.words_used() == 1);
   r.below(10);
   CHECK(r.words_used() == 3);
-  data::SampleRng replay = copy;
-  CHECK(replay.next_u32() == data::SampleRng(copy).next_u32());
+  ember::SampleRng replay = copy;
+  CHECK(replay.next_u32() == ember::SampleRng(copy).next_u32());
 
   // below(n) covers [0, n) evenly.
   std::array<int, 7> hist{};
-  data::SampleRng s = data::sample_rng(11, 0, 5);
+  ember::SampleRng s = ember::sample_rng(11, 0, 5);
   for (int i = 0; i < 7000; ++i) {
     const uint64_t v = s.below(7);
     REQUIRE(v < 7);
     ++hist[v];
   }
   for (int c : hist) CHECK((c > 850 && c < 1150));
-  CHECK(data::mul_hi_u64(~uint64_t{0}, ~uint64_t{0}) == ~uint64_t{0} - 1);
-  CHECK(data::mul_hi_u64(uint64_t{1} << 63, 6) == 3);
+  CHECK(ember::mul_hi_u64(~uint64_t{0}, ~uint64_t{0}) == ~uint64_t{0} - 1);
+  CHECK(ember::mul_hi_u64(uint64_t{1} << 63, 6) == 3);
 }
 
 // ---- transforms --------------------------------------------------------------------------------
@@ -486,8 +486,8 @@ TEST_CASE("transforms: RandomCrop with padding on a 3x3 image", "[data]") {
   const data::RandomCrop crop(3, 1);
   std::set<std::pair<int, int>> seen;
   for (uint64_t i = 0; i < 200; ++i) {
-    data::SampleRng rng = data::sample_rng(5, 0, i);
-    data::SampleRng replay = rng;  // the offsets the crop will draw: top, then left
+    ember::SampleRng rng = ember::sample_rng(5, 0, i);
+    ember::SampleRng replay = rng;  // the offsets the crop will draw: top, then left
     const int top = static_cast<int>(replay.below(3)), left = static_cast<int>(replay.below(3));
     const Tensor out = crop(img, rng);
     CHECK(rng.words_used() == 4);
@@ -499,7 +499,7 @@ TEST_CASE("transforms: RandomCrop with padding on a 3x3 image", "[data]") {
   CHECK(seen.size() == 9);  // every offset happens
 
   // A float image pads with 0.0; a 2x2 crop without padding stays inside.
-  data::SampleRng rng = data::sample_rng(1, 0, 0);
+  ember::SampleRng rng = ember::sample_rng(1, 0, 0);
   const Tensor f = data::RandomCrop(2)(data::ToTensor()(img), rng);
   CHECK(f.shape() == Shape{1, 2, 2});
   const std::vector<float> fv = f.to_vector<float>();
@@ -512,7 +512,7 @@ TEST_CASE("transforms: RandomCrop with padding on a 3x3 image", "[data]") {
 
 TEST_CASE("transforms: RandomHorizontalFlip", "[data]") {
   const Tensor img = from_vector<uint8_t>({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 3, 3});
-  data::SampleRng rng = data::sample_rng(0, 0, 0);
+  ember::SampleRng rng = ember::sample_rng(0, 0, 0);
   CHECK(data::RandomHorizontalFlip(1.0)(img, rng).to_vector<int64_t>() ==
         std::vector<int64_t>{3, 2, 1, 6, 5, 4, 9, 8, 7});
   CHECK(data::RandomHorizontalFlip(0.0)(img, rng).to_vector<int64_t>() == img.to_vector<int64_t>());
@@ -522,7 +522,7 @@ TEST_CASE("transforms: RandomHorizontalFlip", "[data]") {
 
   int flipped = 0;
   for (uint64_t i = 0; i < 1000; ++i) {
-    data::SampleRng r = data::sample_rng(3, 1, i);
+    ember::SampleRng r = ember::sample_rng(3, 1, i);
     flipped += data::RandomHorizontalFlip(0.5)(img, r).to_vector<int64_t>()[0] == 3;
   }
   CHECK((flipped > 420 && flipped < 580));
@@ -549,7 +549,7 @@ TEST_CASE("transforms: Compose, and apply_batch fused equals per sample", "[data
     REQUIRE(out.dim() == 4);
     CHECK(out.dtype() == DType::f32);
     for (int64_t s = 0; s < 16; ++s) {
-      data::SampleRng rng = data::sample_rng(seed, epoch, static_cast<uint64_t>(ids[static_cast<size_t>(s)]));
+      ember::SampleRng rng = ember::sample_rng(seed, epoch, static_cast<uint64_t>(ids[static_cast<size_t>(s)]));
       const Tensor one = t ? t->apply(batch[s], rng) : data::ToTensor()(batch[s]);
       CHECK(out[s].to_vector<float>() == one.to_vector<float>());  // bit-identical
     }
@@ -676,7 +676,7 @@ TEST_CASE("loader: augmentation is reproducible and independent of batch composi
         CHECK(images[static_cast<int64_t>(r)].to_vector<float>() ==
               per_sample[static_cast<size_t>(ids[r])].to_vector<float>());
         // ... and equals the transform run by hand with the sample's stream.
-        data::SampleRng rng = data::sample_rng(9, static_cast<uint64_t>(e), static_cast<uint64_t>(ids[r]));
+        ember::SampleRng rng = ember::sample_rng(9, static_cast<uint64_t>(e), static_cast<uint64_t>(ids[r]));
         CHECK(images[static_cast<int64_t>(r)].to_vector<float>() == tf(ds.get(ids[r]).image, rng).to_vector<float>());
       }
       ++it_b;

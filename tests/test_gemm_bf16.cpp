@@ -1,4 +1,4 @@
-// The CPU bf16 GEMM (kernels/cpu/gemm_bf16.h, Note [bf16 GEMM on the CPU]) against a double
+// The CPU bf16 GEMM (kernels/cpu/bf16/gemm_bf16.h, Note [bf16 GEMM on the CPU]) against a double
 // reference computed from the same bf16 inputs, on both paths: the AVX512_BF16 kernel (when this
 // CPU has it) and the f32 fallback, which every CPU can run. Odd sizes, every transpose, alpha,
 // beta, padded leading dimensions, f32 and bf16 C, one and several threads; a counter proves which
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include <ember/kernels/cpu/cpu_features.h>
-#include <ember/kernels/cpu/gemm_bf16.h>
-#include <ember/kernels/cpu/parallel.h>
+#include <ember/core/cpu/cpu_features.h>
+#include <ember/kernels/cpu/bf16/gemm_bf16.h>
+#include <ember/core/cpu/parallel.h>
 
 #include "test_util.h"
 
@@ -166,7 +166,7 @@ TEST_CASE("gemm_bf16: the f32 fallback matches a double reference within f32 acc
 }
 
 TEST_CASE("gemm_bf16: the path follows the CPU's features", "[gemm][bf16]") {
-  const kc::CpuFeatures& f = kc::cpu_features();
+  const ember::CpuFeatures& f = ember::cpu_features();
   const bool has = f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
   CHECK(kc::bf16_gemm_native_available() == has);
   const char* env = std::getenv("EMBER_CPU_BF16");

@@ -214,17 +214,19 @@ TEST_CASE("GradScaler: state_dict round trip continues bit for bit", "[amp]") {
   REQUIRE(b.state_dict().at("scale") == 32768.0);  // a refused state changes nothing
 }
 
-TEST_CASE("GradScaler: ranks agree to skip through the communicator", "[amp]") {
-  // Rank 1 alone has an inf in its (unreduced) gradient. With the communicator both ranks skip
-  // and back off; without it, rank 0 would step.
+TEST_CASE("GradScaler: ranks agree to skip through all_reduce_found_inf", "[amp]") {
+  // Rank 1 alone has an inf in its (unreduced) gradient. With the flags all-reduced both ranks
+  // skip and back off; without it, rank 0 would step.
   for (const bool with_comm : {true, false}) {
     INFO("communicator: " << with_comm);
     const auto errors = ember::testing::ranks::run_ranks(2, [&](std::shared_ptr<parallel::Communicator> comm) {
       Tensor p = param({1.0f, 1.0f});
       optim::SGD opt({p}, {.lr = 1.0});
-      optim::GradScaler scaler({.init_scale = 4.0, .communicator = with_comm ? comm : nullptr});
+      optim::GradScaler scaler({.init_scale = 4.0});
       (void)scaler.scale(sum(p));
       set_grad(p, {4.0f, comm->rank() == 1 ? kInf : 4.0f});
+      scaler.unscale_(opt);
+      if (with_comm) parallel::all_reduce_found_inf(scaler, opt, *comm);
       const bool stepped = scaler.step(opt);
       scaler.update();
       const bool expect_step = !with_comm && comm->rank() == 0;

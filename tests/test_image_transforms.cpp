@@ -137,7 +137,7 @@ TEST_CASE("RandomResizedCrop is a pure function of (seed, epoch, index)", "[tran
   const Tensor img = pattern_image(48, 64);
   const data::RandomResizedCrop rrc(20);
   CHECK(rrc.is_random());
-  auto r1 = data::sample_rng(7, 2, 11), r2 = data::sample_rng(7, 2, 11);
+  auto r1 = ember::sample_rng(7, 2, 11), r2 = ember::sample_rng(7, 2, 11);
   const Tensor o1 = rrc(img, r1), o2 = rrc(img, r2);
   CHECK(o1.shape() == Shape{3, 20, 20});
   CHECK(values(o1) == values(o2));
@@ -147,7 +147,7 @@ TEST_CASE("RandomResizedCrop is a pure function of (seed, epoch, index)", "[tran
   int distinct = 0;
   data::CropBox prev;
   for (uint64_t i = 0; i < 200; ++i) {
-    auto rng = data::sample_rng(3, 0, i);
+    auto rng = ember::sample_rng(3, 0, i);
     const data::CropBox box = data::random_resized_crop_params(48, 64, {0.08, 1.0}, {0.75, 4.0 / 3.0}, rng);
     CHECK(rng.words_used() == 24);
     CHECK(box.top >= 0);
@@ -162,7 +162,7 @@ TEST_CASE("RandomResizedCrop is a pure function of (seed, epoch, index)", "[tran
   CHECK(distinct > 150);
 
   // The output equals resized_crop with the drawn box.
-  auto r3 = data::sample_rng(7, 2, 11);
+  auto r3 = ember::sample_rng(7, 2, 11);
   const data::CropBox box = data::random_resized_crop_params(48, 64, {0.08, 1.0}, {0.75, 4.0 / 3.0}, r3);
   CHECK(values(o1) == values(data::resized_crop(img, box.top, box.left, box.height, box.width, 20, 20)));
 }
@@ -171,13 +171,13 @@ TEST_CASE("RandomResizedCrop falls back to the centred crop", "[transforms]") {
   // A 10x1000 strip: no attempt with area >= 90% fits a 3/4..4/3 ratio, so the fallback gives
   // h = 10, w = round(10 * 4/3) = 13, centred: left = (1000 - 13) // 2 = 493.
   for (uint64_t i = 0; i < 5; ++i) {
-    auto rng = data::sample_rng(1, 0, i);
+    auto rng = ember::sample_rng(1, 0, i);
     const data::CropBox box = data::random_resized_crop_params(10, 1000, {0.9, 1.0}, {0.75, 4.0 / 3.0}, rng);
     CHECK(box == data::CropBox{0, 493, 10, 13});
     CHECK(rng.words_used() == 24);
   }
   // A tall strip: w = 10, h = round(10 / 0.75) = 13, top = (1000 - 13) // 2 = 493.
-  auto rng = data::sample_rng(1, 0, 0);
+  auto rng = ember::sample_rng(1, 0, 0);
   CHECK(data::random_resized_crop_params(1000, 10, {0.9, 1.0}, {0.75, 4.0 / 3.0}, rng) ==
         data::CropBox{493, 0, 13, 10});
 }
@@ -214,7 +214,7 @@ TEST_CASE("ColorJitter draws its factors and order from the sample stream", "[tr
   CHECK(cj.is_random());
   std::array<int, 6> orders_seen{};
   for (uint64_t i = 0; i < 300; ++i) {
-    auto rng = data::sample_rng(5, 1, i);
+    auto rng = ember::sample_rng(5, 1, i);
     const data::ColorJitterParams p = cj.get_params(rng);
     CHECK(rng.words_used() == 7);
     CHECK(p.brightness >= 0.6);
@@ -230,18 +230,18 @@ TEST_CASE("ColorJitter draws its factors and order from the sample stream", "[tr
   for (int n : orders_seen) CHECK(n > 20);  // all six permutations occur (about 50 each)
 
   const Tensor img = pattern_image(16, 12);
-  auto r1 = data::sample_rng(5, 1, 9), r2 = data::sample_rng(5, 1, 9), r3 = data::sample_rng(5, 1, 9);
+  auto r1 = ember::sample_rng(5, 1, 9), r2 = ember::sample_rng(5, 1, 9), r3 = ember::sample_rng(5, 1, 9);
   const Tensor o = cj(img, r1);
   CHECK(values(o) == values(cj(img, r2)));
   CHECK(values(o) == values(data::color_jitter(img, cj.get_params(r3))));
-  auto r4 = data::sample_rng(0, 0, 0);
+  auto r4 = ember::sample_rng(0, 0, 0);
   CHECK(values(data::ColorJitter()(img, r4)) == values(img));
 }
 
 TEST_CASE("image transforms reject wrong ranks, dtypes and arguments", "[transforms]") {
   const Tensor f = zeros({3, 8, 8});  // float32
   const Tensor flat = zeros({8, 8}, {.dtype = DType::u8});
-  auto rng = data::sample_rng(0, 0, 0);
+  auto rng = ember::sample_rng(0, 0, 0);
   CHECK_THAT(error_of([&] { data::Resize(4)(f); }), Catch::Contains("Resize(size=4)") && Catch::Contains("uint8"));
   CHECK_THAT(error_of([&] { data::Resize(4)(flat); }), Catch::Contains("(C, H, W)"));
   CHECK_THAT(error_of([&] { data::CenterCrop(4)(flat); }),

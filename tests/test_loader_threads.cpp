@@ -17,7 +17,7 @@
 #include <ember/data/loader.h>
 #include <ember/data/sampler.h>
 #include <ember/ember.h>
-#include <ember/kernels/cpu/parallel.h>
+#include <ember/core/cpu/parallel.h>
 
 #include "test_util.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <ember/data/resample_rows.h>
-#include <ember/kernels/cpu/cpu_features.h>
+#include <ember/core/cpu/cpu_features.h>
 
 using namespace ember::data::detail;
 
@@ -70,7 +70,7 @@ std::vector<std::vector<uint8_t>> test_rows(int64_t in_size, int64_t channels, s
 // Every path this CPU can run: scalar, and avx2 where the CPU has AVX2 (set_horizontal_path must
 // accept it exactly then).
 std::vector<HorizontalPath> available_paths() {
-  const bool avx2 = ember::kernels::cpu::cpu_features().avx2;
+  const bool avx2 = ember::cpu_features().avx2;
   PathGuard guard;
   REQUIRE(set_horizontal_path(HorizontalPath::avx2) == avx2);
   if (avx2) return {HorizontalPath::scalar, HorizontalPath::avx2};
@@ -105,7 +105,7 @@ int64_t check_all_paths(const FixedTaps& taps, int64_t channels, int64_t in_size
 
 TEST_CASE("horizontal pass: AVX2 and scalar give PIL's bytes for every tap count", "[image_pipeline][resample]") {
   std::mt19937 rng(11);
-  const bool avx2 = ember::kernels::cpu::cpu_features().avx2;
+  const bool avx2 = ember::cpu_features().avx2;
   // (in, out): up-scaling (3 taps), downscaling by up to 2x (5), 3x (7), 4x (9), 5.3x (13: the
   // AVX2 loop without a fixed pair count), a 2-pixel row (k = 2 after clamping to the input).
   struct Case {

@@ -4,7 +4,7 @@
 
 #include "../core/error.h"
 #if EMBER_CUDA_BACKEND
-#include "../kernels/cuda/graph.h"
+#include "../core/cuda/graph.h"
 #endif
 
 namespace ember::train {

@@ -17,7 +17,7 @@ namespace ember::train {
 // Note [Training with CUDA graphs]
 // `ember train --cuda-graphs` runs each full batch's step — zero_grad, forward, loss, backward,
 // the correct-prediction count, the optimizer's update — as one replay of a CUDA graph (Note
-// [CUDA graphs in ember] in kernels/cuda/graph.h). The first full batch runs eagerly: it creates
+// [CUDA graphs in ember] in core/cuda/graph.h). The first full batch runs eagerly: it creates
 // the optimizer's state and fills the cuDNN algorithm cache, which a capture cannot do. The
 // second is captured and replayed, with the batch copied into static device tensors that the graph
 // reads; every later full batch is copied into the same tensors and replayed. The captured step

@@ -14,9 +14,9 @@
 #include "../core/error.h"
 #include "../io/atomic_file.h"
 #include "../kernels/cpu/blas.h"
-#include "../kernels/cpu/conv_winograd.h"
-#include "../kernels/cpu/gemm_bf16.h"
-#include "../kernels/cpu/parallel.h"
+#include "../kernels/cpu/winograd/conv_winograd.h"
+#include "../kernels/cpu/bf16/gemm_bf16.h"
+#include "../core/cpu/parallel.h"
 #include "run_record.h"
 
 // stb_image_write encodes the thumbnails; a private copy of its implementation for this file.
@@ -129,7 +129,7 @@ void write_evaluation_file(const std::string& path, const EvalResult& ev, const 
 std::string environment_json(int indent) {
   namespace kc = kernels::cpu;
   const BuildInfo& b = build_info();
-  const kc::CpuFeatures& cpu = kc::cpu_features();
+  const ember::CpuFeatures& cpu = ember::cpu_features();
   const kc::BlasInfo& blas = kc::blas_info();
   const json j{{"version", b.version},
                {"build_type", b.build_type},
@@ -143,12 +143,12 @@ std::string environment_json(int indent) {
                  {"model_number", cpu.model},
                  {"stepping", cpu.stepping},
                  {"cores", std::thread::hardware_concurrency()},
-                 {"features", kc::feature_list(cpu)},
-                 {"widest_isa", kc::isa_name(kc::widest_isa(cpu))}}},
+                 {"features", ember::feature_list(cpu)},
+                 {"widest_isa", ember::isa_name(ember::widest_isa(cpu))}}},
                {"gemm",
                 {{"library", blas.library},
                  {"kernels", blas.core},
-                 {"kernels_isa", kc::isa_name(blas.core_isa)},
+                 {"kernels_isa", ember::isa_name(blas.core_isa)},
                  {"chosen_by", blas.chosen_by},
                  {"warning", blas.warning},
                  {"bf16", kc::bf16_gemm_path_name(kc::bf16_gemm_path())},

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../kernels/cpu/parallel.h"
+#include "../core/cpu/parallel.h"
 #include "finetune.h"
 
 namespace ember::train {

@@ -26,7 +26,7 @@
 #include "../io/fault.h"
 #include "../io/safetensors.h"
 #include "../io/training_state.h"
-#include "../kernels/cpu/parallel.h"
+#include "../core/cpu/parallel.h"
 #include "../layers/elementwise.h"
 #include "../layers/nn_functional.h"
 #include "../layers/reduce.h"

@@ -104,7 +104,7 @@ void run_augment_op(const AugmentOpOptions& o) {
     const data::MixOptions mix{.mixup_alpha = o.sample == "cutmix" ? 0.0 : o.mixup_alpha,
                                .cutmix_alpha = o.sample == "mixup" ? 0.0 : o.cutmix_alpha, .num_classes = 1};
     for (int64_t i = 0; i < o.count; ++i) {
-      data::SampleRng rng = data::sample_rng(o.seed, 0, static_cast<uint64_t>(i));
+      ember::SampleRng rng = ember::sample_rng(o.seed, 0, static_cast<uint64_t>(i));
       json j;
       if (o.sample == "trivial") {
         j = choice_json(trivial.get_params(rng, o.height, o.width));
@@ -115,7 +115,7 @@ void run_augment_op(const AugmentOpOptions& o) {
         const std::optional<data::CropBox> b = erasing.get_params(rng, o.height, o.width);
         j = json{{"box", b ? box_json(*b) : json()}};
       } else if (o.sample == "mixup" || o.sample == "cutmix" || o.sample == "both") {
-        rng = data::sample_rng(o.seed, 0, data::kMixStream | static_cast<uint64_t>(i));
+        rng = ember::sample_rng(o.seed, 0, ember::kMixStream | static_cast<uint64_t>(i));
         const data::MixParams p = data::mix_params(mix, o.height, o.width, rng);
         j = json{{"cutmix", p.cutmix}, {"lambda", p.lambda}, {"box", box_json(p.box)}, {"drawn_lambda", p.drawn_lambda},
                  {"center", json::array({p.center_y, p.center_x})}};
@@ -140,7 +140,7 @@ void run_augment_op(const AugmentOpOptions& o) {
   data::Batch batch{stack(images, 0), from_vector<int64_t>(o.labels, {static_cast<int64_t>(o.labels.size())})};
   const data::MixOptions mix{.mixup_alpha = o.mix == "cutmix" ? 0.0 : o.mixup_alpha,
                              .cutmix_alpha = o.mix == "mixup" ? 0.0 : o.cutmix_alpha, .num_classes = o.num_classes};
-  data::SampleRng rng = data::sample_rng(o.seed, 0, data::kMixStream | static_cast<uint64_t>(o.batch_index));
+  ember::SampleRng rng = ember::sample_rng(o.seed, 0, ember::kMixStream | static_cast<uint64_t>(o.batch_index));
   const data::MixParams p = data::mix_params(mix, batch.images.size(2), batch.images.size(3), rng);
   const data::Batch mixed = data::mix_batch(batch, mix, o.seed, 0, o.batch_index);
   write_f32(o.out, mixed.images);

@@ -13,7 +13,7 @@
 #include <ember/data/image_folder.h>
 #include <ember/data/image_transforms.h>
 #include <ember/data/loader.h>
-#include <ember/kernels/cpu/parallel.h>
+#include <ember/core/cpu/parallel.h>
 
 namespace ember::app {
 

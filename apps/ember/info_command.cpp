@@ -6,9 +6,9 @@
 #include <ember/core/build_info.h>
 #include <ember/core/device.h>
 #include <ember/kernels/cpu/blas.h>
-#include <ember/kernels/cpu/conv_winograd.h>
-#include <ember/kernels/cpu/gemm_bf16.h>
-#include <ember/kernels/cpu/parallel.h>
+#include <ember/kernels/cpu/winograd/conv_winograd.h>
+#include <ember/kernels/cpu/bf16/gemm_bf16.h>
+#include <ember/core/cpu/parallel.h>
 #include <ember/train/run_report.h>
 #include <thread>
 
@@ -22,8 +22,8 @@ std::string version_line() {
 void run_info(bool json) {
   namespace kc = kernels::cpu;
   const BuildInfo& b = build_info();
-  const kc::CpuFeatures& cpu = kc::cpu_features();
-  const kc::IsaLevel isa = kc::widest_isa(cpu);
+  const ember::CpuFeatures& cpu = ember::cpu_features();
+  const ember::IsaLevel isa = ember::widest_isa(cpu);
   const kc::BlasInfo& blas = kc::blas_info();
   const std::vector<std::string> gpus = cuda_device_descriptions();
   const char* env_threads = std::getenv("EMBER_NUM_THREADS");
@@ -36,9 +36,9 @@ void run_info(bool json) {
   std::printf("  libraries  %s\n", b.libraries.c_str());
   std::printf("CPU          %s (%s family %d model %d stepping %d), %u logical cores\n", cpu.model_name.c_str(),
               cpu.vendor.c_str(), cpu.family, cpu.model, cpu.stepping, std::thread::hardware_concurrency());
-  std::printf("  widest     %s\n", kc::isa_name(isa));
-  std::printf("  features   %s\n", kc::feature_list(cpu).c_str());
-  std::printf("GEMM / conv  %s kernels (%s), chosen by %s\n", blas.core.c_str(), kc::isa_name(blas.core_isa),
+  std::printf("  widest     %s\n", ember::isa_name(isa));
+  std::printf("  features   %s\n", ember::feature_list(cpu).c_str());
+  std::printf("GEMM / conv  %s kernels (%s), chosen by %s\n", blas.core.c_str(), ember::isa_name(blas.core_isa),
               blas.chosen_by.c_str());
   std::printf("  library    %s\n", blas.library.c_str());
   std::printf("  bf16       %s\n", kc::bf16_gemm_path_name(kc::bf16_gemm_path()));

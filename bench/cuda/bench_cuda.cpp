@@ -44,8 +44,8 @@
 #include <ember/kernels/cuda/cudnn.h>
 #include <ember/kernels/cuda/elementwise.h>
 #include <ember/kernels/cuda/gemm.h>
-#include <ember/kernels/cuda/graph.h>
-#include <ember/kernels/cuda/runtime.h>
+#include <ember/core/cuda/graph.h>
+#include <ember/core/cuda/runtime.h>
 #include <ember/models/zoo.h>
 #include <ember/train/trainer.h>
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "../../core/error.h"
-#include "cpu_features.h"
-#include "parallel.h"
+#include "../../core/cpu/cpu_features.h"
+#include "../../core/cpu/parallel.h"
 
 #if defined(__x86_64__)
 #define EMBER_BN_X86 1

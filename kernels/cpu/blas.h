@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "cpu_features.h"
+#include "../../core/cpu/cpu_features.h"
 
 namespace ember::kernels::cpu {
 

@@ -11,10 +11,10 @@
 #include "../../core/error.h"
 #include "gemm.h"
 #include "conv_parts.h"
-#include "conv_winograd.h"
-#include "gemm_bf16.h"
-#include "bf16_convert.h"
-#include "cpu_features.h"
+#include "winograd/conv_winograd.h"
+#include "bf16/gemm_bf16.h"
+#include "bf16/bf16_convert.h"
+#include "../../core/cpu/cpu_features.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

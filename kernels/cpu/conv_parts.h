@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "gemm.h"
-#include "parallel.h"
+#include "../../core/cpu/parallel.h"
 #include "scratch.h"
 
 #ifdef _OPENMP

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "../../core/error.h"
-#include "bf16_convert.h"
+#include "bf16/bf16_convert.h"
 #include "loops.h"
 
 namespace ember::kernels::cpu {

@@ -10,7 +10,7 @@
 
 #include "../../core/error.h"
 #include "blas.h"
-#include "parallel.h"
+#include "../../core/cpu/parallel.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -8,7 +8,7 @@
 
 #include "../../core/error.h"
 #include "loops.h"
-#include "parallel.h"
+#include "../../core/cpu/parallel.h"
 
 namespace ember::kernels::cpu {
 

@@ -16,7 +16,7 @@
 #include <utility>
 
 #include "../strided.h"
-#include "parallel.h"
+#include "../../core/cpu/parallel.h"
 
 namespace ember::kernels::cpu {
 

@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "../../core/error.h"
-#include "parallel.h"
+#include "../../core/cpu/parallel.h"
 #include "widen.h"
 
 namespace ember::kernels::cpu {

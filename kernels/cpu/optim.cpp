@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "../../core/error.h"
-#include "parallel.h"
+#include "../../core/cpu/parallel.h"
 
 namespace ember::kernels::cpu {
 

@@ -22,9 +22,9 @@
 #else
 #define EMBER_POOL_X86 0
 #endif
-#include "bf16_convert.h"
-#include "cpu_features.h"
-#include "parallel.h"
+#include "bf16/bf16_convert.h"
+#include "../../core/cpu/cpu_features.h"
+#include "../../core/cpu/parallel.h"
 #include "widen.h"
 
 namespace ember::kernels::cpu {

@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "../../core/error.h"
-#include "parallel.h"
+#include "../../core/cpu/parallel.h"
 
 
 namespace ember::kernels::cpu {

@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "../../core/error.h"
-#include "parallel.h"
+#include "../../core/cpu/parallel.h"
 
 namespace ember::kernels::cpu {
 

@@ -26,7 +26,7 @@
 
 #include "../../core/dtype.h"
 #include "../../core/error.h"
-#include "bf16_convert.h"
+#include "bf16/bf16_convert.h"
 
 namespace ember::kernels::cpu {
 

@@ -13,9 +13,9 @@
 #include <cstdint>
 
 #include "../../core/error.h"
-#include "../../data/random.h"  // the per-sample streams (header-only, EMBER_HD)
+#include "../../core/sample_rng.h"  // the per-sample streams (header-only, EMBER_HD)
 #include "common.cuh"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 namespace ember::kernels::gpu {
 
@@ -27,7 +27,7 @@ using detail::kThreads;
 __global__ void draw_kernel(const int64_t* indices, int64_t n, CropFlip p, uint64_t seed, int64_t epoch,
                             int32_t* draws) {
   EMBER_THREAD_LOOP(s, n) {
-    data::SampleRng rng = data::sample_rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(indices[s]));
+    ember::SampleRng rng = ember::sample_rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(indices[s]));
     int64_t top = p.padding, left = p.padding;
     if (p.crop) {
       top = static_cast<int64_t>(rng.below(static_cast<uint64_t>(p.height + 2 * p.padding - p.out_height + 1)));

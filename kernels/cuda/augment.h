@@ -3,7 +3,7 @@
 // (Note [Data on the device] in data/loader.h): a batch is gathered from the resident u8 images
 // by index, cropped, flipped and mapped through the ToTensor+Normalize table, bit-identical to
 // the CPU's fused pass (Note [Fused batch transforms] in data/transforms.cpp) because it draws
-// from the same per-sample Philox streams (data/random.h). Device pointers, queued on
+// from the same per-sample Philox streams (core/sample_rng.h). Device pointers, queued on
 // cuda::current_stream(). No CUDA header; no CPU twin (the CPU side is data::apply_batch).
 
 #include <cstdint>

@@ -76,7 +76,7 @@
 #include "batchnorm.h"
 #include "block_reduce.cuh"
 #include "common.cuh"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 namespace ember::kernels::gpu {
 

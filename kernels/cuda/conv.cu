@@ -15,7 +15,7 @@
 #include "block_reduce.cuh"  // grid_stride_blocks
 #include "conv.h"
 #include "gemm.h"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 namespace ember::kernels::gpu {
 

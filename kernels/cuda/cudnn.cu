@@ -19,7 +19,7 @@
 #include "../../core/allocator.h"
 #include "../../core/error.h"
 #include "conv.h"  // the hand-written bf16 bias gradient
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 #if EMBER_HAVE_CUDNN
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

@@ -36,7 +36,7 @@
 #include "../../core/error.h"
 #include "../random.h"  // mul_rn
 #include "common.cuh"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 namespace ember::kernels::gpu {
 

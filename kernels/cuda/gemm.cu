@@ -41,8 +41,8 @@
 
 #include "../../core/error.h"
 #include "gemm.h"
-#include "graph.h"
-#include "runtime.h"
+#include "../../core/cuda/graph.h"
+#include "../../core/cuda/runtime.h"
 #include "staging.h"
 
 // Wraps a cuBLAS call: anything but CUBLAS_STATUS_SUCCESS throws ember::Error naming the call.

@@ -20,7 +20,7 @@
 #include "../../core/error.h"
 #include "block_reduce.cuh"
 #include "optim.h"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 #include "staging.h"
 
 namespace ember::kernels::gpu {

@@ -25,7 +25,7 @@
 #include "block_reduce.cuh"
 #include "common.cuh"
 #include "pool.h"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 namespace ember::kernels::gpu {
 

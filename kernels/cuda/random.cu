@@ -18,7 +18,7 @@
 #include "../elementwise.h"  // ops::convert
 #include "../random.h"
 #include "common.cuh"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 namespace ember::kernels::gpu {
 

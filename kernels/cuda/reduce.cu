@@ -36,7 +36,7 @@
 
 #include "../../core/error.h"
 #include "common.cuh"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 
 namespace ember::kernels::gpu {

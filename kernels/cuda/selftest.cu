@@ -3,7 +3,7 @@
 
 #include "../../core/error.h"
 #include "../random.h"  // mul_rn
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 #include "selftest.h"
 
 namespace ember::cuda {

@@ -23,7 +23,7 @@
 #include "../../core/error.h"
 #include "common.cuh"
 #include "logsumexp.cuh"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 namespace ember::kernels::gpu {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "../../core/device.h"
-#include "runtime.h"
+#include "../../core/cuda/runtime.h"
 
 namespace ember::kernels::gpu::detail {
 

@@ -41,7 +41,7 @@
 //     the capturing thread after it switched to relaxed mode; cudaStreamQuery and
 //     cudaStreamSynchronize of another stream under a capture begun in relaxed mode. A library
 //     that waits for eager work during a capture relaxes its thread's mode for that call
-//     (cuda::RelaxedCaptureMode in kernels/cuda/graph.h).
+//     (cuda::RelaxedCaptureMode in core/cuda/graph.h).
 //   * The legacy default stream waits for every blocking stream of its device: while one of them
 //     captures, work on the legacy stream, and the synchronous calls that use it (cudaMemcpy,
 //     cudaMemset, cudaMemcpy2D), would make the capture depend on uncaptured work:

@@ -7,7 +7,7 @@
 #include <string>
 
 #include <ember/ember.h>
-#include <ember/kernels/cuda/runtime.h>
+#include <ember/core/cuda/runtime.h>
 
 using namespace ember;
 

@@ -30,7 +30,7 @@
 
 #include "../../kernels/cpu/batchnorm.h"
 #include "../../kernels/cuda/batchnorm.h"
-#include "../../kernels/cuda/runtime.h"
+#include "../../core/cuda/runtime.h"
 #include "channels_last_data.h"
 #include "device_buffer.h"
 #include "random_data.h"

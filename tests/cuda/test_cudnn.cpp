@@ -24,7 +24,7 @@
 #include "../../kernels/cpu/elementwise.h"
 #include "../../kernels/cpu/pool.h"
 #include "../../kernels/cuda/cudnn.h"
-#include "../../kernels/cuda/runtime.h"
+#include "../../core/cuda/runtime.h"
 #include "conv_check.h"
 #include "cudnn_fixture.h"
 #include "cudnn_max_pool.h"

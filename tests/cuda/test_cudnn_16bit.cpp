@@ -19,7 +19,7 @@
 #include "../../core/error.h"
 #include "../../kernels/cpu/conv.h"
 #include "../../kernels/cuda/cudnn.h"
-#include "../../kernels/cuda/runtime.h"
+#include "../../core/cuda/runtime.h"
 #include "conv_check.h"
 #include "cudnn_fixture.h"
 #include "device_buffer.h"

@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include <ember/kernels/cuda/runtime.h>
+#include <ember/core/cuda/runtime.h>
 #include <ember/kernels/cuda/selftest.h>
 
 #include "device_buffer.h"

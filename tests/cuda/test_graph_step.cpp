@@ -1,4 +1,4 @@
-// cuda::Graph (kernels/cuda/graph.h): a whole training step — forward, loss, backward, optimizer —
+// cuda::Graph (core/cuda/graph.h): a whole training step — forward, loss, backward, optimizer —
 // captured once and replayed gives the same bits as the eager steps; the private memory pool; ops
 // that cannot be captured say so by name. Runs on a GPU and on the SIMT emulator.
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <ember/ember.h>
-#include <ember/kernels/cuda/graph.h>
+#include <ember/core/cuda/graph.h>
 
 using namespace ember;
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "../../kernels/cuda/pool.h"
-#include "../../kernels/cuda/runtime.h"
+#include "../../core/cuda/runtime.h"
 #include "channels_last_data.h"
 #include "device_buffer.h"
 #include "random_data.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <ember/core/device.h>
-#include <ember/kernels/cuda/runtime.h>
+#include <ember/core/cuda/runtime.h>
 #include <ember/kernels/cuda/selftest.h>
 
 #include "device_buffer.h"

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <ember/ember.h>
-#include <ember/kernels/cuda/runtime.h>
+#include <ember/core/cuda/runtime.h>
 
 using namespace ember;
 

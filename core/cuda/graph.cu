@@ -1,15 +1,15 @@
 // cuda::Graph: capture into a private memory pool, instantiate, replay (Note [CUDA graphs in
 // ember] in graph.h).
 
-#include "launch.h"
+#include "cuda_api.h"
 
 #include "graph.h"
 
 #include <exception>
 #include <utility>
 
-#include "../../core/dispatch.h"
-#include "../../core/error.h"
+#include "../dispatch.h"
+#include "../error.h"
 
 namespace ember::cuda {
 
@@ -45,7 +45,7 @@ void check_not_capturing(const char* op, const char* why) {
   if (!is_capturing()) return;
   abandon_capture(current_stream());
   EMBER_THROW(op, " cannot run while a CUDA graph is being captured: it ", why,
-              ". Keep it out of the captured function (Note [CUDA graphs in ember] in kernels/cuda/graph.h)");
+              ". Keep it out of the captured function (Note [CUDA graphs in ember] in core/cuda/graph.h)");
 }
 
 RelaxedCaptureMode::RelaxedCaptureMode() {
@@ -123,7 +123,7 @@ void Graph::capture(const std::function<void()>& fn) {
         (void)cudaGetLastError();
         EMBER_THROW("cuda::Graph::capture: the capture was invalidated by a call that cannot be recorded in a "
                     "CUDA graph (one that waits for the device, or uses the legacy default stream) whose error was "
-                    "not reported (Note [CUDA graphs in ember] in kernels/cuda/graph.h)");
+                    "not reported (Note [CUDA graphs in ember] in core/cuda/graph.h)");
       }
       EMBER_CUDA_CHECK(err);
     } catch (...) {

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "../../core/dtype.h"
-#include "cpu_features.h"
+#include "../../../core/dtype.h"
+#include "../../../core/cpu/cpu_features.h"
 
 namespace ember::kernels::cpu::winograd {
 

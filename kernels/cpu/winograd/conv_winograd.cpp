@@ -11,11 +11,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "bf16_simd.h"
-#include "conv_parts.h"
-#include "cpu_features.h"
-#include "gemm.h"
-#include "gemm_bf16.h"
+#include "../bf16/bf16_simd.h"
+#include "../conv_parts.h"
+#include "../../../core/cpu/cpu_features.h"
+#include "../gemm.h"
+#include "../bf16/gemm_bf16.h"
 #include "winograd_filters.h"
 #include "winograd_pairs.h"
 #include "winograd_tiles.h"

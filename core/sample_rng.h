@@ -1,5 +1,7 @@
 #pragma once
-// Counter-based random streams for the data pipeline: one per (seed, epoch, sample index).
+// Counter-based random streams for the data pipeline: one per (seed, epoch, sample index). Below
+// the data pipeline (core/) because its CUDA augmentation kernels (kernels/cuda/augment.cu) draw
+// from the same streams.
 //
 // Note [Per-sample randomness]
 // Augmentation must not depend on which thread, worker process or batch composition handles a
@@ -18,9 +20,9 @@
 
 #include <cstdint>
 
-#include "../core/philox.h"
+#include "philox.h"
 
-namespace ember::data {
+namespace ember {
 
 // The stream index reserved for an epoch's shuffle permutation.
 inline constexpr uint64_t kShuffleStream = ~uint64_t{0};
@@ -83,4 +85,4 @@ EMBER_HD inline SampleRng sample_rng(uint64_t seed, uint64_t epoch, uint64_t ind
   return SampleRng(seed, epoch, index);
 }
 
-}  // namespace ember::data
+}  // namespace ember

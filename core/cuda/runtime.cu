@@ -1,7 +1,7 @@
 // The CUDA runtime layer (see Note [Device context] in runtime.h). Host code only; compiled by
 // nvcc in the CUDA flavour and by g++ over the emulator in the SIMT flavour.
 
-#include "launch.h"
+#include "cuda_api.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -9,8 +9,8 @@
 #include <mutex>
 #include <vector>
 
-#include "../../core/allocator.h"
-#include "../../core/error.h"
+#include "../allocator.h"
+#include "../error.h"
 #include "runtime.h"
 
 namespace ember::cuda {
@@ -21,7 +21,7 @@ namespace ember::cuda {
   EMBER_THROW("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") from ", expr, " at ", file,
               ":", line,
               capture ? ": a call that cannot be recorded in a CUDA graph ran while one was being captured "
-                        "(Note [CUDA graphs in ember] in kernels/cuda/graph.h)"
+                        "(Note [CUDA graphs in ember] in core/cuda/graph.h)"
                       : "");
 }
 
@@ -101,7 +101,7 @@ void check_launch(const char* op) {
                 cudaGetErrorString(err), ")",
                 err == cudaErrorStreamCaptureInvalidated
                     ? ": an earlier call invalidated the CUDA graph being captured (Note [CUDA graphs in ember] in "
-                      "kernels/cuda/graph.h)"
+                      "core/cuda/graph.h)"
                     : "");
   if (!sync_every_op()) return;
   // A capturing stream only records: there is nothing to wait for (the replay synchronizes).

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "../../core/dtype.h"
+#include "../../../core/dtype.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

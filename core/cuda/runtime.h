@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <string>
 
-#include "../../core/cuda_caching_allocator.h"
-#include "../../core/device.h"
+#include "caching_allocator.h"
+#include "../device.h"
 
 struct CUstream_st;
 struct CUevent_st;
@@ -136,7 +136,7 @@ class Event {
   EventHandle event_ = nullptr;
 };
 
-// The caching allocator of a device (core/cuda_caching_allocator.h): statistics, returning cached
+// The caching allocator of a device (core/cuda/caching_allocator.h): statistics, returning cached
 // blocks to the device, a readable dump, and marking a block as used by another stream (its
 // memory is not reused until the work queued on `s` at the time it is freed has finished).
 CachingAllocatorStats memory_stats(int device);

@@ -1,4 +1,4 @@
-#include "cuda_caching_allocator.h"
+#include "caching_allocator.h"
 
 // The policy is explained in Note [Caching allocator] (cuda_caching_allocator.h).
 
@@ -9,7 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#include "error.h"
+#include "../error.h"
 
 namespace ember::cuda {
 

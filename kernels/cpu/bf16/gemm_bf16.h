@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "../../core/dtype.h"
-#include "../gemm.h"
+#include "../../../core/dtype.h"
+#include "../../gemm.h"
 
 namespace ember::kernels::cpu {
 

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <string>
 
-#include "../elementwise.h"
+#include "../../elementwise.h"
 #include "bf16_simd.h"
-#include "cpu_features.h"
+#include "../../../core/cpu/cpu_features.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -15,8 +15,8 @@
 
 #if EMBER_WINOGRAD_PAIRS
 
-#include "bf16_dot.h"
-#include "scratch.h"
+#include "../bf16/bf16_dot.h"
+#include "../scratch.h"
 
 namespace ember::kernels::cpu {
 

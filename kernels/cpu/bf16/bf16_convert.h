@@ -23,7 +23,7 @@
 
 #include <cstdint>
 
-#include "../../core/dtype.h"
+#include "../../../core/dtype.h"
 
 namespace ember::kernels::cpu {
 

@@ -80,7 +80,7 @@
 // counts requests that ended in an out-of-memory error; num_alloc_retries counts the times the
 // cache was flushed to retry a failed malloc.
 //
-// Private pools (PyTorch's graph pools). A captured CUDA graph (kernels/cuda/graph.h) replays
+// Private pools (PyTorch's graph pools). A captured CUDA graph (core/cuda/graph.h) replays
 // kernels with the addresses they had at capture time: every tensor the captured work allocated
 // must keep its memory for as long as the graph may be replayed, and nothing outside the graph may
 // be handed that memory, even after the tensor itself was freed. So while a stream captures,

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 
-#include "../../core/dtype.h"
-#include "bf16_convert.h"
-#include "parallel.h"
+#include "../../../core/dtype.h"
+#include "../bf16/bf16_convert.h"
+#include "../../../core/cpu/parallel.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
 // reports (falsely) once they inline into a target("avx512f") function (as in bf16_simd.h).

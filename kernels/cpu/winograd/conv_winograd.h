@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "../../core/dtype.h"
-#include "../conv.h"
+#include "../../../core/dtype.h"
+#include "../../conv.h"
 
 namespace ember::kernels::cpu {
 

@@ -19,7 +19,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's _mm512_undefined_*() (as in bf16_simd.h)
 #endif
-#include "bf16_simd.h"
+#include "../bf16/bf16_simd.h"
 #define EMBER_AVX512_TARGET EMBER_BF16_SIMD_TARGET
 #else
 #define EMBER_WINOGRAD_X86 0

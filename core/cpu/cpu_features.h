@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace ember::kernels::cpu {
+namespace ember {
 
 struct CpuFeatures {
   std::string vendor;      // "GenuineIntel", "AuthenticAMD", ...
@@ -35,4 +35,4 @@ const char* isa_name(IsaLevel level);  // "SSE2", "AVX", "AVX2+FMA", "AVX-512"
 // The features present, lower-case and space-separated: "sse4.2 avx avx2 fma f16c avx512f ...".
 std::string feature_list(const CpuFeatures& f);
 
-}  // namespace ember::kernels::cpu
+}  // namespace ember

@@ -69,12 +69,12 @@
 #include <string>
 #include <vector>
 
-#include "../../core/error.h"
+#include "../../../core/error.h"
 #include "bf16_dot.h"
-#include "cpu_features.h"
-#include "gemm.h"
-#include "parallel.h"
-#include "scratch.h"
+#include "../../../core/cpu/cpu_features.h"
+#include "../gemm.h"
+#include "../../../core/cpu/parallel.h"
+#include "../scratch.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

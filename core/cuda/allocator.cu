@@ -1,10 +1,10 @@
 // The device side of core/: cuda_built(), cuda_device_count(), allocator_for(cuda:n).
 //
 // Each CUDA device gets one allocator, created on first use: ember::Allocator (core/allocator.h)
-// over the device's caching allocator (core/cuda_caching_allocator.h), whose backing memory
+// over the device's caching allocator (core/cuda/caching_allocator.h), whose backing memory
 // comes from cudaMalloc/cudaFree.
 
-#include "launch.h"
+#include "cuda_api.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,9 +13,9 @@
 #include <mutex>
 #include <vector>
 
-#include "../../core/allocator.h"
-#include "../../core/cuda_caching_allocator.h"
-#include "../../core/error.h"
+#include "../allocator.h"
+#include "caching_allocator.h"
+#include "../error.h"
 #include "graph.h"
 #include "runtime.h"
 

@@ -1,13 +1,13 @@
 // Pinned (page-locked) host memory and asynchronous copies (see Note [Pinned host memory]).
 
-#include "launch.h"
+#include "cuda_api.h"
 
 #include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
-#include "../../core/error.h"
+#include "../error.h"
 #include "runtime.h"
 
 namespace ember::cuda {

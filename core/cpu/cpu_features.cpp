@@ -12,7 +12,7 @@
 #define EMBER_X86 0
 #endif
 
-namespace ember::kernels::cpu {
+namespace ember {
 
 namespace {
 
@@ -139,4 +139,4 @@ std::string feature_list(const CpuFeatures& f) {
   return s;
 }
 
-}  // namespace ember::kernels::cpu
+}  // namespace ember

@@ -5,7 +5,7 @@
 // functions compiled with EMBER_BF16_SIMD_TARGET and run only where cpu_features() reports AVX-512
 // F, BW and VL.
 
-#include "../../core/dtype.h"
+#include "../../../core/dtype.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
