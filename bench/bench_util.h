@@ -10,9 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include <ember/kernels/cpu/blas.h>
-#include <ember/kernels/cpu/winograd/conv_winograd.h>
-#include <ember/kernels/cpu/bf16/gemm_bf16.h>
+#include <ember/kernels/paths.h>
 
 namespace ember::bench {
 
@@ -71,14 +69,12 @@ inline std::string json_str(const std::string& s) {
 // (Note [BLAS kernels by CPU features]) and the bf16 GEMM path (Note [bf16 GEMM on the CPU]).
 // Every benchmark's line carries them.
 inline std::string machine_fields() {
-  namespace kc = kernels::cpu;
   const ember::CpuFeatures& f = ember::cpu_features();
-  const kc::BlasInfo& b = kc::blas_info();
+  const kernels::CpuPaths p = kernels::cpu_paths();
   return "\"cpu\":" + json_str(f.model_name) + ",\"cpu_isa\":" + json_str(ember::isa_name(ember::widest_isa(f))) +
-         ",\"gemm_kernels\":" + json_str(b.core + " (" + ember::isa_name(b.core_isa) + ")") +
-         ",\"gemm_chosen_by\":" + json_str(b.chosen_by) +
-         ",\"bf16_gemm\":" + json_str(kc::bf16_gemm_path_name(kc::bf16_gemm_path())) +
-         ",\"conv3x3\":" + json_str(kc::conv3x3_description());
+         ",\"gemm_kernels\":" + json_str(p.gemm_kernels + " (" + ember::isa_name(p.gemm_isa) + ")") +
+         ",\"gemm_chosen_by\":" + json_str(p.gemm_chosen_by) + ",\"bf16_gemm\":" + json_str(p.bf16_gemm) +
+         ",\"conv3x3\":" + json_str(p.conv3x3);
 }
 
 }  // namespace ember::bench

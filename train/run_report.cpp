@@ -13,9 +13,7 @@
 #include "../core/device.h"
 #include "../core/error.h"
 #include "../io/atomic_file.h"
-#include "../kernels/cpu/blas.h"
-#include "../kernels/cpu/winograd/conv_winograd.h"
-#include "../kernels/cpu/bf16/gemm_bf16.h"
+#include "../kernels/paths.h"
 #include "../core/cpu/parallel.h"
 #include "run_record.h"
 
@@ -127,10 +125,9 @@ void write_evaluation_file(const std::string& path, const EvalResult& ev, const 
 }
 
 std::string environment_json(int indent) {
-  namespace kc = kernels::cpu;
   const BuildInfo& b = build_info();
   const ember::CpuFeatures& cpu = ember::cpu_features();
-  const kc::BlasInfo& blas = kc::blas_info();
+  const kernels::CpuPaths paths = kernels::cpu_paths();
   const json j{{"version", b.version},
                {"build_type", b.build_type},
                {"compiler", b.compiler},
@@ -146,13 +143,13 @@ std::string environment_json(int indent) {
                  {"features", ember::feature_list(cpu)},
                  {"widest_isa", ember::isa_name(ember::widest_isa(cpu))}}},
                {"gemm",
-                {{"library", blas.library},
-                 {"kernels", blas.core},
-                 {"kernels_isa", ember::isa_name(blas.core_isa)},
-                 {"chosen_by", blas.chosen_by},
-                 {"warning", blas.warning},
-                 {"bf16", kc::bf16_gemm_path_name(kc::bf16_gemm_path())},
-                 {"conv3x3", kc::conv3x3_description()}}},
+                {{"library", paths.blas_library},
+                 {"kernels", paths.gemm_kernels},
+                 {"kernels_isa", ember::isa_name(paths.gemm_isa)},
+                 {"chosen_by", paths.gemm_chosen_by},
+                 {"warning", paths.gemm_warning},
+                 {"bf16", paths.bf16_gemm},
+                 {"conv3x3", paths.conv3x3}}},
                {"threads", get_num_threads()},
                {"cuda_built", cuda_built()},
                {"cuda_devices", cuda_device_descriptions()}};

@@ -5,10 +5,8 @@
 #include <cstdio>
 #include <ember/core/build_info.h>
 #include <ember/core/device.h>
-#include <ember/kernels/cpu/blas.h>
-#include <ember/kernels/cpu/winograd/conv_winograd.h>
-#include <ember/kernels/cpu/bf16/gemm_bf16.h>
 #include <ember/core/cpu/parallel.h>
+#include <ember/kernels/paths.h>
 #include <ember/train/run_report.h>
 #include <thread>
 
@@ -20,11 +18,10 @@ std::string version_line() {
 }
 
 void run_info(bool json) {
-  namespace kc = kernels::cpu;
   const BuildInfo& b = build_info();
   const ember::CpuFeatures& cpu = ember::cpu_features();
   const ember::IsaLevel isa = ember::widest_isa(cpu);
-  const kc::BlasInfo& blas = kc::blas_info();
+  const kernels::CpuPaths paths = kernels::cpu_paths();
   const std::vector<std::string> gpus = cuda_device_descriptions();
   const char* env_threads = std::getenv("EMBER_NUM_THREADS");
   if (json) {
@@ -38,11 +35,11 @@ void run_info(bool json) {
               cpu.vendor.c_str(), cpu.family, cpu.model, cpu.stepping, std::thread::hardware_concurrency());
   std::printf("  widest     %s\n", ember::isa_name(isa));
   std::printf("  features   %s\n", ember::feature_list(cpu).c_str());
-  std::printf("GEMM / conv  %s kernels (%s), chosen by %s\n", blas.core.c_str(), ember::isa_name(blas.core_isa),
-              blas.chosen_by.c_str());
-  std::printf("  library    %s\n", blas.library.c_str());
-  std::printf("  bf16       %s\n", kc::bf16_gemm_path_name(kc::bf16_gemm_path()));
-  std::printf("  conv 3x3   %s\n", kc::conv3x3_description().c_str());
+  std::printf("GEMM / conv  %s kernels (%s), chosen by %s\n", paths.gemm_kernels.c_str(),
+              ember::isa_name(paths.gemm_isa), paths.gemm_chosen_by.c_str());
+  std::printf("  library    %s\n", paths.blas_library.c_str());
+  std::printf("  bf16       %s\n", paths.bf16_gemm.c_str());
+  std::printf("  conv 3x3   %s\n", paths.conv3x3.c_str());
   const int usable = available_cpus();
   const std::string why = env_threads ? std::string("EMBER_NUM_THREADS=") + env_threads
                           : usable == static_cast<int>(std::thread::hardware_concurrency())
