@@ -56,7 +56,7 @@ bool is_channels_last(const Tensor& t);
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 // Throws: "<op>: expected a floating-point tensor (float32 or float64), got int64 ...".
 void check_floating(const char* op, const Tensor& t);
-// The argument checks batch_norm and parallel::sync_batch_norm share (layers/norm.cpp): x is
+// The argument checks batch_norm and parallel::sync_batch_norm share (layers/batchnorm.cpp): x is
 // (N, C, ...) and floating-point; weight, bias, running_mean and running_var are each undefined or
 // C floating-point values on x's device; the running statistics come together; eps >= 0.
 void check_batch_norm_args(const char* op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,

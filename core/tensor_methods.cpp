@@ -1,7 +1,7 @@
 // Tensor's method sugar: each forwards to the free function in layers/.
 
 #include "../layers/elementwise.h"
-#include "../layers/linalg.h"
+#include "../layers/gemm.h"
 #include "../layers/reduce.h"
 #include "tensor.h"
 

@@ -9,7 +9,7 @@
 
 #include "../core/profiler.h"
 #include "../core/cpu/parallel.h"
-#include "../layers/shape_ops.h"
+#include "../layers/index.h"
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/augment.h"
 #include "../core/cuda/runtime.h"

@@ -12,7 +12,7 @@
 //           x_rolled; lambda then becomes 1 - (box area) / (H * W), the share of the image kept.
 // The targets are lambda * one_hot(y) + (1 - lambda) * one_hot(y_rolled), float32 (N, classes),
 // so each row sums to 1; cross_entropy takes them as class probabilities (Note [Soft-target
-// cross-entropy] in layers/softmax_loss.cpp), where label smoothing composes as in PyTorch. With
+// cross-entropy] in layers/loss.cpp), where label smoothing composes as in PyTorch. With
 // both alphas given, each batch uses one of the two, each with probability 1/2 (torchvision's
 // RandomChoice([MixUp, CutMix]), timm's switch_prob 0.5). The draws come from the batch's stream
 // sample_rng(seed, epoch, kMixStream | batch) (core/sample_rng.h), so a batch is mixed the same way

@@ -68,7 +68,7 @@ struct BatchNormShape {
 //                      with y the fused output: the values ReLU's backward would have written,
 //                      without writing them.
 // Forward that saves a write and a read of the activation per fused ReLU (two of each with a
-// residual), backward one write and one read (the layer, layers/norm.cpp, still materializes the
+// residual), backward one write and one read (the layer, layers/batchnorm.cpp, still materializes the
 // masked gradient when there is a residual: the residual's own gradient is that tensor). The two
 // helpers below are the only arithmetic the fusion adds, shared by the CPU and CUDA kernels.
 template <typename T>

@@ -111,7 +111,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   if (const auto dt = autocast::op_dtype(autocast::CastPolicy::lower_precision, {&x, &weight, &bias}))
     return conv2d(autocast::cast(x, *dt), autocast::cast(weight, *dt), autocast::cast(bias, *dt), opt);
   const kernels::Conv2dGeometry g = conv2d_geometry(x, weight, bias, opt);
-  if (is_low_precision(x.dtype()) && !native_16bit(x)) {  // Note [Low-precision products] in layers/linalg.cpp
+  if (is_low_precision(x.dtype()) && !native_16bit(x)) {  // Note [Low-precision products] in layers/gemm.cpp
     const autocast::SuspendGuard f32_inside;  // autocast would cast the f32 operands back
     const Tensor b32 = bias.defined() ? bias.to(DType::f32) : Tensor();
     return conv2d(x.to(DType::f32), weight.to(DType::f32), b32, opt).to(x.dtype());

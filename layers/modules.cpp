@@ -7,7 +7,7 @@
 
 #include "../core/autograd.h"
 #include "init.h"
-#include "linalg.h"
+#include "gemm.h"
 
 namespace ember::nn {
 

@@ -24,7 +24,7 @@
 //     y = (x - mean) * invstd * weight + bias,   invstd = 1 / sqrt(var + eps),
 // (batch_norm in eval mode, given mean and var as its "running" statistics: the same arithmetic
 // its training mode does with the batch's), and the running statistics are updated as
-// batch_norm updates them (Note [Batch norm running statistics], layers/norm.cpp), with M:
+// batch_norm updates them (Note [Batch norm running statistics], layers/batchnorm.cpp), with M:
 //     running_mean = (1 - momentum) * running_mean + momentum * mean
 //     running_var  = (1 - momentum) * running_var  + momentum * var * M / (M - 1)
 // Every rank does the same arithmetic on the same all-reduced numbers, so the running statistics
@@ -60,7 +60,7 @@
 #include "../core/autocast.h"
 #include "../core/op_helpers.h"
 #include "../layers/reduce.h"
-#include "../layers/shape_ops.h"
+#include "../layers/index.h"
 
 namespace ember::parallel {
 

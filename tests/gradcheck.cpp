@@ -127,8 +127,9 @@ std::string compare_tensors(const Tensor& actual, const Tensor& expected, double
 
 std::vector<OpCase> all_op_cases() {
   std::vector<OpCase> cases;
-  for (auto add : {add_elementwise_cases, add_view_cases, add_reduce_cases, add_linalg_cases, add_conv_cases,
-                   add_pool_norm_cases, add_shape_cases, add_loss_cases})
+  for (auto add : {add_elementwise_cases, add_view_cases, add_reduce_cases, add_gemm_cases, add_conv_cases,
+                   add_pool_cases, add_batchnorm_cases, add_dropout_cases, add_index_cases, add_softmax_cases,
+                   add_loss_cases})
     add(cases);
   return cases;
 }

@@ -34,10 +34,13 @@ struct OpCase {
 void add_elementwise_cases(std::vector<OpCase>& cases);
 void add_view_cases(std::vector<OpCase>& cases);
 void add_reduce_cases(std::vector<OpCase>& cases);
-void add_linalg_cases(std::vector<OpCase>& cases);
+void add_gemm_cases(std::vector<OpCase>& cases);
 void add_conv_cases(std::vector<OpCase>& cases);
-void add_pool_norm_cases(std::vector<OpCase>& cases);
-void add_shape_cases(std::vector<OpCase>& cases);
+void add_pool_cases(std::vector<OpCase>& cases);
+void add_batchnorm_cases(std::vector<OpCase>& cases);
+void add_dropout_cases(std::vector<OpCase>& cases);
+void add_index_cases(std::vector<OpCase>& cases);
+void add_softmax_cases(std::vector<OpCase>& cases);
 void add_loss_cases(std::vector<OpCase>& cases);
 
 // The device on which a case builds its non-differentiable arguments (indices, labels, class

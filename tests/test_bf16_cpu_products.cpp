@@ -1,4 +1,4 @@
-// bf16 products on the CPU (Note [Low-precision products] in layers/linalg.cpp, Note [bf16
+// bf16 products on the CPU (Note [Low-precision products] in layers/gemm.cpp, Note [bf16
 // convolutions] in kernels/cpu/conv.cpp): mm, bmm, matmul, linear and conv2d — forward and every
 // input gradient — on bf16 tensors equal the double-precision result of the same bf16 values,
 // rounded to bf16 once, within f32 accumulation error. Run on both bf16 GEMM paths; a counter
@@ -97,7 +97,7 @@ struct PathGuard {
 
 }  // namespace
 
-TEST_CASE("bf16 products on the CPU: AVX512_BF16 kernel, rounded once, gradients too", "[bf16][linalg][conv]") {
+TEST_CASE("bf16 products on the CPU: AVX512_BF16 kernel, rounded once, gradients too", "[bf16][gemm][conv]") {
   if (!kc::bf16_gemm_native_available()) {
     WARN("this CPU has no AVX512_BF16: the native path is not tested here");
     return;
@@ -109,7 +109,7 @@ TEST_CASE("bf16 products on the CPU: AVX512_BF16 kernel, rounded once, gradients
   CHECK(kc::bf16_gemm_native_products() > before);  // the products ran on the native kernel
 }
 
-TEST_CASE("bf16 products on the CPU: f32 fallback, rounded once, gradients too", "[bf16][linalg][conv]") {
+TEST_CASE("bf16 products on the CPU: f32 fallback, rounded once, gradients too", "[bf16][gemm][conv]") {
   const PathGuard guard;
   REQUIRE(kc::set_bf16_gemm_path(kc::Bf16GemmPath::f32_fallback));
   const int64_t before = kc::bf16_gemm_native_products();

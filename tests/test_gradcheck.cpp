@@ -40,8 +40,11 @@ void run_cases(void (*add_cases)(std::vector<OpCase>&)) {
 TEST_CASE("gradcheck: elementwise", "[gradcheck]") { run_cases(add_elementwise_cases); }
 TEST_CASE("gradcheck: views", "[gradcheck]") { run_cases(add_view_cases); }
 TEST_CASE("gradcheck: reductions", "[gradcheck]") { run_cases(add_reduce_cases); }
-TEST_CASE("gradcheck: linalg", "[gradcheck]") { run_cases(add_linalg_cases); }
+TEST_CASE("gradcheck: gemm", "[gradcheck]") { run_cases(add_gemm_cases); }
 TEST_CASE("gradcheck: conv", "[gradcheck]") { run_cases(add_conv_cases); }
-TEST_CASE("gradcheck: pooling and normalization", "[gradcheck]") { run_cases(add_pool_norm_cases); }
-TEST_CASE("gradcheck: shape and index ops", "[gradcheck]") { run_cases(add_shape_cases); }
-TEST_CASE("gradcheck: losses and softmax", "[gradcheck]") { run_cases(add_loss_cases); }
+TEST_CASE("gradcheck: pooling", "[gradcheck]") { run_cases(add_pool_cases); }
+TEST_CASE("gradcheck: batch norm", "[gradcheck]") { run_cases(add_batchnorm_cases); }
+TEST_CASE("gradcheck: dropout", "[gradcheck]") { run_cases(add_dropout_cases); }
+TEST_CASE("gradcheck: shape and index ops", "[gradcheck]") { run_cases(add_index_cases); }
+TEST_CASE("gradcheck: softmax", "[gradcheck]") { run_cases(add_softmax_cases); }
+TEST_CASE("gradcheck: losses", "[gradcheck]") { run_cases(add_loss_cases); }

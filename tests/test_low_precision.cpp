@@ -18,19 +18,28 @@ TEST_CASE("low precision cpu: views", "[low_precision]") {
 TEST_CASE("low precision cpu: reductions", "[low_precision]") {
   check_low_precision_family(add_reduce_cases, Device::cpu());
 }
-TEST_CASE("low precision cpu: linalg", "[low_precision]") {
-  check_low_precision_family(add_linalg_cases, Device::cpu());
+TEST_CASE("low precision cpu: gemm", "[low_precision]") {
+  check_low_precision_family(add_gemm_cases, Device::cpu());
 }
 TEST_CASE("low precision cpu: conv", "[low_precision]") {
   check_low_precision_family(add_conv_cases, Device::cpu());
 }
-TEST_CASE("low precision cpu: pooling and normalization", "[low_precision]") {
-  check_low_precision_family(add_pool_norm_cases, Device::cpu());
+TEST_CASE("low precision cpu: pooling", "[low_precision]") {
+  check_low_precision_family(add_pool_cases, Device::cpu());
+}
+TEST_CASE("low precision cpu: batch norm", "[low_precision]") {
+  check_low_precision_family(add_batchnorm_cases, Device::cpu());
+}
+TEST_CASE("low precision cpu: dropout", "[low_precision]") {
+  check_low_precision_family(add_dropout_cases, Device::cpu());
 }
 TEST_CASE("low precision cpu: shape and index ops", "[low_precision]") {
-  check_low_precision_family(add_shape_cases, Device::cpu());
+  check_low_precision_family(add_index_cases, Device::cpu());
 }
-TEST_CASE("low precision cpu: losses and softmax", "[low_precision]") {
+TEST_CASE("low precision cpu: softmax", "[low_precision]") {
+  check_low_precision_family(add_softmax_cases, Device::cpu());
+}
+TEST_CASE("low precision cpu: losses", "[low_precision]") {
   check_low_precision_family(add_loss_cases, Device::cpu());
 }
 

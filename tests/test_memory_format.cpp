@@ -1,7 +1,7 @@
 // Memory formats (Note [Memory formats] in core/memory_format.h): the stride rules, the copies that
 // make and keep channels-last tensors, format propagation through the layers of a CNN with values
 // identical to NCHW, and Module::to(MemoryFormat). The gradchecks and CUDA parity of the
-// channels-last ops are op cases (tests/cases/conv_cases.cpp, pool_norm_cases.cpp).
+// channels-last ops are op cases (tests/cases/conv_cases.cpp, pool_cases.cpp, batchnorm_cases.cpp).
 
 #include "memory_format_cnn.h"
 #include "test_util.h"

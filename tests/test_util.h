@@ -91,6 +91,13 @@ inline void check_close_rel9(const std::vector<double>& actual, const std::vecto
   check_close(actual, expected, abs_tol, 1e-9);
 }
 
+// check_close with an absolute margin and Catch's default relative tolerance (Approx epsilon
+// 100 * float epsilon): the pooling and batch-norm tests' comparison.
+inline void check_close_margin(const std::vector<double>& actual, const std::vector<double>& expected,
+                               double abs_tol = 1e-12) {
+  check_close(actual, expected, abs_tol, std::numeric_limits<float>::epsilon() * 100);
+}
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Restores the thread count a test changed.

@@ -7,7 +7,7 @@
 #include "../core/autograd.h"
 #include "../core/error.h"
 #include "../layers/elementwise.h"
-#include "../layers/shape_ops.h"
+#include "../layers/index.h"
 
 namespace ember::train {
 

@@ -99,7 +99,7 @@ template <int K, typename T, typename F>
 // extensions (set_batch_norm_avx512 turns it off). Both compile the same operations in the same
 // order — lane l of the sums is still lane l, and nothing is contracted into an FMA (the library
 // builds with -ffp-contract=off, CMakeLists.txt) — so they give the same bits
-// (tests/test_pool_norm.cpp).
+// (tests/test_batchnorm.cpp).
 
 // Statistics of channels [c0, c1).
 template <typename T, typename P>
@@ -287,7 +287,7 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
     backward_passes<false>(sh, training, x, gy, mean, invstd, weight, gx, gw, gb, y);
 }
 
-// The CPU kernels read (n, c, s) only (kernels/batchnorm.h); layers/norm.cpp copies a
+// The CPU kernels read (n, c, s) only (kernels/batchnorm.h); layers/batchnorm.cpp copies a
 // channels-last tensor to that order before it calls them.
 void check_layout(const char* op, const BatchNormShape& sh) {
   EMBER_CHECK(!sh.channels_last, op, ": the CPU kernels take x in (N, C, S) order, not channels-last (N, S, C)",

@@ -1,5 +1,9 @@
-// CPU pooling: the readable reference. One loop nest per op, parallel over planes; every output
-// cell walks its window directly (windows are small, so no sliding-window tricks).
+// CPU pooling. The general loops walk each output cell's window directly, one loop nest per op,
+// parallel over planes (windows are small, so no sliding-window tricks); they are the reference.
+// Max pooling adds fast paths with the same comparisons in the same order, bit for bit: a window
+// size known at compile time when every window lies inside the input, and the 2x2 stride-2
+// "tournament" on four outputs at a time with SSE2 and sixteen with AVX-512 (tests/test_pool.cpp
+// holds each to the rule on ties and NaNs).
 
 #include "pool.h"
 

@@ -1,4 +1,4 @@
-// Gradcheck cases for softmax, log_softmax and the losses. Targets, weights and ignore
+// Gradcheck cases for the losses. Targets, weights and ignore
 // indices are fixed values built inside each case (they are not differentiable).
 
 #include "../op_cases.h"
@@ -15,19 +15,6 @@ Tensor weights(const std::vector<double>& v) { return from_vector<double>(v).to(
 }  // namespace
 
 void add_loss_cases(std::vector<OpCase>& c) {
-  // ---- softmax / log_softmax ----
-  c.push_back({.name = "softmax/dim1", .inputs = {{3, 5}}, .fn = [](const V& x) { return softmax(x[0], 1); }, .lo = -3, .hi = 3});
-  c.push_back({.name = "softmax/dim0", .inputs = {{4, 3}}, .fn = [](const V& x) { return softmax(x[0], 0); }, .lo = -3, .hi = 3});
-  c.push_back({.name = "softmax/neg_dim_3d", .inputs = {{2, 3, 4}}, .fn = [](const V& x) { return softmax(x[0], -2); },
-               .lo = -3, .hi = 3});
-  c.push_back({.name = "softmax/4d_channels", .inputs = {{2, 3, 2, 2}}, .fn = [](const V& x) { return softmax(x[0], 1); }});
-  c.push_back({.name = "log_softmax/dim1", .inputs = {{3, 5}}, .fn = [](const V& x) { return log_softmax(x[0], 1); },
-               .lo = -3, .hi = 3});
-  c.push_back({.name = "log_softmax/dim0", .inputs = {{4, 3}}, .fn = [](const V& x) { return log_softmax(x[0], 0); }});
-  c.push_back({.name = "log_softmax/neg_dim_3d", .inputs = {{2, 3, 4}},
-               .fn = [](const V& x) { return log_softmax(x[0], -1); }});
-  c.push_back({.name = "log_softmax/1d", .inputs = {{6}}, .fn = [](const V& x) { return log_softmax(x[0], 0); }});
-
   // ---- cross_entropy ----
   c.push_back({.name = "cross_entropy/mean", .inputs = {{4, 5}}, .fn = [](const V& x) {
                  return cross_entropy(x[0], labels({0, 3, 4, 1}, {4}));

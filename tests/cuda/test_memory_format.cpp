@@ -2,7 +2,7 @@
 // through conv, batch norm, ReLU and the pools, with values and gradients equal to the NCHW run on
 // the same device and to the CPU's within the float reduction-order tolerance; copies
 // between the CPU and the device keep the format. The per-op gradchecks and CPU parity are op
-// cases (tests/cases/conv_cases.cpp, pool_norm_cases.cpp), run here by test_op_parity.cpp.
+// cases (tests/cases/conv_cases.cpp, pool_cases.cpp, batchnorm_cases.cpp), run here by test_op_parity.cpp.
 
 #include "../memory_format_cnn.h"
 

@@ -97,13 +97,14 @@ void check_family(void (*add_cases)(std::vector<OpCase>&)) {
 TEST_CASE("cuda parity: elementwise", "[cuda][parity][cudnn_layers]") { check_family(add_elementwise_cases); }
 TEST_CASE("cuda parity: views", "[cuda][parity]") { check_family(add_view_cases); }
 TEST_CASE("cuda parity: reductions", "[cuda][parity]") { check_family(add_reduce_cases); }
-TEST_CASE("cuda parity: linalg", "[cuda][parity]") { check_family(add_linalg_cases); }
+TEST_CASE("cuda parity: gemm", "[cuda][parity]") { check_family(add_gemm_cases); }
 TEST_CASE("cuda parity: conv", "[cuda][parity][cudnn_layers]") { check_family(add_conv_cases); }
-TEST_CASE("cuda parity: pooling and normalization", "[cuda][parity][cudnn_layers]") {
-  check_family(add_pool_norm_cases);
-}
-TEST_CASE("cuda parity: shape and index ops", "[cuda][parity]") { check_family(add_shape_cases); }
-TEST_CASE("cuda parity: losses and softmax", "[cuda][parity]") { check_family(add_loss_cases); }
+TEST_CASE("cuda parity: pooling", "[cuda][parity][cudnn_layers]") { check_family(add_pool_cases); }
+TEST_CASE("cuda parity: batch norm", "[cuda][parity][cudnn_layers]") { check_family(add_batchnorm_cases); }
+TEST_CASE("cuda parity: dropout", "[cuda][parity]") { check_family(add_dropout_cases); }
+TEST_CASE("cuda parity: shape and index ops", "[cuda][parity]") { check_family(add_index_cases); }
+TEST_CASE("cuda parity: softmax", "[cuda][parity]") { check_family(add_softmax_cases); }
+TEST_CASE("cuda parity: losses", "[cuda][parity]") { check_family(add_loss_cases); }
 
 // Each family in f16 and bf16 on the device, against the CPU's float32 result.
 TEST_CASE("cuda low precision: elementwise", "[cuda][low_precision][cudnn_layers]") {
@@ -115,18 +116,27 @@ TEST_CASE("cuda low precision: views", "[cuda][low_precision]") {
 TEST_CASE("cuda low precision: reductions", "[cuda][low_precision]") {
   check_low_precision_family(add_reduce_cases, Device::cuda(0));
 }
-TEST_CASE("cuda low precision: linalg", "[cuda][low_precision]") {
-  check_low_precision_family(add_linalg_cases, Device::cuda(0));
+TEST_CASE("cuda low precision: gemm", "[cuda][low_precision]") {
+  check_low_precision_family(add_gemm_cases, Device::cuda(0));
 }
 TEST_CASE("cuda low precision: conv", "[cuda][low_precision][cudnn_layers]") {
   check_low_precision_family(add_conv_cases, Device::cuda(0));
 }
-TEST_CASE("cuda low precision: pooling and normalization", "[cuda][low_precision][cudnn_layers]") {
-  check_low_precision_family(add_pool_norm_cases, Device::cuda(0));
+TEST_CASE("cuda low precision: pooling", "[cuda][low_precision][cudnn_layers]") {
+  check_low_precision_family(add_pool_cases, Device::cuda(0));
+}
+TEST_CASE("cuda low precision: batch norm", "[cuda][low_precision][cudnn_layers]") {
+  check_low_precision_family(add_batchnorm_cases, Device::cuda(0));
+}
+TEST_CASE("cuda low precision: dropout", "[cuda][low_precision]") {
+  check_low_precision_family(add_dropout_cases, Device::cuda(0));
 }
 TEST_CASE("cuda low precision: shape and index ops", "[cuda][low_precision]") {
-  check_low_precision_family(add_shape_cases, Device::cuda(0));
+  check_low_precision_family(add_index_cases, Device::cuda(0));
 }
-TEST_CASE("cuda low precision: losses and softmax", "[cuda][low_precision]") {
+TEST_CASE("cuda low precision: softmax", "[cuda][low_precision]") {
+  check_low_precision_family(add_softmax_cases, Device::cuda(0));
+}
+TEST_CASE("cuda low precision: losses", "[cuda][low_precision]") {
   check_low_precision_family(add_loss_cases, Device::cuda(0));
 }

@@ -6,7 +6,7 @@
 //   avx512_bf16:  ember's own packed, register-blocked kernel on VDPBF16PS;
 //   f32_fallback: both operands widened to f32 (exact) and multiplied by OpenBLAS sgemm (gemm.h).
 // f16 has no such path: f16 products on the CPU widen to f32 in layers/ (Note [Low-precision
-// products] in layers/linalg.cpp).
+// products] in layers/gemm.cpp).
 
 #include <cstdint>
 

@@ -8,7 +8,7 @@
 // row) is copied to contiguous first. Batched operands may repeat a matrix (stride 0 along a
 // broadcast batch dim): every product reads its own pointer, so broadcasting costs no copy.
 
-#include "linalg.h"
+#include "gemm.h"
 
 #include <vector>
 

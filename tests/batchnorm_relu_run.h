@@ -1,6 +1,6 @@
 // batch_norm_relu against the separate ops it fuses (relu(batch_norm(x)) and
-// relu(add(batch_norm(x), residual))), for the CPU tests (tests/test_batch_norm_relu.cpp) and the
-// CUDA ones (tests/cuda/test_batch_norm_relu.cpp): one run returns everything the ops produce, so
+// relu(add(batch_norm(x), residual))), for the CPU tests (tests/test_batchnorm_relu.cpp) and the
+// CUDA ones (tests/cuda/test_batchnorm_relu.cpp): one run returns everything the ops produce, so
 // the two runs can be compared element by element.
 #pragma once
 

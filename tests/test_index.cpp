@@ -1,4 +1,4 @@
-// Known-value, edge-case and error tests for joining, splitting and indexing (layers/shape_ops.h).
+// Known-value, edge-case and error tests for joining, splitting and indexing (layers/index.h).
 
 #include <catch2/catch.hpp>
 #include <ember/ember.h>

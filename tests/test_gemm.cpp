@@ -42,7 +42,7 @@ void check_gemm_against_reference(Transpose ta, Transpose tb, int64_t m, int64_t
 
 }  // namespace
 
-TEST_CASE("mm: known values", "[linalg]") {
+TEST_CASE("mm: known values", "[gemm]") {
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor a = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}, {.dtype = dt});
     Tensor b = from_vector<double>({7, 8, 9, 10, 11, 12}, {3, 2}, {.dtype = dt});
@@ -57,7 +57,7 @@ TEST_CASE("mm: known values", "[linalg]") {
   }
 }
 
-TEST_CASE("matmul: NumPy shape rules with known values", "[linalg]") {
+TEST_CASE("matmul: NumPy shape rules with known values", "[gemm]") {
   Tensor v = from_vector<double>({1, 2, 3});
   Tensor w = from_vector<double>({4, 5, 6});
   Tensor m = from_vector<double>({1, 0, 2, 0, 1, 3}, {3, 2});  // (3, 2)
@@ -94,7 +94,7 @@ TEST_CASE("matmul: NumPy shape rules with known values", "[linalg]") {
   check_close(y[1], {149, 212, 212, 302});
 }
 
-TEST_CASE("linear: known values and shapes", "[linalg]") {
+TEST_CASE("linear: known values and shapes", "[gemm]") {
   Tensor x = from_vector<double>({1, 2, 3, -1}, {2, 2});
   Tensor w = from_vector<double>({1, 0, 0, 1, 1, 1}, {3, 2});
   Tensor b = from_vector<double>({0.5, -1, 2});
@@ -119,7 +119,7 @@ TEST_CASE("linear: known values and shapes", "[linalg]") {
               {0.5, -1, 2, 0.5, -1, 2});
 }
 
-TEST_CASE("gemm: OpenBLAS matches the reference loops", "[linalg]") {
+TEST_CASE("gemm: OpenBLAS matches the reference loops", "[gemm]") {
   const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1},   {1, 7, 1},     {7, 5, 3},   {17, 33, 9},
                                                      {64, 64, 64}, {65, 127, 31}, {128, 1, 200}, {3, 200, 1},
                                                      {0, 4, 3},   {4, 0, 3},     {4, 3, 0},   {150, 97, 257}};
@@ -132,7 +132,7 @@ TEST_CASE("gemm: OpenBLAS matches the reference loops", "[linalg]") {
         }
 }
 
-TEST_CASE("gemm: beta = 0 overwrites C, NaNs included", "[linalg]") {
+TEST_CASE("gemm: beta = 0 overwrites C, NaNs included", "[gemm]") {
   const std::vector<float> a = {1, 2}, b = {3, 4};
   std::vector<float> c = {NAN};
   kernels::cpu::gemm(Transpose::No, Transpose::No, 1, 1, 2, 1.0f, a.data(), 2, b.data(), 1, 0.0f, c.data(), 1);
@@ -142,7 +142,7 @@ TEST_CASE("gemm: beta = 0 overwrites C, NaNs included", "[linalg]") {
   CHECK(c[0] == 0.0f);
 }
 
-TEST_CASE("gemm_batched: batch-parallel and BLAS-threaded paths match the reference", "[linalg]") {
+TEST_CASE("gemm_batched: batch-parallel and BLAS-threaded paths match the reference", "[gemm]") {
   ThreadsGuard keep;
   const int64_t m = 13, n = 9, k = 21;
   for (int threads : {1, 2})
@@ -166,7 +166,7 @@ TEST_CASE("gemm_batched: batch-parallel and BLAS-threaded paths match the refere
     }
 }
 
-TEST_CASE("mm: transposed views reach BLAS without a copy, other layouts are copied", "[linalg]") {
+TEST_CASE("mm: transposed views reach BLAS without a copy, other layouts are copied", "[gemm]") {
   NoGradGuard no_grad;
   Tensor a = randn({6, 4}), b = randn({6, 5});
   Tensor expected = mm(a.t().contiguous(), b);
@@ -197,7 +197,7 @@ TEST_CASE("mm: transposed views reach BLAS without a copy, other layouts are cop
   check_close(s, mm(stepped.contiguous(), q).to_vector<double>(), 1e-6);
 }
 
-TEST_CASE("mm, bmm, matmul, linear: errors name the op and the shapes", "[linalg]") {
+TEST_CASE("mm, bmm, matmul, linear: errors name the op and the shapes", "[gemm]") {
   CHECK_THROWS_WITH(mm(ones({2, 3}), ones({4, 5})),
                     Catch::Contains("mm: shapes (2, 3) and (4, 5) cannot be multiplied (3 != 4)"));
   CHECK_THROWS_WITH(mm(ones({2, 3, 1}), ones({1, 5})), Catch::Contains("mm: expected 2-D tensors"));
@@ -217,7 +217,7 @@ TEST_CASE("mm, bmm, matmul, linear: errors name the op and the shapes", "[linalg
   CHECK_THROWS_WITH(linear(ones({2, 3}), ones({4, 3}), ones({5})), Catch::Contains("linear: bias must have shape (4)"));
 }
 
-TEST_CASE("mm: zero-size operands", "[linalg]") {
+TEST_CASE("mm: zero-size operands", "[gemm]") {
   CHECK(mm(ones({0, 3}), ones({3, 4})).shape() == Shape{0, 4});
   Tensor z = mm(ones({2, 0}), ones({0, 3}));
   CHECK(z.shape() == Shape{2, 3});

@@ -1,9 +1,8 @@
-// Known-value, edge-case and error tests for pooling, batch norm and dropout
-// (layers/nn_functional.h). Expected numbers are worked out by hand in the comments.
+// Known-value, edge-case and error tests for pooling (layers/nn_functional.h, layers/pool.cpp).
+// Expected numbers are worked out by hand in the comments.
 
 #include <catch2/catch.hpp>
 #include <ember/ember.h>
-#include <ember/kernels/cpu/batchnorm.h>
 #include <ember/kernels/cpu/pool.h>
 
 #include <cmath>
@@ -16,12 +15,6 @@ using namespace ember::testing;
 using Catch::Matchers::Contains;
 
 namespace {
-
-// check_close with an absolute margin and Catch's default relative tolerance (Approx epsilon
-// 100 * float epsilon), as this file has always used.
-void check_close_margin(const std::vector<double>& actual, const std::vector<double>& expected, double tol = 1e-12) {
-  check_close(actual, expected, tol, std::numeric_limits<float>::epsilon() * 100);
-}
 
 Pool2dOptions opts(int64_t k, int64_t s = 0, int64_t p = 0, bool ceil_mode = false, bool include_pad = true) {
   return {.kernel = {k, k}, .stride = {s, s}, .padding = {p, p}, .ceil_mode = ceil_mode,
@@ -194,148 +187,9 @@ TEST_CASE("adaptive_avg_pool2d: 5x5 -> 3x3 is separable, global pooling is the m
              Contains("adaptive_avg_pool2d") && Contains("positive"));
 }
 
-// ---- batch norm -------------------------------------------------------------------------------------
-
-TEST_CASE("batch_norm: training on a tiny batch, running stats by hand", "[norm]") {
-  // x (3, 2): channel 0 = {1, 2, 3}: mean 2, biased var 2/3, unbiased 1
-  //           channel 1 = {4, 4, 10}: mean 6, biased var 8, unbiased 12
-  Tensor x = f64({1, 4, 2, 4, 3, 10}, {3, 2});
-  Tensor rm = zeros({2}, {.dtype = DType::f64}), rv = ones({2}, {.dtype = DType::f64});
-  Tensor w = f64({2, 0.5}, {2}), b = f64({1, -1}, {2});
-  const double eps = 1e-5;
-  Tensor y = batch_norm(x, rm, rv, w, b, true, 0.1, eps);
-  const double s0 = std::sqrt(2.0 / 3 + eps), s1 = std::sqrt(8 + eps);
-  check_close_margin(vec(y), {2 * (1 - 2) / s0 + 1, 0.5 * (4 - 6) / s1 - 1, 2 * (2 - 2) / s0 + 1, 0.5 * (4 - 6) / s1 - 1,
-                       2 * (3 - 2) / s0 + 1, 0.5 * (10 - 6) / s1 - 1});
-  // running = 0.9 running + 0.1 stat: mean (0.2, 0.6), var 0.9 + 0.1 * (1, 12) = (1.0, 2.1)
-  check_close_margin(vec(rm), {0.2, 0.6});
-  check_close_margin(vec(rv), {1.0, 2.1});
-  // A second step moves them again: 0.9 * 0.2 + 0.1 * 2 = 0.38, 0.9 * 1.0 + 0.1 * 1 = 1.0
-  batch_norm(x, rm, rv, w, b, true, 0.1, eps);
-  check_close_margin(vec(rm), {0.38, 0.9 * 0.6 + 0.6});
-  check_close_margin(vec(rv), {1.0, 0.9 * 2.1 + 1.2});
-}
-
-TEST_CASE("batch_norm: eval uses the running stats", "[norm]") {
-  Tensor x = f64({3, 5, -1, 0.6}, {2, 2});
-  Tensor rm = f64({0.2, 0.6}, {2}), rv = f64({1.0, 2.1}, {2});
-  Tensor w = f64({2, 0.5}, {2}), b = f64({1, -1}, {2});
-  Tensor y = batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5);
-  const double s0 = std::sqrt(1.0 + 1e-5), s1 = std::sqrt(2.1 + 1e-5);
-  check_close_margin(vec(y), {2 * 2.8 / s0 + 1, 0.5 * 4.4 / s1 - 1, 2 * -1.2 / s0 + 1, -1});
-  check_close_margin(vec(rm), {0.2, 0.6});  // untouched in eval
-  check_close_margin(vec(rv), {1.0, 2.1});
-  // Eval with one sample per channel is fine (training would refuse it).
-  CHECK(batch_norm(f64({1, 2}, {1, 2}), rm, rv, Tensor(), Tensor(), false).shape() == Shape{1, 2});
-}
-
-TEST_CASE("batch_norm: 4-D input matches the per-channel formula, float32 too", "[norm]") {
-  Tensor x = rand({3, 2, 4, 5}, {.dtype = DType::f64});
-  Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
-  Tensor m = mean(x, {0, 2, 3}, true);
-  Tensor v = mean(pow(x - m, 2.0), {0, 2, 3}, true);
-  check_close_margin(vec(y), vec((x - m) / sqrt(v + 1e-5)), 1e-10);
-  // The normalized output of each channel has mean 0 and biased variance ~1.
-  check_close_margin(vec(mean(y, {0, 2, 3})), {0, 0}, 1e-12);
-  Tensor y32 = batch_norm(x.to(DType::f32), Tensor(), Tensor(), Tensor(), Tensor(), true);
-  CHECK(y32.dtype() == DType::f32);
-  check_close_margin(vec(y32), vec(y), 1e-5);
-}
-
-TEST_CASE("batch_norm: backward of sum(y) without affine is zero, grads for weight and bias", "[norm]") {
-  Tensor x = f64({1, 4, 2, 4, 3, 10, 0, 1}, {4, 2}, true);
-  Tensor w = f64({2, 0.5}, {2}, true), b = f64({1, -1}, {2}, true);
-  Tensor rm = zeros({2}, {.dtype = DType::f64}), rv = ones({2}, {.dtype = DType::f64});
-  Tensor y = batch_norm(x, rm, rv, w, b, true);
-  sum(y).backward();
-  // sum over a channel of xhat is 0, so d sum(y) / dx = 0 and d / dweight = 0; d / dbias = N.
-  check_close_margin(vec(x.grad()), std::vector<double>(8, 0.0), 1e-10);
-  check_close_margin(vec(w.grad()), {0, 0}, 1e-10);
-  check_close_margin(vec(b.grad()), {4, 4});
-  CHECK_FALSE(rm.requires_grad());
-  CHECK_FALSE(rv.requires_grad());
-  // The buffers were updated in place.
-  CHECK(vec(rm)[0] == Approx(0.1 * 1.5));
-}
-
-TEST_CASE("batch_norm: errors name the op", "[norm]") {
-  CHECK_THAT(error_of([] { batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true); }),
-             Contains("batch_norm") && Contains("more than 1 value per channel"));
-  CHECK_THAT(error_of([] { batch_norm(zeros({4, 3}), Tensor(), Tensor(), Tensor(), Tensor(), false); }),
-             Contains("batch_norm") && Contains("eval"));
-  CHECK_THAT(error_of([] { batch_norm(zeros({4, 3}), Tensor(), Tensor(), ones({2}), Tensor(), true); }),
-             Contains("batch_norm") && Contains("weight") && Contains("(3,)"));
-  CHECK_THAT(error_of([] { batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); }),
-             Contains("batch_norm") && Contains("(N, C, ...)"));
-}
-
-// ---- dropout ----------------------------------------------------------------------------------------
-
-TEST_CASE("dropout: keeps about 1 - p, scales kept values, reproducible per seed", "[dropout]") {
-  const int64_t n = 100000;
-  const double p = 0.3;
-  Tensor x = ones({n}, {.dtype = DType::f64});
-  Generator g1(1234);
-  Tensor y = dropout(x, p, true, g1);
-  const std::vector<double> v = vec(y);
-  int64_t kept = 0;
-  bool values_ok = true;
-  for (double e : v) {
-    if (e != 0) {
-      ++kept;
-      values_ok = values_ok && std::abs(e - 1 / (1 - p)) < 1e-12;
-    }
-  }
-  CHECK(values_ok);
-  // Binomial std of the kept fraction is sqrt(0.21 / 1e5) ~ 0.0014: 0.01 is 7 sigma.
-  CHECK(static_cast<double>(kept) / n == Approx(1 - p).margin(0.01));
-
-  Generator g2(1234);
-  CHECK(vec(dropout(x, p, true, g2)) == v);
-  Generator g3(999);
-  CHECK(vec(dropout(x, p, true, g3)) != v);
-  // Consecutive calls on one generator draw new masks.
-  CHECK(vec(dropout(x, p, true, g1)) != v);
-}
-
-TEST_CASE("dropout: the mask is the documented Philox uniform below 1 - p", "[dropout]") {
-  Tensor x = ones({1000});
-  Generator g(77), ref(77);
-  const std::vector<double> y = vec(dropout(x, 0.4, true, g));
-  const std::vector<double> u = vec(rand({1000}, {}, ref));
-  for (size_t i = 0; i < y.size(); ++i) {
-    INFO("element " << i);
-    CHECK((y[i] != 0) == (u[i] < static_cast<float>(0.6)));
-  }
-  CHECK(g.offset() == ref.offset());
-}
-
-TEST_CASE("dropout: backward multiplies by the same scaled mask", "[dropout]") {
-  Tensor x = f64({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}, true);
-  Generator g(5);
-  Tensor y = dropout(x, 0.5, true, g);
-  sum(y).backward();
-  const std::vector<double> yv = vec(y), xv = vec(x.detach()), gv = vec(x.grad());
-  for (size_t i = 0; i < yv.size(); ++i) CHECK(gv[i] == Approx(yv[i] / xv[i]));
-}
-
-TEST_CASE("dropout: identity in eval or with p = 0, p = 1 drops everything, p is checked", "[dropout]") {
-  Tensor x = rand({3, 4});
-  CHECK(dropout(x, 0.5, false).is_same(x));
-  CHECK(dropout(x, 0.0, true).is_same(x));
-  Tensor leaf = rand({3, 4}, {.requires_grad = true});
-  Tensor z = dropout(leaf, 1.0, true);
-  CHECK(vec(z) == std::vector<double>(12, 0.0));
-  sum(z).backward();
-  CHECK(vec(leaf.grad()) == std::vector<double>(12, 0.0));
-  CHECK_THAT(error_of([&] { dropout(x, 1.5, true); }), Contains("dropout") && Contains("1.5"));
-  CHECK_THAT(error_of([&] { dropout(x, -0.1, false); }), Contains("dropout"));
-  CHECK_THAT(error_of([] { dropout(zeros({2}, {.dtype = DType::i64}), 0.5, true); }), Contains("dropout"));
-}
-
 // ---- threading ----------------------------------------------------------------------------------------
 
-TEST_CASE("pool and batch_norm: results do not depend on the thread count", "[pool][norm]") {
+TEST_CASE("pool and batch_norm: results do not depend on the thread count", "[pool][batchnorm]") {
   Generator gen(3);
   Tensor x = rand({8, 16, 40, 40}, {.dtype = DType::f32}, gen);  // big enough to split every loop
   Tensor w = rand({16}, {.dtype = DType::f32}, gen);
@@ -463,63 +317,4 @@ TEST_CASE("max_pool2d: padded windows (ResNet's 3x3/2 pad 1) match the rule on t
               }
         }
   kernels::cpu::set_max_pool_avx512(avx512_modes.size() == 2);
-}
-
-TEST_CASE("batch_norm: the AVX-512 build of the CPU loops gives the plain build's bits", "[norm]") {
-  // Note [Batch norm's loops with AVX-512]: the statistics, the apply (plain, with the fused ReLU,
-  // with a residual) and the backward (training and eval, masked by the ReLU or not) called at the
-  // kernel level with each build, every dtype pairing, rows whose length leaves tails after 8 and
-  // 16 lanes, (N, C) input (s = 1), and a NaN; the outputs compared byte for byte. Where the CPU
-  // lacks AVX-512 only the plain build runs (and is compared with itself).
-  const bool has_avx512 = kernels::cpu::set_batch_norm_avx512(true);
-  struct Pairing {
-    DType t, p;
-  };
-  for (const Pairing pr : {Pairing{DType::f32, DType::f32}, Pairing{DType::f64, DType::f64},
-                           Pairing{DType::bf16, DType::f32}, Pairing{DType::f16, DType::f32},
-                           Pairing{DType::bf16, DType::bf16}})
-    for (const int64_t s : {int64_t{1}, int64_t{37}, int64_t{64}})
-      for (const bool relu : {false, true})
-        for (const bool residual : {false, true}) {
-          if (residual && !relu) continue;
-          INFO(dtype_name(pr.t) << " with " << dtype_name(pr.p) << " s=" << s << " relu " << relu << " residual "
-                                << residual);
-          kernels::BatchNormShape sh{.n = 3, .c = 5, .s = s, .relu = relu};
-          const int64_t count = sh.n * sh.c * sh.s;
-          Generator gen(40 + s);
-          std::vector<double> xv = (randn({count}, {}, gen) * 3.0 + 1.0).to_vector<double>();
-          if (s > 1) xv[static_cast<size_t>(s + 3)] = std::numeric_limits<double>::quiet_NaN();  // channel 1
-          const Tensor x = from_vector<double>(xv).to(pr.t);
-          const Tensor gy = randn({count}, {}, gen).to(pr.t), res = randn({count}, {}, gen).to(pr.t);
-          const Tensor w = (rand({sh.c}, {}, gen) + 0.5).to(pr.p), b = randn({sh.c}, {}, gen).to(pr.p);
-          auto run = [&](bool avx512) {
-            REQUIRE(kernels::cpu::set_batch_norm_avx512(avx512));
-            Tensor mean = empty({sh.c}, {.dtype = pr.p}), var = empty({sh.c}, {.dtype = pr.p});
-            kernels::cpu::batch_norm_stats(pr.t, pr.p, sh, x.data(), mean.data(), var.data());
-            const Tensor invstd = rsqrt(var.to(DType::f64) + 1e-5).to(pr.p);
-            Tensor y = empty({count}, {.dtype = pr.t});
-            kernels::cpu::batch_norm_apply(pr.t, pr.p, sh, x.data(), mean.data(), invstd.data(), w.data(), b.data(),
-                                           y.data(), residual ? res.data() : nullptr);
-            std::vector<Tensor> out = {mean, var, y};
-            for (const bool training : {true, false}) {
-              Tensor gx = empty({count}, {.dtype = pr.t}), gw = empty({sh.c}, {.dtype = pr.p}),
-                     gb = empty({sh.c}, {.dtype = pr.p});
-              kernels::cpu::batch_norm_backward(pr.t, pr.p, sh, training, x.data(), gy.data(), mean.data(),
-                                                invstd.data(), w.data(), gx.data(), gw.data(), gb.data(),
-                                                relu ? y.data() : nullptr);
-              out.insert(out.end(), {gx, gw, gb});
-            }
-            return out;
-          };
-          const std::vector<Tensor> plain = run(false), wide = run(has_avx512);
-          REQUIRE(plain.size() == wide.size());
-          for (size_t i = 0; i < plain.size(); ++i) {
-            INFO("output " << i);
-            const auto* a = static_cast<const unsigned char*>(plain[i].data());
-            const auto* b2 = static_cast<const unsigned char*>(wide[i].data());
-            CHECK(std::vector<unsigned char>(a, a + plain[i].nbytes()) ==
-                  std::vector<unsigned char>(b2, b2 + wide[i].nbytes()));
-          }
-        }
-  kernels::cpu::set_batch_norm_avx512(has_avx512);
 }

@@ -6,7 +6,7 @@
 // scatter_add share the kernels in kernels/cpu/index.h: index_select is a gather whose index is
 // broadcast along every dim but `dim`, and the backward of either is a scatter_add.
 
-#include "shape_ops.h"
+#include "index.h"
 
 #include <algorithm>
 

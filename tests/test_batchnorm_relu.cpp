@@ -2,11 +2,11 @@
 // fused op against the separate ops, bit for bit, forward and backward, in every dtype pairing,
 // with and without a residual, training and eval, both memory formats and a NaN; the mixed-dtype
 // residual that falls back; and ResNet's BasicBlock, which uses it, against the block written with
-// the separate ops. The same comparison on a CUDA device: tests/cuda/test_batch_norm_relu.cpp.
+// the separate ops. The same comparison on a CUDA device: tests/cuda/test_batchnorm_relu.cpp.
 
 #include <catch2/catch.hpp>
 
-#include "batch_norm_relu_run.h"
+#include "batchnorm_relu_run.h"
 
 using namespace ember;
 using namespace ember::testing;

@@ -10,7 +10,7 @@ namespace {
 using V = std::vector<Tensor>;
 }  // namespace
 
-void add_linalg_cases(std::vector<OpCase>& c) {
+void add_gemm_cases(std::vector<OpCase>& c) {
   // ---- mm -----------------------------------------------------------------------------------
   c.push_back({.name = "mm/basic", .inputs = {{3, 4}, {4, 5}}, .fn = [](const V& x) { return mm(x[0], x[1]); }});
   c.push_back({.name = "mm/a_transposed", .inputs = {{4, 3}, {4, 5}},

@@ -23,7 +23,7 @@ Tensor rejoin(const std::vector<Tensor>& parts, int64_t dim) {
 }
 }  // namespace
 
-void add_shape_cases(std::vector<OpCase>& c) {
+void add_index_cases(std::vector<OpCase>& c) {
   c.push_back({.name = "cat/dim0", .inputs = {{2, 3}, {1, 3}, {4, 3}},
                .fn = [](const V& x) { return cat({x[0], x[1], x[2]}, 0); }});
   c.push_back({.name = "cat/neg_dim_with_constant", .inputs = {{2, 1, 3}, {2, 2, 3}},

@@ -5,7 +5,7 @@
 // The fused kernels sum in the order the unfused ones do, and the ReLU's mask and the residual add
 // are the separate ops' own arithmetic, so nothing may differ in the last bit.
 
-#include "../batch_norm_relu_run.h"
+#include "../batchnorm_relu_run.h"
 
 using namespace ember;
 using namespace ember::testing;
