@@ -1,19 +1,19 @@
 # The package test (ctest: package:downstream). Run in script mode:
 #
 #   cmake -DEMBER_BUILD_DIR=<ember build> -DDOWNSTREAM_SOURCE_DIR=<this dir> -DWORK_DIR=<scratch>
-#         [-DCMAKE_GENERATOR=<generator>] [-DEMBER_SOURCE_DIR=<ember source>] -P run.cmake
+#         [-DCMAKE_GENERATOR=<generator>] -P run.cmake
 #
 # It proves that a user can consume ember the documented way (cmake --install, then
-# find_package(ember) + ember::ember) with both kinds of library:
+# find_package(ember) + ember::ember) with both kinds of library, both linked by the build under
+# test from the objects it compiled (the top-level CMakeLists.txt: ember and ember_other_kind), so
+# nothing is compiled again here:
 #   1. static: installs the build under test (static by default) into WORK_DIR/prefix-static,
 #      then configures, builds and runs tests/downstream against it;
-#   2. shared: configures the same ember sources into WORK_DIR/build-shared with
-#      BUILD_SHARED_LIBS=ON (library only, CPU flavour), builds it (-j2), installs it into
-#      WORK_DIR/prefix-shared, then builds and runs tests/downstream against that, and checks
-#      with ldd that the app loads that libember.so. build-shared is kept between runs, so a
-#      rerun only rebuilds what changed.
-# (If the build under test is itself a shared build, the roles swap: it is installed as the
-# shared library and the separate build is the static one.)
+#   2. shared: installs the build's other kind (`cmake --install --component other_kind`, its
+#      libember.so) into WORK_DIR/prefix-shared, then builds and runs tests/downstream against
+#      that, and checks with ldd that the app loads that libember.so.
+# (If the build under test is itself a shared build, the roles swap: its own install is the shared
+# library and the other kind is the static one.)
 # Each step that fails stops the script with a message that names the step and shows its output.
 
 cmake_minimum_required(VERSION 3.22)
@@ -27,15 +27,9 @@ if(NOT EXISTS "${EMBER_BUILD_DIR}/CMakeCache.txt")
   message(FATAL_ERROR "package:downstream: ${EMBER_BUILD_DIR} is not a configured ember build (no CMakeCache.txt)")
 endif()
 
-# Settings of the build under test that the other builds should share.
+# Settings of the build under test that the downstream builds should share.
 load_cache("${EMBER_BUILD_DIR}" READ_WITH_PREFIX _ember_
-  CMAKE_HOME_DIRECTORY CMAKE_BUILD_TYPE CMAKE_CXX_COMPILER CMAKE_C_COMPILER CMAKE_MAKE_PROGRAM)
-if(NOT EMBER_SOURCE_DIR)
-  set(EMBER_SOURCE_DIR "${_ember_CMAKE_HOME_DIRECTORY}")
-endif()
-if(NOT EXISTS "${EMBER_SOURCE_DIR}/CMakeLists.txt")
-  message(FATAL_ERROR "package:downstream: cannot find the ember sources (got '${EMBER_SOURCE_DIR}'); pass -DEMBER_SOURCE_DIR")
-endif()
+  CMAKE_BUILD_TYPE CMAKE_CXX_COMPILER CMAKE_C_COMPILER CMAKE_MAKE_PROGRAM)
 set(_build_type "${_ember_CMAKE_BUILD_TYPE}")
 if(NOT _build_type)
   set(_build_type Release)
@@ -115,16 +109,14 @@ function(check_installed_library kind prefix)
 endfunction()
 
 # The build under test is normally static (the default); if it was configured with
-# BUILD_SHARED_LIBS=ON, it provides the shared install and the separate build is the static one.
+# BUILD_SHARED_LIBS=ON, it provides the shared install and its other kind is the static one.
 load_cache("${EMBER_BUILD_DIR}" READ_WITH_PREFIX _ember_ BUILD_SHARED_LIBS)
 if(_ember_BUILD_SHARED_LIBS)
   set(kind_tested shared)
   set(kind_other static)
-  set(other_shared_flag OFF)
 else()
   set(kind_tested static)
   set(kind_other shared)
-  set(other_shared_flag ON)
 endif()
 
 # ---- 1. install the build under test ----------------------------------------------------------
@@ -135,26 +127,11 @@ run_step("${kind_tested}: cmake --install ${EMBER_BUILD_DIR}"
 check_installed_library(${kind_tested} "${prefix_tested}")
 build_and_run_app(${kind_tested} "${prefix_tested}")
 
-# ---- 2. the other kind of library: a separate library-only CPU build --------------------------
-set(build_other "${WORK_DIR}/build-${kind_other}")
+# ---- 2. the other kind of library, linked by the same build from the same objects --------------
 set(prefix_other "${WORK_DIR}/prefix-${kind_other}")
-# A kept build dir configured from another source tree cannot be reused.
-if(EXISTS "${build_other}/CMakeCache.txt")
-  load_cache("${build_other}" READ_WITH_PREFIX _other_ CMAKE_HOME_DIRECTORY)
-  file(REAL_PATH "${_other_CMAKE_HOME_DIRECTORY}" _a)
-  file(REAL_PATH "${EMBER_SOURCE_DIR}" _b)
-  if(NOT _a STREQUAL _b)
-    file(REMOVE_RECURSE "${build_other}")
-  endif()
-endif()
-run_step("${kind_other}: configure ember with BUILD_SHARED_LIBS=${other_shared_flag} into ${build_other}"
-  ${CMAKE_COMMAND} -S "${EMBER_SOURCE_DIR}" -B "${build_other}" ${_generator_args} ${_compiler_args}
-    -DBUILD_SHARED_LIBS=${other_shared_flag} -DEMBER_BUILD_TESTS=OFF -DEMBER_BUILD_EXAMPLES=OFF
-    -DEMBER_BUILD_BENCH=OFF -DEMBER_CUDA=OFF)
-run_step("${kind_other}: build ember (-j2)" ${CMAKE_COMMAND} --build "${build_other}" --parallel 2)
 file(REMOVE_RECURSE "${prefix_other}")
-run_step("${kind_other}: cmake --install ${build_other}"
-  ${CMAKE_COMMAND} --install "${build_other}" --prefix "${prefix_other}")
+run_step("${kind_other}: cmake --install ${EMBER_BUILD_DIR} --component other_kind"
+  ${CMAKE_COMMAND} --install "${EMBER_BUILD_DIR}" --component other_kind --prefix "${prefix_other}")
 check_installed_library(${kind_other} "${prefix_other}")
 build_and_run_app(${kind_other} "${prefix_other}")
 
