@@ -180,7 +180,7 @@ CheckpointWriter::CheckpointWriter(const std::string& dir, std::string run, bool
       }
     }
     // What an interrupted save left: temporary files and step directories no manifest names.
-    int removed = io::remove_stale_temp_files(dir);
+    int removed = static_cast<int>(io::remove_stale_temp_files(dir).size());
     for (const auto& e : fs::directory_iterator(dir)) {
       const std::string name = e.path().filename().string();
       const bool named = name == fs::path(m_.weights.path).parent_path().string() ||
@@ -189,7 +189,7 @@ CheckpointWriter::CheckpointWriter(const std::string& dir, std::string run, bool
         fs::remove_all(e.path());
         ++removed;
       } else if (e.is_directory() && name.rfind("step-", 0) == 0) {
-        removed += io::remove_stale_temp_files(e.path().string());
+        removed += static_cast<int>(io::remove_stale_temp_files(e.path().string()).size());
       }
     }
     if (removed > 0 && !quiet)

@@ -201,13 +201,6 @@ void check_output_file(const char* option, const std::string& path, const char* 
               ec ? ": " + ec.message() : std::string());
   EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, option, ": cannot write into '", dir.string(), "': ",
               std::strerror(errno));
-  // What an interrupted earlier write of this file left (".<name>.tmp-*", Note [Atomic checkpoint
-  // writes]); other files in the folder are not ours to remove.
-  std::string prefix = ".";
-  prefix += fs::path(path).filename().string();
-  prefix += ".tmp-";
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().filename().string().rfind(prefix, 0) == 0 && e.is_regular_file(ec)) fs::remove(e.path(), ec);
 }
 
 // The divergence error (Note [Divergence guard] in train/step_guard.h): the step, what was not
