@@ -1,7 +1,8 @@
 // What ember's writers do with what is at an output path (Note [What an output path may be] and
 // Note [Temporary files] in io/atomic_file.h): a replaced file keeps its mode, streams are
 // written in place, links to files and other things are refused and left as they were, and only
-// ember's own stale temporary files are ever removed.
+// ember's own stale temporary files are ever removed. The checksums that must not forget data
+// before a zero-element tensor are here too.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,6 +17,9 @@
 #include <cstring>
 #include <ember/ember.h>
 #include <ember/io/atomic_file.h>
+#include <ember/io/safetensors.h>
+#include <ember/io/training_state.h>
+#include <ember/train/checkpoint.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -241,4 +245,47 @@ TEST_CASE("temporary files: a signal during a write removes the temporary file",
   CHECK(names_in(tmp.path).empty());
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+// ---- checksums and zero-element tensors ---------------------------------------------------------
+
+namespace {
+// A module whose state_dict has a zero-element tensor after a normal one (by name order).
+struct WithEmpty : nn::Module {
+  Tensor a = from_vector<float>({1, 2, 3, 4}, {4});
+  Tensor z = zeros({0, 3});
+  WithEmpty() {
+    register_parameter("a", a);
+    register_parameter("z", z);
+  }
+  Tensor forward(const Tensor& x) override { return x; }
+};
+}  // namespace
+
+TEST_CASE("checksums: a zero-element tensor does not hide a change to the tensors before it", "[io][output]") {
+  TempDir tmp("ember_output_crc");
+  const std::string path = (tmp.path / "w.safetensors").string();
+  WithEmpty m;
+  train::TrainConfig cfg;
+  cfg.model = "none";
+  train::save_weights(path, m, cfg, train::DataInfo{});
+  io::SafetensorsFile f = io::load_safetensors(path);
+  train::verify_weights_checksum(f);  // as written: fine
+  for (auto& [name, t] : f.tensors)
+    if (name == "a") t = from_vector<float>({1, 2, 3, 5}, {4});
+  CHECK_THROWS_WITH(train::verify_weights_checksum(f), Contains("the tensors do not match the file's checksum"));
+
+  // The training state's checksum: an optimizer tensor changed before a zero-element one.
+  io::TrainingState st;
+  st.optimizer.name = "sgd";
+  st.optimizer.tensors = {{"a", from_vector<float>({1, 2, 3, 4}, {4})}, {"z", zeros({0})}};
+  const std::string state = (tmp.path / "state.safetensors").string();
+  io::save_training_state(state, st);
+  std::string bytes = read_text(state);
+  const std::string four = std::string("\x00\x00\x80\x40", 4);  // 4.0f, the last element of "a"
+  const size_t at = bytes.rfind(four);
+  REQUIRE(at != std::string::npos);
+  bytes[at + 3] = 0x41;  // 16.0f
+  write_text(state, bytes);
+  CHECK_THROWS_WITH(io::load_training_state(state), Contains("checksum mismatch"));
 }

@@ -172,7 +172,9 @@ std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& ten
   for (const auto& [name, t] : sorted) {
     const std::string desc = name + '\0' + io::safetensors_dtype_name(t.dtype()) + '\0' + shape_str(t.shape()) + '\0';
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(desc.data()), desc.size());
-    crc = crc32_z(crc, static_cast<const Bytef*>(t.data()), static_cast<size_t>(t.nbytes()));
+    // Never a null pointer into zlib: crc32_z(crc, NULL, 0) returns the *initial* CRC, which
+    // would forget every tensor before a zero-element one.
+    if (t.nbytes() > 0) crc = crc32_z(crc, static_cast<const Bytef*>(t.data()), static_cast<size_t>(t.nbytes()));
   }
   char buf[32];
   std::snprintf(buf, sizeof buf, "crc32:%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
