@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
@@ -225,11 +226,13 @@ void load_weights_into(nn::Module& model, const std::string& path) {
 
 LoadedModel load_model(const std::string& checkpoint) {
   std::string path = checkpoint;
+  std::optional<CheckpointReader> reader;  // the set stays in place while it is read
   if (fs::is_directory(checkpoint)) {
     const fs::path dir(checkpoint);
     if (has_checkpoint(checkpoint)) {
-      const Manifest m = open_checkpoint(checkpoint);  // the whole set verified
-      path = (dir / (m.has_best ? m.best.path : m.weights.path)).string();
+      reader.emplace(checkpoint);  // the whole set verified
+      const Manifest& m = reader->manifest();
+      path = reader->path(m.has_best ? m.best : m.weights);
     } else if (fs::exists(dir / "best.safetensors") || fs::exists(dir / "last.safetensors")) {
       // A directory written before checkpoint sets: its weights files, checked on their own.
       path = (dir / (fs::exists(dir / "best.safetensors") ? "best.safetensors" : "last.safetensors")).string();

@@ -69,7 +69,7 @@ m = json.load(open(f"{d}/checkpoint.json"))
 named = {os.path.dirname(m["weights"]["path"])} | ({os.path.dirname(m["best"]["weights"]["path"])} if m["best"] else set())
 for root, dirs, files in os.walk(d):
     for f in files:
-        if ".tmp-" in f: print(os.path.join(root, f))
+        if ".tmp-" in f or f.endswith(".ember-unlisted"): print(os.path.join(root, f))
 for e in os.listdir(d):
     if e.startswith("step-") and e not in named: print(e)
 PY
@@ -169,8 +169,8 @@ if grep -q '^ember train: cnn on idx, stopped by --max-steps at step 3 in epoch 
 # ---- 4. a crash inside every stage of a save, then resume ---------------------------------------
 # @2: the second time the point is reached (the save at the end of epoch 2, or the best pointer of
 # epoch 1 for the manifest points), so an earlier checkpoint exists; atomic:before-rename@5: the
-# fifth file written (1 weights, 2 state, 3 manifest, 4 manifest with the best pointer, 5 the
-# weights of epoch 2).
+# fifth file written (1 weights, 2 state, 3 manifest, 4 evaluation.json, 5 the manifest with the
+# best pointer).
 for point in save:begin@2 save:after-weights@2 save:after-state@2 save:before-manifest@2 atomic:before-rename@5 \
   save:after-manifest@2; do
   d="crash-${point%@*}"
@@ -182,8 +182,8 @@ for point in save:begin@2 save:after-weights@2 save:after-state@2 save:before-ma
   same_as_reference "$d" "$d"
   clean "$d" "$d"
 done
-# Stale files from an interrupted save are removed, and said so.
-if grep -q '^ember train: removed [0-9]* file(s) left in crash-atomic-before-rename by an interrupted save$' \
+# Stale files from an interrupted save are removed, and said so, by name.
+if grep -q '^ember train: removed [0-9]* file(s) left in crash-atomic-before-rename by an interrupted save: \.checkpoint\.json\.tmp-[0-9]*-[0-9]*-[0-9]*$' \
   crash-atomic-before-rename-resume.err; then ok; else fail "no 'removed' message after a crash before a rename"; fi
 # A crash in the very first save leaves no checkpoint: resume refuses.
 EMBER_FAULT="crash:save:after-state" run first train "${common[@]}" --save first
