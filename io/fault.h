@@ -15,7 +15,7 @@
 //                        file is there: time for a test to kill the writer)
 //   nan-loss-at:<k>      ember train's eager step k has a NaN loss (and NaN gradients)
 // Unset (the normal case) every hook is one branch on a cached flag. The points are named where
-// they are called (grep fault_point); tests/cli/robust.sh uses every one of them.
+// they are called (grep fault_point); tests/cli/robust.sh and tests/cli/hostile_files.sh use them.
 
 #include <cstdint>
 #include <string>
