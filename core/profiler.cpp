@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -254,7 +252,7 @@ std::string Profiler::table(int rows) const {
   return out;
 }
 
-void Profiler::write_trace(const std::string& path) const {
+std::string Profiler::trace_json() const {
   nlohmann::json events = nlohmann::json::array();
   std::vector<int> threads;
   for (const Event& e : events_) {
@@ -274,26 +272,7 @@ void Profiler::write_trace(const std::string& path) const {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t},
                       {"args", {{"name", t == 0 ? std::string("ember (first thread)") : "ember thread " + std::to_string(t)}}}});
   const nlohmann::json doc{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  // Written beside the target and renamed into place: the file is whole or absent.
-  const std::filesystem::path target(path);
-  const std::filesystem::path tmp = target.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    EMBER_CHECK(f.good(), "profiler: cannot write the trace '", tmp.string(), "'");
-    f << doc.dump() << '\n';
-    f.close();
-    if (!f.good()) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      EMBER_THROW("profiler: writing the trace '", path, "' failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, target, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    EMBER_THROW("profiler: cannot move the trace into place at '", path, "'");
-  }
+  return doc.dump() + "\n";
 }
 
 }  // namespace ember::profiler

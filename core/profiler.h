@@ -5,7 +5,7 @@
 //   train_some_steps();
 //   prof.stop();
 //   std::printf("%s", prof.table().c_str());   // op, phase, calls, total/self ms, % of time, GFLOP/s
-//   prof.write_trace("trace.json");             // chrome://tracing, ui.perfetto.dev
+//   io::write_file_atomic("trace.json", prof.trace_json());   // chrome://tracing, ui.perfetto.dev
 //
 // `ember train --profile` and `--profile-trace FILE` use it (docs/training.md).
 //
@@ -111,8 +111,9 @@ class Profiler {
   // rest summed in one "(other ops)" line); rows < 0: every op.
   std::string table(int rows = 40) const;
   // A Chrome trace (the traceEvents JSON that chrome://tracing and ui.perfetto.dev open): one
-  // complete ("X") event per scope, µs, with its phase as the category. Written atomically.
-  void write_trace(const std::string& path) const;
+  // complete ("X") event per scope, µs, with its phase as the category. Files are written by the
+  // caller (`ember train --profile-trace` uses io::write_file_atomic, io/atomic_file.h).
+  std::string trace_json() const;
 
  private:
   bool running_ = false;

@@ -4,11 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
-#include <random>
+#include <thread>
 
 #include "../core/error.h"
 #include "fault.h"
@@ -37,46 +37,49 @@ int write_all(int fd, const char* p, size_t n) {
   return 0;
 }
 
-// The directory holding `path` ("." for a bare file name), and the file name itself.
-std::filesystem::path parent_dir(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  return dir.empty() ? std::filesystem::path(".") : dir;
-}
-
-// A name that no other writer (thread or process) picks: pid + per-process counter + random
-// bits. O_EXCL still guards against a collision with a stray file; we retry on EEXIST.
-std::string temp_name_for(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
-  const std::string base = std::filesystem::path(path).filename().string();
-  const uint64_t n = counter.fetch_add(1);
-  return (parent_dir(path) / ("." + base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(n) + "-" +
-                              std::to_string((salt + n * 0x9e3779b97f4a7c15ULL) % 1000000007ULL)))
-      .string();
-}
-
-// fsync on the directory makes the rename durable. Some filesystems cannot fsync a directory
-// (EINVAL); the rename has happened and is as durable as that filesystem allows, so that is
-// not an error.
-void fsync_directory(const std::string& path) {
-  const std::string dir = parent_dir(path).string();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) EMBER_THROW(path, ": cannot open directory '", dir, "' to sync the rename: ", errno_text(errno));
-  const int rc = ::fsync(dfd);
-  const int err = errno;
-  ::close(dfd);
-  if (rc != 0 && err != EINVAL && err != EROFS)
-    EMBER_THROW(path, ": cannot sync directory '", dir, "' after the rename: ", errno_text(err));
-}
+bool is_stream(mode_t mode) { return S_ISCHR(mode) || S_ISFIFO(mode); }
 
 }  // namespace
+
+std::string file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+int open_output_stream(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENXIO) EMBER_THROW(path, ": is a FIFO that no process reads; ember writes to a FIFO only while it has a reader");
+    EMBER_THROW(path, ": cannot open for writing: ", errno_text(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !is_stream(st.st_mode)) {
+    ::close(fd);
+    EMBER_THROW(path, ": changed while it was being opened (it is no longer a character device or a FIFO); nothing "
+                "was written");
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    EMBER_THROW(path, ": cannot set up writing: ", errno_text(err));
+  }
+  return fd;
+}
 
 // ---- FileWriter -------------------------------------------------------------------------------
 
 void FileWriter::write_raw(const void* data, size_t n) {
-  if (inject_enospc_) EMBER_THROW(path_, ": cannot write temporary file: ", errno_text(ENOSPC));
-  if (const int err = write_all(fd_, static_cast<const char*>(data), n); err != 0)
-    EMBER_THROW(path_, ": cannot write temporary file: ", errno_text(err));
+  const char* what = in_place_ ? ": cannot write: " : ": cannot write temporary file: ";
+  if (inject_enospc_) EMBER_THROW(path_, what, errno_text(ENOSPC));
+  if (const int err = write_all(fd_, static_cast<const char*>(data), n); err != 0) EMBER_THROW(path_, what, errno_text(err));
 }
 
 void FileWriter::flush() {
@@ -100,39 +103,66 @@ void FileWriter::write(const void* data, size_t n) {
 
 // ---- write_file_atomic ------------------------------------------------------------------------
 
-void write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& writer) {
-  EMBER_CHECK(!path.empty(), "write_file_atomic: empty path");
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
-    tmp = temp_name_for(path);
-    // 0666 so the umask decides the final mode, as for any newly created file.
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST)
-      EMBER_THROW(path, ": cannot create temporary file in '", parent_dir(path).string(), "': ", errno_text(errno));
+OutputTarget inspect_output(const std::string& path) {
+  EMBER_CHECK(!path.empty(), "empty output path");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return {};
+    EMBER_THROW(path, ": cannot look at it before writing: ", errno_text(err));
   }
-  if (fd < 0) EMBER_THROW(path, ": cannot create a unique temporary file: ", errno_text(EEXIST));
+  if (S_ISREG(st.st_mode)) return {OutputKind::regular, st.st_mode, st.st_uid, st.st_gid};
+  if (is_stream(st.st_mode)) return {OutputKind::stream};
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const std::string to = std::filesystem::read_symlink(path, ec).string();
+    struct stat target {};
+    if (::stat(path.c_str(), &target) == 0 && is_stream(target.st_mode)) return {OutputKind::stream};
+    EMBER_THROW(path, ": is a symbolic link to '", to, "'; ember writes through a link only to a character device or a "
+                "FIFO, never to a file: name the file itself");
+  }
+  if (S_ISDIR(st.st_mode)) EMBER_THROW(path, ": is a directory, not a file");
+  EMBER_THROW(path, ": is ", file_kind(st.st_mode), "; ember writes only regular files, character devices and FIFOs");
+}
 
-  // From here on, every exit path either renames tmp over path or unlinks it.
-  try {
-    FileWriter w(fd, path);
-    w.inject_enospc_ = fault_enospc("file");
-    writer(w);
-    w.flush();
-    if (::fsync(fd) != 0) EMBER_THROW(path, ": cannot sync temporary file to disk: ", errno_text(errno));
-    // close() can report a deferred write error (NFS, quota): it must succeed before the rename.
-    const int rc = ::close(fd);
-    fd = -1;
-    if (rc != 0) EMBER_THROW(path, ": cannot close temporary file: ", errno_text(errno));
-    fault_point("atomic:before-rename");
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      EMBER_THROW(path, ": cannot rename temporary file over it: ", errno_text(errno));
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());  // best effort: the original error is the one worth reporting
-    throw;
+void write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& writer) {
+  const OutputTarget target = inspect_output(path);
+  if (target.kind == OutputKind::stream) {
+    // In place: the device or FIFO gets the bytes; there is nothing to replace atomically.
+    const int fd = open_output_stream(path);
+    try {
+      FileWriter w(fd, path, true);
+      w.inject_enospc_ = fault_enospc("file");
+      writer(w);
+      w.flush();
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (::close(fd) != 0) EMBER_THROW(path, ": cannot close after writing: ", errno_text(errno));
+    return;
   }
-  fsync_directory(path);
+  const std::filesystem::path p(path);
+  remove_stale_temp_files(p.has_parent_path() ? p.parent_path().string() : ".", {p.filename().string()});
+  TempFile tmp(path);  // unlinked by its destructor on every exit but the commit
+  FileWriter w(tmp.fd(), path, false);
+  w.inject_enospc_ = fault_enospc("file");
+  writer(w);
+  w.flush();
+  if (target.kind == OutputKind::regular) {
+    // The replacement keeps what the user set on the file: its owner and group where this process
+    // may give them (root, or a group it is in; otherwise it stays this user's, as any file it
+    // writes), then its permission bits.
+    if ((target.uid != ::geteuid() || target.gid != ::getegid()) && ::fchown(tmp.fd(), target.uid, target.gid) != 0) {
+      // Not permitted: see above.
+    }
+    if (::fchmod(tmp.fd(), target.mode & 07777) != 0)
+      EMBER_THROW(path, ": cannot give the new file the mode of the old one: ", errno_text(errno));
+  }
+  if (::fsync(tmp.fd()) != 0) EMBER_THROW(path, ": cannot sync temporary file to disk: ", errno_text(errno));
+  if (const int64_t ms = fault_value("slow-rename-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  fault_point("atomic:before-rename");
+  tmp.commit();
 }
 
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
@@ -141,19 +171,6 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, [&](FileWriter& w) { w.write(bytes); });
-}
-
-int remove_stale_temp_files(const std::string& dir) {
-  int removed = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos && e.is_regular_file(ec)) {
-      std::error_code rm;
-      if (std::filesystem::remove(e.path(), rm)) ++removed;
-    }
-  }
-  return removed;
 }
 
 // ---- reading ----------------------------------------------------------------------------------

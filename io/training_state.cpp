@@ -55,7 +55,11 @@ template <typename... Args>
 // taken in name order so a tool that rewrites the file in another tensor order (safetensors'
 // save_file sorts by dtype) keeps it valid. Fields are NUL-separated so "ab"+"c" != "a"+"bc".
 std::string checksum(const std::string& state_json, const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  auto feed = [](uLong crc, const void* p, size_t n) { return crc32_z(crc, static_cast<const Bytef*>(p), n); };
+  // zlib's crc32_z(crc, NULL, 0) returns the *initial* CRC: an empty buffer (a zero-element
+  // tensor's null data) must not reach it, or every field before it would be forgotten.
+  auto feed = [](uLong crc, const void* p, size_t n) {
+    return n == 0 ? crc : crc32_z(crc, static_cast<const Bytef*>(p), n);
+  };
   const char nul = '\0';
   uLong crc = crc32_z(0L, Z_NULL, 0);
   crc = feed(crc, state_json.data(), state_json.size());

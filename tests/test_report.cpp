@@ -29,15 +29,8 @@ struct TempDir : ember::testing::TempDir {
   TempDir() : ember::testing::TempDir("ember_test_report") {}
 };
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
-}
+using testing::read_text;
+using testing::write_text;
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;

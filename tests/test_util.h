@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <system_error>
 #include <unistd.h>
 #include <limits>
@@ -124,5 +126,15 @@ struct TempDir {
     std::filesystem::remove_all(path, ec);
   }
 };
+
+// The whole content of a file ("" when it cannot be read), and a file written with exactly `text`.
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << text;
+}
 
 }  // namespace ember::testing

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
@@ -172,7 +173,9 @@ std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& ten
   for (const auto& [name, t] : sorted) {
     const std::string desc = name + '\0' + io::safetensors_dtype_name(t.dtype()) + '\0' + shape_str(t.shape()) + '\0';
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(desc.data()), desc.size());
-    crc = crc32_z(crc, static_cast<const Bytef*>(t.data()), static_cast<size_t>(t.nbytes()));
+    // Never a null pointer into zlib: crc32_z(crc, NULL, 0) returns the *initial* CRC, which
+    // would forget every tensor before a zero-element one.
+    if (t.nbytes() > 0) crc = crc32_z(crc, static_cast<const Bytef*>(t.data()), static_cast<size_t>(t.nbytes()));
   }
   char buf[32];
   std::snprintf(buf, sizeof buf, "crc32:%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
@@ -223,11 +226,13 @@ void load_weights_into(nn::Module& model, const std::string& path) {
 
 LoadedModel load_model(const std::string& checkpoint) {
   std::string path = checkpoint;
+  std::optional<CheckpointReader> reader;  // the set stays in place while it is read
   if (fs::is_directory(checkpoint)) {
     const fs::path dir(checkpoint);
     if (has_checkpoint(checkpoint)) {
-      const Manifest m = open_checkpoint(checkpoint);  // the whole set verified
-      path = (dir / (m.has_best ? m.best.path : m.weights.path)).string();
+      reader.emplace(checkpoint);  // the whole set verified
+      const Manifest& m = reader->manifest();
+      path = reader->path(m.has_best ? m.best : m.weights);
     } else if (fs::exists(dir / "best.safetensors") || fs::exists(dir / "last.safetensors")) {
       // A directory written before checkpoint sets: its weights files, checked on their own.
       path = (dir / (fs::exists(dir / "best.safetensors") ? "best.safetensors" : "last.safetensors")).string();

@@ -84,11 +84,13 @@ data::Compose make_eval_transform(const DataInfo& d);
 // which is kept while it is named. A save writes a new step directory, syncs it, and then replaces
 // the manifest with one atomic rename (io/atomic_file.h): a crash, a kill or a full disk at any
 // point leaves the previous manifest, which names only complete files, so either the whole new
-// checkpoint becomes visible or none of it does. Step directories that no manifest names (an
-// interrupted save) and ".*.tmp-*" files are removed when the next run opens the directory for
-// writing; a run holds an flock on the directory while it writes, so a second run refuses it.
-// Readers (resume, eval, predict) call open_checkpoint, which checks every file against the
-// manifest (size, CRC-32, run id and step) and refuses a set that does not belong together.
+// checkpoint becomes visible or none of it does. What an interrupted save leaves is recognised by
+// exact names and markers and removed when the next run opens the directory for writing, and a
+// run removes only what is its own (Note [Run directory ownership] in train/run_dir.h); a run
+// holds an flock on the directory while it writes, so a second run refuses it. Readers (resume,
+// eval, predict, export) use a CheckpointReader, which checks every file against the manifest
+// (size, CRC-32, run id and step), refuses a set that does not belong together, and keeps the
+// files in place while it reads them (Note [Reading a checkpoint while it is saved]).
 
 struct FileRef {
   std::string path;  // relative to the checkpoint directory
@@ -114,22 +116,49 @@ bool has_checkpoint(const std::string& dir);
 // Reads DIR/checkpoint.json and checks every file it names (Note [Checkpoint sets]); throws an
 // ember::Error naming the file and the mismatch for a set that does not belong together.
 Manifest open_checkpoint(const std::string& dir);
+// DIR/checkpoint.json parsed, its files not looked at (every path it names must be
+// step-<N>/model.safetensors or step-<N>/state.safetensors).
+Manifest read_manifest(const std::string& dir);
+
+// open_checkpoint's check, and a promise: while the reader exists, the writer of a live run does
+// not remove the files its manifest names (Note [Reading a checkpoint while it is saved] in
+// train/checkpoint_set.cpp).
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+  const Manifest& manifest() const { return m_; }
+  // DIR/<f.path>
+  std::string path(const FileRef& f) const;
+
+ private:
+  int fd_ = -1;  // the manifest read, with a shared flock on it
+  std::string dir_;
+  Manifest m_;
+};
 // A fresh run id: 16 hex digits.
 std::string new_run_id();
 // "crc32:<8 hex digits>" of a file's bytes.
 std::string file_crc32(const std::string& path);
 
+struct RunDirSurvey;
+
 // Rank 0's writer of one checkpoint directory: created before the first step, it creates the
 // directory, takes the lock, refuses a directory that holds another run's checkpoint (unless
-// overwrite) and removes what an interrupted save left.
+// overwrite) or files it cannot tell are ember's (train/run_dir.h), removes what an interrupted
+// save left and says so, and with overwrite says what the first save replaces.
 class CheckpointWriter {
  public:
   // `continuing`: this run resumes the checkpoint in `dir` itself.
-  CheckpointWriter(const std::string& dir, std::string run, bool overwrite, bool continuing, bool quiet);
+  CheckpointWriter(const std::string& dir, std::string run, bool overwrite, bool continuing);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
-  // Writes step-<N>/ with the weights and `state`, then the manifest (the best pointer kept).
+  // Writes step-<N>/ with the weights and `state`, then the manifest (the best pointer kept);
+  // then removes the step directories it no longer names, and at the first save an earlier
+  // run's (overwrite).
   void save(const TrainConfig& cfg, const DataInfo& d, const nn::Module& model, const io::TrainingState& state);
   // Points the manifest's best at the last checkpoint, with this accuracy.
   void mark_best(double acc);
@@ -138,12 +167,25 @@ class CheckpointWriter {
   int64_t step() const { return m_.step; }
 
  private:
+  // A manifest replaced by a newer one, and the step directories only it named: removed once no
+  // reader holds it (Note [Reading a checkpoint while it is saved]).
+  struct Retired {
+    int manifest_fd = -1;
+    std::vector<std::string> steps;
+  };
   void write_manifest();
-  void remove_unnamed_steps();
+  void remove_leftovers(const RunDirSurvey& survey);
+  void plan_replacement(const RunDirSurvey& survey, bool overwrite);
+  // Removes what retired_ holds once its manifest is free, waiting up to `wait_seconds` for it.
+  void remove_retired(double wait_seconds);
   std::string dir_;
   int lock_fd_ = -1;
   Manifest m_;
-  bool saved_ = false;  // a checkpoint of this run is in the manifest
+  bool saved_ = false;                  // a checkpoint of this run is in the manifest
+  std::vector<std::string> named_;      // the step directories the manifest on disk names
+  std::string new_step_;                // the step directory being saved (its marker is up)
+  std::vector<std::string> replace_steps_, replace_files_;  // an earlier run's (overwrite)
+  std::vector<Retired> retired_;
 };
 
 // Weights file metadata: the model's name and shape, class names and normalization, so a weights

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -15,12 +16,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "../core/generator.h"
 #include "../io/atomic_file.h"
 #include "../io/fault.h"
 #include "../io/safetensors.h"
 #include "checkpoint.h"
+#include "run_dir.h"
+#include "run_report.h"
 
 namespace ember::train {
 
@@ -94,12 +98,12 @@ std::string new_run_id() {
 
 bool has_checkpoint(const std::string& dir) { return fs::exists(fs::path(dir) / kManifestName); }
 
-Manifest open_checkpoint(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kManifestName).string();
-  EMBER_CHECK(fs::exists(path), "'", dir, "' holds no checkpoint (no ", kManifestName, ")");
+namespace {
+
+// The manifest in `bytes` (read from `path`). Only the JSON is checked, not the files.
+Manifest parse_manifest(const std::string& path, const std::vector<uint8_t>& bytes) {
   Manifest m;
   try {
-    const std::vector<uint8_t> bytes = io::read_file(path);
     const json j = json::parse(bytes.begin(), bytes.end());
     EMBER_CHECK(j.value("format", "") == "ember.checkpoint.v1", path, ": not an ember checkpoint manifest");
     m.run = j.at("run").get<std::string>();
@@ -121,6 +125,21 @@ Manifest open_checkpoint(const std::string& dir) {
   } catch (const json::exception& e) {
     EMBER_THROW(path, ": not a valid checkpoint manifest: ", e.what());
   }
+  // Its files are those of step directories (Note [Run directory ownership] in train/run_dir.h):
+  // a manifest that names anything else is not one ember wrote, and nothing it names is ember's.
+  auto step_file = [&](const FileRef& f, const char* file, const char* what) {
+    const fs::path rel(f.path);
+    EMBER_CHECK(rel.filename() == file && is_step_dir_name(rel.parent_path().string()), path,
+                ": not a valid checkpoint manifest: the ", what, " path '", f.path, "' is not step-<N>/", file);
+  };
+  step_file(m.weights, "model.safetensors", "weights");
+  step_file(m.state, "state.safetensors", "state");
+  if (m.has_best) step_file(m.best, "model.safetensors", "best weights");
+  return m;
+}
+
+// Every file the manifest names is checked: size, CRC-32, and the run and step inside it.
+void check_files(const std::string& dir, const Manifest& m) {
   check_file(dir, m.weights);
   check_file(dir, m.state);
   if (m.has_best) check_file(dir, m.best);
@@ -144,11 +163,84 @@ Manifest open_checkpoint(const std::string& dir) {
   auto it = st.extra.find("run");
   check_belongs(state_path, it == st.extra.end() ? "" : io::state_get<std::string>(st.extra, "run"), st.step, m,
                 m.step);
-  return m;
 }
 
-CheckpointWriter::CheckpointWriter(const std::string& dir, std::string run, bool overwrite, bool continuing,
-                                   bool quiet)
+// All of the open file `fd` (a manifest: at most kMaxManifestBytes).
+std::vector<uint8_t> read_manifest_fd(int fd, const std::string& path) {
+  constexpr size_t kMaxManifestBytes = 1 << 20;  // ember's are under 2 KB
+  std::vector<uint8_t> bytes;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    EMBER_CHECK(n >= 0, path, ": cannot read: ", std::strerror(errno));
+    if (n == 0) return bytes;
+    bytes.insert(bytes.end(), buf, buf + n);
+    EMBER_CHECK(bytes.size() <= kMaxManifestBytes, path, ": is larger than ", kMaxManifestBytes,
+                " bytes, which no checkpoint manifest is");
+  }
+}
+
+}  // namespace
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  EMBER_CHECK(fs::exists(path), "'", dir, "' holds no checkpoint (no ", kManifestName, ")");
+  return parse_manifest(path, io::read_file(path));
+}
+
+// Note [Reading a checkpoint while it is saved]
+// A run replaces checkpoint.json at every save and then removes the step directories the new
+// manifest no longer names, so a reader (`ember eval`/`predict`/`export` of a live run, or a
+// resume from it) that read the old manifest could find its files gone. Readers therefore take a
+// shared flock on the manifest file they read, and the writer removes the directories of a
+// replaced manifest only once it gets an exclusive flock on that (replaced) file. A reader that
+// locked a manifest which has been replaced meanwhile (its inode is no longer the one at the
+// path) lets it go and reads the new one. While a CheckpointReader exists, every file it checked
+// stays in place; the writer, when a reader holds the lock, leaves the old directories marked
+// (Note [Run directory ownership] in train/run_dir.h) and removes them after a later save or
+// when it ends.
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  for (int attempt = 0;; ++attempt) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO planted there: no wait
+    if (fd_ < 0) {
+      EMBER_CHECK(errno != ENOENT, "'", dir, "' holds no checkpoint (no ", kManifestName, ")");
+      EMBER_THROW(path, ": cannot open for reading: ", std::strerror(errno));
+    }
+    int rc;
+    while ((rc = ::flock(fd_, LOCK_SH)) != 0 && errno == EINTR) {
+    }
+    struct stat held {}, now {};
+    if (rc == 0 && ::fstat(fd_, &held) == 0 && !S_ISREG(held.st_mode)) {
+      ::close(fd_);
+      EMBER_THROW(path, ": is not a regular file, so it is no checkpoint manifest");
+    }
+    if (rc == 0 && ::stat(path.c_str(), &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+      break;  // locked, and still the manifest
+    ::close(fd_);
+    fd_ = -1;
+    EMBER_CHECK(rc == 0 || errno == ENOLCK, path, ": cannot lock for reading: ", std::strerror(errno));
+    EMBER_CHECK(attempt < 100, path, ": was replaced 100 times while ember tried to read it");
+  }
+  try {
+    m_ = parse_manifest(path, read_manifest_fd(fd_, path));
+    check_files(dir, m_);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+CheckpointReader::~CheckpointReader() {
+  if (fd_ >= 0) ::close(fd_);  // releases the shared lock
+}
+
+std::string CheckpointReader::path(const FileRef& f) const { return (fs::path(dir_) / f.path).string(); }
+
+Manifest open_checkpoint(const std::string& dir) { return CheckpointReader(dir).manifest(); }
+
+CheckpointWriter::CheckpointWriter(const std::string& dir, std::string run, bool overwrite, bool continuing)
     : dir_(dir) {
   std::error_code ec;
   EMBER_CHECK(!fs::exists(dir) || fs::is_directory(dir), "--save: '", dir, "' is a file, not a directory");
@@ -164,36 +256,19 @@ CheckpointWriter::CheckpointWriter(const std::string& dir, std::string run, bool
   }
   try {
     EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, "--save: cannot write into '", dir, "': ", std::strerror(errno));
-    if (has_checkpoint(dir)) {
-      if (continuing) {
-        m_ = open_checkpoint(dir);
-        saved_ = true;
-      } else {
-        EMBER_CHECK(overwrite, "--save: '", dir, "' already holds a checkpoint; continue it with --resume ", dir,
-                    ", or pass --overwrite to replace it with this run");
-        // The old checkpoint stays valid until this run's first save replaces its manifest.
-        try {
-          m_ = open_checkpoint(dir);
-        } catch (const Error&) {
-          m_ = Manifest{};
-        }
-      }
+    EMBER_CHECK(continuing || overwrite || !has_checkpoint(dir), "--save: '", dir,
+                "' already holds a checkpoint; continue it with --resume ", dir,
+                ", or pass --overwrite to replace it with this run");
+    // Under the lock, what is ember's here (Note [Run directory ownership] in train/run_dir.h).
+    const RunDirSurvey survey = survey_run_dir(
+        dir, continuing ? RunDirUse::continuing : overwrite ? RunDirUse::overwrite : RunDirUse::new_run);
+    if (continuing) {
+      m_ = open_checkpoint(dir);
+      saved_ = true;
+      named_ = survey.named;
     }
-    // What an interrupted save left: temporary files and step directories no manifest names.
-    int removed = io::remove_stale_temp_files(dir);
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      const bool named = name == fs::path(m_.weights.path).parent_path().string() ||
-                         (m_.has_best && name == fs::path(m_.best.path).parent_path().string());
-      if (e.is_directory() && name.rfind("step-", 0) == 0 && (!named || !has_checkpoint(dir))) {
-        fs::remove_all(e.path());
-        ++removed;
-      } else if (e.is_directory() && name.rfind("step-", 0) == 0) {
-        removed += io::remove_stale_temp_files(e.path().string());
-      }
-    }
-    if (removed > 0 && !quiet)
-      std::fprintf(stderr, "ember train: removed %d file(s) left in %s by an interrupted save\n", removed, dir.c_str());
+    remove_leftovers(survey);
+    if (!continuing) plan_replacement(survey, overwrite);
   } catch (...) {
     ::close(lock_fd_);
     throw;
@@ -202,7 +277,48 @@ CheckpointWriter::CheckpointWriter(const std::string& dir, std::string run, bool
 }
 
 CheckpointWriter::~CheckpointWriter() {
+  remove_retired(5.0);  // a reader still holding an old manifest gets a moment to finish
+  for (const Retired& r : retired_)
+    if (r.manifest_fd >= 0) ::close(r.manifest_fd);  // still marked: the next run removes them
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+void CheckpointWriter::remove_leftovers(const RunDirSurvey& survey) {
+  std::vector<std::string> removed = io::remove_stale_temp_files(dir_);
+  for (const std::string& step : survey.unlisted)
+    for (std::string& f : remove_step_dir(dir_, step)) removed.push_back(std::move(f));
+  for (const std::string& marker : survey.stray_markers)
+    if (::unlink((fs::path(dir_) / marker).c_str()) == 0) removed.push_back(marker);
+  for (const std::string& step : survey.named)
+    for (const std::string& t : io::remove_stale_temp_files((fs::path(dir_) / step).string()))
+      removed.push_back(step + "/" + t);
+  if (removed.empty()) return;
+  // Said even with --quiet: a removal the user did not ask for is never silent.
+  std::fprintf(stderr, "ember train: removed %zu file(s) left in %s by an interrupted save: %s\n", removed.size(),
+               dir_.c_str(), join_names(removed).c_str());
+}
+
+void CheckpointWriter::plan_replacement(const RunDirSurvey& survey, bool overwrite) {
+  std::vector<std::string> listed;
+  if (overwrite) {
+    replace_steps_ = survey.manifest ? survey.named : survey.orphans;
+    if (has_checkpoint(dir_))
+      listed.push_back(std::string(kManifestName) + (survey.manifest ? " (run " + survey.manifest_run + ")" : ""));
+    for (const std::string& step : replace_steps_) listed.push_back(step + "/");
+  }
+  for (const std::string& f : survey.run_files) {
+    listed.push_back(f);
+    if (f != kMetricsFileName) replace_files_.push_back(f);  // the metrics stream is replaced by its writer
+  }
+  if (listed.empty()) return;
+  const std::string names = join_names(listed, listed.size());
+  // Said even with --quiet, before anything is replaced.
+  if (overwrite)
+    std::fprintf(stderr, "ember train: --overwrite: this run's first save replaces %zu earlier file(s) and "
+                 "director(ies) in %s: %s\n", listed.size(), dir_.c_str(), names.c_str());
+  else
+    std::fprintf(stderr, "ember train: %s holds the %s of an earlier run that saved no checkpoint; this run's first "
+                 "save replaces it\n", dir_.c_str(), names.c_str());
 }
 
 void CheckpointWriter::write_manifest() {
@@ -213,19 +329,71 @@ void CheckpointWriter::write_manifest() {
          {"state", file_json(m_.state)},    {"best", nullptr}};
   if (m_.has_best)
     j["best"] = json{{"step", m_.best_step}, {"test_acc", m_.best_acc}, {"weights", file_json(m_.best)}};
-  io::fault_point("save:before-manifest");
-  io::write_file_atomic((fs::path(dir_) / kManifestName).string(), j.dump(1) + "\n");
+  // The step directories the new manifest names, and those it stops naming: marked before it is
+  // written (Note [Run directory ownership] in train/run_dir.h), removed after.
+  std::vector<std::string> next{fs::path(m_.weights.path).parent_path().string()};
+  if (m_.has_best && fs::path(m_.best.path).parent_path().string() != next[0])
+    next.push_back(fs::path(m_.best.path).parent_path().string());
+  std::vector<std::string> retire;
+  for (const std::vector<std::string>* from : {&named_, &replace_steps_})
+    for (const std::string& step : *from)
+      if (std::find(next.begin(), next.end(), step) == next.end() &&
+          std::find(retire.begin(), retire.end(), step) == retire.end())
+        retire.push_back(step);
+  for (const std::string& step : retire) write_step_marker(dir_, step);
+  const std::string manifest = (fs::path(dir_) / kManifestName).string();
+  // The manifest being replaced: its readers hold a shared lock on it (Note [Reading a checkpoint
+  // while it is saved]).
+  Retired retired{::open(manifest.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), retire};
+  try {
+    io::fault_point("save:before-manifest");
+    io::write_file_atomic(manifest, j.dump(1) + "\n");
+  } catch (...) {
+    if (retired.manifest_fd >= 0) ::close(retired.manifest_fd);
+    throw;
+  }
   io::fault_point("save:after-manifest");
-  remove_unnamed_steps();
+  if (!new_step_.empty()) ::unlink((fs::path(dir_) / step_marker_name(new_step_)).c_str());
+  new_step_.clear();
+  named_ = next;
+  replace_steps_.clear();
+  // An earlier run's files (--overwrite) go with its checkpoint, at this run's first save.
+  for (const std::string& f : replace_files_) {
+    struct stat st {};
+    const fs::path p = fs::path(dir_) / f;
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::unlink(p.c_str());
+  }
+  replace_files_.clear();
+  retired_.push_back(retired);
+  remove_retired(0);
 }
 
-void CheckpointWriter::remove_unnamed_steps() {
-  const std::string last = fs::path(m_.weights.path).parent_path().string();
-  const std::string best = m_.has_best ? fs::path(m_.best.path).parent_path().string() : "";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("step-", 0) == 0 && name != last && name != best) fs::remove_all(e.path(), ec);
+void CheckpointWriter::remove_retired(double wait_seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    bool free = it->manifest_fd < 0;
+    while (!free) {
+      // Free once no reader holds the replaced manifest (flock unsupported: nothing to wait for).
+      free = ::flock(it->manifest_fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK;
+      if (free || std::chrono::steady_clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!free) {
+      ++it;
+      continue;
+    }
+    for (const std::string& step : it->steps) {
+      if (std::find(named_.begin(), named_.end(), step) != named_.end()) continue;
+      try {
+        remove_step_dir(dir_, step);
+      } catch (const Error& e) {
+        // The new checkpoint is saved; an old one that cannot be removed stays marked, and the
+        // next run that opens the directory tries again.
+        std::fprintf(stderr, "ember train: warning: %s\n", e.what());
+      }
+    }
+    if (it->manifest_fd >= 0) ::close(it->manifest_fd);
+    it = retired_.erase(it);
   }
 }
 
@@ -235,11 +403,19 @@ void CheckpointWriter::save(const TrainConfig& cfg, const DataInfo& d, const nn:
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(state.step));
   std::string step_dir = name;
-  for (int k = 2; fs::exists(fs::path(dir_) / step_dir); ++k) step_dir = std::string(name) + "-" + std::to_string(k);
+  auto taken = [&](const std::string& step) {
+    std::error_code ec;
+    return fs::symlink_status(fs::path(dir_) / step, ec).type() != fs::file_type::not_found ||
+           fs::symlink_status(fs::path(dir_) / step_marker_name(step), ec).type() != fs::file_type::not_found;
+  };
+  for (int k = 2; taken(step_dir); ++k) step_dir = std::string(name) + "-" + std::to_string(k);
+  // The marker first: whatever a crash leaves of this directory is known as ember's.
+  write_step_marker(dir_, step_dir);
+  new_step_ = step_dir;
   const fs::path full = fs::path(dir_) / step_dir;
   std::error_code ec;
-  fs::create_directory(full, ec);
-  EMBER_CHECK(!ec, "--save: cannot create '", full.string(), "': ", ec.message());
+  EMBER_CHECK(fs::create_directory(full, ec) && !ec, "--save: cannot create '", full.string(), "': ",
+              ec ? ec.message() : std::string("it exists"));
   const std::string weights = step_dir + "/model.safetensors", st = step_dir + "/state.safetensors";
   save_weights((fs::path(dir_) / weights).string(), model, cfg, d, m_.run, state.step);
   io::fault_point("save:after-weights");

@@ -5,6 +5,8 @@
 
 #include <csignal>
 
+#include "../io/atomic_file.h"
+
 namespace ember::train {
 
 namespace {
@@ -18,6 +20,7 @@ extern "C" void on_interrupt(int sig) {
     if (::write(2, msg, sizeof msg - 1) < 0) {
       // Nothing to do: the process ends either way.
     }
+    io::remove_temp_files_now();  // a save in progress leaves no temporary file (io/atomic_file.h)
     ::_exit(128 + sig);
   }
   g_interrupts = 1;

@@ -6,7 +6,8 @@
 // several processes every rank all-reduces it together with the divergence flag, so all of them
 // stop after the same step), then writes a checkpoint (with --save) and the metrics summary, and
 // `ember train` exits 130 with a message that says how to resume. A second signal ends the
-// process at once (exit 128 + the signal's number). run_training installs the handlers and puts
+// process at once (exit 128 + the signal's number), after removing the temporary files of a save
+// in progress (Note [Temporary files] in io/atomic_file.h). run_training installs the handlers and puts
 // the previous ones back when it returns.
 
 #include <memory>

@@ -1,6 +1,8 @@
 #include "report.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,19 +10,46 @@
 #include <cstring>
 
 #include "../core/error.h"
+#include "../io/atomic_file.h"
 #include "../io/fault.h"
 
 namespace ember::train {
 
 MetricsWriter::MetricsWriter(const std::string& path, MetricsOpen mode) : path_(path) {
   if (path.empty()) return;
-  const int flags = mode == MetricsOpen::truncate ? O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
-                                                  : O_RDWR | O_CREAT | O_CLOEXEC;
-  fd_ = ::open(path.c_str(), flags, 0666);
-  EMBER_CHECK(fd_ >= 0, "cannot open metrics file '", path, "': ", std::strerror(errno));
+  const io::OutputTarget target = io::inspect_output(path);  // throws for what is refused
+  if (target.kind == io::OutputKind::stream) {
+    EMBER_CHECK(mode == MetricsOpen::truncate, path, ": a run directory's metrics stream must be a regular file, "
+                "and this is a character device, a FIFO or a link to one");
+    fd_ = io::open_output_stream(path);
+    regular_ = false;
+    return;
+  }
+  if (mode == MetricsOpen::replace && target.kind == io::OutputKind::regular) {
+    pending_ = std::make_unique<io::TempFile>(path, O_APPEND);
+    fd_ = pending_->fd();
+    return;
+  }
+  const int access = mode == MetricsOpen::append ? O_RDWR : O_WRONLY;
+  const int fd = ::open(path.c_str(), access | O_CREAT | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    EMBER_CHECK(err != ELOOP, "cannot open metrics file '", path, "': it became a symbolic link after it was checked; "
+                "ember does not write through it");
+    EMBER_THROW("cannot open metrics file '", path, "': ", std::strerror(err));
+  }
+  fd_ = fd;
+  struct stat st {};
+  EMBER_CHECK(::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode), "cannot open metrics file '", path,
+              "': it is no longer a regular file");
+  // Before anything is cut: a second writer (another run, or this file named twice) stops here.
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
+    EMBER_THROW("cannot write metrics file '", path, "': another ember run is writing it (it holds the file's lock); "
+                "name another file, or wait for that run to end");
+  off_t end = 0;
   if (mode == MetricsOpen::append) {
     // Continue after the last newline: scan back from the end in blocks.
-    off_t end = ::lseek(fd_, 0, SEEK_END);
+    end = ::lseek(fd_, 0, SEEK_END);
     char block[4096];
     while (end > 0) {
       const off_t start = end > static_cast<off_t>(sizeof block) ? end - static_cast<off_t>(sizeof block) : 0;
@@ -33,13 +62,25 @@ MetricsWriter::MetricsWriter(const std::string& path, MetricsOpen mode) : path_(
       }
       end = start;
     }
-    EMBER_CHECK(::ftruncate(fd_, end) == 0, "cannot write metrics file '", path, "': ", std::strerror(errno));
-    size_ = static_cast<uint64_t>(end);
   }
+  EMBER_CHECK(::ftruncate(fd_, end) == 0, "cannot write metrics file '", path, "': ", std::strerror(errno));
+  size_ = static_cast<uint64_t>(end);
 }
 
 MetricsWriter::~MetricsWriter() {
+  if (pending_) return;  // the TempFile closes and removes the uncommitted stream
   if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsWriter::commit() {
+  if (!pending_) return;
+  const std::unique_ptr<io::TempFile> stream = std::move(pending_);
+  try {
+    stream->commit(false);  // renamed, still open: the lines keep going to it
+  } catch (...) {
+    if (stream->fd() >= 0) fd_ = -1;  // not renamed: the TempFile closes and removes it
+    throw;
+  }
 }
 
 void MetricsWriter::write_line(const std::string& json_object) {
@@ -51,7 +92,8 @@ void MetricsWriter::write_line(const std::string& json_object) {
   size_t done = 0;
   int err = 0;
   while (done < want) {
-    const ssize_t w = ::pwrite(fd_, line.data() + done, want - done, static_cast<off_t>(size_ + done));
+    // O_APPEND: every write lands at the end, where the last whole line ends.
+    const ssize_t w = ::write(fd_, line.data() + done, want - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       err = w < 0 ? errno : ENOSPC;
@@ -62,7 +104,7 @@ void MetricsWriter::write_line(const std::string& json_object) {
   if (inject && err == 0) err = ENOSPC;
   if (err != 0) {
     // Whole lines or nothing: cut the partial line off again (best effort on a full disk).
-    if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+    if (regular_ && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
       // Nothing more can be done; the write error below is the one to report.
     }
     EMBER_THROW("cannot write metrics file '", path_, "': ", std::strerror(err));

@@ -10,18 +10,38 @@
 #include <memory>
 #include <string>
 
+namespace ember::io {
+class TempFile;
+}
+
 namespace ember::train {
 
-// How a MetricsWriter opens its file: emptied (a new run), or appended to (a resumed run writing
-// into the file it wrote before).
-enum class MetricsOpen { truncate, append };
+// How a MetricsWriter opens its file (Note [The metrics stream]).
+enum class MetricsOpen {
+  truncate,  // --metrics FILE: emptied for a new run (a character device or a FIFO: written to)
+  append,    // a run directory's own stream, continued: after its last whole line
+  replace,   // a run directory's own stream, for a new run where one exists: the new stream is
+             // written beside it and renamed over it by commit() (the run's first save)
+};
 
-// One JSON-lines file; each event is written as one whole line or not at all: a write that fails
-// part-way (a full disk) is cut back to the end of the previous line before the error is thrown.
+// Note [The metrics stream]
+// A metrics file is protected as a checkpoint is. Its path is looked at first (Note [What an
+// output path may be] in io/atomic_file.h): a symlink that leads to a file, a directory, a block
+// device or a socket is refused; a character device or a FIFO (--metrics /dev/stdout) is written
+// in place. A regular file is opened with O_NOFOLLOW (a link planted after that look is refused,
+// never followed) and O_APPEND, and then locked (flock, exclusive): a second writer of the same
+// file is refused before it can truncate a live run's stream; only then is a new run's file
+// emptied. A run directory's stream is opened under the directory's lock too, after the
+// directory's own files were checked (train/run_dir.h). A new run in a directory that holds an
+// earlier run's stream (--overwrite) does not touch it: its events go to a temporary file beside
+// it (Note [Temporary files] in io/atomic_file.h), renamed over the old stream at the new run's
+// first save, so a run that stops before it saves anything leaves the old history as it was.
+// Each event is written as one whole line or not at all: a write that fails part-way (a full
+// disk) is cut back to the end of the previous line before the error is thrown.
 class MetricsWriter {
  public:
-  // Empty path: a writer that writes nothing. append: after the file's last whole line (a partial
-  // last line, which only a crash in the middle of a write leaves, is cut off).
+  // Empty path: a writer that writes nothing. Throws ember::Error naming the path for a target
+  // that is refused, another writer's file, or a file that cannot be opened.
   explicit MetricsWriter(const std::string& path, MetricsOpen mode = MetricsOpen::truncate);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
@@ -29,11 +49,15 @@ class MetricsWriter {
   bool enabled() const { return fd_ >= 0; }
   // `json_object` must be one JSON object (no newline); it is written as a line with one write().
   void write_line(const std::string& json_object);
+  // MetricsOpen::replace: puts the new stream in the old one's place (nothing otherwise).
+  void commit();
 
  private:
   int fd_ = -1;
-  uint64_t size_ = 0;  // bytes of whole lines written so far
+  bool regular_ = true;  // false: a character device or a FIFO, written in place
+  uint64_t size_ = 0;    // bytes of whole lines written so far
   std::string path_;
+  std::unique_ptr<io::TempFile> pending_;  // MetricsOpen::replace until commit()
 };
 
 // Progress for people. On a terminal: one line redrawn in place (epoch, step/total, loss,

@@ -15,6 +15,7 @@
 #include "../io/atomic_file.h"
 #include "../kernels/paths.h"
 #include "../core/cpu/parallel.h"
+#include "run_dir.h"
 #include "run_record.h"
 
 // stb_image_write encodes the thumbnails; a private copy of its implementation for this file.
@@ -248,6 +249,8 @@ void write_run_report(const std::vector<std::string>& run_dirs, const std::strin
     fs::create_directories(folder, ec);
     EMBER_CHECK(!ec, "--out: cannot create directory '", folder.string(), "': ", ec.message());
   }
+  // Any run's report.html may be replaced by a report; none of its other files.
+  check_output_path("--out", out, run_dirs, kReportFileName);
   io::write_file_atomic(out, report_page(runs));
 }
 

@@ -41,6 +41,7 @@
 #include "graph_step.h"
 #include "interrupt.h"
 #include "report.h"
+#include "run_dir.h"
 #include "run_report.h"
 #include "run_setup.h"
 #include "step_guard.h"
@@ -188,11 +189,19 @@ auto with_eval_backoff(Run& r, F body) {
   }
 }
 
-// An output file (--save-weights): not a directory, its folder created, writable, all before the
-// first step. Leaves no file behind.
-void check_output_file(const char* option, const std::string& path, const char* example = "model.safetensors") {
+// An output file (--save-weights, --profile-trace): not a directory, not one of a run directory's
+// own files (train/run_dir.h), not something ember may not write to (io/atomic_file.h), its folder
+// created, writable, all before the first step. Leaves no file behind.
+void check_output_file(const char* option, const std::string& path, const std::vector<std::string>& run_dirs,
+                       const char* example = "model.safetensors") {
   EMBER_CHECK(!fs::is_directory(path), option, " '", path, "' is a directory; name a file in it, e.g. '",
               (fs::path(path) / example).string(), "'");
+  check_output_path(option, path, run_dirs);
+  try {
+    io::inspect_output(path);
+  } catch (const Error& e) {
+    EMBER_THROW(option, ": ", e.what());
+  }
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
@@ -201,13 +210,6 @@ void check_output_file(const char* option, const std::string& path, const char* 
               ec ? ": " + ec.message() : std::string());
   EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, option, ": cannot write into '", dir.string(), "': ",
               std::strerror(errno));
-  // What an interrupted earlier write of this file left (".<name>.tmp-*", Note [Atomic checkpoint
-  // writes]); other files in the folder are not ours to remove.
-  std::string prefix = ".";
-  prefix += fs::path(path).filename().string();
-  prefix += ".tmp-";
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().filename().string().rfind(prefix, 0) == 0 && e.is_regular_file(ec)) fs::remove(e.path(), ec);
 }
 
 // The divergence error (Note [Divergence guard] in train/step_guard.h): the step, what was not
@@ -283,6 +285,7 @@ Run start_run(TrainConfig cfg) {
     }
   }
   r.lead = rank == 0;
+  std::optional<CheckpointReader> resume_reader;
   std::optional<io::TrainingState> resume_state;
   std::optional<Manifest> resumed;
   std::vector<std::string> changed;
@@ -292,8 +295,11 @@ Run start_run(TrainConfig cfg) {
                 "' does not exist");
     EMBER_CHECK(has_checkpoint(cfg.resume_dir), "--resume: '", cfg.resume_dir, "' holds no checkpoint (no ",
                 kManifestName, "; nothing was saved there, or it was written by an older ember)");
-    resumed = open_checkpoint(cfg.resume_dir);  // every file checked against the manifest
-    resume_state = io::load_training_state((fs::path(cfg.resume_dir) / resumed->state.path).string());
+    // Every file checked against the manifest, and kept in place until the weights are loaded
+    // (a run still writing there removes nothing a reader holds).
+    resume_reader.emplace(cfg.resume_dir);
+    resumed = resume_reader->manifest();
+    resume_state = io::load_training_state(resume_reader->path(resumed->state));
     apply_saved_config(*resume_state, cfg, changed);
     r.run_id = resumed->run;
     // Resuming keeps saving into the same directory.
@@ -311,6 +317,10 @@ Run start_run(TrainConfig cfg) {
     EMBER_CHECK(continuing || cfg.overwrite || !has_checkpoint(cfg.save_dir), "--save: '", cfg.save_dir,
                 "' already holds a checkpoint; continue it with --resume ", cfg.save_dir,
                 ", or pass --overwrite to replace it with this run");
+    // What ember may not touch there is refused now; CheckpointWriter looks again under the lock.
+    survey_run_dir(cfg.save_dir, continuing       ? RunDirUse::continuing
+                                 : cfg.overwrite  ? RunDirUse::overwrite
+                                                  : RunDirUse::new_run);
   }
   if (r.lead && !cfg.save_weights.empty())
     EMBER_CHECK(!fs::is_directory(cfg.save_weights), "--save-weights '", cfg.save_weights,
@@ -418,16 +428,21 @@ Run start_run(TrainConfig cfg) {
       return 0;
     });
   }
-  if (r.lead && !cfg.save_weights.empty()) check_output_file("--save-weights", cfg.save_weights);
-  if (r.lead && !cfg.profile_trace.empty()) check_output_file("--profile-trace", cfg.profile_trace, "trace.json");
+  const std::vector<std::string> run_dirs{cfg.save_dir, cfg.resume_dir};
+  if (r.lead && !cfg.save_weights.empty()) check_output_file("--save-weights", cfg.save_weights, run_dirs);
+  if (r.lead && !cfg.profile_trace.empty())
+    check_output_file("--profile-trace", cfg.profile_trace, run_dirs, "trace.json");
+  // --metrics naming the run directory's own stream is that stream, written once.
+  const fs::path stream = fs::path(cfg.save_dir) / kMetricsFileName;
+  if (!cfg.metrics_path.empty() && !cfg.save_dir.empty() && same_path(cfg.metrics_path, stream.string()))
+    cfg.metrics_path.clear();
+  if (r.lead && !cfg.metrics_path.empty()) check_output_path("--metrics", cfg.metrics_path, run_dirs);
+  const bool continuing = resumed && fs::exists(cfg.save_dir) && fs::equivalent(cfg.save_dir, cfg.resume_dir);
   if (r.lead && !cfg.save_dir.empty())
-    r.checkpoint = std::make_unique<CheckpointWriter>(cfg.save_dir, r.run_id, cfg.overwrite,
-                                                      resumed && fs::exists(cfg.save_dir) &&
-                                                          fs::equivalent(cfg.save_dir, cfg.resume_dir),
-                                                      cfg.quiet);
+    r.checkpoint = std::make_unique<CheckpointWriter>(cfg.save_dir, r.run_id, cfg.overwrite, continuing);
 
   if (resume_state) {
-    load_weights_into(*r.model, (fs::path(cfg.resume_dir) / resumed->weights.path).string());
+    load_weights_into(*r.model, resume_reader->path(resumed->weights));
     restore_training_state(*resume_state, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader, r.step,
                            r.start_epoch);
     r.best_acc = resumed->has_best ? resumed->best_acc : -1;
@@ -439,19 +454,14 @@ Run start_run(TrainConfig cfg) {
 
   r.metrics = std::make_unique<MetricsWriter>(cfg.metrics_path);
   if (r.lead && !cfg.save_dir.empty()) {
-    // The run directory's own metrics stream and the last evaluation, for `ember report`
-    // (train/run_report.h). A run continued in its directory appends to the stream; a new run
-    // (--overwrite) starts it afresh and removes the evaluation of the run it replaces.
-    const fs::path stream = fs::path(cfg.save_dir) / kMetricsFileName;
-    const bool continuing = resumed && fs::equivalent(cfg.save_dir, cfg.resume_dir);
-    if (!continuing) {
-      fs::remove(fs::path(cfg.save_dir) / kEvaluationFileName);
-      fs::remove(fs::path(cfg.save_dir) / kReportFileName);
-    }
+    // The run directory's own metrics stream, for `ember report` (train/run_report.h), opened
+    // under the directory's lock (Note [The metrics stream] in train/report.h): a run continued in
+    // its directory appends to it; a new run writes its own beside an earlier run's, which it
+    // replaces at its first save (the earlier evaluation.json and report.html go then too).
     std::error_code ec;
-    if (cfg.metrics_path.empty() || !fs::equivalent(cfg.metrics_path, stream, ec))
-      r.run_metrics = std::make_unique<MetricsWriter>(stream.string(),
-                                                      continuing ? MetricsOpen::append : MetricsOpen::truncate);
+    const bool earlier = fs::symlink_status(stream, ec).type() != fs::file_type::not_found;
+    r.run_metrics = std::make_unique<MetricsWriter>(
+        stream.string(), continuing ? MetricsOpen::append : earlier ? MetricsOpen::replace : MetricsOpen::truncate);
   }
   json config = config_json(cfg, d, r.steps_per_epoch);
   config["environment"] = json::parse(environment_json());
@@ -674,6 +684,8 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
     r.checkpoint->save(cfg, r.d, *r.model,
                        make_training_state(cfg, r.d, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader,
                                            r.step, epoch_done ? epoch + 1 : epoch, r.run_id));
+    // A new run's metrics stream takes the place of an earlier run's at its first save.
+    if (r.run_metrics) r.run_metrics->commit();
   }
   if (((epoch_done && (epoch + 1) % cfg.eval_every == 0) || last) && !r.interrupted) {
     const profiler::Scope scope("evaluate", profiler::Phase::eval);
@@ -722,7 +734,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
       std::fprintf(stderr, "ember train: profile of %lld steps (%s)\n%s", static_cast<long long>(r.step),
                    r.device.str().c_str(), r.profiler->table(-1).c_str());
     if (!cfg.profile_trace.empty() && r.lead) {
-      r.profiler->write_trace(cfg.profile_trace);
+      io::write_file_atomic(cfg.profile_trace, r.profiler->trace_json());
       if (!cfg.quiet) std::fprintf(stderr, "ember train: wrote the trace %s\n", cfg.profile_trace.c_str());
     }
   }

@@ -13,6 +13,7 @@
 #include <ember/io/atomic_file.h>
 #include <ember/layers/modules.h>
 #include <ember/models/zoo.h>
+#include <ember/train/run_dir.h>
 #include <ember/train/trainer.h>
 
 namespace ember::app {
@@ -213,6 +214,13 @@ void run_export(const ExportOptions& o) {
               "export: --image-size applies with --model only (a checkpoint knows its input size)");
   EMBER_CHECK(fs::exists(o.source), "export: '", o.source, "' does not exist (give a checkpoint directory written "
               "by ember train --save, or a weights file)");
+  // Before any work: never a run's own file, never a target ember may not write (io/atomic_file.h).
+  train::check_output_path("export: the output", o.output, {fs::is_directory(o.source) ? o.source : ""});
+  try {
+    io::inspect_output(o.output);
+  } catch (const Error& e) {
+    EMBER_THROW("export: ", e.what());
+  }
   const train::LoadedModel m =
       o.model.empty() ? train::load_model(o.source) : train::load_pytorch_model(o.source, o.model, o.image_size);
   m.model->eval();

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <ember/ember.h>
+#include <ember/io/atomic_file.h>
 #include <ember/parallel/communicator.h>
 #include <ember/train/checkpoint.h>
 #include <ember/train/run_report.h>
@@ -159,6 +160,8 @@ int fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A signal that ends the command removes the temporary file of a write in progress.
+  io::remove_temp_files_on_signals();
   CLI::App app{"ember: train, evaluate and run image classifiers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", app::version_line());
