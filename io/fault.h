@@ -12,8 +12,11 @@
 //   oom-eval-above:<b>   an evaluation batch larger than b images fails as out of device memory
 //   slow-step-ms:<ms>    every training step sleeps this long (time for a test to send a signal)
 //   nan-loss-at:<k>      ember train's eager step k has a NaN loss (and NaN gradients)
+//   amp-growth-interval:<n>  ember train's fp16 loss scaler doubles S after n clean steps instead
+//                        of 2000, so that a short run overflows and skips steps again and again
 // Unset (the normal case) every hook is one branch on a cached flag. The points are named where
-// they are called (grep fault_point); tests/cli/robust.sh uses every one of them.
+// they are called (grep fault_point); tests/cli/robust.sh uses every one of them but the last,
+// which tests/cli/train_cuda_graphs.sh uses.
 
 #include <cstdint>
 #include <string>
