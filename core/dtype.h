@@ -160,75 +160,73 @@ template <typename T> inline constexpr bool is_low_precision_v = std::is_same_v<
 
 }  // namespace ember
 
-// Runs BODY with `scalar_t` bound to the C++ type of DTYPE. NAME is used in the error message.
-// _FLOATING covers the four floating types (f32, f64, f16, bf16: the kernels a network trains
-// with, computing f16/bf16 in acc_t), _FLOAT only f32 and f64 (kernels without 16-bit versions),
-// _ALL every dtype.
+// Runs BODY (a lambda taking no argument) with `scalar_t` bound to the C++ type of DTYPE; NAME
+// begins the error for a dtype the set does not cover. The sets, one switch under all of them:
+//   _FLOATING  f32, f64, f16, bf16: the kernels a network trains with (f16/bf16 computed in acc_t)
+//   _FLOAT     f32, f64: kernels without 16-bit versions
+//   _ALL       every dtype
+//   _ORDERED   the ordered arithmetic types, no bool (f16/bf16 compared as float): max/min/argmax
+//   _ADDABLE   f32, f64, i32, i64: scatter_add
+//   _INDEX     i32, i64: the index types of gather/scatter/index_select/labels
+// and _BYTES, which binds scalar_t to the unsigned integer of DTYPE's size, for kernels that only
+// move elements (gather).
 #define EMBER_DTYPE_CASE(enum_value, type, ...) \
   case ::ember::DType::enum_value: {            \
     using scalar_t = type;                      \
     __VA_ARGS__();                              \
     break;                                      \
   }
+#define EMBER_DTYPE_CASES_FLOAT(...) EMBER_DTYPE_CASE(f32, float, __VA_ARGS__) EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)
+#define EMBER_DTYPE_CASES_16BIT(...) \
+  EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__) EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)
+#define EMBER_DTYPE_CASES_INDEX(...) \
+  EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__) EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)
+#define EMBER_DTYPE_CASES_FLOATING(...) EMBER_DTYPE_CASES_FLOAT(__VA_ARGS__) EMBER_DTYPE_CASES_16BIT(__VA_ARGS__)
+#define EMBER_DTYPE_CASES_ORDERED(...) \
+  EMBER_DTYPE_CASES_FLOATING(__VA_ARGS__) EMBER_DTYPE_CASES_INDEX(__VA_ARGS__) EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)
+#define EMBER_DTYPE_CASES_ALL(...) EMBER_DTYPE_CASES_ORDERED(__VA_ARGS__) EMBER_DTYPE_CASE(boolean, bool, __VA_ARGS__)
+#define EMBER_DTYPE_CASES_ADDABLE(...) EMBER_DTYPE_CASES_FLOAT(__VA_ARGS__) EMBER_DTYPE_CASES_INDEX(__VA_ARGS__)
 
-#define EMBER_DISPATCH_FLOAT(DTYPE, NAME, ...)                                              \
-  do {                                                                                      \
-    switch (DTYPE) {                                                                        \
-      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                             \
-      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                            \
-      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32 or float64)"); \
-    }                                                                                       \
+// One switch over DTYPE with the cases CASES(BODY) and `otherwise` for every other dtype.
+#define EMBER_DTYPE_SWITCH(DTYPE, CASES, otherwise, ...) \
+  do {                                                   \
+    switch (DTYPE) {                                     \
+      CASES(__VA_ARGS__)                                 \
+      default: otherwise;                                \
+    }                                                    \
   } while (0)
 
-#define EMBER_DISPATCH_FLOATING(DTYPE, NAME, ...)                                          \
-  do {                                                                                      \
-    switch (DTYPE) {                                                                        \
-      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                             \
-      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                            \
-      EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__)                                     \
-      EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)                                \
-      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected a floating-point dtype)"); \
-    }                                                                                       \
-  } while (0)
+#define EMBER_DISPATCH_FLOAT(DTYPE, NAME, ...)                                                                  \
+  EMBER_DTYPE_SWITCH(DTYPE, EMBER_DTYPE_CASES_FLOAT,                                                            \
+                     EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32 or float64)"), \
+                     __VA_ARGS__)
+#define EMBER_DISPATCH_FLOATING(DTYPE, NAME, ...)                                                                    \
+  EMBER_DTYPE_SWITCH(DTYPE, EMBER_DTYPE_CASES_FLOATING,                                                              \
+                     EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected a floating-point dtype)"), \
+                     __VA_ARGS__)
+#define EMBER_DISPATCH_ALL(DTYPE, NAME, ...) \
+  EMBER_DTYPE_SWITCH(DTYPE, EMBER_DTYPE_CASES_ALL, EMBER_THROW(NAME, ": unknown dtype"), __VA_ARGS__)
+#define EMBER_DISPATCH_ORDERED(DTYPE, NAME, ...)                                                             \
+  EMBER_DTYPE_SWITCH(DTYPE, EMBER_DTYPE_CASES_ORDERED,                                                       \
+                     EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected a floating-point dtype, " \
+                                 "int32, int64 or uint8)"),                                                  \
+                     __VA_ARGS__)
+#define EMBER_DISPATCH_ADDABLE(DTYPE, NAME, ...)                                                     \
+  EMBER_DTYPE_SWITCH(DTYPE, EMBER_DTYPE_CASES_ADDABLE,                                               \
+                     EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected float32, " \
+                                 "float64, int32 or int64)"),                                        \
+                     __VA_ARGS__)
+#define EMBER_DISPATCH_INDEX(DTYPE, NAME, ...)                                                        \
+  EMBER_DTYPE_SWITCH(DTYPE, EMBER_DTYPE_CASES_INDEX,                                                  \
+                     EMBER_THROW(NAME, ": index tensor must be int64 or int32, got ", (DTYPE)), __VA_ARGS__)
 
-#define EMBER_DISPATCH_ALL(DTYPE, NAME, ...)                                \
-  do {                                                                      \
-    switch (DTYPE) {                                                        \
-      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                             \
-      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                            \
-      EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__)                     \
-      EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)                \
-      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                           \
-      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                           \
-      EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                            \
-      EMBER_DTYPE_CASE(boolean, bool, __VA_ARGS__)                          \
-      default: EMBER_THROW(NAME, ": unknown dtype");                        \
-    }                                                                       \
-  } while (0)
-
-// The ordered arithmetic types (floats, f16/bf16 compared as float, and integers; no bool):
-// max/min/argmax.
-#define EMBER_DISPATCH_ORDERED(DTYPE, NAME, ...)                                                          \
-  do {                                                                                                    \
-    switch (DTYPE) {                                                                                      \
-      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                           \
-      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                          \
-      EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__)                                                   \
-      EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)                                              \
-      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                                         \
-      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                                         \
-      EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                                                          \
-      default: EMBER_THROW(NAME, ": dtype ", (DTYPE), " is not supported (expected a floating-point dtype, " \
-                           "int32, int64 or uint8)");                                                            \
-    }                                                                                                     \
-  } while (0)
-
-// Integral index types (i32, i64) for gather/scatter/index_select/labels.
-#define EMBER_DISPATCH_INDEX(DTYPE, NAME, ...)                                                  \
-  do {                                                                                          \
-    switch (DTYPE) {                                                                            \
-      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                               \
-      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                               \
-      default: EMBER_THROW(NAME, ": index tensor must be int64 or int32, got ", (DTYPE)); \
-    }                                                                                           \
+#define EMBER_DISPATCH_BYTES(DTYPE, NAME, ...)                                                        \
+  do {                                                                                                \
+    switch (::ember::dtype_size(DTYPE)) {                                                             \
+      case 1: { using scalar_t = uint8_t; __VA_ARGS__(); break; }                                     \
+      case 2: { using scalar_t = uint16_t; __VA_ARGS__(); break; }                                    \
+      case 4: { using scalar_t = uint32_t; __VA_ARGS__(); break; }                                    \
+      case 8: { using scalar_t = uint64_t; __VA_ARGS__(); break; }                                    \
+      default: EMBER_THROW(NAME, ": unsupported element size for dtype ", (DTYPE));                   \
+    }                                                                                                 \
   } while (0)

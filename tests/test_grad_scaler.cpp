@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ember/ember.h>
 #include <ember/optim/optim.h>
+#include <ember/parallel/ddp.h>
 #include <ember/parallel/inprocess_communicator.h>
 #include <limits>
 

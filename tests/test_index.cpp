@@ -11,7 +11,7 @@ using Catch::Matchers::Contains;
 
 // ---- cat / stack ------------------------------------------------------------------------------------
 
-TEST_CASE("cat: along dim 0 and dim 1, gradients are the slices", "[shape]") {
+TEST_CASE("cat: along dim 0 and dim 1, gradients are the slices", "[index]") {
   Tensor a = f64({1, 2, 3, 4}, {2, 2}, true), b = f64({5, 6}, {1, 2}, true), c = f64({7, 8}, {2, 1}, true);
   Tensor r0 = cat({a, b}, 0);
   CHECK(r0.shape() == Shape{3, 2});
@@ -25,7 +25,7 @@ TEST_CASE("cat: along dim 0 and dim 1, gradients are the slices", "[shape]") {
   CHECK(vec(b.grad()) == std::vector<double>{5, 6});
 }
 
-TEST_CASE("cat: promotes dtypes, accepts empty pieces and strided inputs", "[shape]") {
+TEST_CASE("cat: promotes dtypes, accepts empty pieces and strided inputs", "[index]") {
   Tensor i = from_vector<int64_t>({1, 2}, {2});
   Tensor f = from_vector<float>({0.5f}, {1});
   Tensor r = cat({i, f});
@@ -36,7 +36,7 @@ TEST_CASE("cat: promotes dtypes, accepts empty pieces and strided inputs", "[sha
   CHECK(vec(cat({e, t, e}, 0)) == std::vector<double>{0, 2, 4, 1, 3, 5});
 }
 
-TEST_CASE("cat: errors name the op", "[shape]") {
+TEST_CASE("cat: errors name the op", "[index]") {
   CHECK_THAT(error_of([] { cat({}); }), Contains("cat") && Contains("non-empty"));
   CHECK_THAT(error_of([] { cat({zeros({2, 3}), zeros({2, 4})}, 0); }),
              Contains("cat") && Contains("(2, 3)") && Contains("(2, 4)"));
@@ -45,7 +45,7 @@ TEST_CASE("cat: errors name the op", "[shape]") {
   CHECK_THAT(error_of([] { cat({scalar_tensor(1), scalar_tensor(2)}); }), Contains("cat") && Contains("zero-dim"));
 }
 
-TEST_CASE("stack: new dim at the front or inside", "[shape]") {
+TEST_CASE("stack: new dim at the front or inside", "[index]") {
   Tensor a = f64({1, 2}, {2}), b = f64({3, 4}, {2});
   Tensor s0 = stack({a, b});
   CHECK(s0.shape() == Shape{2, 2});
@@ -59,7 +59,7 @@ TEST_CASE("stack: new dim at the front or inside", "[shape]") {
 
 // ---- split / chunk ----------------------------------------------------------------------------------
 
-TEST_CASE("split: by size and by sizes, pieces are views", "[shape]") {
+TEST_CASE("split: by size and by sizes, pieces are views", "[index]") {
   Tensor x = arange(7, {.dtype = DType::f64});
   std::vector<Tensor> p = split(x, 3);
   REQUIRE(p.size() == 3);
@@ -78,7 +78,7 @@ TEST_CASE("split: by size and by sizes, pieces are views", "[shape]") {
   CHECK_THAT(error_of([&] { split(x, 0); }), Contains("split") && Contains("positive"));
 }
 
-TEST_CASE("chunk: ceil-sized pieces, possibly fewer than asked", "[shape]") {
+TEST_CASE("chunk: ceil-sized pieces, possibly fewer than asked", "[index]") {
   Tensor x = arange(5, {.dtype = DType::f64});
   std::vector<Tensor> c = chunk(x, 3);
   REQUIRE(c.size() == 3);
@@ -92,7 +92,7 @@ TEST_CASE("chunk: ceil-sized pieces, possibly fewer than asked", "[shape]") {
 
 // ---- index_select / gather / scatter_add --------------------------------------------------------------
 
-TEST_CASE("index_select: values, repeated indices accumulate in backward, int32 index", "[shape]") {
+TEST_CASE("index_select: values, repeated indices accumulate in backward, int32 index", "[index]") {
   Tensor x = f64({1, 2, 3, 4, 5, 6}, {2, 3}, true);
   Tensor y = index_select(x, 1, i64({2, 0, 2}, {3}));
   CHECK(y.shape() == Shape{2, 3});
@@ -107,7 +107,7 @@ TEST_CASE("index_select: values, repeated indices accumulate in backward, int32 
   CHECK(index_select(x.detach(), 1, i64({}, {0})).shape() == Shape{2, 0});
 }
 
-TEST_CASE("index_select: errors name the op, the index and the size", "[shape]") {
+TEST_CASE("index_select: errors name the op, the index and the size", "[index]") {
   Tensor x = zeros({2, 3});
   CHECK_THAT(error_of([&] { index_select(x, 1, i64({0, 3}, {2})); }),
              Contains("index_select") && Contains("index 3") && Contains("size 3"));
@@ -118,7 +118,7 @@ TEST_CASE("index_select: errors name the op, the index and the size", "[shape]")
   CHECK_THAT(error_of([&] { index_select(x, 2, i64({0}, {1})); }), Contains("index_select"));
 }
 
-TEST_CASE("gather: PyTorch's example and its backward", "[shape]") {
+TEST_CASE("gather: PyTorch's example and its backward", "[index]") {
   // torch.gather(t=[[1,2],[3,4]], 1, [[0,0],[1,0]]) = [[1,1],[4,3]]
   Tensor x = f64({1, 2, 3, 4}, {2, 2}, true);
   Tensor y = gather(x, 1, i64({0, 0, 1, 0}, {2, 2}));
@@ -130,7 +130,7 @@ TEST_CASE("gather: PyTorch's example and its backward", "[shape]") {
   CHECK(vec(gather(x2, 0, i64({2}, {1, 1}))) == std::vector<double>{5});
 }
 
-TEST_CASE("gather: errors", "[shape]") {
+TEST_CASE("gather: errors", "[index]") {
   Tensor x = zeros({2, 3});
   CHECK_THAT(error_of([&] { gather(x, 1, i64({0, 5}, {2, 1})); }),
              Contains("gather") && Contains("index 5") && Contains("size 3"));
@@ -140,7 +140,7 @@ TEST_CASE("gather: errors", "[shape]") {
              Contains("gather") && Contains("float64"));
 }
 
-TEST_CASE("scatter_add: PyTorch's example, x gets g, src gets gather(g)", "[shape]") {
+TEST_CASE("scatter_add: PyTorch's example, x gets g, src gets gather(g)", "[index]") {
   // zeros(3, 5).scatter_add(0, [[0,1,2,0,0],[2,0,0,1,2]], ones(2, 5)): out[index[i][j]][j] += 1
   Tensor x = zeros({3, 5}, {.dtype = DType::f64, .requires_grad = true});
   Tensor src = ones({2, 5}, {.dtype = DType::f64, .requires_grad = true});
@@ -158,7 +158,7 @@ TEST_CASE("scatter_add: PyTorch's example, x gets g, src gets gather(g)", "[shap
   CHECK(vec(x.detach()) == std::vector<double>(15, 0.0));
 }
 
-TEST_CASE("scatter_add: repeated targets sum, src larger than index, integer dtype", "[shape]") {
+TEST_CASE("scatter_add: repeated targets sum, src larger than index, integer dtype", "[index]") {
   Tensor x = i64({1, 1, 1}, {3});
   Tensor y = scatter_add(x, 0, i64({2, 2, 0}, {3}), i64({10, 20, 30, 99}, {4}));
   CHECK(y.to_vector<int64_t>() == std::vector<int64_t>{31, 1, 31});
@@ -172,7 +172,7 @@ TEST_CASE("scatter_add: repeated targets sum, src larger than index, integer dty
 
 // ---- one_hot ----------------------------------------------------------------------------------------
 
-TEST_CASE("one_hot: rows, dtypes, inferred class count", "[shape]") {
+TEST_CASE("one_hot: rows, dtypes, inferred class count", "[index]") {
   Tensor h = one_hot(i64({0, 2, 1}, {3}), 3);
   CHECK(h.dtype() == DType::i64);
   CHECK(h.shape() == Shape{3, 3});
@@ -185,7 +185,7 @@ TEST_CASE("one_hot: rows, dtypes, inferred class count", "[shape]") {
   CHECK(one_hot(i64({}, {0}), 4).shape() == Shape{0, 4});
 }
 
-TEST_CASE("one_hot: errors", "[shape]") {
+TEST_CASE("one_hot: errors", "[index]") {
   CHECK_THAT(error_of([] { one_hot(i64({0, 3}, {2}), 3); }), Contains("one_hot") && Contains("label 3"));
   CHECK_THAT(error_of([] { one_hot(i64({-1}, {1}), 3); }), Contains("one_hot") && Contains("-1"));
   CHECK_THAT(error_of([] { one_hot(zeros({2}), 3); }), Contains("one_hot") && Contains("float32"));
@@ -194,7 +194,7 @@ TEST_CASE("one_hot: errors", "[shape]") {
 
 // ---- threading ----------------------------------------------------------------------------------------
 
-TEST_CASE("index ops: large scatters are exact and do not depend on the thread count", "[shape]") {
+TEST_CASE("index ops: large scatters are exact and do not depend on the thread count", "[index]") {
   // 200k sources scattered into 100 rows of 64: every target receives many contributions.
   const int64_t rows = 2000, cols = 64, targets = 100;
   std::vector<int64_t> idx(static_cast<size_t>(rows * cols));

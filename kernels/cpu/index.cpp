@@ -41,37 +41,13 @@ void for_each_line(const IterShape& shape, int dim, const std::array<const int64
   });
 }
 
-// Calls f(T{}) with T an unsigned integer type of dtype's size: gather only moves elements.
-template <typename F>
-void with_element_bytes(DType dtype, const F& f) {
-  switch (dtype_size(dtype)) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: EMBER_THROW("gather: unsupported element size for dtype ", dtype);
-  }
-}
-
-// Calls f(T{}) for the dtypes scatter_add can add.
-template <typename F>
-void with_addable(DType dtype, const F& f) {
-  switch (dtype) {
-    case DType::f32: f(float{}); break;
-    case DType::f64: f(double{}); break;
-    case DType::i32: f(int32_t{}); break;
-    case DType::i64: f(int64_t{}); break;
-    default: EMBER_THROW("scatter_add: dtype ", dtype, " is not supported (expected float32, float64, int32 or int64)");
-  }
-}
-
 }  // namespace
 
 void gather(DType dtype, const IterShape& shape, int dim, Operand out, Operand x, DType index_dtype, Operand index) {
   EMBER_DISPATCH_INDEX(index_dtype, "gather", [&] {
     using index_t = scalar_t;
-    with_element_bytes(dtype, [&](auto tag) {
-      using T = decltype(tag);
+    EMBER_DISPATCH_BYTES(dtype, "gather", [&] {
+      using T = scalar_t;
       T* o = static_cast<T*>(out.data);
       const T* xp = static_cast<const T*>(x.data);
       const index_t* ip = static_cast<const index_t*>(index.data);
@@ -90,8 +66,8 @@ void scatter_add(DType dtype, const IterShape& shape, int dim, Operand out, Oper
                  Operand index) {
   EMBER_DISPATCH_INDEX(index_dtype, "scatter_add", [&] {
     using index_t = scalar_t;
-    with_addable(dtype, [&](auto tag) {
-      using T = decltype(tag);
+    EMBER_DISPATCH_ADDABLE(dtype, "scatter_add", [&] {
+      using T = scalar_t;
       T* o = static_cast<T*>(out.data);
       const T* sp = static_cast<const T*>(src.data);
       const index_t* ip = static_cast<const index_t*>(index.data);

@@ -148,12 +148,6 @@ __global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy
 
 // ---- split reductions (Note [Split channel reductions]) ----------------------------------------
 
-// Elements [lo, hi) of a channel's count are slice `part` of `parts`.
-__device__ inline void channel_slice(int64_t count, int64_t part, int64_t parts, int64_t* lo, int64_t* hi) {
-  *lo = count * part / parts;
-  *hi = count * (part + 1) / parts;
-}
-
 // Block (c, part): sum of x (mean == null) or of (x - mean[c])^2 over its slice -> partial[c * parts + part].
 template <typename T>
 __global__ void stats_partial_kernel(BatchNormShape sh, const T* x, const acc_t<T>* mean, acc_t<T>* partial) {

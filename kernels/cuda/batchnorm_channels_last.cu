@@ -55,6 +55,7 @@
 #include "../../core/error.h"
 #include "batchnorm.h"
 #include "batchnorm_common.cuh"
+#include "block_reduce.cuh"
 #include "common.cuh"
 
 namespace ember::kernels::gpu::batchnorm_detail {

@@ -13,6 +13,12 @@ namespace ember::kernels::gpu::batchnorm_detail {
 
 constexpr int kThreads = 256;
 
+// Elements [lo, hi) of a channel's count are slice `part` of `parts`.
+__device__ inline void channel_slice(int64_t count, int64_t part, int64_t parts, int64_t* lo, int64_t* hi) {
+  *lo = count * part / parts;
+  *hi = count * (part + 1) / parts;
+}
+
 // Slices per channel: enough blocks in all to give every SM about four, but at least
 // kMinPerBlock elements per block (fewer and the partials cost more than they save).
 constexpr int64_t kMinPerBlock = int64_t{kThreads} * 16;

@@ -74,30 +74,6 @@ __global__ void one_hot_kernel(int64_t n, const I* labels, int64_t num_classes, 
   EMBER_THREAD_LOOP(i, n) out[i * num_classes + static_cast<int64_t>(labels[i])] = static_cast<T>(1.0f);
 }
 
-// Calls f(T{}) with T an unsigned integer type of dtype's size: gather only moves elements.
-template <typename F>
-void with_element_bytes(DType dtype, const F& f) {
-  switch (dtype_size(dtype)) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: EMBER_THROW("gather: unsupported element size for dtype ", dtype);
-  }
-}
-
-// Calls f(T{}) for the dtypes scatter_add can add.
-template <typename F>
-void with_addable(DType dtype, const F& f) {
-  switch (dtype) {
-    case DType::f32: f(float{}); break;
-    case DType::f64: f(double{}); break;
-    case DType::i32: f(int32_t{}); break;
-    case DType::i64: f(int64_t{}); break;
-    default: EMBER_THROW("scatter_add: dtype ", dtype, " is not supported (expected float32, float64, int32 or int64)");
-  }
-}
-
 // The indexed operand as the offset calculator sees it: stride 0 along dim.
 Operand without_dim(Operand op, int dim) {
   op.strides[dim] = 0;
@@ -109,8 +85,8 @@ Operand without_dim(Operand op, int dim) {
 void gather(DType dtype, const IterShape& shape, int dim, Operand out, Operand x, DType index_dtype, Operand index) {
   EMBER_DISPATCH_INDEX(index_dtype, "gather", [&] {
     using I = scalar_t;
-    with_element_bytes(dtype, [&](auto tag) {
-      using T = decltype(tag);
+    EMBER_DISPATCH_BYTES(dtype, "gather", [&] {
+      using T = scalar_t;
       const int64_t n = shape.numel();
       if (n == 0) return;
       const Operand ops[3] = {without_dim(x, dim), out, index};
@@ -126,8 +102,8 @@ void scatter_add(DType dtype, const IterShape& shape, int dim, Operand out, Oper
                  Operand index) {
   EMBER_DISPATCH_INDEX(index_dtype, "scatter_add", [&] {
     using I = scalar_t;
-    with_addable(dtype, [&](auto tag) {
-      using T = decltype(tag);
+    EMBER_DISPATCH_ADDABLE(dtype, "scatter_add", [&] {
+      using T = scalar_t;
       const int64_t n = shape.numel();
       if (n == 0) return;
       const Operand ops[3] = {without_dim(out, dim), src, index};

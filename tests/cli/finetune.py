@@ -24,7 +24,6 @@ scripts/install-deps.sh --test installs them; a cross-check that did not run mus
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -39,36 +38,16 @@ except ImportError as e:  # not a skip: see the docstring
     print(f"FAIL: {e.name} is not importable by {sys.executable}; run scripts/install-deps.sh --test")
     sys.exit(1)
 
-EMBER, WORK = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import Harness, perturbed_resnet18  # noqa: E402
+
+h = Harness(sys.argv)
+WORK, check, ember = h.work, h.check, h.ember
 TOLERANCE = 1e-4
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def ember(*args):
-    return subprocess.run([EMBER, *args], capture_output=True, text=True)
-
-
-shutil.rmtree(WORK, ignore_errors=True)
-os.makedirs(WORK)
 
 # ---- 1. parity -------------------------------------------------------------------------------
-torch.manual_seed(20260101)
-model = torchvision.models.resnet18(weights=None)
-with torch.no_grad():
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.3, 0.3)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.uniform_(0.6, 1.4)
-            m.bias.uniform_(-0.2, 0.2)
-            m.num_batches_tracked.fill_(12345)
+model = perturbed_resnet18(torch, torchvision, 20260101, batches_tracked=12345)
 model.eval()
 state = model.state_dict()
 weights = f"{WORK}/resnet18.safetensors"
@@ -208,7 +187,4 @@ if r.returncode == 0:
     check(lrs[0] is not None and lrs[1] is not None and abs(lrs[0] - 0.005) < 1e-12 and abs(lrs[1] - 0.05) < 1e-12,
           f"--backbone-lr-scale 0.1: the saved param groups' lrs are {lrs} (backbone 0.005, classifier 0.05)")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("all checks passed")
+h.finish()

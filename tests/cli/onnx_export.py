@@ -23,7 +23,6 @@ scripts/install-deps.sh --test installs them; a cross-check that did not run mus
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -40,24 +39,13 @@ except ImportError as e:  # not a skip: see the docstring
     print(f"FAIL: {e.name} is not importable by {sys.executable}; run scripts/install-deps.sh --test")
     sys.exit(1)
 
-EMBER, WORK = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import Harness, perturbed_resnet18  # noqa: E402
+
+h = Harness(sys.argv)
+WORK, check, ember = h.work, h.check, h.ember
 TOLERANCE = 1e-4
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def ember(*args):
-    return subprocess.run([EMBER, *args], capture_output=True, text=True)
-
-
-shutil.rmtree(WORK, ignore_errors=True)
-os.makedirs(WORK)
 tree = f"{WORK}/tiny"
 subprocess.run([sys.executable, f"{HERE}/make_data.py", "folder", tree, "3"], check=True)
 # A few real RGB JPEGs of other sizes besides the tree's 16x16 grayscale PNGs.
@@ -72,15 +60,7 @@ images = sorted(f"{tree}/class{c}/{i}.png" for c in range(3) for i in range(2)) 
 
 # A torchvision ResNet-18 state_dict with BatchNorm statistics far from their defaults, exported
 # with --model (the trained runs' statistics are still close to 0 and 1).
-torch.manual_seed(11)
-tv = torchvision.models.resnet18(weights=None, num_classes=5)
-with torch.no_grad():
-    for m in tv.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.3, 0.3)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.uniform_(0.6, 1.4)
-            m.bias.uniform_(-0.2, 0.2)
+tv = perturbed_resnet18(torch, torchvision, 11, num_classes=5)
 torchvision_weights = f"{WORK}/torchvision-resnet18.safetensors"
 save_file(tv.state_dict(), torchvision_weights)
 
@@ -165,7 +145,4 @@ check(not os.path.exists(out), "an unknown model writes no .onnx")
 leftovers = [f for f in os.listdir(WORK) if ".tmp-" in f]
 check(leftovers == [], f"no temporary files left in the output directory: {leftovers}")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("all checks passed")
+h.finish()

@@ -1,8 +1,8 @@
 #pragma once
 // What the cuDNN tests share (test_cudnn.cpp, test_cudnn_16bit.cpp, test_cudnn_16bit_pool.cpp): the
-// dtype of a test type, downloads that check the guard bytes, the text of an ember error, pooling
-// geometries, 16-bit data and the bound of a float sum rounded once to 16 bits, the emulator's
-// cuDNN call counters, and a set of cuDNN objects for the tests that call cuDNN directly.
+// text of an ember error, pooling geometries, 16-bit data and the bound of a float sum rounded
+// once to 16 bits, the emulator's cuDNN call counters, and a set of cuDNN objects for the tests
+// that call cuDNN directly.
 
 #include <cudnn.h>
 #include <ember/ember.h>
@@ -24,17 +24,6 @@
 #endif
 
 namespace ember::testing::cudnn_fixture {
-
-template <typename T>
-DType dtype_of() {
-  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
-}
-
-template <typename T>
-std::vector<T> checked(const DeviceBuffer<T>& b) {
-  b.check_guards();
-  return b.download();
-}
 
 inline std::string error_of(const std::function<void()>& f) {
   try {

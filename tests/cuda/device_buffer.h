@@ -130,4 +130,11 @@ double nmse(const std::vector<T>& got, const std::vector<T>& want) {
   return den == 0 ? num : num / den;
 }
 
+// The buffer's contents, after checking that nothing was written outside them.
+template <typename T>
+std::vector<T> checked(const DeviceBuffer<T>& b) {
+  b.check_guards();
+  return b.download();
+}
+
 }  // namespace ember::testing

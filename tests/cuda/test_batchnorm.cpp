@@ -32,23 +32,12 @@ using ember::testing::DeviceBuffer;
 using ember::testing::random_vector;
 
 template <typename T>
-DType dtype_of() {
-  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
-}
-
-template <typename T>
 double sum_rtol() {
   return std::is_same_v<T, float> ? static_cast<double>(std::numeric_limits<float>::epsilon()) : 1e-12;
 }
 template <typename T>
 double sum_atol() {
   return std::is_same_v<T, float> ? 1e-6 : 1e-12;
-}
-
-template <typename T>
-std::vector<T> checked(const DeviceBuffer<T>& b) {
-  b.check_guards();
-  return b.download();
 }
 
 const BatchNormShape kShapes[] = {
@@ -117,7 +106,7 @@ void require_backward_f32(const BatchNormShape& sh, const Inputs<float>& in, boo
 TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (two-pass mean and biased variance)", "[cuda][batchnorm]",
                    float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   uint64_t seed = 1;
   for (const BatchNormShape& sh : kShapes) {
     INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s);
@@ -134,7 +123,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (two-pass mean and bia
 TEMPLATE_TEST_CASE("cuda batch_norm_apply matches the CPU, with and without affine parameters", "[cuda][batchnorm]",
                    float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   const double eps = std::numeric_limits<T>::epsilon();
   uint64_t seed = 100;
   for (const BatchNormShape& sh : kShapes) {
@@ -158,7 +147,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_apply matches the CPU, with and without affi
 TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval, any outputs null)",
                    "[cuda][batchnorm]", float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   uint64_t seed = 200;
   for (const BatchNormShape& sh : kShapes) {
     const Inputs<T> in(sh, seed += 10);
@@ -195,7 +184,7 @@ TEMPLATE_TEST_CASE("cuda batch_norm_backward matches the CPU (training and eval,
 TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel, and empty shapes", "[cuda][batchnorm]", float,
                    double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   const BatchNormShape sh{3, 4, 5};
   Inputs<T> in(sh, 7);
   in.x[static_cast<size_t>((1 * sh.c + 2) * sh.s + 3)] = std::numeric_limits<T>::quiet_NaN();  // channel 2

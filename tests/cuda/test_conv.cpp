@@ -30,11 +30,6 @@ std::vector<T> download(const DeviceBuffer<T>& b) {
   return b.download();
 }
 
-template <typename T>
-DType dtype_of() {
-  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
-}
-
 }  // namespace
 
 TEMPLATE_TEST_CASE("cuda im2col and col2im equal the CPU's bit for bit", "[cuda][conv]", float, double) {
@@ -63,7 +58,7 @@ TEMPLATE_TEST_CASE("cuda im2col and col2im equal the CPU's bit for bit", "[cuda]
 
 TEMPLATE_TEST_CASE("cuda conv2d forward and backward match the direct references", "[cuda][conv]", float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   uint64_t seed = 10;
   for (const ConvCase& nm : conv_cases()) {
     INFO(nm.name);

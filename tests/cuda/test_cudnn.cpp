@@ -57,7 +57,7 @@ using namespace ember::testing::cudnn_fixture;
 // direct references.
 template <typename T>
 void check_conv(const Conv2dGeometry& g, uint64_t seed) {
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   const int64_t cin_g = g.c_in / g.groups, cout_g = g.c_out / g.groups, ohw = g.out_h * g.out_w;
   const size_t xn = static_cast<size_t>(g.n * g.c_in * g.h * g.w),
                wn = static_cast<size_t>(g.c_out * cin_g * g.kh * g.kw);
@@ -278,7 +278,7 @@ TEST_CASE("cudnn: when the workspace cannot grow, the next algorithm that needs 
 TEMPLATE_TEST_CASE("cudnn pooling equals the CPU kernels (max and average, both paddings)", "[cuda][cudnn]", float,
                    double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   // Exact on the emulator; a few ulps of cuDNN's own rounding on a GPU, of the result and of the
   // inputs' magnitude (at most 1 here; Note [Bits on a real GPU]).
   const double cudnn_rtol = ember::testing::kCudnnUlps * std::numeric_limits<T>::epsilon();
@@ -347,7 +347,7 @@ TEMPLATE_TEST_CASE("cudnn pooling equals the CPU kernels (max and average, both 
 
 TEMPLATE_TEST_CASE("cudnn activations equal the CPU kernels (ReLU, sigmoid, tanh)", "[cuda][cudnn]", float, double) {
   using T = TestType;
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   // Exact on the emulator; a few ulps of cuDNN's own exp and rounding on a GPU, relative to the
   // values (about 1) and to the result (Note [Bits on a real GPU]).
   const double cudnn_rtol = ember::testing::kCudnnUlps * std::numeric_limits<T>::epsilon();

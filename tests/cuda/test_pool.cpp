@@ -51,21 +51,10 @@ const std::vector<Spec>& specs() {
   return all;
 }
 
-template <typename T>
-DType dtype_of() {
-  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
-}
-
-template <typename T>
-std::vector<T> checked(const DeviceBuffer<T>& b) {
-  b.check_guards();
-  return b.download();
-}
-
 // Max pooling with indices of type I (int64, or int32 as max_pool2d keeps them).
 template <typename T, typename I>
 void run_max_indexed(const Pool2dGeometry& g, const std::vector<T>& x, uint64_t seed) {
-  const DType dt = dtype_of<T>(), it = std::is_same_v<I, int32_t> ? DType::i32 : DType::i64;
+  const DType dt = ember::dtype_of<T>::value, it = std::is_same_v<I, int32_t> ? DType::i32 : DType::i64;
   INFO("indices " << it);
   const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w), out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
   DeviceBuffer<T> dx(x), dout(out_n), dgo(random_vector<T>(out_n, seed)), dgi(in_n);
@@ -93,8 +82,8 @@ void run_max(const Pool2dGeometry& g, const std::vector<T>& x, uint64_t seed) {
   std::vector<T> out(out_n);
   std::vector<int64_t> i64(out_n);
   std::vector<int32_t> i32(out_n);
-  ember::kernels::cpu::max_pool2d_forward(dtype_of<T>(), DType::i64, g, x.data(), out.data(), i64.data());
-  ember::kernels::cpu::max_pool2d_forward(dtype_of<T>(), DType::i32, g, x.data(), out.data(), i32.data());
+  ember::kernels::cpu::max_pool2d_forward(ember::dtype_of<T>::value, DType::i64, g, x.data(), out.data(), i64.data());
+  ember::kernels::cpu::max_pool2d_forward(ember::dtype_of<T>::value, DType::i32, g, x.data(), out.data(), i32.data());
   REQUIRE(std::vector<int64_t>(i32.begin(), i32.end()) == i64);
 }
 
@@ -110,7 +99,7 @@ double avg_forward_tol(int64_t window) {
 
 template <typename T>
 void run_avg(const Pool2dGeometry& g, bool include_pad, const std::vector<T>& x, uint64_t seed) {
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   const size_t in_n = static_cast<size_t>(g.planes * g.in_h * g.in_w), out_n = static_cast<size_t>(g.planes * g.out_h * g.out_w);
   const std::vector<T> go = random_vector<T>(out_n, seed);
   DeviceBuffer<T> dx(x), dout(out_n), dgo(go), dgi(in_n);
@@ -126,7 +115,7 @@ void run_avg(const Pool2dGeometry& g, bool include_pad, const std::vector<T>& x,
 
 template <typename T>
 void run_adaptive(int64_t planes, int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, uint64_t seed) {
-  const DType dt = dtype_of<T>();
+  const DType dt = ember::dtype_of<T>::value;
   Pool2dGeometry g;
   g.planes = planes, g.in_h = in_h, g.in_w = in_w, g.out_h = out_h, g.out_w = out_w;
   const size_t in_n = static_cast<size_t>(planes * in_h * in_w), out_n = static_cast<size_t>(planes * out_h * out_w);

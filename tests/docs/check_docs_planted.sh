@@ -2,8 +2,10 @@
 # scripts/check-docs.sh must fail, naming the place, on each kind of defect it exists to catch.
 # A copy of the repository (its tracked and untracked-not-ignored files) passes; then one defect
 # at a time is planted in a fresh copy — a Note referenced but never defined, a Note defined twice,
-# a dead path in docs/, a dead path in a comment, a dead Markdown link, a stale plan — and the
-# script must exit 1 with the expected message.
+# a dead path in docs/, a dead path in a comment, a dead Markdown link, a stale plan; and for the
+# layering (scripts/check_layering.py) a kernel that includes a Tensor header, optim/ including
+# parallel/, an include of apps/, a file over the file budget, a function over the function
+# budget — and the script must exit 1 with the expected message.
 #   tests/docs/check_docs_planted.sh SOURCE_DIR
 set -u
 src=$(cd "${1:?usage: check_docs_planted.sh SOURCE_DIR}" && pwd)
@@ -21,8 +23,10 @@ fresh_copy() {  # -> $work/tree, a copy of the repository without .git
   fi
 }
 
+cases=0
 expect() {  # expect NAME STATUS PATTERN: run the checker on the copy
   local name=$1 status=$2 pattern=$3 out rc
+  cases=$((cases + 1))
   out=$("$src/scripts/check-docs.sh" "$work/tree" 2>&1); rc=$?
   if [ "$rc" -ne "$status" ] || ! grep -qE -- "$pattern" <<<"$out"; then
     echo "FAIL: $name: exit $rc (want $status), output lacks /$pattern/:"
@@ -72,5 +76,26 @@ fresh_copy
 echo "# The loader will implement prefetching." >>"$work/tree/scripts/install-deps.sh"
 expect "stale phrase (will implement)" 1 "^scripts/install-deps.sh:[0-9]+: stale plan 'will implement'"
 
-echo "$((10 - failures)) passed, $failures failed"
+fresh_copy
+echo '#include "../../core/tensor.h"' >>"$work/tree/kernels/cpu/softmax.cpp"
+expect "layering: a kernel includes a Tensor header" 1 \
+  "^kernels/cpu/softmax.cpp:[0-9]+: includes core/tensor.h \(a Tensor header\), which \`kernels/cpu/\*\*\` may not"
+
+fresh_copy
+echo '#include "../parallel/communicator.h"' >>"$work/tree/optim/sgd.cpp"
+expect "layering: optim/ includes parallel/" 1 "^optim/sgd.cpp:[0-9]+: includes parallel/communicator.h, which"
+
+fresh_copy
+echo '#include "../apps/ember/info_command.h"' >>"$work/tree/train/report.cpp"
+expect "layering: something includes apps/" 1 "^train/report.cpp:[0-9]+: includes apps/ember/info_command.h, which"
+
+fresh_copy
+{ echo "void planted_long_function() {"; for i in $(seq 1 130); do echo "  (void)$i;"; done; echo "}"; } >>"$work/tree/io/fault.cpp"
+expect "function budget" 1 "^io/fault.cpp:[0-9]+: planted_long_function is 132 lines, over the function budget of 120"
+
+fresh_copy
+for i in $(seq 1 820); do echo "// planted line $i"; done >>"$work/tree/layers/init.cpp"
+expect "file budget" 1 "^layers/init.cpp:1: [0-9]+ lines, over the file budget of 800"
+
+echo "$((cases - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -1,0 +1,56 @@
+"""What the Python CLI tests share (tests/cli/*.py): the ember binary and a fresh work directory
+from the command line, counted checks and the exit status they make, running ember, and
+torchvision's ResNet-18 with its BatchNorm layers moved away from their defaults (so that a
+wrong running statistic or affine parameter shows in the logits).
+
+    from harness import Harness
+    h = Harness(sys.argv)          # argv: script, ember binary, work dir (emptied)
+    r = h.ember("predict", ...)    # subprocess.CompletedProcess, text output captured
+    h.check(r.returncode == 0, "what was checked")
+    h.finish()                     # exit 1 if any check failed, else 0
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+
+class Harness:
+    def __init__(self, argv):
+        self.binary, self.work = argv[1], argv[2]
+        self.failures = []
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+
+    def check(self, ok, what):
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            self.failures.append(what)
+
+    def ember(self, *args):
+        return subprocess.run([self.binary, *args], capture_output=True, text=True)
+
+    def finish(self):
+        if self.failures:
+            print(f"{len(self.failures)} check(s) failed")
+            sys.exit(1)
+        print("all checks passed")
+        sys.exit(0)
+
+
+def perturbed_resnet18(torch, torchvision, seed, num_classes=1000, batches_tracked=None):
+    """torchvision's resnet18 (no pretrained weights) seeded with `seed`, its BatchNorm running
+    statistics and affine parameters drawn away from 0 and 1; num_batches_tracked set when given."""
+    torch.manual_seed(seed)
+    model = torchvision.models.resnet18(weights=None, num_classes=num_classes)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.3, 0.3)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.6, 1.4)
+                m.bias.uniform_(-0.2, 0.2)
+                if batches_tracked is not None:
+                    m.num_batches_tracked.fill_(batches_tracked)
+    return model
