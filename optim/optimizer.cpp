@@ -138,19 +138,18 @@ void Optimizer::step_unless_found_inf(const Tensor& found_inf) {
     skipped_steps_ = cuda::replay_input(device.index, [&] { return zeros({1}, {.dtype = DType::f64}).to(device); });
   // Inside the graph (Note [Steps cancelled on the device]).
   skipped_steps_.add_(ne(found_inf, 0.0).to(DType::f64));
-  const Tensor flag = skip_flag_.defined() ? maximum(skip_flag_, found_inf.reshape({1})) : found_inf;
-  const Tensor kept = skip_flag_;
-  skip_flag_ = flag;
+  // For this step only: the update's flag is the skip flag or found_inf, and Adam counts skips.
+  struct Restore {
+    Optimizer& opt;
+    Tensor kept;
+    ~Restore() {
+      opt.skip_flag_ = std::move(kept);
+      opt.counting_skips_ = false;
+    }
+  } restore{*this, skip_flag_};
+  skip_flag_ = skip_flag_.defined() ? maximum(skip_flag_, found_inf.reshape({1})) : found_inf;
   counting_skips_ = true;
-  try {
-    step();
-  } catch (...) {
-    skip_flag_ = kept;
-    counting_skips_ = false;
-    throw;
-  }
-  skip_flag_ = kept;
-  counting_skips_ = false;
+  step();
 #endif
 }
 

@@ -65,12 +65,15 @@ struct OptimizerState {
 // make_adam_coeffs computes the bias corrections 1 - beta^t with pow in double. On the emulator
 // the device code is the host's code, so a replayed run's weights, moments and step counts equal
 // the eager run's bit for bit (tests/cli/train_cuda_graphs.sh, tests/cuda/test_graph_step.cpp).
-// On a GPU, CUDA's double pow is accurate to 2 units in the last place where glibc's is correctly
-// rounded in practice: a bias correction may differ in the last bit of a double, which moves the
-// float32 coefficients only when the double lies within that distance of a float32 rounding
-// boundary (about one step in 2^28), and then by one float32 unit — a relative change of 6e-8 in
-// one step's size, far below what the float16 gradients themselves carry. Steps without loss
-// scaling keep the host's coefficients (upload_adam_coeffs), bit for bit on any device.
+// On a GPU, CUDA's double pow is accurate to 2 units in the last place, where glibc's is correctly
+// rounded in practice: a bias correction 1 - beta^t may differ from the host's in its last bits.
+// The coefficients the kernels use are rounded to float32 (29 bits fewer), so they change only
+// when that double lies within a few units of a float32 rounding boundary — a chance of the order
+// of 2^-26 per coefficient and step — and then by one float32 unit: a relative change of 6e-8 in
+// one step's size, far below the rounding the float16 forward and backward passes carry, so the
+// run trains the same; only bit-for-bit equality with the eager run is lost, from that step on.
+// Steps without loss scaling keep the host's coefficients (upload_adam_coeffs), bit for bit on any
+// device.
 class Optimizer {
  public:
   // A group as the optimizer holds it: overrides resolved against the defaults.

@@ -280,6 +280,23 @@ struct UnscaleRef {
   int64_t n;
 };
 
+// The records and jobs of a list of gradients (those with n == 0 left out) for a multi-tensor
+// launch; `op` names the caller in errors.
+template <typename T>
+struct GradList {
+  std::vector<UnscaleRef<T>> refs;
+  std::vector<Job> jobs;
+  GradList(const UnscaleTensor* tensors, int64_t count, const char* op) {
+    for (int64_t i = 0; i < count; ++i) {
+      EMBER_CHECK(tensors[i].n >= 0, op, ": tensor ", i, " has n = ", tensors[i].n);
+      if (tensors[i].n == 0) continue;
+      add_jobs<UnscaleRef<T>>(jobs, static_cast<int64_t>(refs.size()), tensors[i].n);
+      refs.push_back({static_cast<T*>(tensors[i].grad), tensors[i].n});
+    }
+    EMBER_CHECK(jobs.size() <= 2147483647u, op, ": too many chunks for one grid");
+  }
+};
+
 // Block b unscales chunk b of the list (Note [Multi-tensor apply]); a thread that met an inf or
 // NaN raises the flag. Every writer writes the same 1, but through atomicExch, so that no two
 // plain stores race (the emulator runs blocks on several threads).
@@ -525,19 +542,11 @@ void scale_grads(DType dtype, const UnscaleTensor* tensors, int64_t count, const
   EMBER_CHECK(count >= 0 && (count == 0 || tensors != nullptr) && coef != nullptr, "scale_grads: bad arguments");
   EMBER_DISPATCH_FLOAT(dtype, "scale_grads", [&] {
     using T = scalar_t;
-    std::vector<UnscaleRef<T>> refs;
-    std::vector<Job> jobs;
-    for (int64_t i = 0; i < count; ++i) {
-      EMBER_CHECK(tensors[i].n >= 0, "scale_grads: tensor ", i, " has n = ", tensors[i].n);
-      if (tensors[i].n == 0) continue;
-      add_jobs<UnscaleRef<T>>(jobs, static_cast<int64_t>(refs.size()), tensors[i].n);
-      refs.push_back({static_cast<T*>(tensors[i].grad), tensors[i].n});
-    }
-    if (jobs.empty()) return;
-    EMBER_CHECK(jobs.size() <= 2147483647u, "scale_grads: too many chunks for one grid");
-    const MultiLaunch<UnscaleRef<T>> ml(refs, jobs);
+    const GradList<T> list(tensors, count, "scale_grads");
+    if (list.jobs.empty()) return;
+    const MultiLaunch<UnscaleRef<T>> ml(list.refs, list.jobs);
     EMBER_LAUNCH_FLAT((scale_multi_kernel<T>), static_cast<unsigned>(ml.jobs), kThreads, cuda::current_stream(),
-                      ml.refs(), ml.job_table(refs.size()), coef);
+                      ml.refs(), ml.job_table(list.refs.size()), coef);
     cuda::check_launch("scale_grads");
   });
 }
@@ -549,19 +558,11 @@ void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int
               "are required");
   EMBER_DISPATCH_FLOAT(dtype, "non_finite_check_and_unscale", [&] {
     using T = scalar_t;
-    std::vector<UnscaleRef<T>> refs;
-    std::vector<Job> jobs;
-    for (int64_t i = 0; i < count; ++i) {
-      EMBER_CHECK(tensors[i].n >= 0, "non_finite_check_and_unscale: tensor ", i, " has n = ", tensors[i].n);
-      if (tensors[i].n == 0) continue;
-      add_jobs<UnscaleRef<T>>(jobs, static_cast<int64_t>(refs.size()), tensors[i].n);
-      refs.push_back({static_cast<T*>(tensors[i].grad), tensors[i].n});
-    }
-    if (jobs.empty()) return;
-    EMBER_CHECK(jobs.size() <= 2147483647u, "non_finite_check_and_unscale: too many chunks for one grid");
-    const MultiLaunch<UnscaleRef<T>> ml(refs, jobs);
+    const GradList<T> list(tensors, count, "non_finite_check_and_unscale");
+    if (list.jobs.empty()) return;
+    const MultiLaunch<UnscaleRef<T>> ml(list.refs, list.jobs);
     EMBER_LAUNCH_FLAT((unscale_multi_kernel<T>), static_cast<unsigned>(ml.jobs), kThreads, cuda::current_stream(),
-                      ml.refs(), ml.job_table(refs.size()), found_inf, inv_scale);
+                      ml.refs(), ml.job_table(list.refs.size()), found_inf, inv_scale);
     cuda::check_launch("non_finite_check_and_unscale");
   });
 }
