@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -13,6 +14,9 @@
 
 #include <ember/ember.h>
 #include <ember/core/cuda/graph.h>
+#include <ember/train/graph_step.h>
+#include <ember/train/step_guard.h>
+#include <ember/train/train_step.h>
 
 using namespace ember;
 
@@ -310,6 +314,78 @@ TEST_CASE("cuda graph: loss scaling outside a capture, or before its state exist
   CHECK_THROWS_WITH(graph.capture([&] { (void)scaled_step(*model, opt, scaler, x, y, 0.0); }),
                     Catch::Contains("scale a loss eagerly before capturing"));
   CHECK_FALSE(cuda::is_capturing());
+}
+
+namespace {
+
+std::vector<Tensor> parameters_on(nn::Module& model, Device d) {
+  model.to(d);
+  return model.parameters();
+}
+
+// ember train's step (train::TrainStep) with fp16 autocast, loss scaling and clipping, its objects
+// owned here.
+struct TrainerStep {
+  std::shared_ptr<nn::Sequential> model = small_cnn(7);
+  nn::CrossEntropyLoss criterion;
+  optim::Adam opt;
+  optim::GradScaler scaler;
+  train::StepGuard guard;
+  train::TrainStep step;
+  // S starts above what the first steps' float16 gradients can hold: they overflow and are skipped.
+  explicit TrainerStep(Device d)
+      : opt(parameters_on(*model, d), {.lr = 1e-2}),
+        scaler({.init_scale = 1048576.0, .growth_interval = 2}),
+        guard(d),
+        step({.model = model.get(), .criterion = &criterion, .optimizer = &opt, .scaler = &scaler, .guard = &guard,
+              .amp = DType::f16, .device = d, .clip_grad_norm = 1.0}) {
+    opt.set_skip_flag(guard.flag());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda graph: TrainStep eagerly and through GraphedStep gives the same run; the warm-up waits for an update",
+          "[cuda][graphs][amp]") {
+  const Device d = Device::cuda(0);
+  std::vector<Batch> data = batches(12, 6);
+  data.push_back(batches(1, 4)[0]);  // the epoch's last, partial batch: eager after the replays
+  TrainerStep eager(d), graphed(d);
+  std::vector<double> eager_scales, graphed_scales;
+  std::vector<bool> stepped;
+  for (size_t s = 0; s < data.size(); ++s) {
+    const auto out = eager.step.run(data[s].images.to(d), data[s].labels.to(d), train::StepMode::eager,
+                                    static_cast<int64_t>(s) + 1);
+    stepped.push_back(out.stepped);
+    eager_scales.push_back(eager.scaler.get_scale());
+  }
+  train::GraphedStep graph_step(d, 10, graphed.step);
+  int64_t captured_at = -1;
+  for (size_t s = 0; s < data.size(); ++s) {
+    const Tensor& x = data[s].images;
+    const Tensor& y = data[s].labels;
+    if (graph_step.replays(x, y)) {
+      if (captured_at < 0) captured_at = static_cast<int64_t>(s);
+      graph_step.run(x, y);
+    } else {
+      const auto out = graphed.step.run(x.to(d), y.to(d), train::StepMode::eager, static_cast<int64_t>(s) + 1);
+      if (out.stepped && x.size(0) == 6) graph_step.eager_step_done(x, y);
+    }
+    graphed_scales.push_back(graphed.scaler.get_scale());
+  }
+  // The first steps overflowed; the batch after the first one that updated was captured.
+  REQUIRE_FALSE(stepped[0]);
+  const auto first_update = std::find(stepped.begin(), stepped.end(), true) - stepped.begin();
+  CHECK(captured_at == first_update + 1);
+  CHECK(graph_step.node_count() > 20);
+  CHECK(graphed_scales == eager_scales);
+  CHECK(weights(*graphed.model) == weights(*eager.model));
+  const optim::OptimizerState a = graphed.opt.state_dict(), b = eager.opt.state_dict();
+  CHECK(a.scalars == b.scalars);
+  for (size_t i = 0; i < a.tensors.size(); ++i) CHECK(a.tensors[i].second.to_vector<float>() == b.tensors[i].second.to_vector<float>());
+  const train::StepGuard::Totals ga = graphed.guard.read(), gb = eager.guard.read();
+  CHECK(ga.loss_sum == gb.loss_sum);
+  CHECK(ga.correct == gb.correct);
 }
 
 TEST_CASE("cuda graph: memory of the capture stays with the graph", "[cuda][graphs]") {
