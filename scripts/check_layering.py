@@ -23,7 +23,7 @@ Exit status 0 when every rule holds, 1 otherwise.
 
 from __future__ import annotations
 
-import fnmatch
+import bisect
 import os
 import re
 import subprocess
@@ -197,115 +197,85 @@ def check_includes(root: Path, files: list[str], rules: list[Rule]) -> list[str]
     return errors
 
 
+# What strip_code blanks out, in the order a scanner meets them: raw strings, comments, string and
+# character literals (a digit separator, 1'000, is not one), and preprocessor lines with their
+# continuations.
+_NOISE = re.compile(
+    r'R"(?P<delim>[^()\\ ]{0,16})\((?:.|\n)*?\)(?P=delim)"'
+    r"|//[^\n]*"
+    r"|/\*(?:.|\n)*?\*/"
+    r'|"(?:\\.|[^"\\\n])*"'
+    r"|(?<![\w'])'(?:\\.|[^'\\\n])+'"
+    r"|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*",
+    re.M,
+)
+
+
 def strip_code(text: str) -> str:
     """The text with comments, string and character literals and preprocessor lines blanked out
     (newlines kept, so that line numbers stay right)."""
-    out = []
-    i, n = 0, len(text)
-    line_start = True
-    while i < n:
-        c = text[i]
-        if line_start and c in " \t":
-            out.append(c)
-            i += 1
-            continue
-        if line_start and c == "#":  # a preprocessor line, with its continuations
-            while i < n and text[i] != "\n":
-                if text[i] == "\\" and i + 1 < n and text[i + 1] == "\n":
-                    out.append("\n")
-                    i += 2
-                    continue
-                i += 1
-            continue
-        line_start = False
-        if text.startswith("//", i):
-            while i < n and text[i] != "\n":
-                i += 1
-            continue
-        if text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-            continue
-        m = re.match(r'R"([^()\\ ]{0,16})\(', text[i:i + 20]) if c == "R" and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")) else None
-        if m:
-            end = text.find(")" + m.group(1) + '"', i)
-            end = n if end < 0 else end + len(m.group(1)) + 2
-            out.append('""' + "\n" * text.count("\n", i, end))
-            i = end
-            continue
-        if c in "\"'":
-            if c == "'" and i > 0 and (text[i - 1].isalnum()) and i + 1 < n and text[i + 1].isalnum():
-                out.append(" ")  # a digit separator: 1'000'000
-                i += 1
-                continue
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append(c + c)
-            i = j + 1
-            continue
-        if c == "\n":
-            line_start = True
-        out.append(c)
-        i += 1
-    return "".join(out)
+    def blank(m: re.Match) -> str:
+        token = m.group(0)
+        kept = '""' if token[0] == '"' or token.startswith('R"') else "''" if token[0] == "'" else ""
+        return kept + "\n" * token.count("\n")
+
+    return _NOISE.sub(blank, text)
 
 
 SCOPE_KEYWORDS = re.compile(r"\b(namespace|extern\s*\"\")")
 CLASS_KEYWORDS = re.compile(r"^(?:template\s*<.*>\s*)?(?:class|struct|union)\b", re.S)
 ENUM_KEYWORD = re.compile(r"\benum\b")
+_BRACES = re.compile(r"[{};]")
 
 
 def functions(text: str):
     """(name, first line, last line) of each function defined at namespace or class scope."""
     code = strip_code(text)
-    stack: list[str] = []  # "ns", "class", "function", "other"
+    newlines = [m.start() for m in re.finditer("\n", code)]
+
+    def line_of(pos: int) -> int:
+        return bisect.bisect_left(newlines, pos) + 1
+
+    stack: list[str] = []  # "ns", "class", "function", "init", "other"
     header_start = 0       # where the text before the next `{` at this level begins
     func_start: list[tuple[int, str]] = []
     result = []
-    i = 0
-    line = 1
-    line_at = []
-    for ch in code:
-        line_at.append(line)
-        if ch == "\n":
-            line += 1
-    while i < len(code):
-        c = code[i]
-        if c == "{":
-            scope = stack[-1] if stack else "ns"
-            header = code[header_start:i].strip()
-            kind = "other"
-            if scope in ("ns", "class"):
-                if SCOPE_KEYWORDS.search(header) and "(" not in header:
-                    kind = "ns"
-                elif CLASS_KEYWORDS.search(header) and not ENUM_KEYWORD.search(header) and "(" not in header.split("{")[0].split(":")[0]:
-                    kind = "class"
-                elif "(" in header and ")" in header and not re.search(r"=\s*(\[|[\w:<>]+\s*\{)", header) \
-                        and not re.search(r"\)\s*(?:noexcept\s*)?:\s*[^{}]*\w$", header):
-                    kind = "function"
-                elif re.search(r"\)\s*(?:noexcept\s*)?:", header) and re.search(r"\w$", header):
-                    kind = "init"  # a brace initializer in a constructor's member list
-            stack.append(kind)
-            if kind == "function":
-                first = header_start + (len(code[header_start:i]) - len(code[header_start:i].lstrip()))
-                name = re.findall(r"([~\w:]+(?:operator\s*[^\s(]+)?)\s*\(", header)
-                func_start.append((line_at[first], name[0] if name else "?"))
-            if kind != "init":
+    for m in _BRACES.finditer(code):
+        i, c = m.start(), m.group(0)
+        if c == ";":
+            if not stack or stack[-1] in ("ns", "class"):
                 header_start = i + 1
-        elif c == "}":
+            continue
+        if c == "}":
             kind = stack.pop() if stack else "other"
             if kind == "function" and func_start:
                 start, name = func_start.pop()
-                result.append((name, start, line_at[i]))
+                result.append((name, start, line_of(i)))
             if kind != "init":
                 header_start = i + 1
-        elif c == ";":
-            if not stack or stack[-1] in ("ns", "class"):
-                header_start = i + 1
-        i += 1
+            continue
+        scope = stack[-1] if stack else "ns"
+        header = code[header_start:i].strip()
+        kind = "other"
+        if scope in ("ns", "class"):
+            if SCOPE_KEYWORDS.search(header) and "(" not in header:
+                kind = "ns"
+            elif CLASS_KEYWORDS.search(header) and not ENUM_KEYWORD.search(header) \
+                    and "(" not in header.split(":")[0]:
+                kind = "class"
+            elif "(" in header and ")" in header and not re.search(r"=\s*(\[|[\w:<>]+\s*\{)", header) \
+                    and not re.search(r"\)\s*(?:noexcept\s*)?:\s*[^{}]*\w$", header):
+                kind = "function"
+            elif re.search(r"\)\s*(?:noexcept\s*)?:", header) and re.search(r"\w$", header):
+                kind = "init"  # a brace initializer in a constructor's member list
+        stack.append(kind)
+        if kind == "function":
+            raw = code[header_start:i]
+            first = header_start + (len(raw) - len(raw.lstrip()))
+            name = re.findall(r"([~\w:]+(?:operator\s*[^\s(]+)?)\s*\(", header)
+            func_start.append((line_of(first), name[0] if name else "?"))
+        if kind != "init":
+            header_start = i + 1
     return result
 
 

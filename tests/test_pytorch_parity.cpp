@@ -3,6 +3,7 @@
 // computed independently with PyTorch 1.13 by tests/data/make_pytorch_reference.py and checked in.
 
 #include <catch2/catch.hpp>
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +17,7 @@ namespace fs = std::filesystem;
 
 TEST_CASE("parity: 5 Adam steps from PyTorch's weights match PyTorch's result", "[train][parity]") {
   const std::string dir = EMBER_TEST_DATA_DIR;
-  const fs::path out = fs::temp_directory_path() / "ember_parity";
+  const fs::path out = fs::temp_directory_path() / ("ember_parity_" + std::to_string(::getpid()));
   fs::remove_all(out);
   fs::create_directories(out);
   train::TrainConfig c;

@@ -2,6 +2,7 @@
 // exact resume, eval/predict, and bad input.
 
 #include <catch2/catch.hpp>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,7 +20,7 @@ namespace {
 // A 10-class dataset of 28x28 images: class c is a bright 6x6 square at a class-specific place
 // plus noise, so a CNN learns it in a few steps. Written as real (gzipped) IDX files.
 fs::path make_dataset(const std::string& name, int64_t n_train = 320, int64_t n_test = 80) {
-  const fs::path dir = fs::temp_directory_path() / ("ember_train_test_" + name);
+  const fs::path dir = fs::temp_directory_path() / ("ember_train_test_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   Generator g(11);
@@ -71,7 +72,7 @@ std::vector<std::pair<std::string, std::vector<float>>> weights_of(const fs::pat
 fs::path last_weights(const std::string& dir) { return fs::path(dir) / train::open_checkpoint(dir).weights.path; }
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("ember_train_out_" + name);
+  const fs::path d = fs::temp_directory_path() / ("ember_train_out_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(d);
   return d;
 }
@@ -222,7 +223,7 @@ TEST_CASE("train: bad input gives one clear error and writes nothing", "[train]"
   // Weights of another model.
   {
     models::SimpleCNN other(1, 28, 10);
-    const fs::path wfile = fs::temp_directory_path() / "ember_other_model.safetensors";
+    const fs::path wfile = fs::temp_directory_path() / ("ember_other_model_" + std::to_string(::getpid()) + ".safetensors");
     io::save_safetensors(wfile.string(), other.state_dict());
     x = c;
     x.init_weights = wfile.string();

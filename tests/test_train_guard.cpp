@@ -4,6 +4,7 @@
 // those of --log-every 1. On the CPU and on a CUDA device (the SIMT emulator in the default build).
 
 #include <catch2/catch.hpp>
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -141,7 +142,7 @@ namespace {
 
 // A tiny IDX dataset (10 classes of 28x28 noise images), written afresh.
 fs::path guard_dataset(const std::string& name, int64_t n_train, int64_t n_test) {
-  const fs::path dir = fs::temp_directory_path() / ("ember_guard_test_" + name);
+  const fs::path dir = fs::temp_directory_path() / ("ember_guard_test_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   manual_seed(3);
@@ -208,7 +209,7 @@ TEST_CASE("train: host reads per epoch do not grow with the steps, and --log-eve
 
     // Step events every 3 steps report the loss and accuracy of those steps exactly.
     const fs::path data = guard_dataset("log_every", 160, 32);
-    const fs::path out = fs::temp_directory_path() / "ember_guard_test_log_every_out";
+    const fs::path out = fs::temp_directory_path() / ("ember_guard_test_log_every_out_" + std::to_string(::getpid()));
     fs::create_directories(out);
     std::vector<std::vector<StepEvent>> events;
     for (const int64_t every : {1, 3}) {

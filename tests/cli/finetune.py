@@ -42,8 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import Harness, perturbed_resnet18  # noqa: E402
 
-h = Harness(sys.argv)
-WORK, check, ember = h.work, h.check, h.ember
+harness = Harness(sys.argv)
+WORK, check, ember = harness.work, harness.check, harness.ember
 TOLERANCE = 1e-4
 
 # ---- 1. parity -------------------------------------------------------------------------------
@@ -187,4 +187,4 @@ if r.returncode == 0:
     check(lrs[0] is not None and lrs[1] is not None and abs(lrs[0] - 0.005) < 1e-12 and abs(lrs[1] - 0.05) < 1e-12,
           f"--backbone-lr-scale 0.1: the saved param groups' lrs are {lrs} (backbone 0.005, classifier 0.05)")
 
-h.finish()
+harness.finish()

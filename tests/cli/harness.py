@@ -4,10 +4,10 @@ torchvision's ResNet-18 with its BatchNorm layers moved away from their defaults
 wrong running statistic or affine parameter shows in the logits).
 
     from harness import Harness
-    h = Harness(sys.argv)          # argv: script, ember binary, work dir (emptied)
-    r = h.ember("predict", ...)    # subprocess.CompletedProcess, text output captured
-    h.check(r.returncode == 0, "what was checked")
-    h.finish()                     # exit 1 if any check failed, else 0
+    harness = Harness(sys.argv)    # argv: script, ember binary, work dir (emptied)
+    r = harness.ember("predict", ...)  # subprocess.CompletedProcess, text output captured
+    harness.check(r.returncode == 0, "what was checked")
+    harness.finish()               # exit 1 if any check failed, else 0
 """
 
 import os

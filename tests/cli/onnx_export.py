@@ -43,8 +43,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import Harness, perturbed_resnet18  # noqa: E402
 
-h = Harness(sys.argv)
-WORK, check, ember = h.work, h.check, h.ember
+harness = Harness(sys.argv)
+WORK, check, ember = harness.work, harness.check, harness.ember
 TOLERANCE = 1e-4
 tree = f"{WORK}/tiny"
 subprocess.run([sys.executable, f"{HERE}/make_data.py", "folder", tree, "3"], check=True)
@@ -145,4 +145,4 @@ check(not os.path.exists(out), "an unknown model writes no .onnx")
 leftovers = [f for f in os.listdir(WORK) if ".tmp-" in f]
 check(leftovers == [], f"no temporary files left in the output directory: {leftovers}")
 
-h.finish()
+harness.finish()
