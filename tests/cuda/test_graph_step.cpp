@@ -345,7 +345,7 @@ struct TrainerStep {
 
 }  // namespace
 
-TEST_CASE("cuda graph: TrainStep eagerly and through GraphedStep gives the same run; the warm-up waits for an update",
+TEST_CASE("cuda graph: TrainStep eagerly and through GraphedStep gives the same run, the warm-up waiting for an update",
           "[cuda][graphs][amp]") {
   const Device d = Device::cuda(0);
   std::vector<Batch> data = batches(12, 6);
