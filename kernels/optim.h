@@ -9,9 +9,19 @@
 //   sgd_step(dtype, n, param, grad, momentum_buffer, init_buffer, h)
 //       SGD; momentum_buffer is used, and must be non-null, only when h.momentum != 0; with
 //       init_buffer it is written (buf = d_p, torch's first step) instead of read
-//   grad_norm_partial(dtype, n, grad, p)
-//       the pieces of a gradient norm, accumulated in cpu_acc_t (CPU) or acc_t (CUDA): sum |g|^p for finite p (p == 2
-//       uses g * g), max |g| for p = inf (NaN if any element is NaN); a host value
+//   grad_norm(dtype, n, grad, p, norm)
+//       one gradient's p-norm as torch.linalg.vector_norm returns it, rounded to dtype: sum |g|^p
+//       accumulated in cpu_acc_t (CPU) or acc_t (CUDA) (p == 2 uses g * g), its p-th root taken in
+//       double (grad_norm_from_partial below); max |g| for p = inf (NaN if any element is NaN).
+//       Written to *norm, one double in the kernel's memory: no host read, so a graph can capture it
+//   clip_coefficient(norms, count, p, norm_dtype, max_norm, total_and_coef)
+//       clip_grad_norm_'s total norm and coefficient (clip_total_and_coefficient below) from the
+//       `count` per-gradient norms at `norms` (doubles in the kernel's memory, in parameter order):
+//       total_and_coef[0] = the total, total_and_coef[1] = the coefficient (both doubles there)
+//   scale_grads(dtype, tensors, count, coef)
+//       every element of every listed gradient (UnscaleTensor records) times T(*coef) in place, in
+//       one call; nothing at all when *coef == 1 (g * 1 is g: the same bits, without the pass).
+//       coef: one double in the kernel's memory
 //   non_finite_check_and_unscale(dtype, tensors, count, found_inf, inv_scale)
 //       loss scaling (Note [Loss scaling] in optim/grad_scaler.h): every element of every listed
 //       gradient is multiplied by *inv_scale in place, and *found_inf is set to 1 when any
@@ -101,8 +111,11 @@ struct AdamCoeffs {
   const float* skip;        // AdamHyper::skip
 };
 
+// Also compiled for the device: a replayed step whose count of cancelled steps lives there
+// computes its coefficients in a kernel (Note [Steps cancelled on the device] in
+// optim/optimizer.h).
 template <typename T>
-inline AdamCoeffs<T> make_adam_coeffs(const AdamHyper& h) {
+EMBER_HD inline AdamCoeffs<T> make_adam_coeffs(const AdamHyper& h) {
   const double step = static_cast<double>(h.step);
   const double bias_correction1 = 1 - std::pow(h.beta1, step);
   const double bias_correction2 = 1 - std::pow(h.beta2, step);
@@ -220,9 +233,48 @@ EMBER_HD inline void sgd_update(T& p, T g, T* buf, const SgdCoeffs<T>& c) {
   p = p + c.neg_lr * d;
 }
 
+// ---- gradient clipping (optim/clip.h) ----------------------------------------------------------
+
+// A value rounded to the dtype a 0-dim PyTorch tensor of the gradients' dtype would hold it in:
+// float32 (f32) or float64.
+EMBER_HD inline double round_to_norm_dtype(bool f32, double x) { return f32 ? static_cast<double>(static_cast<float>(x)) : x; }
+
+// One gradient's norm from grad_norm's accumulated sum (or max, for p = inf), rounded to T.
+template <typename T>
+EMBER_HD inline double grad_norm_from_partial(double partial, double p, bool p_is_inf) {
+  if (p_is_inf) return static_cast<double>(static_cast<T>(partial));
+  return static_cast<double>(static_cast<T>(p == 2 ? std::sqrt(partial) : std::pow(partial, 1.0 / p)));
+}
+
+// torch.nn.utils.clip_grad_norm_ after the per-gradient norms: the total is the p-norm of the
+// norms (their max for p = inf, NaN kept), rounded to the norms' dtype (float64 when any gradient
+// is, else float32: torch.stack promotes); the coefficient is min(max_norm / (total + 1e-6), 1) in
+// that dtype, where PyTorch's Python-float / tensor is tensor.reciprocal() * float (two roundings).
+// The sums are taken in double, in parameter order, as the host loop of earlier versions did.
+EMBER_HD inline void clip_total_and_coefficient(const double* norms, int64_t count, double p, bool p_is_inf, bool f32,
+                                                double max_norm, double* total, double* coef) {
+  double t = 0;
+  if (p_is_inf) {
+    for (int64_t i = 0; i < count; ++i) t = (norms[i] != norms[i] || norms[i] > t) ? norms[i] : t;
+  } else {
+    double sum = 0;
+    for (int64_t i = 0; i < count; ++i) sum += p == 2 ? norms[i] * norms[i] : std::pow(norms[i], p);
+    t = round_to_norm_dtype(f32, p == 2 ? std::sqrt(sum) : std::pow(sum, 1.0 / p));
+  }
+  *total = t;
+  if (f32) {
+    const float c = (1.0f / (static_cast<float>(t) + static_cast<float>(1e-6))) * static_cast<float>(max_norm);
+    *coef = (1.0f < c) ? 1.0f : c;  // min(c, 1); NaN stays NaN
+  } else {
+    const double c = (1.0 / (t + 1e-6)) * max_norm;
+    *coef = (1.0 < c) ? 1.0 : c;
+  }
+}
+
 // ---- loss scaling (optim/grad_scaler.h) -----------------------------------------------------------
 
-// One gradient of a non_finite_check_and_unscale list: n contiguous elements of the call's dtype.
+// One gradient of a non_finite_check_and_unscale or scale_grads list: n contiguous elements of the
+// call's dtype.
 struct UnscaleTensor {
   void* grad = nullptr;
   int64_t n = 0;

@@ -125,7 +125,9 @@ EMBER_SAME_SIGNATURE(nll_loss_backward);
 // kernels/optim.h
 EMBER_SAME_SIGNATURE(adam_step);
 EMBER_SAME_SIGNATURE(sgd_step);
-EMBER_SAME_SIGNATURE(grad_norm_partial);
+EMBER_SAME_SIGNATURE(grad_norm);
+EMBER_SAME_SIGNATURE(clip_coefficient);
+EMBER_SAME_SIGNATURE(scale_grads);
 EMBER_SAME_SIGNATURE(non_finite_check_and_unscale);
 EMBER_SAME_SIGNATURE(update_scale);
 

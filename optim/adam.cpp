@@ -85,16 +85,40 @@ void Adam::step_captured(size_t group, size_t index, Tensor& p, const Tensor& gr
   EMBER_CHECK(!s.empty(), name(), ".step: parameter ", index, " has no state yet, and a CUDA graph cannot create "
               "it (it must exist before the first replay): run one step eagerly before capturing");
   const DType dtype = p.dtype();
-  const Tensor coeffs = cuda::replay_input(p.device().index, [&] {
-    return empty({static_cast<int64_t>(kernels::gpu::adam_coeffs_bytes(dtype))}, {.dtype = DType::u8, .device = p.device()});
-  });
-  cuda::before_each_replay([this, group, index, dtype, coeffs] {
+  const Device device = p.device();
+  const float* skip = skip_ptr();  // the flag of this capture, kept for every replay
+  // Buffers the before-replay hook writes: outside the graph's memory (Note [CUDA graphs in ember]).
+  const auto hook_buffer = [&](size_t bytes) {
+    return cuda::replay_input(device.index, [&] {
+      return empty({static_cast<int64_t>(bytes)}, {.dtype = DType::u8, .device = device});
+    });
+  };
+  // Each replay advances the host's count and takes the group's lr as it is then.
+  const auto next_hyper = [this, group, index, skip] {
     double& step = state_[index].scalars.at("step");
     step += 1;
-    const kernels::AdamHyper h = hyper(groups_[group], step);
-    EMBER_CUDA_CALL(coeffs.device(), "Adam.step",
-                    kernels::gpu::upload_adam_coeffs(dtype, h, coeffs.data()));
-  });
+    kernels::AdamHyper h = hyper(groups_[group], step);
+    h.skip = skip;
+    return h;
+  };
+  Tensor coeffs;
+  if (const double* skipped = device_skips_ptr()) {
+    // Loss scaling: the coefficients are computed in the graph from the host's count less the
+    // steps cancelled on the device (Note [Steps cancelled on the device] in optimizer.h).
+    count_device_skips(index);
+    const Tensor hyper_buffer = hook_buffer(sizeof(kernels::AdamHyper));
+    cuda::before_each_replay([next_hyper, hyper_buffer] {
+      EMBER_CUDA_CALL(hyper_buffer.device(), "Adam.step", kernels::gpu::upload_adam_hyper(next_hyper(), hyper_buffer.data()));
+    });
+    coeffs = empty({static_cast<int64_t>(kernels::gpu::adam_coeffs_bytes(dtype))}, {.dtype = DType::u8, .device = device});
+    EMBER_CUDA_CALL(device, "Adam.step",
+                    kernels::gpu::adam_coeffs_on_device(dtype, hyper_buffer.data(), skipped, coeffs.data()));
+  } else {
+    coeffs = hook_buffer(kernels::gpu::adam_coeffs_bytes(dtype));
+    cuda::before_each_replay([next_hyper, dtype, coeffs] {
+      EMBER_CUDA_CALL(coeffs.device(), "Adam.step", kernels::gpu::upload_adam_coeffs(dtype, next_hyper(), coeffs.data()));
+    });
+  }
   const kernels::AdamHyper h = hyper(groups_[group], 1);  // picks the kernel; the values come from coeffs
   Tensor& m = s.tensors.at("exp_avg");
   Tensor& v = s.tensors.at("exp_avg_sq");
@@ -116,6 +140,7 @@ void Adam::step_captured(size_t group, size_t index, Tensor& p, const Tensor& gr
 
 void Adam::step() {
   NoGradGuard no_grad;
+  fold_device_skips();  // after replays with loss scaling: continue from the true counts
   size_t index = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     Group& group = groups_[g];

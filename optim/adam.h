@@ -64,7 +64,9 @@ class Adam : public Optimizer {
   kernels::AdamHyper hyper(const Group& group, double step) const;
   // step() of parameter `index` (group `group`) while a CUDA graph captures (Note [CUDA graphs in
   // ember] in core/cuda/graph.h): the kernel reads its scalars from a device buffer that a
-  // before-replay hook fills, and the hook advances the step count.
+  // before-replay hook fills, and the hook advances the step count. Inside step_unless_found_inf
+  // the hook uploads the hyperparameters and a kernel in the graph computes the scalars with the
+  // steps cancelled on the device left out (Note [Steps cancelled on the device] in optimizer.h).
   void step_captured(size_t group, size_t index, Tensor& p, const Tensor& grad);
 
   AdamOptions options_;

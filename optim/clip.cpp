@@ -1,9 +1,11 @@
-// Gradient clipping: a norm from per-block partial sums (kernels/cpu/optim.cpp), then one scale.
+// Gradient clipping: per-gradient norms, the total and the coefficient, and the scaling, all as
+// kernels that leave their results where the gradients live (kernels/optim.h), so that one path
+// serves eager steps and CUDA graphs.
 
 #include "clip.h"
 
-#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "../core/autograd.h"
 #include "../core/dispatch.h"
@@ -12,79 +14,94 @@
 #if EMBER_CUDA_BACKEND
 #include "../kernels/cuda/optim.h"
 #endif
-#include "../core/op_helpers.h"
 
 namespace ember::optim {
 
 namespace {
 
-// Rounds x to the dtype that PyTorch would hold it in (a 0-dim tensor of the gradients' dtype).
-double round_to(DType dtype, double x) {
-  return dtype == DType::f32 ? static_cast<double>(static_cast<float>(x)) : x;
-}
-
-// The norm of one gradient, rounded to its dtype (torch.linalg.vector_norm returns that dtype).
-double grad_norm(const Tensor& g, double p) {
-  const Tensor c = g.contiguous();
-  double partial = 0;
-  detail::check_not_capturing(g.device(), "clip_grad_norm_", "reads the gradient norm on the host");
-  EMBER_KERNEL_CALL_INTO(partial, g.device(), "clip_grad_norm_", grad_norm_partial, c.dtype(), c.numel(), c.data(), p);
-  if (std::isinf(p)) return round_to(g.dtype(), partial);
-  return round_to(g.dtype(), p == 2 ? std::sqrt(partial) : std::pow(partial, 1.0 / p));
-}
-
-}  // namespace
-
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
-  NoGradGuard no_grad;
-  EMBER_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be positive or inf, got ", norm_type);
+// The gradients of `params`, checked, and their total norm and clip coefficient on their device.
+struct ClipPlan {
   std::vector<Tensor> grads;
+  Tensor total_and_coef;  // float64 (2,) on the gradients' device; undefined without gradients
+};
+
+ClipPlan plan_clip(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  EMBER_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be positive or inf, got ", norm_type);
+  ClipPlan plan;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     EMBER_CHECK(g.dtype() == DType::f32 || g.dtype() == DType::f64,
                 "clip_grad_norm_: gradients must be float32 or float64, got ", describe(g));
-    grads.push_back(g);
+    EMBER_CHECK(plan.grads.empty() || g.device() == plan.grads[0].device(), "clip_grad_norm_: gradients on ",
+                plan.grads[0].device(), " and on ", g.device(), " (clip each device's parameters on their own)");
+    plan.grads.push_back(g);
   }
-  if (grads.empty()) return 0.0;
+  if (plan.grads.empty()) return plan;
+  const Device device = plan.grads[0].device();
+  // PyTorch stacks the per-parameter norms (type promotion: float64 if any gradient is) and takes
+  // their norm; the coefficient is then computed in that dtype.
+  DType norm_dtype = DType::f32;
+  for (const Tensor& g : plan.grads)
+    if (g.dtype() == DType::f64) norm_dtype = DType::f64;
+  const auto count = static_cast<int64_t>(plan.grads.size());
+  Tensor norms = empty({count}, {.dtype = DType::f64, .device = device});
+  for (int64_t i = 0; i < count; ++i) {
+    // Row-major, as torch.linalg.vector_norm of a channels-last gradient sums it.
+    const Tensor c = plan.grads[static_cast<size_t>(i)].contiguous();
+    EMBER_KERNEL_CALL(device, "clip_grad_norm_", grad_norm, c.dtype(), c.numel(), c.data(), norm_type,
+                      norms.data_ptr<double>() + i);
+  }
+  plan.total_and_coef = empty({2}, {.dtype = DType::f64, .device = device});
+  EMBER_KERNEL_CALL(device, "clip_grad_norm_", clip_coefficient, norms.data_ptr<double>(), count, norm_type, norm_dtype,
+                    max_norm, plan.total_and_coef.data_ptr<double>());
+  return plan;
+}
 
-  // PyTorch stacks the per-parameter norms (type promotion: float64 if any gradient is) and
-  // takes their norm; the coefficient is then computed in that dtype.
-  DType dtype = DType::f32;
-  for (const Tensor& g : grads)
-    if (g.dtype() == DType::f64) dtype = DType::f64;
-  double total = 0;
-  if (std::isinf(norm_type)) {
-    for (const Tensor& g : grads) {
-      const double n = grad_norm(g, norm_type);
-      total = (n != n || n > total) ? n : total;
+// Every gradient times the coefficient: one kernel call per dtype for the dense gradients (any
+// dense memory format: the kernel walks the storage), an elementwise product for any other.
+void scale_by_coefficient(const ClipPlan& plan) {
+  const Device device = plan.total_and_coef.device();
+  const double* coef = plan.total_and_coef.data_ptr<double>() + 1;
+  std::map<DType, std::vector<kernels::UnscaleTensor>> by_dtype;
+  for (const Tensor& g : plan.grads) {
+    if (g.is_contiguous() || g.is_contiguous(MemoryFormat::channels_last)) {
+      by_dtype[g.dtype()].push_back({g.data(), g.numel()});
+    } else {
+      Tensor target = g;  // the same tensor: its storage, through its strides
+      target.mul_(plan.total_and_coef.slice(0, 1, 2).to(g.dtype()));
     }
-  } else {
-    double sum = 0;
-    for (const Tensor& g : grads) {
-      const double n = grad_norm(g, norm_type);
-      sum += norm_type == 2 ? n * n : std::pow(n, norm_type);
-    }
-    total = round_to(dtype, norm_type == 2 ? std::sqrt(sum) : std::pow(sum, 1.0 / norm_type));
   }
-  EMBER_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ", norm_type,
-              " of the gradients is non-finite (", total, "), so they cannot be clipped");
+  for (const auto& [dtype, list] : by_dtype)
+    EMBER_KERNEL_CALL(device, "clip_grad_norm_", scale_grads, dtype, list.data(), static_cast<int64_t>(list.size()),
+                      coef);
+}
 
-  // clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1, in the norm's dtype. A
-  // Python float divided by a tensor is tensor.reciprocal() * float in PyTorch (Tensor.__rtruediv__),
-  // which rounds twice: do the same.
-  double coef;
-  if (dtype == DType::f32) {
-    const float c = (1.0f / (static_cast<float>(total) + static_cast<float>(1e-6))) * static_cast<float>(max_norm);
-    coef = c != c ? c : std::min(c, 1.0f);
-  } else {
-    const double c = (1.0 / (total + 1e-6)) * max_norm;
-    coef = c != c ? c : std::min(c, 1.0);
+}  // namespace
+
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  NoGradGuard no_grad;
+  const ClipPlan plan = plan_clip(params, max_norm, norm_type);
+  if (plan.grads.empty()) return Tensor();
+  scale_by_coefficient(plan);
+  return plan.total_and_coef.slice(0, 0, 1);
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params)
+    if (p.grad().defined())
+      detail::check_not_capturing(p.grad().device(), "clip_grad_norm_", "returns the gradient norm on the host "
+                                  "(clip_grad_norm_on_device_ leaves it on the device)");
+  const ClipPlan plan = plan_clip(params, max_norm, norm_type);
+  if (plan.grads.empty()) return 0.0;
+  if (error_if_nonfinite) {
+    const double total = plan.total_and_coef.slice(0, 0, 1).item();
+    EMBER_CHECK(std::isfinite(total), "clip_grad_norm_: the total norm of order ", norm_type,
+                " of the gradients is non-finite (", total, "), so they cannot be clipped");
   }
-  // g * 1 == g exactly, so skipping coef == 1 changes nothing but the time.
-  if (coef != 1.0)
-    for (Tensor& g : grads) g.mul_(coef);
-  return total;
+  scale_by_coefficient(plan);
+  return plan.total_and_coef.slice(0, 0, 1).item();
 }
 
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {

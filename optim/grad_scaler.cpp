@@ -42,6 +42,9 @@ void GradScaler::ensure_state(Device device) {
                 " but this loss or these gradients are on ", device, " (one GradScaler per device)");
     return;
   }
+  // Made in a capture, S would be reset to its first value by every replay.
+  EMBER_CHECK(!detail::capturing_graph(device), "GradScaler: the scale does not exist yet, and a CUDA graph cannot "
+              "create it (it must exist before the first replay): scale a loss eagerly before capturing");
   scale_ = scalar_tensor(pending_scale_, {.dtype = DType::f32, .device = device});
   growth_tracker_ = scalar_tensor(static_cast<double>(pending_tracker_), {.dtype = DType::i32, .device = device});
 }
@@ -101,7 +104,14 @@ bool GradScaler::step(Optimizer& opt) {
   EMBER_CHECK(state.stage != Stage::stepped, "GradScaler::step: already called for this optimizer since the last "
               "update()");
   if (state.stage == Stage::ready) unscale_(opt);
-  const bool skip = state.found_inf.item() != 0.0;  // the one read back of a step
+  if (detail::capturing_graph(state.found_inf.device())) {
+    // No host read in a graph: the update is cancelled on the device instead (Note [Steps
+    // cancelled on the device] in optim/optimizer.h).
+    opt.step_unless_found_inf(state.found_inf);
+    state.stage = Stage::stepped;
+    return true;
+  }
+  const bool skip = state.found_inf.item() != 0.0;  // the one read back of an eager step
   if (!skip) opt.step();
   state.stage = Stage::stepped;
   return !skip;

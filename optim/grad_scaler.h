@@ -28,7 +28,14 @@
 // one-element tensors on the gradients' device (float32, int32, float32), as in PyTorch, and
 // unscale_ and update are kernels (kernels/optim.h: non_finite_check_and_unscale, one launch
 // for all the gradients of an optimizer, and update_scale), so they queue on a GPU without
-// waiting. step() is the one place that reads a value back: whether this step is skipped.
+// waiting. An eager step() is the one place that reads a value back: whether this step is skipped.
+//
+// Under a CUDA graph. scale, unscale_, step and update can be captured (ember train --cuda-graphs
+// --amp fp16): S and the count stay in device memory, and step() reads nothing; it calls
+// Optimizer::step_unless_found_inf, which cancels the update on the device when the flag is set
+// and keeps Adam's step count as it was (Note [Steps cancelled on the device] in
+// optim/optimizer.h). S must exist before the capture (scale a loss eagerly first), as the
+// optimizer's state must.
 //
 // Data-parallel training. DistributedDataParallel all-reduces the gradients before unscale_ sees
 // them, and an inf or NaN on one rank is inf or NaN in the reduced sum on every rank, so every
@@ -65,6 +72,8 @@ class GradScaler {
   void unscale_(Optimizer& opt);
   // Unscales (if unscale_ was not called), then runs opt.step() unless a gradient was inf or NaN.
   // Returns whether the optimizer stepped. At most once per optimizer between two update() calls.
+  // While a CUDA graph captures: opt.step_unless_found_inf(found_inf(opt)), decided at each
+  // replay on the device; returns true.
   bool step(Optimizer& opt);
   // The found-inf flag of `opt` since its unscale_: a float32 (1,) tensor on the gradients'
   // device, nonzero when a gradient was inf or NaN. step() reads it; writing to it (an all-reduce

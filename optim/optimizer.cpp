@@ -8,8 +8,13 @@
 #include <set>
 
 #include "../core/autograd.h"
+#include "../core/dispatch.h"
 #include "../core/error.h"
 #include "../core/op_helpers.h"
+#include "../layers/elementwise.h"
+#if EMBER_CUDA_BACKEND
+#include "../core/cuda/graph.h"
+#endif
 
 namespace ember::optim {
 
@@ -114,6 +119,52 @@ void Optimizer::set_skip_flag(Tensor flag) {
   skip_flag_ = std::move(flag);
 }
 
+void Optimizer::step_unless_found_inf(const Tensor& found_inf) {
+  EMBER_CHECK(found_inf.defined() && found_inf.dtype() == DType::f32 && found_inf.numel() == 1 &&
+                  found_inf.is_contiguous(),
+              name_, ".step_unless_found_inf: found_inf must be one contiguous float32 element, got ",
+              found_inf.defined() ? describe(found_inf) : std::string("an undefined tensor"));
+  EMBER_CHECK(detail::capturing_graph(found_inf.device()), name_, ".step_unless_found_inf: only for a step captured "
+              "in a CUDA graph (eagerly, read the flag and call step() when it is 0, as GradScaler::step does)");
+#if EMBER_CUDA_BACKEND
+  NoGradGuard no_grad;
+  const Device device = found_inf.device();
+  for (const Group& g : groups_)
+    for (const Tensor& p : g.params)
+      EMBER_CHECK(p.device() == device, name_, ".step_unless_found_inf: found_inf is on ", device,
+                  " but a parameter is on ", p.device());
+  // The count lives outside the graph's memory and outlives it; made and zeroed now, not replayed.
+  if (!skipped_steps_.defined())
+    skipped_steps_ = cuda::replay_input(device.index, [&] { return zeros({1}, {.dtype = DType::f64}).to(device); });
+  // Inside the graph (Note [Steps cancelled on the device]).
+  skipped_steps_.add_(ne(found_inf, 0.0).to(DType::f64));
+  // For this step only: the update's flag is the skip flag or found_inf, and Adam counts skips.
+  struct Restore {
+    Optimizer& opt;
+    Tensor kept;
+    ~Restore() {
+      opt.skip_flag_ = std::move(kept);
+      opt.counting_skips_ = false;
+    }
+  } restore{*this, skip_flag_};
+  skip_flag_ = skip_flag_.defined() ? maximum(skip_flag_, found_inf.reshape({1})) : found_inf;
+  counting_skips_ = true;
+  step();
+#endif
+}
+
+double Optimizer::device_skips() const {
+  if (!skipped_steps_.defined() || counted_.empty() || detail::capturing_graph(skipped_steps_.device())) return 0;
+  return skipped_steps_.item();
+}
+
+void Optimizer::fold_device_skips() {
+  const double skipped = device_skips();
+  if (skipped == 0) return;
+  for (size_t i : counted_) state_[i].scalars.at("step") -= skipped;
+  skipped_steps_.zero_();
+}
+
 void Optimizer::zero_grad() {
   for (Group& g : groups_)
     for (Tensor& p : g.params) p.set_grad(Tensor());
@@ -150,10 +201,13 @@ OptimizerState Optimizer::state_dict() const {
     out.scalars[prefix + "num_params"] = static_cast<double>(groups_[g].params.size());
     if (groups_[g].initial_lr) out.scalars[prefix + "initial_lr"] = *groups_[g].initial_lr;
   }
+  // The true step counts: the host's less the steps cancelled on the device since the last fold.
+  const double skipped = device_skips();
   for (size_t i = 0; i < state_.size(); ++i) {
     const std::string prefix = "state." + std::to_string(i) + ".";
     for (const auto& [name, t] : state_[i].tensors) out.tensors.emplace_back(prefix + name, t.clone());
-    for (const auto& [name, v] : state_[i].scalars) out.scalars[prefix + name] = v;
+    for (const auto& [name, v] : state_[i].scalars)
+      out.scalars[prefix + name] = name == "step" && counted_.count(i) ? v - skipped : v;
   }
   return out;
 }
@@ -243,6 +297,8 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
 
   groups_ = std::move(groups);
   state_ = std::move(loaded);
+  // The loaded counts are true ones: cancelled steps counted before belong to the replaced state.
+  if (skipped_steps_.defined()) skipped_steps_.zero_();
 }
 
 }  // namespace ember::optim

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,35 @@ struct OptimizerState {
   std::map<std::string, double> scalars;
 };
 
+// Note [Steps cancelled on the device]
+// With float16 loss scaling, a step whose scaled gradients overflowed is skipped: no parameter or
+// state changes, and Adam's step count stays where it was (PyTorch's GradScaler does not call
+// optimizer.step(); its capturable Adam increments state_steps and subtracts found_inf on the
+// device). Eagerly GradScaler::step reads the overflow flag on the host and calls step() or not.
+// A step captured in a CUDA graph cannot read it: GradScaler::step calls step_unless_found_inf,
+// which records, inside the graph, (1) the flag the update kernels read, the maximum of the skip
+// flag (the divergence guard's) and found_inf, and (2) a device count of the steps found_inf
+// cancelled, `skipped_steps_` += (found_inf != 0). The host still advances Adam's step count at
+// every replay (the before_each_replay hook of step_captured), and the captured Adam kernels get
+// their coefficients from a one-thread kernel that evaluates make_adam_coeffs with the host's
+// count less the device's (kernels/cuda/optim.h, adam_coeffs_on_device): a cancelled step's
+// coefficients are never used, and the next one sees the true count. The host count is made true
+// again when the state is read — state_dict() (so a checkpoint holds the true count) and the
+// first eager step after replays (the epoch's last, partial batch) subtract the device count,
+// which costs one host read only after replays with loss scaling.
+//
+// make_adam_coeffs computes the bias corrections 1 - beta^t with pow in double. On the emulator
+// the device code is the host's code, so a replayed run's weights, moments and step counts equal
+// the eager run's bit for bit (tests/cli/train_cuda_graphs.sh, tests/cuda/test_graph_step.cpp).
+// On a GPU, CUDA's double pow is accurate to 2 units in the last place, where glibc's is correctly
+// rounded in practice: a bias correction 1 - beta^t may differ from the host's in its last bits.
+// The coefficients the kernels use are rounded to float32 (29 bits fewer), so they change only
+// when that double lies within a few units of a float32 rounding boundary — a chance of the order
+// of 2^-26 per coefficient and step — and then by one float32 unit: a relative change of 6e-8 in
+// one step's size, far below the rounding the float16 forward and backward passes carry, so the
+// run trains the same; only bit-for-bit equality with the eager run is lost, from that step on.
+// Steps without loss scaling keep the host's coefficients (upload_adam_coeffs), bit for bit on any
+// device.
 class Optimizer {
  public:
   // A group as the optimizer holds it: overrides resolved against the defaults.
@@ -90,6 +120,14 @@ class Optimizer {
   // (Note [Divergence guard] in train/step_guard.h), not for one that goes on.
   void set_skip_flag(Tensor flag);
   const Tensor& skip_flag() const { return skip_flag_; }
+
+  // step() for a step being captured into a CUDA graph, cancelled on the device when `found_inf`
+  // (GradScaler's flag: float32, one element, on the parameters' device) is nonzero at replay,
+  // or when the skip flag is; a step cancelled by found_inf also leaves Adam's step count as it
+  // was, as torch's capturable Adam does (Note [Steps cancelled on the device]). Only while the
+  // parameters' device captures (ember::Error otherwise): an eager step reads the flag instead, as
+  // GradScaler::step does, and calls step() or not.
+  void step_unless_found_inf(const Tensor& found_inf);
 
   // "Adam", "AdamW", "SGD": used in error messages.
   const std::string& name() const { return name_; }
@@ -147,8 +185,20 @@ class Optimizer {
   }
   // A zero-filled tensor like `p`, dense in update_format(p) (for new state).
   static Tensor zeros_like_param(const Tensor& p);
-  // The skip flag's address for AdamHyper::skip / SgdHyper::skip (null without one).
+  // The skip flag's address for AdamHyper::skip / SgdHyper::skip (null without one). A captured
+  // step takes it at capture: step_unless_found_inf swaps in a flag of its own for the capture.
   const float* skip_ptr() const { return skip_flag_.defined() ? skip_flag_.data_ptr<float>() : nullptr; }
+
+  // Inside step_unless_found_inf: the device's count of steps it cancelled (float64, one element),
+  // which a captured step subtracts from its step count on the device; null otherwise.
+  const double* device_skips_ptr() const { return counting_skips_ ? skipped_steps_.data_ptr<double>() : nullptr; }
+  // Parameter `index`'s scalar "step" counts every replay of a step captured with
+  // device_skips_ptr(): the device's count is subtracted from it when the state is read.
+  void count_device_skips(size_t index) { counted_.insert(index); }
+  // Subtracts the device's count of cancelled steps from the counted "step" scalars and zeroes it
+  // (one host read, when there is a count; nothing while a graph captures). Eager steps call it
+  // first, so that they continue from the true count.
+  void fold_device_skips();
 
   std::vector<Group> groups_;
   std::vector<ParamState> state_;  // by parameter index
@@ -156,8 +206,14 @@ class Optimizer {
   double default_weight_decay_;
 
  private:
+  // The device's count of steps cancelled since the last fold (steps not taken), or 0.
+  double device_skips() const;
+
   std::string name_;
   Tensor skip_flag_;
+  Tensor skipped_steps_;         // float64 (1,) on the device: step_unless_found_inf's count
+  bool counting_skips_ = false;  // inside step_unless_found_inf
+  std::set<size_t> counted_;     // parameters whose "step" scalar the count applies to
 };
 
 }  // namespace ember::optim

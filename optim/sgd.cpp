@@ -64,9 +64,11 @@ void SGD::step_captured(size_t group, size_t index, Tensor& p, const Tensor& gra
   const Tensor coeffs = cuda::replay_input(p.device().index, [&] {
     return empty({static_cast<int64_t>(kernels::gpu::sgd_coeffs_bytes(dtype))}, {.dtype = DType::u8, .device = p.device()});
   });
-  cuda::before_each_replay([this, group, dtype, coeffs] {
-    EMBER_CUDA_CALL(coeffs.device(), "SGD.step",
-                    kernels::gpu::upload_sgd_coeffs(dtype, hyper(groups_[group]), coeffs.data()));
+  const float* skip = skip_ptr();  // the flag of this capture (step_unless_found_inf swaps in its own)
+  cuda::before_each_replay([this, group, dtype, coeffs, skip] {
+    kernels::SgdHyper h = hyper(groups_[group]);
+    h.skip = skip;
+    EMBER_CUDA_CALL(coeffs.device(), "SGD.step", kernels::gpu::upload_sgd_coeffs(dtype, h, coeffs.data()));
   });
   const kernels::SgdHyper h = hyper(groups_[group]);  // picks the kernel; the values come from coeffs
   update_in_place(p, [&](Tensor& q) {

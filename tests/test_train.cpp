@@ -352,7 +352,7 @@ TEST_CASE("train: a checkpoint whose files do not belong together is refused", "
   CHECK_THROWS_WITH(train::load_model(a.save_dir), Catch::Contains("do not belong together"));
 }
 
-// ---- --amp (Note [Mixed-precision training] in train/trainer.cpp) ---------------------------------
+// ---- --amp (Note [Mixed-precision training] in train/train_step.cpp) ---------------------------------
 
 namespace {
 

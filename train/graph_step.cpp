@@ -22,8 +22,8 @@ void check_class_indices(const Tensor& labels, int64_t classes) {
 
 }  // namespace
 
-GraphedStep::GraphedStep(Device device, int64_t classes, StepFunction step)
-    : device_(device), classes_(classes), step_(std::move(step)) {
+GraphedStep::GraphedStep(Device device, int64_t classes, const TrainStep& step)
+    : device_(device), classes_(classes), step_(step) {
   EMBER_CHECK(device.is_cuda(), "--cuda-graphs needs a CUDA device (--device cuda), got --device ", device.str());
 }
 
@@ -43,7 +43,7 @@ void GraphedStep::eager_step_done(const Tensor& host_images, const Tensor& host_
   warmed_up_ = true;
 }
 
-GraphedStep::Outputs GraphedStep::run(const Tensor& host_images, const Tensor& host_labels) {
+TrainStep::Outputs GraphedStep::run(const Tensor& host_images, const Tensor& host_labels) {
 #if EMBER_CUDA_BACKEND
   EMBER_CHECK(replays(host_images, host_labels), "GraphedStep::run: a batch of shape ", host_images.shape(),
               " does not fit the captured step");
@@ -56,7 +56,7 @@ GraphedStep::Outputs GraphedStep::run(const Tensor& host_images, const Tensor& h
   labels_.copy_(host_labels);
   if (!graph_) {
     auto graph = std::make_shared<cuda::Graph>(device_.index);
-    graph->capture([&] { outputs_ = step_(images_, labels_); });
+    graph->capture([&] { outputs_ = step_.run(images_, labels_, StepMode::captured); });
     graph_ = std::move(graph);
   }
   graph_->replay();

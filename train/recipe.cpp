@@ -165,14 +165,9 @@ void validate(const TrainConfig& c) {
               " mixes each image with another image of its batch and needs --batch-size 2 or more, got ",
               c.batch_size);
   // What a captured step cannot contain (Note [Training with CUDA graphs] in train/graph_step.h).
-  EMBER_CHECK(!c.cuda_graphs || c.clip_grad_norm == 0, "--cuda-graphs cannot be combined with --clip-grad-norm: "
-              "the clipping reads the gradient norm on the host, which a CUDA graph cannot record");
   EMBER_CHECK(!c.cuda_graphs || (!c.profile && c.profile_trace.empty()), "--cuda-graphs cannot be combined with "
               "--profile or --profile-trace: the profiler times each op as it runs, and a graph replays them all "
               "in one launch");
-  EMBER_CHECK(!c.cuda_graphs || c.amp != "fp16", "--cuda-graphs cannot be combined with --amp fp16: its loss "
-              "scaler reads on the host whether the gradients overflowed, which a CUDA graph cannot record (use "
-              "--amp bf16, which needs no scaler, or train the fp16 run without --cuda-graphs)");
   const std::vector<std::string> names = models::model_names();
   EMBER_CHECK(std::find(names.begin(), names.end(), c.model) != names.end(), "unknown model '", c.model,
               "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");

@@ -14,7 +14,6 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "../core/autocast.h"
 #include "../core/autograd.h"
 #include "../core/generator.h"
 #include "../core/profiler.h"
@@ -27,11 +26,8 @@
 #include "../io/safetensors.h"
 #include "../io/training_state.h"
 #include "../core/cpu/parallel.h"
-#include "../layers/elementwise.h"
 #include "../layers/nn_functional.h"
-#include "../layers/reduce.h"
 #include "../models/zoo.h"
-#include "../optim/clip.h"
 #include "../optim/optim.h"
 #include "../parallel/communicator.h"
 #include "../parallel/ddp.h"
@@ -45,6 +41,7 @@
 #include "run_report.h"
 #include "run_setup.h"
 #include "step_guard.h"
+#include "train_step.h"
 
 namespace ember::train {
 
@@ -55,15 +52,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The batch's correct predictions, summed on the training device (float64). Mixed batches
-// (Mixup/CutMix) carry class probabilities: a prediction counts as correct when it is the class
-// with the largest share of the image.
-Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
-  NoGradGuard g;
-  const Tensor truth = labels.dim() == 2 ? argmax(labels, 1) : labels;
-  return sum(eq(argmax(logits, 1), truth).to(DType::f64));
 }
 
 // The memory format the model's input is given in (--channels-last).
@@ -114,8 +102,8 @@ struct Run {
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> scheduler;
-  // --amp (Note [Mixed-precision training]): the autocast dtype, and the loss scaler (enabled
-  // with fp16 only; disabled, each of its calls passes its argument through).
+  // --amp (Note [Mixed-precision training] in train/train_step.cpp): the autocast dtype, and the
+  // loss scaler (enabled with fp16 only; disabled, each of its calls passes its argument through).
   std::optional<DType> amp_dtype;
   std::unique_ptr<optim::GradScaler> scaler;
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
@@ -127,6 +115,7 @@ struct Run {
   int64_t eval_batch = 0;  // the evaluation batch: --batch-size, halved on out-of-memory
   Progress progress{true};
   std::unique_ptr<profiler::Profiler> profiler;  // --profile, --profile-trace: from the first step
+  std::unique_ptr<TrainStep> train_step;         // the step, eager and captured alike
   std::unique_ptr<GraphedStep> graphed;          // --cuda-graphs
   // The running sums and the divergence flag on the device (Note [Divergence guard] in
   // train/step_guard.h); its flag is the optimizer's skip flag.
@@ -412,7 +401,11 @@ Run start_run(TrainConfig cfg) {
   r.optimizer = make_optimizer(cfg, param_groups(cfg, *r.model));
   r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
   if (cfg.amp != "off") r.amp_dtype = cfg.amp == "fp16" ? DType::f16 : DType::bf16;
-  r.scaler = std::make_unique<optim::GradScaler>(optim::GradScalerOptions{.enabled = cfg.amp == "fp16"});
+  optim::GradScalerOptions scaling{.enabled = cfg.amp == "fp16"};
+  // EMBER_FAULT=amp-growth-interval:N (a testing hook): S doubles after N clean steps instead of
+  // 2000, so that a short fp16 run overflows, and skips steps, again and again.
+  if (const int64_t n = io::fault_value("amp-growth-interval"); n > 0) scaling.growth_interval = n;
+  r.scaler = std::make_unique<optim::GradScaler>(scaling);
 
   // Before the first step: one evaluation batch (so that an evaluation that does not fit fails or
   // shrinks now, not after an epoch of work) and the output paths.
@@ -473,53 +466,19 @@ Run start_run(TrainConfig cfg) {
   r.metrics_enabled = r.metrics->enabled() || r.run_metrics != nullptr;
   r.guard = std::make_unique<StepGuard>(r.device);
   r.optimizer->set_skip_flag(r.guard->flag());
+  // The objects the step uses are owned through pointers, so they stay where they are when the
+  // Run is moved.
+  r.train_step = std::make_unique<TrainStep>(TrainStep::Parts{
+      .model = r.model.get(), .criterion = r.criterion.get(), .optimizer = r.optimizer.get(), .scaler = r.scaler.get(),
+      .guard = r.guard.get(), .ddp = r.ddp.get(), .amp = r.amp_dtype, .device = r.device,
+      .input_format = model_input_format(r.cfg), .clip_grad_norm = r.cfg.clip_grad_norm});
   if (r.cfg.cuda_graphs) {
     EMBER_CHECK(!r.distributed, "--cuda-graphs cannot be used with several processes: the gradient all-reduce "
                 "synchronizes with the host, which a CUDA graph cannot record");
-    // The captured step: train_one_epoch's eager step without its host reads. The objects it uses
-    // are owned through pointers, so they stay where they are when the Run is moved.
-    nn::Module* model = r.model.get();
-    optim::Optimizer* opt = r.optimizer.get();
-    nn::CrossEntropyLoss* criterion = r.criterion.get();
-    StepGuard* guard = r.guard.get();
-    const MemoryFormat input_format = model_input_format(r.cfg);
-    const std::optional<DType> amp_dtype = r.amp_dtype;  // bf16 only: fp16's scaler is refused (recipe.cpp)
-    const Device device = r.device;
-    r.graphed = std::make_unique<GraphedStep>(
-        r.device, static_cast<int64_t>(r.d.classes.size()),
-        [model, opt, criterion, guard, input_format, amp_dtype, device](const Tensor& x, const Tensor& y) {
-          opt->zero_grad();
-          GraphedStep::Outputs out;
-          Tensor logits;
-          {
-            std::optional<AutocastGuard> amp;  // Note [Mixed-precision training]
-            if (amp_dtype) amp.emplace(device.type, *amp_dtype);
-            logits = model->forward(x.contiguous(input_format));
-            out.loss = (*criterion)(logits, y);
-          }
-          out.loss.backward();
-          out.correct = correct_predictions(logits, y);
-          guard->record(out.loss, out.correct, y.size(0));
-          opt->step();  // a no-op on the device after a non-finite loss (the guard's flag)
-          return out;
-        });
+    r.graphed = std::make_unique<GraphedStep>(r.device, static_cast<int64_t>(r.d.classes.size()), *r.train_step);
   }
   return r;
 }
-
-// Note [Mixed-precision training]
-// With --amp bf16 or fp16, a step runs the forward pass and the loss under an AutocastGuard on the
-// training device (Note [Autocast] in core/autocast.h): convolutions and linear layers compute in
-// the 16-bit dtype from 16-bit casts of the float32 weights, batch norm, softmax and the loss in
-// float32, and the loss comes out float32. Backward runs after the region: the gradients reach
-// the float32 parameters as float32, and the optimizer updates float32 weights. With fp16, the
-// loss is scaled before backward and the gradients unscaled before --clip-grad-norm and the step
-// (optim::GradScaler, Note [Loss scaling]); a step whose scaled gradients overflowed is skipped
-// (the weights and the optimizer's moments stay as they were), counts as a step all the same, and
-// the schedule moves on, as in PyTorch's AMP loop. bf16 has float32's range and needs no scaling:
-// its scaler is disabled, as it is without --amp. The scaler's state (S and its count of clean
-// steps) is saved in every checkpoint, so a resumed fp16 run continues bit for bit. Evaluation
-// runs in float32: the test accuracy is that of the weights, not of their 16-bit casts.
 
 // The steps of one epoch (or of its remainder, after a resume), until the loader's epoch ends or
 // --max-steps is reached. Returns this process's sums.
@@ -566,7 +525,6 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       if (capture && r.lead && !cfg.quiet)
         std::fprintf(stderr, "ember train: --cuda-graphs: step %lld captured as a CUDA graph of %zu nodes; every full "
                      "batch replays it\n", static_cast<long long>(r.step + 1), r.graphed->node_count());
-      if (r.scheduler) r.scheduler->step();
     } else {
       Tensor images, labels;
       {
@@ -574,24 +532,9 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
         images = host_images.to(r.device).contiguous(model_input_format(r.cfg));
         labels = host_labels.to(r.device);
       }
-      Tensor logits, loss;
-      {
-        const profiler::Scope scope("forward", profiler::Phase::forward);
-        opt.zero_grad();
-        std::optional<AutocastGuard> amp;  // Note [Mixed-precision training]
-        if (r.amp_dtype) amp.emplace(r.device.type, *r.amp_dtype);
-        logits = r.ddp ? r.ddp->forward(images) : r.model->forward(images);
-        loss = (*r.criterion)(logits, labels);
-        // EMBER_FAULT=nan-loss-at:K (a testing hook): step K's loss is NaN, and so are its gradients.
-        if (io::fault_value("nan-loss-at") == r.step + 1) loss = mul(loss, std::nan(""));
-      }
-      {
-        const profiler::Scope scope("backward", profiler::Phase::backward);
-        r.scaler->scale(loss).backward();  // with DDP: returns with the gradients averaged over the ranks
-      }
-      r.guard->record(loss, correct_predictions(logits, labels), n);
-      if (r.distributed) {
-        // Every rank stops at the same step, before its update (Note [Divergence guard]).
+      // With several processes every rank stops at the same step, before its update (Note
+      // [Divergence guard]); an interrupt on one rank stops them all.
+      const auto agree_to_stop = [&] {
         const bool diverged = r.guard->read().diverged;
         Tensor flags = from_vector<double>({diverged ? 1.0 : 0.0, interrupt ? 1.0 : 0.0});
         r.comm->all_reduce(flags);
@@ -601,20 +544,14 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
           read_guard(r);  // throws when this rank's own loss was not finite
           throw_diverged(r, r.step + 1, "the loss of another process was not finite");
         }
-      }
-      {
-        const profiler::Scope scope("optimizer", profiler::Phase::optimizer);
-        if (cfg.clip_grad_norm > 0) {
-          r.scaler->unscale_(opt);  // clip the true gradients, not the scaled ones
-          optim::clip_grad_norm_(r.model->parameters(), cfg.clip_grad_norm);
-        }
-        r.scaler->step(opt);  // skipped when a scaled gradient overflowed (fp16); a no-op after a non-finite loss
-        r.scaler->update();
-        if (r.scheduler) r.scheduler->step();
-      }
-      // The first full batch is the warm-up of --cuda-graphs: the next one of its shapes is captured.
-      if (r.graphed && n == cfg.batch_size) r.graphed->eager_step_done(host_images, host_labels);
+      };
+      const TrainStep::Outputs out = r.train_step->run(images, labels, StepMode::eager, r.step + 1,
+                                                       r.distributed ? TrainStep::BeforeUpdate(agree_to_stop) : nullptr);
+      // --cuda-graphs: the first full batch that updated the optimizer is the warm-up; the next
+      // one of its shapes is captured (Note [Training with CUDA graphs]).
+      if (r.graphed && n == cfg.batch_size && out.stepped) r.graphed->eager_step_done(host_images, host_labels);
     }
+    if (r.scheduler) r.scheduler->step();
     ++r.step;
     t.seen += n;
     const double ips = static_cast<double>(t.seen) / std::max(1e-9, seconds_since(t.started));

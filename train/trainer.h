@@ -49,7 +49,7 @@ struct TrainConfig {
   double warmup_epochs = -1;
   double label_smoothing = -1;
   double clip_grad_norm = 0;  // > 0: gradients scaled to this total norm at most (optim/clip.h); 0: off
-  // --amp: mixed precision (Note [Mixed-precision training] in train/trainer.cpp; docs/amp.md).
+  // --amp: mixed precision (Note [Mixed-precision training] in train/train_step.cpp; docs/amp.md).
   // off | bf16 (forward and loss under autocast in bfloat16) | fp16 (in float16, with loss scaling)
   std::string amp = "off";
   // --channels-last: the model's 4-D parameters and each batch of images in the channels-last

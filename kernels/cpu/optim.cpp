@@ -124,10 +124,10 @@ void sgd_step(DType dtype, int64_t n, void* param, const void* grad, void* momen
   });
 }
 
-double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
+void grad_norm(DType dtype, int64_t n, const void* grad, double p, double* norm) {
+  EMBER_CHECK(n >= 0 && norm != nullptr, "grad_norm: n = ", n, ", norm = ", static_cast<void*>(norm));
   constexpr int64_t kBlock = 4096;
   const bool is_inf = std::isinf(p);
-  double result = 0;
   EMBER_DISPATCH_FLOAT(dtype, "grad_norm", [&] {
     using T = scalar_t;
     const T* g = static_cast<const T*>(grad);
@@ -149,9 +149,34 @@ double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
         partial[static_cast<size_t>(b)] = acc;
       }
     });
+    double result = 0;
     for (double v : partial) result = is_inf ? ((v != v || v > result) ? v : result) : result + v;
+    *norm = grad_norm_from_partial<T>(result, p, is_inf);
   });
-  return result;
+}
+
+void clip_coefficient(const double* norms, int64_t count, double p, DType norm_dtype, double max_norm,
+                      double* total_and_coef) {
+  EMBER_CHECK(count >= 0 && (count == 0 || norms != nullptr) && total_and_coef != nullptr,
+              "clip_coefficient: bad arguments");
+  clip_total_and_coefficient(norms, count, p, std::isinf(p), norm_dtype == DType::f32, max_norm, &total_and_coef[0],
+                             &total_and_coef[1]);
+}
+
+void scale_grads(DType dtype, const UnscaleTensor* tensors, int64_t count, const double* coef) {
+  EMBER_CHECK(count >= 0 && (count == 0 || tensors != nullptr) && coef != nullptr, "scale_grads: bad arguments");
+  if (*coef == 1.0) return;
+  EMBER_DISPATCH_FLOAT(dtype, "scale_grads", [&] {
+    using T = scalar_t;
+    const T c = static_cast<T>(*coef);
+    for (int64_t t = 0; t < count; ++t) {
+      EMBER_CHECK(tensors[t].n >= 0, "scale_grads: tensor ", t, " has n = ", tensors[t].n);
+      T* g = static_cast<T*>(tensors[t].grad);
+      parallel_for(0, tensors[t].n, kOptimGrain, [=](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) g[i] = g[i] * c;
+      });
+    }
+  });
 }
 
 void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int64_t count, float* found_inf,

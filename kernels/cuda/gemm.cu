@@ -34,14 +34,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "../../core/error.h"
 #include "gemm.h"
-#include "../../core/cuda/graph.h"
 #include "../../core/cuda/runtime.h"
 #include "staging.h"
 
@@ -353,8 +351,8 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
   if (m == 0 || n == 0 || batch == 0) return;
   // One product needs no pointer arrays: the plain GEMM (which a CUDA graph can capture).
   if (batch == 1) return gemm_impl<T>(false, ta, tb, m, n, k, alpha, a[0], lda, b[0], ldb, beta, c[0], ldc);
-  // The pointer arrays live on the host; both paths read them on the device: one scratch buffer
-  // holds the three arrays, uploaded without blocking (detail::upload_async).
+  // The pointer arrays live on the host; both paths read them on the device: one buffer holds the
+  // three arrays, uploaded without blocking, or kept by a graph that captures (detail::LaunchRecords).
   const size_t bytes = 3 * static_cast<size_t>(batch) * sizeof(void*);
   std::vector<const void*> host(3 * static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) {
@@ -362,23 +360,8 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
     host[static_cast<size_t>(batch + i)] = b[i];
     host[static_cast<size_t>(2 * batch + i)] = c[i];
   }
-  std::optional<cuda::Scratch> scratch;
-  void* lists = nullptr;
-  if (cuda::is_capturing()) {
-    // Every replay multiplies the same matrices at the same addresses: the lists are uploaded
-    // once, now, outside the capture, into memory the graph keeps (Note [CUDA graphs in ember]).
-    const int device = cuda::current_device();
-    auto owned = cuda::replay_input(device, [&] { return std::make_shared<cuda::Scratch>(bytes); });
-    cuda::replay_input(device, [&] {
-      cuda::copy_bytes(owned->get(), Device::cuda(device), host.data(), Device::cpu(), bytes);
-      return 0;
-    });
-    lists = owned->get();
-    cuda::hold_for_replays(std::move(owned));
-  } else {
-    lists = scratch.emplace(bytes).get();
-    detail::upload_async(lists, host.data(), bytes);
-  }
+  const detail::LaunchRecords records(host.data(), bytes);
+  void* lists = records.get();
   const T* const* a_dev = static_cast<const T* const*>(lists);
   const T* const* b_dev = a_dev + batch;
   T* const* c_dev = static_cast<T* const*>(lists) + 2 * batch;

@@ -50,6 +50,15 @@ __global__ void adam_device_coeffs_kernel(int64_t n, T* p, const T* g, T* m, T* 
     adam_update<Decay, Amsgrad>(p[i], g[i], m[i], v[i], Amsgrad ? vmax + i : static_cast<T*>(nullptr), c);
 }
 
+// One thread: Adam's coefficients for the uploaded hyperparameters with the step count less the
+// steps cancelled on the device (Note [Steps cancelled on the device] in optim/optimizer.h).
+template <typename T>
+__global__ void adam_coeffs_kernel(const AdamHyper* hyper, const double* skipped, AdamCoeffs<T>* coeffs) {
+  AdamHyper h = *hyper;
+  h.step -= static_cast<int64_t>(*skipped);
+  *coeffs = make_adam_coeffs<T>(h);
+}
+
 template <bool L2, bool Momentum, bool Nesterov, bool First, typename T>
 __global__ void sgd_device_coeffs_kernel(int64_t n, T* p, const T* g, T* buf, const SgdCoeffs<T>* coeffs) {
   const SgdCoeffs<T> c = *coeffs;
@@ -120,10 +129,20 @@ __global__ void sgd_multi_kernel(const SgdRef<T>* refs, const Job* jobs, SgdCoef
     sgd_update<L2, Momentum, Nesterov, First>(r.p[i], r.g[i], Momentum ? r.buf + i : static_cast<T*>(nullptr), c);
 }
 
-// The records and the job table of one multi-tensor launch, in one device buffer.
+// The records and the job table of one multi-tensor launch, in one device buffer (uploaded
+// without blocking, or kept by a graph that captures the launch: detail::LaunchRecords).
+template <typename Ref>
+std::vector<char> pack_launch(const std::vector<Ref>& host_refs, const std::vector<Job>& host_jobs) {
+  static_assert(sizeof(Ref) % alignof(Job) == 0, "the job table must stay aligned");
+  std::vector<char> host(host_refs.size() * sizeof(Ref) + host_jobs.size() * sizeof(Job));
+  std::memcpy(host.data(), host_refs.data(), host_refs.size() * sizeof(Ref));
+  std::memcpy(host.data() + host_refs.size() * sizeof(Ref), host_jobs.data(), host_jobs.size() * sizeof(Job));
+  return host;
+}
+
 template <typename Ref>
 struct MultiLaunch {
-  cuda::Scratch buffer;
+  detail::LaunchRecords buffer;
   int64_t jobs = 0;
   const Ref* refs() const { return buffer.as<const Ref>(); }
   const Job* job_table(size_t count) const {
@@ -131,13 +150,8 @@ struct MultiLaunch {
   }
 
   MultiLaunch(const std::vector<Ref>& host_refs, const std::vector<Job>& host_jobs)
-      : buffer(host_refs.size() * sizeof(Ref) + host_jobs.size() * sizeof(Job)), jobs(static_cast<int64_t>(host_jobs.size())) {
-    static_assert(sizeof(Ref) % alignof(Job) == 0, "the job table must stay aligned");
-    std::vector<char> host(buffer.size());
-    std::memcpy(host.data(), host_refs.data(), host_refs.size() * sizeof(Ref));
-    std::memcpy(host.data() + host_refs.size() * sizeof(Ref), host_jobs.data(), host_jobs.size() * sizeof(Job));
-    detail::upload_async(buffer.get(), host.data(), host.size());
-  }
+      : buffer(pack_launch(host_refs, host_jobs).data(), host_refs.size() * sizeof(Ref) + host_jobs.size() * sizeof(Job)),
+        jobs(static_cast<int64_t>(host_jobs.size())) {}
 };
 
 template <typename Ref>
@@ -239,13 +253,21 @@ __global__ void norm_partial_kernel(int64_t n, const T* g, NormOp<acc_t<T>> op, 
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// Pass 2: one block reduces the partials (at most kNormBlocks of them).
-template <typename A>
-__global__ void norm_final_kernel(int64_t count, const A* partial, NormOp<A> op, A* result) {
+// Pass 2: one block reduces the partials (at most kNormBlocks of them), and thread 0 takes the
+// root and rounds it to T (grad_norm_from_partial, the CPU's formula) into *norm.
+template <typename T, typename A>
+__global__ void norm_final_kernel(int64_t count, const A* partial, NormOp<A> op, double p, bool p_is_inf,
+                                  double* norm) {
   A acc = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc = op(acc, partial[i]);
   acc = detail::block_reduce(acc, op);
-  if (threadIdx.x == 0) *result = acc;
+  if (threadIdx.x == 0) *norm = grad_norm_from_partial<T>(static_cast<double>(acc), p, p_is_inf);
+}
+
+// One thread: clip_grad_norm_'s total and coefficient from the per-gradient norms.
+__global__ void clip_coefficient_kernel(const double* norms, int64_t count, double p, bool p_is_inf, bool f32,
+                                        double max_norm, double* total_and_coef) {
+  clip_total_and_coefficient(norms, count, p, p_is_inf, f32, max_norm, &total_and_coef[0], &total_and_coef[1]);
 }
 
 constexpr int64_t kNormBlocks = 1024;
@@ -256,6 +278,23 @@ template <typename T>
 struct UnscaleRef {
   T* g;
   int64_t n;
+};
+
+// The records and jobs of a list of gradients (those with n == 0 left out) for a multi-tensor
+// launch; `op` names the caller in errors.
+template <typename T>
+struct GradList {
+  std::vector<UnscaleRef<T>> refs;
+  std::vector<Job> jobs;
+  GradList(const UnscaleTensor* tensors, int64_t count, const char* op) {
+    for (int64_t i = 0; i < count; ++i) {
+      EMBER_CHECK(tensors[i].n >= 0, op, ": tensor ", i, " has n = ", tensors[i].n);
+      if (tensors[i].n == 0) continue;
+      add_jobs<UnscaleRef<T>>(jobs, static_cast<int64_t>(refs.size()), tensors[i].n);
+      refs.push_back({static_cast<T*>(tensors[i].grad), tensors[i].n});
+    }
+    EMBER_CHECK(jobs.size() <= 2147483647u, op, ": too many chunks for one grid");
+  }
 };
 
 // Block b unscales chunk b of the list (Note [Multi-tensor apply]); a thread that met an inf or
@@ -275,6 +314,19 @@ __global__ void unscale_multi_kernel(const UnscaleRef<T>* refs, const Job* jobs,
     seen |= non_finite;
   }
   if (seen) atomicExch(found_inf, 1.0f);
+}
+
+// Block b scales chunk b of the list by *coef (Note [Multi-tensor apply]); every block returns at
+// once when *coef == 1.
+template <typename T>
+__global__ void scale_multi_kernel(const UnscaleRef<T>* refs, const Job* jobs, const double* coef) {
+  const double c = *coef;
+  if (c == 1.0) return;
+  const Job job = jobs[blockIdx.x];
+  const UnscaleRef<T> r = refs[job.tensor];
+  const T ct = static_cast<T>(c);
+  const int64_t end = min(job.start + kChunk, r.n);
+  for (int64_t i = job.start + threadIdx.x; i < end; i += blockDim.x) r.g[i] = r.g[i] * ct;
 }
 
 // One thread: the scale stays on the device, so a training step needs no copy back for it.
@@ -384,6 +436,18 @@ void upload_adam_coeffs(DType dtype, const AdamHyper& h, void* coeffs) {
   });
 }
 
+void upload_adam_hyper(const AdamHyper& h, void* hyper) { detail::upload_async(hyper, &h, sizeof h); }
+
+void adam_coeffs_on_device(DType dtype, const void* hyper, const double* skipped, void* coeffs) {
+  EMBER_CHECK(hyper != nullptr && skipped != nullptr && coeffs != nullptr, "adam_coeffs_on_device: null pointer");
+  EMBER_DISPATCH_FLOAT(dtype, "adam_coeffs_on_device", [&] {
+    using T = scalar_t;
+    EMBER_LAUNCH_FLAT((adam_coeffs_kernel<T>), 1, 1, cuda::current_stream(), static_cast<const AdamHyper*>(hyper),
+                      skipped, static_cast<AdamCoeffs<T>*>(coeffs));
+    cuda::check_launch("adam_coeffs_on_device");
+  });
+}
+
 void adam_step_device_coeffs(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                              void* max_exp_avg_sq, const AdamHyper& h, const void* coeffs) {
   EMBER_CHECK(!h.amsgrad || max_exp_avg_sq != nullptr, "adam_step: amsgrad needs max_exp_avg_sq");
@@ -443,30 +507,48 @@ void sgd_step_device_coeffs(DType dtype, int64_t n, void* param, const void* gra
   });
 }
 
-double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p) {
-  EMBER_CHECK(n >= 0, "grad_norm: n = ", n);
-  if (n == 0) return 0;
-  double result = 0;
+void grad_norm(DType dtype, int64_t n, const void* grad, double p, double* norm) {
+  EMBER_CHECK(n >= 0 && norm != nullptr, "grad_norm: n = ", n, ", norm = ", static_cast<void*>(norm));
+  const bool p_is_inf = std::isinf(p);
+  const cuda::Stream s = cuda::current_stream();
   EMBER_DISPATCH_FLOAT(dtype, "grad_norm", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
-    const NormOp<A> op{static_cast<A>(p), std::isinf(p)};
+    const NormOp<A> op{static_cast<A>(p), p_is_inf};
+    // n == 0 still writes the norm (0): one final block over no partials.
     const int64_t blocks = std::min<int64_t>(kNormBlocks, (n + kThreads - 1) / kThreads);
-    cuda::Scratch partial(static_cast<size_t>(blocks + 1) * sizeof(A));
+    cuda::Scratch partial(static_cast<size_t>(std::max<int64_t>(blocks, 1)) * sizeof(A));
     A* d = partial.as<A>();
-    const cuda::Stream s = cuda::current_stream();
-    EMBER_LAUNCH(norm_partial_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, s, n, static_cast<const T*>(grad),
-                 op, d);
+    if (blocks > 0) {
+      EMBER_LAUNCH(norm_partial_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, s, n,
+                   static_cast<const T*>(grad), op, d);
+      cuda::check_launch("grad_norm");
+    }
+    EMBER_LAUNCH((norm_final_kernel<T, A>), 1, kThreads, 0, s, blocks, static_cast<const A*>(d), op, p, p_is_inf, norm);
     cuda::check_launch("grad_norm");
-    EMBER_LAUNCH(norm_final_kernel<A>, 1, kThreads, 0, s, blocks, static_cast<const A*>(d), op, d + blocks);
-    cuda::check_launch("grad_norm");
-    // The host needs the value: copy it back on the stream, then wait for the stream.
-    A host = 0;
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(&host, d + blocks, sizeof(A), cudaMemcpyDeviceToHost, s));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
-    result = static_cast<double>(host);
   });
-  return result;
+}
+
+void clip_coefficient(const double* norms, int64_t count, double p, DType norm_dtype, double max_norm,
+                      double* total_and_coef) {
+  EMBER_CHECK(count >= 0 && (count == 0 || norms != nullptr) && total_and_coef != nullptr,
+              "clip_coefficient: bad arguments");
+  EMBER_LAUNCH_FLAT(clip_coefficient_kernel, 1, 1, cuda::current_stream(), norms, count, p, std::isinf(p),
+                    norm_dtype == DType::f32, max_norm, total_and_coef);
+  cuda::check_launch("clip_coefficient");
+}
+
+void scale_grads(DType dtype, const UnscaleTensor* tensors, int64_t count, const double* coef) {
+  EMBER_CHECK(count >= 0 && (count == 0 || tensors != nullptr) && coef != nullptr, "scale_grads: bad arguments");
+  EMBER_DISPATCH_FLOAT(dtype, "scale_grads", [&] {
+    using T = scalar_t;
+    const GradList<T> list(tensors, count, "scale_grads");
+    if (list.jobs.empty()) return;
+    const MultiLaunch<UnscaleRef<T>> ml(list.refs, list.jobs);
+    EMBER_LAUNCH_FLAT((scale_multi_kernel<T>), static_cast<unsigned>(ml.jobs), kThreads, cuda::current_stream(),
+                      ml.refs(), ml.job_table(list.refs.size()), coef);
+    cuda::check_launch("scale_grads");
+  });
 }
 
 void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int64_t count, float* found_inf,
@@ -476,19 +558,11 @@ void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int
               "are required");
   EMBER_DISPATCH_FLOAT(dtype, "non_finite_check_and_unscale", [&] {
     using T = scalar_t;
-    std::vector<UnscaleRef<T>> refs;
-    std::vector<Job> jobs;
-    for (int64_t i = 0; i < count; ++i) {
-      EMBER_CHECK(tensors[i].n >= 0, "non_finite_check_and_unscale: tensor ", i, " has n = ", tensors[i].n);
-      if (tensors[i].n == 0) continue;
-      add_jobs<UnscaleRef<T>>(jobs, static_cast<int64_t>(refs.size()), tensors[i].n);
-      refs.push_back({static_cast<T*>(tensors[i].grad), tensors[i].n});
-    }
-    if (jobs.empty()) return;
-    EMBER_CHECK(jobs.size() <= 2147483647u, "non_finite_check_and_unscale: too many chunks for one grid");
-    const MultiLaunch<UnscaleRef<T>> ml(refs, jobs);
+    const GradList<T> list(tensors, count, "non_finite_check_and_unscale");
+    if (list.jobs.empty()) return;
+    const MultiLaunch<UnscaleRef<T>> ml(list.refs, list.jobs);
     EMBER_LAUNCH_FLAT((unscale_multi_kernel<T>), static_cast<unsigned>(ml.jobs), kThreads, cuda::current_stream(),
-                      ml.refs(), ml.job_table(refs.size()), found_inf, inv_scale);
+                      ml.refs(), ml.job_table(list.refs.size()), found_inf, inv_scale);
     cuda::check_launch("non_finite_check_and_unscale");
   });
 }

@@ -2,9 +2,11 @@
 // Optimizer steps on a CUDA device: one fused kernel per parameter, and multi-tensor variants
 // that update a whole list of parameters in one launch (PyTorch's multi_tensor_apply / foreach
 // path). Contracts and math: kernels/optim.h (device pointers, queued on cuda::current_stream()).
-// grad_norm_partial SYNCHRONIZES: the result is a host value, so it waits for current_stream()
-// (the reduction kernels and one 8-byte copy back); its block partial sums are added in a fixed
-// tree order: deterministic, but not the CPU's order (equal up to rounding).
+// grad_norm leaves its result in device memory (no wait); its block partial sums are added in a
+// fixed tree order: deterministic, but not the CPU's order (equal up to rounding). Its root and
+// clip_coefficient's arithmetic run in double on the device: sqrt is correctly rounded there as on
+// the host, so for the 2-norm and the inf-norm the results are the host formulas' bits; pow (other
+// norm orders) may differ from the host's in the last place on a GPU.
 
 #include <cstdint>
 
@@ -17,7 +19,10 @@ void adam_step(DType dtype, int64_t n, void* param, const void* grad, void* exp_
                void* max_exp_avg_sq, const AdamHyper& h);
 void sgd_step(DType dtype, int64_t n, void* param, const void* grad, void* momentum_buffer, bool init_buffer,
               const SgdHyper& h);
-double grad_norm_partial(DType dtype, int64_t n, const void* grad, double p);
+void grad_norm(DType dtype, int64_t n, const void* grad, double p, double* norm);
+void clip_coefficient(const double* norms, int64_t count, double p, DType norm_dtype, double max_norm,
+                      double* total_and_coef);
+void scale_grads(DType dtype, const UnscaleTensor* tensors, int64_t count, const double* coef);
 void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int64_t count, float* found_inf,
                                   const float* inv_scale);
 void update_scale(float* scale, int32_t* growth_tracker, const float* found_inf, double growth_factor,
@@ -36,6 +41,15 @@ size_t adam_coeffs_bytes(DType dtype);
 void upload_adam_coeffs(DType dtype, const AdamHyper& h, void* coeffs);
 void adam_step_device_coeffs(DType dtype, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                              void* max_exp_avg_sq, const AdamHyper& h, const void* coeffs);
+// With loss scaling under a graph (Note [Steps cancelled on the device] in optim/optimizer.h) the
+// coefficients are computed on the device instead: upload_adam_hyper writes `h` (host values: the
+// lr, the betas, the step count after this step's increment, ...) to `hyper` (sizeof(AdamHyper)
+// bytes of device memory) on current_stream(), and adam_coeffs_on_device runs one thread that
+// writes make_adam_coeffs<T>(h) for h.step less *skipped (a float64 count of cancelled steps in
+// device memory) to `coeffs`, for adam_step_device_coeffs to read. The formulas are the host's, in
+// double; the emulator gives the host's bits, a GPU's pow may differ in the last place (the Note).
+void upload_adam_hyper(const AdamHyper& h, void* hyper);
+void adam_coeffs_on_device(DType dtype, const void* hyper, const double* skipped, void* coeffs);
 size_t sgd_coeffs_bytes(DType dtype);
 void upload_sgd_coeffs(DType dtype, const SgdHyper& h, void* coeffs);
 // Never the first step with momentum (that one initializes the buffer: run it eagerly).

@@ -1,9 +1,12 @@
 // cuda::Graph (core/cuda/graph.h): a whole training step — forward, loss, backward, optimizer —
-// captured once and replayed gives the same bits as the eager steps; the private memory pool; ops
-// that cannot be captured say so by name. Runs on a GPU and on the SIMT emulator.
+// captured once and replayed gives the same bits as the eager steps, with float16 loss scaling
+// (overflows skipped on the device) and gradient clipping too; the private memory pool; ops that
+// cannot be captured say so by name. Runs on a GPU and on the SIMT emulator.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -11,6 +14,9 @@
 
 #include <ember/ember.h>
 #include <ember/core/cuda/graph.h>
+#include <ember/train/graph_step.h>
+#include <ember/train/step_guard.h>
+#include <ember/train/train_step.h>
 
 using namespace ember;
 
@@ -124,6 +130,262 @@ TEST_CASE("cuda graph: replayed SGD steps with momentum equal eager steps bit fo
                                             optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3});
       },
       true);
+}
+
+namespace {
+
+// One float16 mixed-precision step with loss scaling (ember train --amp fp16): the forward pass
+// under autocast, the scaled backward, optionally the gradients unscaled and clipped on the
+// device, the scaler's step (skipped when the scaled gradients overflowed) and update.
+Tensor scaled_step(nn::Module& model, optim::Optimizer& opt, optim::GradScaler& scaler, const Tensor& x,
+                   const Tensor& y, double clip) {
+  opt.zero_grad();
+  Tensor loss;
+  {
+    AutocastGuard amp(DeviceType::CUDA, DType::f16);
+    loss = cross_entropy(model.forward(x), y);
+  }
+  scaler.scale(loss).backward();
+  if (clip > 0) {
+    scaler.unscale_(opt);
+    optim::clip_grad_norm_on_device_(model.parameters(), clip);
+  }
+  scaler.step(opt);
+  scaler.update();
+  return loss;
+}
+
+// Everything a run leaves: the losses and scales of every step, the weights and buffers, the
+// optimizer's state (tensors by bits, scalars such as Adam's step counts) and the scaler's.
+struct ScaledRun {
+  std::vector<double> losses, scales;
+  std::vector<std::vector<float>> weights;
+  std::map<std::string, double> scalars;
+  std::vector<std::vector<float>> state;
+  int64_t growth_tracker = 0;
+};
+
+void finish(ScaledRun& run, nn::Module& model, const optim::Optimizer& opt, const optim::GradScaler& scaler) {
+  run.weights = weights(model);
+  const optim::OptimizerState st = opt.state_dict();
+  run.scalars = st.scalars;
+  for (const auto& [name, t] : st.tensors) run.state.push_back(t.to_vector<float>());
+  run.growth_tracker = scaler.growth_tracker();
+}
+
+// The scaler grows S after every clean step, so that it overflows again and again: steps skipped
+// by the overflow check come eagerly and in replays alike.
+optim::GradScalerOptions overflowing_scaler() { return {.init_scale = 16384.0, .growth_interval = 1}; }
+
+// Trains `steps` loss-scaled steps eagerly, and again with the step captured after one eager
+// step and replayed, then one more eager step on both (the epoch's last, partial batch), and
+// checks every number of ScaledRun bit for bit.
+void check_scaled_replay_matches_eager(const std::function<std::unique_ptr<optim::Optimizer>(nn::Module&)>& make_opt,
+                                       double clip) {
+  const Device d = Device::cuda(0);
+  const int steps = 9;
+  const std::vector<Batch> data = batches(steps + 1, 6);
+  ScaledRun eager, graphed;
+  auto eager_model = small_cnn(5);
+  eager_model->to(d);
+  auto eager_opt = make_opt(*eager_model);
+  optim::GradScaler eager_scaler(overflowing_scaler());
+  for (int s = 0; s <= steps; ++s) {
+    const Tensor loss = scaled_step(*eager_model, *eager_opt, eager_scaler, data[s].images.to(d),
+                                    data[s].labels.to(d), clip);
+    eager.losses.push_back(loss.item());
+    eager.scales.push_back(eager_scaler.get_scale());
+  }
+  finish(eager, *eager_model, *eager_opt, eager_scaler);
+
+  auto model = small_cnn(5);
+  model->to(d);
+  auto opt = make_opt(*model);
+  optim::GradScaler scaler(overflowing_scaler());
+  // Step 0 eagerly: the optimizer's state and the scaler's S exist before the capture.
+  graphed.losses.push_back(scaled_step(*model, *opt, scaler, data[0].images.to(d), data[0].labels.to(d), clip).item());
+  graphed.scales.push_back(scaler.get_scale());
+  Tensor x = data[1].images.to(d), y = data[1].labels.to(d);
+  cuda::Graph graph;
+  Tensor loss;
+  graph.capture([&] { loss = scaled_step(*model, *opt, scaler, x, y, clip); });
+  REQUIRE(graph.captured());
+  for (int s = 1; s < steps; ++s) {
+    x.copy_(data[s].images.to(d));
+    y.copy_(data[s].labels.to(d));
+    graph.replay();
+    graphed.losses.push_back(loss.item());
+    graphed.scales.push_back(scaler.get_scale());
+  }
+  // An eager step after the replays continues from the true step counts.
+  graphed.losses.push_back(
+      scaled_step(*model, *opt, scaler, data[steps].images.to(d), data[steps].labels.to(d), clip).item());
+  graphed.scales.push_back(scaler.get_scale());
+  finish(graphed, *model, *opt, scaler);
+
+  // Overflows happened among the replayed steps: S fell (halved) at least twice after step 1.
+  int backoffs = 0;
+  for (int s = 1; s < steps; ++s) backoffs += eager.scales[s] < eager.scales[s - 1];
+  CHECK(backoffs >= 2);
+  CHECK(graphed.losses == eager.losses);
+  CHECK(graphed.scales == eager.scales);
+  CHECK(graphed.growth_tracker == eager.growth_tracker);
+  CHECK(graphed.weights == eager.weights);
+  CHECK(graphed.state == eager.state);
+  CHECK(graphed.scalars == eager.scalars);
+}
+
+}  // namespace
+
+TEST_CASE("cuda graph: replayed fp16 steps with loss scaling equal eager steps, overflows skipped on the device",
+          "[cuda][graphs][amp]") {
+  SECTION("Adam: a skipped step leaves the step count as it was") {
+    check_scaled_replay_matches_eager(
+        [](nn::Module& m) { return std::make_unique<optim::Adam>(m.parameters(), optim::AdamOptions{.lr = 1e-2}); },
+        0.0);
+  }
+  SECTION("AdamW, the gradients unscaled and clipped on the device") {
+    check_scaled_replay_matches_eager(
+        [](nn::Module& m) {
+          return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
+        },
+        0.5);
+  }
+  SECTION("SGD with momentum, clipped") {
+    check_scaled_replay_matches_eager(
+        [](nn::Module& m) {
+          return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+        },
+        0.5);
+  }
+}
+
+TEST_CASE("cuda graph: clip_grad_norm_on_device_ replays equal clip_grad_norm_ bit for bit", "[cuda][graphs][optim]") {
+  const Device d = Device::cuda(0);
+  manual_seed(9);
+  // A float32 gradient large enough for several blocks of the norm, one in channels-last, and a
+  // parameter without a gradient.
+  Tensor a = zeros({5000}, {.device = d}).requires_grad_();
+  Tensor b = zeros({2, 3, 4, 5}, {.device = d}).contiguous(MemoryFormat::channels_last).requires_grad_();
+  Tensor none = zeros({3}, {.device = d}).requires_grad_();
+  const std::vector<Tensor> params{a, b, none};
+  Tensor ga = empty({5000}, {.device = d}), gb = empty({2, 3, 4, 5}, {.device = d}, MemoryFormat::channels_last);
+  a.set_grad(ga);
+  b.set_grad(gb);
+  Tensor total;
+  cuda::Graph graph;
+  graph.capture([&] { total = optim::clip_grad_norm_on_device_(params, 1.0); });
+  REQUIRE(graph.captured());
+  for (double spread : {0.001, 3.0, 50.0}) {  // below max_norm (coefficient 1), above it, far above
+    INFO("spread " << spread);
+    const Tensor va = randn({5000}) * spread, vb = randn({2, 3, 4, 5}) * spread;
+    ga.copy_(va.to(d));
+    gb.copy_(vb.to(d));
+    graph.replay();
+    // The eager reference on copies of the same gradients.
+    Tensor ra = zeros({5000}, {.device = d}).requires_grad_();
+    Tensor rb = zeros({2, 3, 4, 5}, {.device = d}).contiguous(MemoryFormat::channels_last).requires_grad_();
+    ra.set_grad(va.to(d));
+    rb.set_grad(vb.to(d).contiguous(MemoryFormat::channels_last));
+    const double want = optim::clip_grad_norm_({ra, rb}, 1.0);
+    CHECK(total.item() == want);
+    CHECK(ga.to_vector<float>() == ra.grad().to_vector<float>());
+    CHECK(gb.to_vector<float>() == rb.grad().to_vector<float>());
+    CHECK((spread < 0.01) == (ga.to_vector<float>() == va.to_vector<float>()));  // unchanged below max_norm
+  }
+  CHECK_FALSE(none.grad().defined());
+  // No gradient at all: an undefined norm, and nothing to do.
+  CHECK_FALSE(optim::clip_grad_norm_on_device_({none}, 1.0).defined());
+}
+
+TEST_CASE("cuda graph: loss scaling outside a capture, or before its state exists, is refused", "[cuda][graphs][amp]") {
+  const Device d = Device::cuda(0);
+  auto model = small_cnn(1);
+  model->to(d);
+  optim::Adam opt(model->parameters());
+  // step_unless_found_inf is for captured steps: eagerly the flag is read (GradScaler::step).
+  CHECK_THROWS_WITH(opt.step_unless_found_inf(zeros({1}, {.device = d})), Catch::Contains("captured in a CUDA graph"));
+  // The scaler's S made inside a capture would be reset by every replay.
+  optim::GradScaler scaler;
+  const std::vector<Batch> data = batches(1, 2);
+  Tensor x = data[0].images.to(d), y = data[0].labels.to(d);
+  (void)train_step(*model, opt, x, y);  // the optimizer's state exists; S does not
+  cuda::Graph graph;
+  CHECK_THROWS_WITH(graph.capture([&] { (void)scaled_step(*model, opt, scaler, x, y, 0.0); }),
+                    Catch::Contains("scale a loss eagerly before capturing"));
+  CHECK_FALSE(cuda::is_capturing());
+}
+
+namespace {
+
+std::vector<Tensor> parameters_on(nn::Module& model, Device d) {
+  model.to(d);
+  return model.parameters();
+}
+
+// ember train's step (train::TrainStep) with fp16 autocast, loss scaling and clipping, its objects
+// owned here.
+struct TrainerStep {
+  std::shared_ptr<nn::Sequential> model = small_cnn(7);
+  nn::CrossEntropyLoss criterion;
+  optim::Adam opt;
+  optim::GradScaler scaler;
+  train::StepGuard guard;
+  train::TrainStep step;
+  // S starts above what the first steps' float16 gradients can hold: they overflow and are skipped.
+  explicit TrainerStep(Device d)
+      : opt(parameters_on(*model, d), {.lr = 1e-2}),
+        scaler({.init_scale = 1048576.0, .growth_interval = 2}),
+        guard(d),
+        step({.model = model.get(), .criterion = &criterion, .optimizer = &opt, .scaler = &scaler, .guard = &guard,
+              .amp = DType::f16, .device = d, .clip_grad_norm = 1.0}) {
+    opt.set_skip_flag(guard.flag());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda graph: TrainStep eagerly and through GraphedStep gives the same run, the warm-up waiting for an update",
+          "[cuda][graphs][amp]") {
+  const Device d = Device::cuda(0);
+  std::vector<Batch> data = batches(12, 6);
+  data.push_back(batches(1, 4)[0]);  // the epoch's last, partial batch: eager after the replays
+  TrainerStep eager(d), graphed(d);
+  std::vector<double> eager_scales, graphed_scales;
+  std::vector<bool> stepped;
+  for (size_t s = 0; s < data.size(); ++s) {
+    const auto out = eager.step.run(data[s].images.to(d), data[s].labels.to(d), train::StepMode::eager,
+                                    static_cast<int64_t>(s) + 1);
+    stepped.push_back(out.stepped);
+    eager_scales.push_back(eager.scaler.get_scale());
+  }
+  train::GraphedStep graph_step(d, 10, graphed.step);
+  int64_t captured_at = -1;
+  for (size_t s = 0; s < data.size(); ++s) {
+    const Tensor& x = data[s].images;
+    const Tensor& y = data[s].labels;
+    if (graph_step.replays(x, y)) {
+      if (captured_at < 0) captured_at = static_cast<int64_t>(s);
+      graph_step.run(x, y);
+    } else {
+      const auto out = graphed.step.run(x.to(d), y.to(d), train::StepMode::eager, static_cast<int64_t>(s) + 1);
+      if (out.stepped && x.size(0) == 6) graph_step.eager_step_done(x, y);
+    }
+    graphed_scales.push_back(graphed.scaler.get_scale());
+  }
+  // The first steps overflowed; the batch after the first one that updated was captured.
+  REQUIRE_FALSE(stepped[0]);
+  const auto first_update = std::find(stepped.begin(), stepped.end(), true) - stepped.begin();
+  CHECK(captured_at == first_update + 1);
+  CHECK(graph_step.node_count() > 20);
+  CHECK(graphed_scales == eager_scales);
+  CHECK(weights(*graphed.model) == weights(*eager.model));
+  const optim::OptimizerState a = graphed.opt.state_dict(), b = eager.opt.state_dict();
+  CHECK(a.scalars == b.scalars);
+  for (size_t i = 0; i < a.tensors.size(); ++i) CHECK(a.tensors[i].second.to_vector<float>() == b.tensors[i].second.to_vector<float>());
+  const train::StepGuard::Totals ga = graphed.guard.read(), gb = eager.guard.read();
+  CHECK(ga.loss_sum == gb.loss_sum);
+  CHECK(ga.correct == gb.correct);
 }
 
 TEST_CASE("cuda graph: memory of the capture stays with the graph", "[cuda][graphs]") {

@@ -180,43 +180,151 @@ TEMPLATE_TEST_CASE("cuda adam_step_multi / sgd_step_multi equal per-tensor CPU s
   REQUIRE_THROWS_AS(ember::kernels::gpu::adam_step_multi(dt, &bad, 1, ams), ember::Error);
 }
 
-TEMPLATE_TEST_CASE("cuda grad_norm_partial matches the CPU within double rounding", "[cuda][optim]", float, double) {
+TEMPLATE_TEST_CASE("cuda grad_norm matches the CPU within double rounding, left in device memory", "[cuda][optim]",
+                   float, double) {
   using T = TestType;
   const DType dt = ember::dtype_of<T>::value;
   const double inf = std::numeric_limits<double>::infinity();
+  DeviceBuffer<double> out(std::vector<double>{-1.0});
+  const auto gpu_norm = [&](const DeviceBuffer<T>& dg, size_t n, double p) {
+    ember::kernels::gpu::grad_norm(dt, static_cast<int64_t>(n), dg.data(), p, out.data());
+    return out.download()[0];
+  };
   for (size_t n : {size_t{1}, size_t{31}, size_t{1000}, size_t{70001}}) {
     const std::vector<T> g = random_vector<T>(n, 77 + n, -3.0, 3.0);
     DeviceBuffer<T> dg(g);
     for (double p : {2.0, 1.0, 3.0, inf}) {
       INFO("n=" << n << " p=" << p);
-      const double got = ember::kernels::gpu::grad_norm_partial(dt, static_cast<int64_t>(n), dg.data(), p);
-      const double want = ember::kernels::cpu::grad_norm_partial(dt, static_cast<int64_t>(n), g.data(), p);
+      const double got = gpu_norm(dg, n, p);
+      double want = -1;
+      ember::kernels::cpu::grad_norm(dt, static_cast<int64_t>(n), g.data(), p, &want);
       // The max is exact. The sums: the CPU adds in double, the CUDA kernels in acc_t<T> (Note
       // [Accumulation types] in core/dtype.h). f64: n non-negative doubles in different orders,
       // relative difference <= n * 2^-53, and pow may differ by an ulp per term. f32: a float
       // sum of non-negative terms through two block reductions (at most a few terms per thread,
-      // log2(256) tree levels each) is within (4 + 2 log2 n) ulp relative, pow adding one.
-      const double f32_ulps = 4.0 + 2.0 * std::log2(static_cast<double>(n) + 1.0);
+      // log2(256) tree levels each) is within (4 + 2 log2 n) ulp relative, pow adding one; the
+      // root shrinks the relative difference, the rounding to T adds an ulp of T.
+      const double f32_ulps = 5.0 + 2.0 * std::log2(static_cast<double>(n) + 1.0);
       const double rtol = std::is_same_v<T, float> ? f32_ulps * std::numeric_limits<float>::epsilon() : 1e-11;
       if (std::isinf(p)) {
         REQUIRE(got == want);
       } else {
         REQUIRE(std::fabs(got - want) <= rtol * want);
       }
+      // The value is already rounded to T: a 0-dim tensor of the gradients' dtype.
+      REQUIRE(static_cast<double>(static_cast<T>(got)) == got);
     }
   }
   // NaN anywhere: the inf-norm is NaN, and so are the sums.
   std::vector<T> g = random_vector<T>(5000, 3);
   g[4321] = std::numeric_limits<T>::quiet_NaN();
   DeviceBuffer<T> dg(g);
-  REQUIRE(std::isnan(ember::kernels::gpu::grad_norm_partial(dt, 5000, dg.data(), inf)));
-  REQUIRE(std::isnan(ember::kernels::gpu::grad_norm_partial(dt, 5000, dg.data(), 2.0)));
+  REQUIRE(std::isnan(gpu_norm(dg, 5000, inf)));
+  REQUIRE(std::isnan(gpu_norm(dg, 5000, 2.0)));
   // An inf (no NaN): inf.
   g[4321] = -std::numeric_limits<T>::infinity();
   dg.upload(g);
-  REQUIRE(ember::kernels::gpu::grad_norm_partial(dt, 5000, dg.data(), inf) == inf);
-  // Empty.
-  REQUIRE(ember::kernels::gpu::grad_norm_partial(dt, 0, dg.data(), 2.0) == 0.0);
+  REQUIRE(gpu_norm(dg, 5000, inf) == inf);
+  // Empty: 0, written all the same.
+  REQUIRE(gpu_norm(dg, 0, 2.0) == 0.0);
+}
+
+TEST_CASE("cuda clip_coefficient and scale_grads equal the CPU bit for bit", "[cuda][optim]") {
+  using ember::kernels::UnscaleTensor;
+  const double inf = std::numeric_limits<double>::infinity();
+  // Per-gradient norms (float32 values, or float64 ones), with the coefficient below 1, at 1, and NaN.
+  const std::vector<std::vector<double>> lists = {{3.0, 4.0, 12.0}, {0.25, 0.5}, {1.5, std::nan("")}, {}};
+  for (const std::vector<double>& norms : lists)
+    for (DType dtype : {DType::f32, DType::f64})
+      for (double p : {2.0, 1.0, 3.0, inf})
+        for (double max_norm : {1.0, 6.5, 100.0}) {
+          INFO("norms " << norms.size() << " dtype " << ember::dtype_name(dtype) << " p " << p << " max " << max_norm);
+          std::vector<double> want(2, -1.0);
+          ember::kernels::cpu::clip_coefficient(norms.data(), static_cast<int64_t>(norms.size()), p, dtype, max_norm,
+                                                want.data());
+          DeviceBuffer<double> dnorms(norms.empty() ? std::vector<double>{0.0} : norms);
+          DeviceBuffer<double> got(std::vector<double>{-1.0, -1.0});
+          ember::kernels::gpu::clip_coefficient(dnorms.data(), static_cast<int64_t>(norms.size()), p, dtype, max_norm,
+                                                got.data());
+          require_bits(got.download(), want, "total and coefficient");
+          REQUIRE((std::isnan(want[1]) || want[1] <= 1.0));
+        }
+  // The float32 arithmetic of torch: (1 / (total + 1e-6)) * max_norm in float32.
+  std::vector<double> tc(2);
+  const std::vector<double> n345 = {3.0, 4.0};
+  ember::kernels::cpu::clip_coefficient(n345.data(), 2, 2.0, DType::f32, 1.0, tc.data());
+  REQUIRE(tc[0] == 5.0);
+  REQUIRE(tc[1] == static_cast<double>((1.0f / (5.0f + static_cast<float>(1e-6))) * 1.0f));
+
+  // scale_grads over a ragged list in one call; nothing changes when the coefficient is 1.
+  for (double coef : {0.375, 1.0 / 3.0, 1.0}) {
+    std::vector<std::vector<float>> host;
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> dev;
+    std::vector<UnscaleTensor> cpu_list, gpu_list;
+    for (size_t n : {size_t{1}, size_t{4097}, size_t{0}, size_t{9001}}) {
+      host.push_back(random_vector<float>(n, 40 + n));
+      if (n > 2) host.back()[1] = std::numeric_limits<float>::infinity();
+      dev.push_back(std::make_unique<DeviceBuffer<float>>(host.back()));
+    }
+    for (size_t i = 0; i < host.size(); ++i) {
+      cpu_list.push_back({host[i].data(), static_cast<int64_t>(host[i].size())});
+      gpu_list.push_back({dev[i]->data(), static_cast<int64_t>(host[i].size())});
+    }
+    const std::vector<std::vector<float>> before = host;
+    ember::kernels::cpu::scale_grads(DType::f32, cpu_list.data(), static_cast<int64_t>(cpu_list.size()), &coef);
+    DeviceBuffer<double> dcoef(std::vector<double>{coef});
+    ember::kernels::gpu::scale_grads(DType::f32, gpu_list.data(), static_cast<int64_t>(gpu_list.size()), dcoef.data());
+    for (size_t i = 0; i < host.size(); ++i) {
+      require_bits(dev[i]->download(), host[i], "scaled gradient");
+      for (size_t k = 0; k < host[i].size(); ++k)
+        REQUIRE(host[i][k] == before[i][k] * static_cast<float>(coef));  // the product in float32
+      dev[i]->check_guards();
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda adam_coeffs_on_device equals the host's coefficients, less the skipped steps",
+                   "[cuda][optim][amp]", float, double) {
+  using T = TestType;
+  const DType dt = ember::dtype_of<T>::value;
+  for (AdamHyper h : adam_configs()) {
+    h.step = 12;
+    for (double skipped : {0.0, 1.0, 11.0}) {
+      INFO("decay " << static_cast<int>(h.decay) << " amsgrad " << h.amsgrad << " skipped " << skipped);
+      // Device buffers of the sizes the optimizer uses: the hyperparameters as uploaded before a
+      // replay, the count of skipped steps, and the coefficients the step kernels read.
+      DeviceBuffer<unsigned char> hyper(std::vector<unsigned char>(sizeof(AdamHyper)));
+      DeviceBuffer<double> count(std::vector<double>{skipped});
+      DeviceBuffer<unsigned char> coeffs(std::vector<unsigned char>(ember::kernels::gpu::adam_coeffs_bytes(dt)));
+      ember::kernels::gpu::upload_adam_hyper(h, hyper.data());
+      ember::kernels::gpu::adam_coeffs_on_device(dt, hyper.data(), count.data(), coeffs.data());
+      AdamHyper effective = h;
+      effective.step = h.step - static_cast<int64_t>(skipped);
+      const ember::kernels::AdamCoeffs<T> want = ember::kernels::make_adam_coeffs<T>(effective);
+      const std::vector<unsigned char> got = coeffs.download();
+      REQUIRE(got.size() == sizeof want);
+      // Field by field: the struct's padding bytes are not compared.
+      ember::kernels::AdamCoeffs<T> c;
+      std::memcpy(&c, got.data(), sizeof c);
+      const std::vector<T> got_values{c.grad_sign,     c.decay_factor,    c.weight_decay,
+                                      c.lerp_weight,   c.lerp_coeff,      c.beta2,
+                                      c.one_minus_beta2, c.bias_correction2_sqrt, c.eps, c.neg_step_size};
+      const std::vector<T> want_values{want.grad_sign,     want.decay_factor,    want.weight_decay,
+                                       want.lerp_weight,   want.lerp_coeff,      want.beta2,
+                                       want.one_minus_beta2, want.bias_correction2_sqrt, want.eps, want.neg_step_size};
+      if (ember::testing::kExactNanBits) {
+        require_bits(got_values, want_values, "coefficients");  // the emulator: the host's pow
+      } else {
+        // A GPU's double pow may differ in the last place (Note [Steps cancelled on the device]
+        // in optim/optimizer.h): at most one unit of T in the rounded coefficient.
+        for (size_t k = 0; k < want_values.size(); ++k)
+          REQUIRE(std::abs(got_values[k] - want_values[k]) <=
+                  std::numeric_limits<T>::epsilon() * std::abs(want_values[k]));
+      }
+      REQUIRE(c.lerp_from_start == want.lerp_from_start);
+      REQUIRE(c.skip == want.skip);
+    }
+  }
 }
 
 TEST_CASE("cuda optimizer steps: n == 0 and missing state are handled like the CPU", "[cuda][optim]") {
