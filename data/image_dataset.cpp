@@ -17,7 +17,6 @@
 #include <map>
 
 #include "../core/autograd.h"
-#include "../io/atomic_file.h"
 #include "../kernels/cpu/parallel.h"
 #include "image_pipeline.h"
 #include "random.h"
@@ -49,7 +48,7 @@ Tensor ImageDataset::decode_file(const std::string& path, DecodeOptions decode, 
     decode.min_width = hint.min_width;
   }
   const auto t0 = Clock::now();
-  const std::vector<uint8_t> bytes = io::read_file(path);
+  const std::vector<uint8_t> bytes = read_image_file(path, decode);
   const auto t1 = Clock::now();
   Tensor img = decode_image_bytes(bytes, path, decode);
   count_decode(std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(Clock::now() - t1).count());
