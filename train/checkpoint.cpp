@@ -67,6 +67,10 @@ bool is_idx_dir(const std::string& dir) {
 }
 }  // namespace
 
+bool is_image_folder_dir(const std::string& dir) {
+  return fs::is_directory(dir) && !is_cifar_dir(dir) && !is_idx_dir(dir);
+}
+
 DataInfo open_data(const std::string& data, const std::string& data_dir, const ImageDataOptions& image) {
   DataInfo d;
   std::shared_ptr<const data::InMemoryImageDataset> train, test;
@@ -107,6 +111,7 @@ DataInfo open_data(const std::string& data, const std::string& data_dir, const I
   EMBER_CHECK(train->height() == train->width(), "images must be square, got ", train->height(), "x",
               train->width());
   d.image_size = train->height();
+  d.samples = train->size();
   channel_stats(train->images(), d.mean, d.std);
   return d;
 }
@@ -198,6 +203,9 @@ void save_weights(const std::string& path, const nn::Module& model, const TrainC
       {"ember.std", json(d.std).dump()},
       {"ember.checksum", tensors_crc32(tensors)},
   };
+  // Which images of the tree the run held out (Note [Held-out split]); "none" for a run that
+  // held none out, so that a file written before the key existed is told apart.
+  meta["ember.split"] = d.split ? split_json(*d.split) : "none";
   if (!run.empty()) meta["ember.run"] = run;
   if (step >= 0) meta["ember.step"] = std::to_string(step);
   io::save_safetensors(path, tensors, meta);
@@ -211,9 +219,25 @@ void verify_weights_checksum(const io::SafetensorsFile& f) {
               ", the file says ", it->second, "): the file was damaged or edited after it was written");
 }
 
+void check_finite_weights(const io::SafetensorsFile& f) {
+  for (const auto& [name, t] : f.tensors) {
+    if (!is_floating(t.dtype())) continue;
+    const std::vector<double> v = t.to(DType::f64).contiguous().to_vector<double>();
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i])) {
+        if (bad++ == 0) first = static_cast<int64_t>(i);
+      }
+    EMBER_CHECK(bad == 0, f.path, ": tensor '", name, "' holds ", bad, " NaN or infinite value", bad == 1 ? "" : "s",
+                " (the first at element ", first, " of ", v.size(), "): a model with these weights gives NaN for "
+                "every input; refusing to use it");
+  }
+}
+
 void load_weights_into(nn::Module& model, const std::string& path) {
   io::SafetensorsFile f = io::load_safetensors(path);
   verify_weights_checksum(f);
+  check_finite_weights(f);
   try {
     model.load_state_dict(f.tensors);
   } catch (const Error& e) {
@@ -238,6 +262,7 @@ LoadedModel load_model(const std::string& checkpoint) {
   EMBER_CHECK(fs::exists(path), "checkpoint '", path, "' does not exist");
   io::SafetensorsFile f = io::load_safetensors(path);
   verify_weights_checksum(f);
+  check_finite_weights(f);
   auto need = [&](const char* key) -> const std::string& {
     auto it = f.metadata.find(key);
     EMBER_CHECK(it != f.metadata.end(), path, ": not an ember weights file (no '", key,
@@ -253,6 +278,8 @@ LoadedModel load_model(const std::string& checkpoint) {
     m.classes = json::parse(need("ember.classes")).get<std::vector<std::string>>();
     m.mean = json::parse(need("ember.mean")).get<std::vector<double>>();
     m.std = json::parse(need("ember.std")).get<std::vector<double>>();
+    if (auto it = f.metadata.find("ember.split"); it != f.metadata.end() && it->second != "none")
+      m.split = split_from_json(it->second, path);
   } catch (const json::exception& e) {
     EMBER_THROW(path, ": invalid ember metadata: ", e.what());
   } catch (const std::invalid_argument&) {
@@ -307,8 +334,37 @@ LoadedModel load_pytorch_model(const std::string& path, const std::string& model
 
 // ---- eval and predict ----------------------------------------------------------------------
 
+namespace {
+// The held-out images of `d` (the whole tree, opened for evaluation) when it is the tree the
+// model's run split, or an error when it is at that path but has changed (Note [Held-out split]).
+// Returns 0 when `d` is another tree, else the tree's size.
+int64_t restrict_to_held_out(const LoadedModel& m, DataInfo& d) {
+  if (d.kind != DataKind::image_folder || !m.split) return 0;
+  const HeldOutSplit& s = *m.split;
+  if (d.samples_hash != s.samples_hash) {
+    std::error_code ec;
+    const bool same_path = fs::equivalent(d.dir, s.data, ec);
+    EMBER_CHECK(!same_path, "eval: '", d.dir, "' is the tree the model's run split with --val-split ", s.fraction,
+                " --seed ", s.seed, ", but it has changed since (", d.samples, " images now, ", s.samples,
+                " then", d.samples == s.samples ? ", some added, removed or renamed" : "",
+                "): its held-out images can no longer be told apart from the training images. Evaluate on a "
+                "separate tree with --data, or train again");
+    return 0;
+  }
+  std::vector<int64_t> labels(static_cast<size_t>(d.image_test->size()));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = d.image_test->label(static_cast<int64_t>(i));
+  const data::SplitIndices split = data::stratified_split(labels, s.fraction, s.seed);
+  EMBER_CHECK(static_cast<int64_t>(split.val.size()) == s.held_out, "eval: '", d.dir, "': the split gives ",
+              split.val.size(), " held-out images, the run recorded ", s.held_out);
+  d.image_test = std::make_shared<const data::ImageSubset>(d.image_test, split.val);
+  d.test = d.image_test;
+  return d.samples;
+}
+}  // namespace
+
 EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::string& data_dir, int64_t batch_size) {
   DataInfo d = open_data(data, data_dir, {.image_size = m.image_size, .eval_only = true});
+  const int64_t held_out_of = restrict_to_held_out(m, d);
   if (d.kind == DataKind::image_folder) d.resize = m.resize;  // resize as the model was trained
   EMBER_CHECK(d.channels == m.in_channels && d.image_size == m.image_size, "eval: the model expects ", m.in_channels,
               "x", m.image_size, "x", m.image_size, " images, the data has ", d.channels, "x", d.image_size, "x",
@@ -319,7 +375,9 @@ EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::st
   norm.mean = m.mean;  // normalize as the model was trained
   norm.std = m.std;
   data::DataLoader loader(d.test, {.batch_size = batch_size, .transform = make_eval_transform(norm)});
-  return evaluate_loader(*m.model, loader, static_cast<int64_t>(m.classes.size()));
+  EvalResult r = evaluate_loader(*m.model, loader, static_cast<int64_t>(m.classes.size()));
+  r.held_out_of = held_out_of;
+  return r;
 }
 
 std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::string>& inputs, int k) {

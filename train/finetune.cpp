@@ -7,6 +7,7 @@
 #include "../core/autograd.h"
 #include "../io/safetensors.h"
 #include "../models/zoo.h"
+#include "checkpoint.h"
 
 namespace ember::train {
 
@@ -33,6 +34,7 @@ std::string name_list(const std::vector<std::string>& names, size_t limit = 6) {
 int64_t load_pytorch_weights(nn::Module& model, const std::string& model_name, const std::string& path,
                              bool skip_classifier) {
   const io::SafetensorsFile file = io::load_safetensors(path);
+  check_finite_weights(file);
   const std::string classifier = models::classifier_name(model_name);
   std::map<std::string, Tensor> given(file.tensors.begin(), file.tensors.end());
   std::vector<std::string> missing, unexpected, wrong;

@@ -44,6 +44,7 @@
 #include "run_report.h"
 #include "run_setup.h"
 #include "step_guard.h"
+#include "terminal_text.h"
 
 namespace ember::train {
 
@@ -77,7 +78,8 @@ int64_t report_skipped(const data::ImageDataset* ds, const char* what, bool quie
   if (!quiet && !skipped.empty()) {
     std::fprintf(stderr, "ember train: skipped %zu unreadable %s image%s:\n", skipped.size(), what,
                  skipped.size() == 1 ? "" : "s");
-    for (size_t i = 0; i < skipped.size() && i < 10; ++i) std::fprintf(stderr, "  %s\n", skipped[i].reason.c_str());
+    for (size_t i = 0; i < skipped.size() && i < 10; ++i)
+      std::fprintf(stderr, "  %s\n", printable(skipped[i].reason).c_str());
     if (skipped.size() > 10) std::fprintf(stderr, "  ... and %zu more\n", skipped.size() - 10);
   }
   return static_cast<int64_t>(skipped.size());
@@ -326,7 +328,7 @@ Run start_run(TrainConfig cfg) {
     std::string s;
     for (const std::string& x : changed) s += (s.empty() ? "" : ", ") + x;
     std::fprintf(stderr, "ember train: resuming run %s from %s at step %lld (%lld epoch(s) done)%s%s\n",
-                 resumed->run.c_str(), cfg.resume_dir.c_str(), static_cast<long long>(resumed->step),
+                 resumed->run.c_str(), printable(cfg.resume_dir).c_str(), static_cast<long long>(resumed->step),
                  static_cast<long long>(resumed->epoch), s.empty() ? "" : "; changed: ", s.c_str());
   }
   r.device = resolve_device(cfg.device);
@@ -337,6 +339,7 @@ Run start_run(TrainConfig cfg) {
                   {.val = cfg.val, .val_split = cfg.val_split, .image_size = cfg.image_size,
                    .cache_dir = cfg.cache_dir, .skip_bad_images = cfg.skip_bad_images, .seed = cfg.seed});
   const DataInfo& d = r.d;
+  if (resume_state) check_resumed_data(*resume_state, d);  // the data it was saved with (Note [Held-out split])
   if (d.kind != DataKind::image_folder)
     for (const char* name : {"val", "val-split", "image-size", "cache", "skip-bad-images"})
       EMBER_CHECK(!given(name), "--", name, " applies to ImageFolder data only, and '", cfg.data, "' holds ",
@@ -389,7 +392,7 @@ Run start_run(TrainConfig cfg) {
     const int64_t loaded = load_pytorch_weights(*r.model, cfg.model, cfg.init_weights, true);
     if (!cfg.quiet && r.lead)
       std::fprintf(stderr, "ember train: fine-tuning from %s (%lld tensors); a new classifier '%s' for %zu classes%s\n",
-                   cfg.init_weights.c_str(), static_cast<long long>(loaded), models::classifier_name(cfg.model).c_str(),
+                   printable(cfg.init_weights).c_str(), static_cast<long long>(loaded), models::classifier_name(cfg.model).c_str(),
                    d.classes.size(), cfg.freeze_backbone ? ", the backbone frozen" : "");
   } else if (!cfg.init_weights.empty()) {
     load_weights_into(*r.model, cfg.init_weights);
@@ -723,7 +726,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
                    r.device.str().c_str(), r.profiler->table(-1).c_str());
     if (!cfg.profile_trace.empty() && r.lead) {
       r.profiler->write_trace(cfg.profile_trace);
-      if (!cfg.quiet) std::fprintf(stderr, "ember train: wrote the trace %s\n", cfg.profile_trace.c_str());
+      if (!cfg.quiet) std::fprintf(stderr, "ember train: wrote the trace %s\n", printable(cfg.profile_trace).c_str());
     }
   }
   // --save-weights means the weights at the end of the run: an interrupted run has none yet.
@@ -755,13 +758,13 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
   }
   const auto print_saved = [&] {
     if (cfg.quiet || !r.lead || cfg.save_dir.empty()) return;
-    std::fprintf(stderr, "ember train: saved in %s: the checkpoint (%s, step-*/), %s%s%s\n", cfg.save_dir.c_str(),
+    std::fprintf(stderr, "ember train: saved in %s: the checkpoint (%s, step-*/), %s%s%s\n", printable(cfg.save_dir).c_str(),
                  kManifestName, kMetricsFileName,
                  fs::exists(fs::path(cfg.save_dir) / kEvaluationFileName) ? ", evaluation.json" : "",
                  report.empty() ? "" : ", report.html");
     if (!report.empty())
       std::fprintf(stderr, "ember train: report: %s (open it in a browser; rebuild it with: ember report %s)\n",
-                   report.c_str(), cfg.save_dir.c_str());
+                   printable(report).c_str(), shell_quote(cfg.save_dir).c_str());
   };
   if (r.interrupted) {
     print_saved();
@@ -769,7 +772,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
       if (r.checkpoint)
         std::fprintf(stderr, "ember train: interrupted at step %lld (epoch %d of %d); checkpoint saved in %s; "
                      "continue with: ember train --resume %s\n", static_cast<long long>(r.step), r.epoch_now + 1,
-                     cfg.epochs, cfg.save_dir.c_str(), cfg.save_dir.c_str());
+                     cfg.epochs, printable(cfg.save_dir).c_str(), shell_quote(cfg.save_dir).c_str());
       else
         std::fprintf(stderr, "ember train: interrupted at step %lld (epoch %d of %d); nothing was saved (no --save)\n",
                      static_cast<long long>(r.step), r.epoch_now + 1, cfg.epochs);
@@ -785,7 +788,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
     else
       std::snprintf(span, sizeof span, "%d epochs", cfg.epochs);
     std::printf("ember train: %s on %s, %s%s, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
-                cfg.data.c_str(), span, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
+                printable(cfg.data).c_str(), span, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
                 format_duration(summary.seconds).c_str());
   }
   print_saved();
@@ -802,7 +805,7 @@ TrainSummary run_training(TrainConfig cfg) {
   if (run.start_epoch >= run.cfg.epochs) {
     if (!run.cfg.quiet && run.lead)
       std::fprintf(stderr, "ember train: the run in %s is complete (step %lld, %d epochs); give --epochs above %d "
-                   "to train it further\n", run.cfg.resume_dir.c_str(), static_cast<long long>(run.step),
+                   "to train it further\n", printable(run.cfg.resume_dir).c_str(), static_cast<long long>(run.step),
                    run.cfg.epochs, run.cfg.epochs);
     run.summary.steps = run.step;
     run.summary.epochs_run = run.cfg.epochs;

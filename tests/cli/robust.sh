@@ -345,14 +345,16 @@ expect_rc evaldir 0
 expect_line evaldir evaldir.err "ember eval: --data idx (the checkpoint's)"
 if grep -q "^accuracy [0-9.]*% (64 images)" evaldir.out; then ok; else fail "evaldir: $(head -1 evaldir.out)"; fi
 
-# eval DIR of an ImageFolder run evaluates on that tree, not on Fashion-MNIST.
+# eval DIR of an ImageFolder run evaluates on that tree, not on Fashion-MNIST: on the images the
+# run held out (--val-split 0.1 by default: 1 of the 12 of each class), not on its training images.
 python3 "$here/make_data.py" folder folder 2
 run folder train --data folder --image-size 8 --epochs 1 --batch-size 8 --optimizer adam --save folder-run
 expect_rc folder 0
 run folder-eval eval folder-run
 expect_rc folder-eval 0
 expect_line folder-eval folder-eval.err "ember eval: --data folder (the checkpoint's)"
-if grep -q "^accuracy [0-9.]*% (24 images)" folder-eval.out; then ok; else fail "folder-eval: $(head -1 folder-eval.out)"; fi
+expect_line folder-eval folder-eval.err "ember eval: the model's run held out 2 of the 24 images of folder (--val-split 0.1 --seed 1): evaluating on those"
+if grep -q "^accuracy [0-9.]*% (2 images)" folder-eval.out; then ok; else fail "folder-eval: $(head -1 folder-eval.out)"; fi
 
 # ---- 12. smaller things -------------------------------------------------------------------------
 # Resuming a finished run says so and trains nothing.
