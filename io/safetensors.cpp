@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <new>
 #include <set>
+#include <sstream>
 #include <span>
 
 #include "../core/autograd.h"
@@ -32,9 +33,16 @@ using ordered_json = nlohmann::ordered_json;
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
 
+// Throws "<path>: <args...>". A NUL byte from the file (a name or a dtype written with \u0000)
+// is spelled "\0": what() is a C string, which would end at it and hide the rest.
 template <typename... Args>
 [[noreturn]] void fail(const std::string& path, const Args&... args) {
-  EMBER_THROW(path, ": ", args...);
+  std::ostringstream os;
+  (os << ... << args);
+  std::string message = os.str();
+  for (size_t at = message.find('\0'); at != std::string::npos; at = message.find('\0', at + 2))
+    message.replace(at, 1, "\\0");
+  EMBER_THROW(path, ": ", message);
 }
 
 struct DTypeName {
@@ -99,8 +107,11 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   const auto dt = info.find("dtype");
   if (dt == info.end()) fail(path, "tensor '", name, "': missing \"dtype\"");
   if (!dt->is_string()) fail(path, "tensor '", name, "': \"dtype\" must be a string, got ", dt->dump());
+  const std::string& dtype_name = dt->get_ref<const std::string&>();
+  if (dtype_name.find('\0') != std::string::npos)  // in a C string the message would end at the NUL
+    fail(path, "tensor '", name, "': unknown dtype '", dtype_name, "' (supported: ", supported_names(), ")");
   try {
-    e.dtype = safetensors_dtype(dt->get<std::string>());
+    e.dtype = safetensors_dtype(dtype_name);
   } catch (const Error& err) {
     fail(path, "tensor '", name, "': ", err.what());
   }

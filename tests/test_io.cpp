@@ -351,6 +351,9 @@ TEST_CASE("safetensors: truncated or garbled files are rejected with the path an
     rejects(st_bytes(one(R"("dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8])"), a8), "too large");
     rejects(st_bytes(R"({"__metadata__":{"epoch":3}})", ""), "value for 'epoch' must be a string");
     rejects(st_bytes(R"({"__metadata__":"pt"})", ""), "\"__metadata__\" must be an object");
+    // A NUL in a name or a dtype does not cut the message short.
+    rejects(st_bytes(R"({"a\u0000b":{"dtype":"F\u000032","shape":[2],"data_offsets":[0,8]}})", a8),
+            "tensor 'a\\0b': unknown dtype 'F\\032' (supported: F32,");
   }
   SECTION("offsets and sizes") {
     rejects(st_bytes(one(R"("dtype":"F32","shape":[3],"data_offsets":[0,8])"), a8),

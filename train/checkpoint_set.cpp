@@ -155,9 +155,12 @@ Manifest parse_manifest(std::span<const uint8_t> bytes, const std::string& path)
   for (const FileRef* f : {&m.weights, &m.state, m.has_best ? &m.best : nullptr}) {
     if (f == nullptr) continue;
     const fs::path p(f->path);
-    EMBER_CHECK(!f->path.empty() && p.is_relative() && f->path.find('\0') == std::string::npos &&
-                    std::none_of(p.begin(), p.end(), [](const fs::path& c) { return c == ".." || c == "."; }),
-                path, ": names the file '", f->path, "', which is not inside the checkpoint directory");
+    if (!f->path.empty() && p.is_relative() && f->path.find('\0') == std::string::npos &&
+        std::none_of(p.begin(), p.end(), [](const fs::path& c) { return c == ".." || c == "."; }))
+      continue;
+    std::string shown = f->path;  // a NUL would end the message (a C string) there
+    for (size_t at = shown.find('\0'); at != std::string::npos; at = shown.find('\0', at)) shown.replace(at, 1, "\\0");
+    EMBER_THROW(path, ": names the file '", shown, "', which is not inside the checkpoint directory");
   }
   EMBER_CHECK(m.step >= 0 && m.epoch >= 0, path, ": step ", m.step, " and epoch ", m.epoch, " must be >= 0");
   return m;
