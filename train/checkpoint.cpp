@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -399,12 +400,12 @@ std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::str
       EMBER_CHECK(colon != std::string::npos && colon + 1 < in.size(), "predict: '", in,
                   "' is neither an image file nor FILE:INDEX (an image inside an IDX images file)");
       const std::string file = in.substr(0, colon);
+      // Decimal digits only: "1.5", "1e3", " 7", "0x10" and an index past int64 are not indices.
+      const std::string text = in.substr(colon + 1);
       int64_t index = -1;
-      try {
-        index = std::stoll(in.substr(colon + 1));
-      } catch (const std::exception&) {
-        EMBER_THROW("predict: '", in.substr(colon + 1), "' in '", in, "' is not an image index");
-      }
+      const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), index);
+      EMBER_CHECK(err == std::errc() && end == text.data() + text.size() && text[0] != '-' && text[0] != '+',
+                  "predict: '", text, "' in '", in, "' is not an image index (a non-negative decimal integer)");
       Tensor images = data::read_idx(file);
       EMBER_CHECK(images.dim() == 3 || images.dim() == 4, "predict: ", file, " holds no images (shape ", images.shape(), ")");
       EMBER_CHECK(index >= 0 && index < images.size(0), "predict: index ", index, " is out of range for ", file, " (",

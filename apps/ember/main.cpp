@@ -29,6 +29,7 @@
 #include "export_command.h"
 #include "info_command.h"
 #include "lab_command.h"
+#include "option_values.h"
 #include "predict_command.h"
 
 using namespace ember;
@@ -274,6 +275,8 @@ int main(int argc, char** argv) {
   augment_cmd->add_option("--num-classes", aug.num_classes, "soft-target width");
   augment_cmd->add_option("--batch-index", aug.batch_index, "which batch's stream");
 
+  app::make_values_strict(app);  // Note [Strict option values]
+
   // A first argument that is no subcommand: name it, with the nearest one.
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string given = argv[1];
@@ -295,7 +298,10 @@ int main(int argc, char** argv) {
     // CLI11 says "Could not convert: --lr = abc": name the option first, as every other error does.
     const std::string what = e.what(), prefix = "Could not convert: ";
     if (const size_t eq = what.find(" = "); what.rfind(prefix, 0) == 0 && eq != std::string::npos)
-      return fail(what.substr(prefix.size(), eq - prefix.size()) + ": '" + what.substr(eq + 3) + "' is not a number");
+      return fail(app::conversion_error(what.substr(prefix.size(), eq - prefix.size()), what.substr(eq + 3)));
+    // A check's "--seed: must be ..." reads as the range checks after parsing do: "--seed must be ...".
+    if (const size_t at = what.find(": must be "); at != std::string::npos && what.rfind("--", 0) == 0)
+      return fail(what.substr(0, at) + what.substr(at + 1));
     return fail(what);
   }
 

@@ -114,7 +114,7 @@ expect_error "--log-every must be at least 1, got 0" train --log-every 0
 expect_error "--batch-size must be at least 1, got 0" eval ref --batch-size 0
 expect_error "--top must be at least 1, got 0" predict ref x.png --top 0
 expect_error "--lr: 'abc' is not a number" train --lr abc
-expect_error "--epochs: '2.5' is not a number" train --epochs 2.5
+expect_error "--epochs: '2.5' is not an integer" train --epochs 2.5
 expect_error "--seed must be a non-negative integer, got -1" train --seed -1
 expect_error "--data-dir applies to --data fashion-mnist or mnist; --data 'idx' names the directory itself" \
   train --data idx --data-dir elsewhere
