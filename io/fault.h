@@ -11,9 +11,12 @@
 //   enospc-metrics:<n>   the n-th metrics line fails with ENOSPC after half of it is written
 //   oom-eval-above:<b>   an evaluation batch larger than b images fails as out of device memory
 //   slow-step-ms:<ms>    every training step sleeps this long (time for a test to send a signal)
+//   slow-eval-ms:<ms>    every evaluation batch of ember train sleeps this long (the same, during
+//                        an evaluation)
 //   nan-loss-at:<k>      ember train's eager step k has a NaN loss (and NaN gradients)
 // Unset (the normal case) every hook is one branch on a cached flag. The points are named where
-// they are called (grep fault_point); tests/cli/robust.sh uses every one of them.
+// they are called (grep fault_point); tests/cli/robust.sh and tests/cli/hostile_inputs.sh use
+// every one of them.
 
 #include <cstdint>
 #include <string>

@@ -228,7 +228,9 @@ struct MistakeOptions {
 
 // With a communicator of world size W, rank r evaluates batches r, r + W, ... and the results
 // are summed over the ranks (every rank returns the whole test set's numbers, except `mistakes`:
-// each rank keeps those of its own batches).
+// each rank keeps those of its own batches). A first SIGINT / SIGTERM / SIGHUP while
+// InterruptHandlers are installed (train/interrupt.h) stops it at the next batch, with
+// `interrupted` set (on every rank) and partial numbers.
 EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
                            parallel::Communicator* comm = nullptr, const MistakeOptions& mistakes = {});
 

@@ -687,7 +687,12 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
                              mistakes);
     });
     report_skipped(r.d.image_test.get(), "validation", cfg.quiet);
-    if (r.checkpoint)
+    if (ev.interrupted) {  // the checkpoint above is saved; a partial evaluation is no result
+      r.stopped = r.interrupted = true;
+      ev = EvalResult{};
+      ev.accuracy = ev.loss = NAN;
+    }
+    if (r.checkpoint && !r.interrupted)
       write_evaluation_file((fs::path(cfg.save_dir) / kEvaluationFileName).string(), ev, r.d.classes, es.epoch, r.step);
     es.test_loss = ev.loss;
     es.test_acc = ev.accuracy;
@@ -714,6 +719,33 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
     r.best_acc = es.test_acc;
     if (r.checkpoint) r.checkpoint->mark_best(es.test_acc);
   }
+}
+
+// Note [A bad file mid-run]
+// Without --skip-bad-images a file that cannot be read or decoded ends the run (data::BadImages::
+// error), whether it was bad from the start or went bad while the run was reading it (replaced,
+// truncated, deleted). Either way the steps since the last checkpoint are not lost: with --save,
+// the run saves them first, as an interrupt does (the loader stands at the batch that failed, so
+// the resumed run retries it), then fails with the file's message and how to continue. It saves
+// nothing when the steps since the checkpoint diverged (read_guard throws first), with several
+// processes (the other ranks cannot join a save begun by one rank's failure), or when nothing
+// was trained since the last save. With --skip-bad-images the file is left out and reported at
+// the end of the epoch instead, whenever it went bad.
+[[noreturn]] void stop_at_bad_file(Run& r, int epoch, const data::BadImageError& e) {
+  std::string after = "; pass --skip-bad-images to leave unreadable files out";
+  const int64_t saved_step = r.checkpoint && r.checkpoint->saved() ? r.checkpoint->step() : 0;
+  if (r.checkpoint && !r.distributed && r.step > saved_step) {
+    read_guard(r);  // a divergence since the last read is the error to report, and is not saved
+    if (parameters_finite(*r.model)) {
+      r.checkpoint->save(r.cfg, r.d, *r.model,
+                         make_training_state(r.cfg, r.d, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader, r.step,
+                                             epoch, r.run_id));
+      after = "; the run's " + std::to_string(r.step - saved_step) + " step(s) since its last checkpoint are saved in '" +
+              printable(r.cfg.save_dir) + "' (step " + std::to_string(r.step) + "): make the file readable again, "
+              "then continue with: ember train --resume " + shell_quote(r.cfg.save_dir);
+    }
+  }
+  EMBER_THROW(e.what(), after);
 }
 
 // After the last epoch: --save-weights, the summary metrics event and the one-line summary.
@@ -811,8 +843,24 @@ TrainSummary run_training(TrainConfig cfg) {
     run.summary.epochs_run = run.cfg.epochs;
     return run.summary;
   }
+  // --max-steps counts from the run's start: a resumed run at or past it has nothing to train.
+  if (run.cfg.max_steps > 0 && run.step >= run.cfg.max_steps) {
+    if (!run.cfg.quiet && run.lead)
+      std::fprintf(stderr, "ember train: the run in %s is at step %lld, and --max-steps %lld counts from the run's "
+                   "start: nothing to train (give --max-steps above %lld to train further)\n",
+                   printable(run.cfg.resume_dir).c_str(), static_cast<long long>(run.step),
+                   static_cast<long long>(run.cfg.max_steps), static_cast<long long>(run.step));
+    run.summary.steps = run.step;
+    run.summary.stopped_early = true;
+    return run.summary;
+  }
   for (int epoch = run.start_epoch; epoch < run.cfg.epochs && !run.stopped; ++epoch) {
-    EpochTotals totals = train_one_epoch(run, epoch);
+    EpochTotals totals;
+    try {
+      totals = train_one_epoch(run, epoch);
+    } catch (const data::BadImageError& e) {
+      stop_at_bad_file(run, epoch, e);
+    }
     finish_epoch(run, epoch, totals);
   }
   return finish_run(run, t_start);
