@@ -572,6 +572,10 @@ std::vector<uint8_t> allocate_bytes(const std::string& path, uint64_t n) {
 // left to the decoder, except for the formats whose header always sits in the first bytes.
 void check_image_head(std::span<const uint8_t> head, const std::string& path, int64_t max_pixels) {
   const ImageFormat format = detect_image_format(head);
+  // The sizes ember reads itself first, as decode_image_bytes does: stb_image's own header check
+  // calls an image too large for its limits "corrupt".
+  if (const auto [w, h] = stb_header_dims(head, format); w > 0 && h > 0)
+    check_dims(path, image_format_name(format), h, w, max_pixels);
   ImageInfo info;
   try {
     info = probe_image_bytes(head, path);

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <span>
+#include <unordered_set>
 
 #include "../core/autograd.h"
 #include "atomic_file.h"
@@ -165,14 +166,15 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
 // nlohmann's ordered_json (a vector searched on every insertion) took time quadratic in the
 // number of entries: 35 s for 80,000 entries, hours at the limit. Instead the parser's callback
 // takes each top-level entry as soon as its value ends, checks it into an Entry (or the
-// metadata) and discards its JSON, so the document never grows: time O(n log n) (a set of names
-// finds duplicates, which nlohmann would keep silently and the reference implementation
-// rejects) and memory proportional to the entries. A container nested deeper than the format
+// metadata) and discards its JSON, so the document never grows: time linear in the header (a
+// hash set of names finds duplicates, which nlohmann would keep silently and the reference
+// implementation rejects; check_layout's sort of the offsets adds the n log n) and memory
+// proportional to the entries. A container nested deeper than the format
 // allows (a tensor's "shape" holds numbers only) is refused where it starts, so a header of
 // nested brackets costs nothing either.
 Header parse_header(const std::string& path, const std::string& text) {
   Header out;
-  std::set<std::string> seen;
+  std::unordered_set<std::string> seen;
   std::string key;  // the top-level key whose value is being parsed
   auto take = [&](const json& value) {
     if (key == kMetadataKey)

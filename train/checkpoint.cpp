@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
@@ -235,10 +236,30 @@ void check_finite_weights(const io::SafetensorsFile& f) {
   }
 }
 
+void check_same_names(const nn::Module& model, const std::string& model_name, const io::SafetensorsFile& f) {
+  std::unordered_set<std::string> mine, theirs;
+  for (const auto& [name, t] : model.state_dict()) mine.insert(name);
+  std::vector<std::string> missing, unexpected;
+  for (const auto& [name, t] : f.tensors) {
+    theirs.insert(name);
+    if (!mine.count(name)) unexpected.push_back(name);
+  }
+  for (const auto& [name, t] : model.state_dict())
+    if (!theirs.count(name)) missing.push_back(name);
+  std::sort(missing.begin(), missing.end());  // by name, as load_state_dict lists them
+  std::sort(unexpected.begin(), unexpected.end());
+  if (missing.empty() && unexpected.empty()) return;
+  std::string problems;
+  if (!missing.empty()) problems += "missing keys: " + name_list(missing);
+  if (!unexpected.empty()) problems += (problems.empty() ? "" : "; ") + std::string("unexpected keys: ") + name_list(unexpected);
+  EMBER_THROW(f.path, ": the tensors do not match the model ", model_name, ": ", problems);
+}
+
 void load_weights_into(nn::Module& model, const std::string& path) {
   io::SafetensorsFile f = io::load_safetensors(path);
   verify_weights_checksum(f);
   check_finite_weights(f);
+  check_same_names(model, model.type_name(), f);
   try {
     model.load_state_dict(f.tensors);
   } catch (const Error& e) {
@@ -288,6 +309,7 @@ LoadedModel load_model(const std::string& checkpoint) {
   }
   m.model = models::create_model({.name = m.model_name, .in_channels = m.in_channels, .image_size = m.image_size,
                                   .num_classes = static_cast<int64_t>(m.classes.size())});
+  check_same_names(*m.model, m.model_name, f);
   try {
     m.model->load_state_dict(f.tensors);
   } catch (const Error& e) {
@@ -390,7 +412,8 @@ std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::str
   for (const std::string& in : inputs) {
     Tensor input;  // (C, H, W) float32, normalized
     std::error_code ec;
-    if (fs::is_regular_file(in, ec)) {
+    // A path that exists is an image file: decode_image refuses a FIFO or a device by name.
+    if (fs::exists(in, ec) && !fs::is_directory(in, ec)) {
       // An image file: decoded as the model's channels, then the checkpoint's eval transform.
       const Tensor img = data::decode_image(in, m.in_channels == 1 ? data::ImageMode::Gray : data::ImageMode::RGB);
       const int64_t resize = m.resize > 0 ? m.resize : m.image_size;

@@ -732,7 +732,6 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
 // was trained since the last save. With --skip-bad-images the file is left out and reported at
 // the end of the epoch instead, whenever it went bad.
 [[noreturn]] void stop_at_bad_file(Run& r, int epoch, const data::BadImageError& e) {
-  std::string after = "; pass --skip-bad-images to leave unreadable files out";
   const int64_t saved_step = r.checkpoint && r.checkpoint->saved() ? r.checkpoint->step() : 0;
   if (r.checkpoint && !r.distributed && r.step > saved_step) {
     read_guard(r);  // a divergence since the last read is the error to report, and is not saved
@@ -740,12 +739,12 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
       r.checkpoint->save(r.cfg, r.d, *r.model,
                          make_training_state(r.cfg, r.d, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader, r.step,
                                              epoch, r.run_id));
-      after = "; the run's " + std::to_string(r.step - saved_step) + " step(s) since its last checkpoint are saved in '" +
-              printable(r.cfg.save_dir) + "' (step " + std::to_string(r.step) + "): make the file readable again, "
-              "then continue with: ember train --resume " + shell_quote(r.cfg.save_dir);
+      EMBER_THROW(e.what(), "; the run's ", r.step - saved_step, " step(s) since its last checkpoint are saved in '",
+                  printable(r.cfg.save_dir), "' (step ", r.step, "): make the file readable again, then continue "
+                  "with: ember train --resume ", shell_quote(r.cfg.save_dir));
     }
   }
-  EMBER_THROW(e.what(), after);
+  throw e;
 }
 
 // After the last epoch: --save-weights, the summary metrics event and the one-line summary.

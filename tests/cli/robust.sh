@@ -6,19 +6,7 @@
 # (the final weights equal an uninterrupted run's, tensor for tensor) or is refused clearly.
 # Faults come from the EMBER_FAULT testing hook (Note [Fault injection] in io/fault.h).
 #   tests/cli/robust.sh path/to/ember
-set -u
-ember="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
-here="$(cd "$(dirname "$0")" && pwd)"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-failures=0
-passed=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-ok() { passed=$((passed + 1)); }
+. "$(dirname "$0")/cli_helpers.sh" "$1"
 
 python3 "$here/make_data.py" idx idx
 python3 "$here/make_data.py" idx idx-small-test 20
@@ -26,33 +14,7 @@ python3 "$here/make_data.py" folder one-class 1
 # Two epochs of 8 steps on 256 images.
 common1=(--data idx --batch-size 32 --optimizer adam --lr 2e-3)
 common=("${common1[@]}" --epochs 2)
-# steps_in FILE: the step events in a metrics file so far (0 before it exists).
-steps_in() { cat "$1" 2>/dev/null | grep -c '"event":"step"'; }
 
-# run NAME ARGS...: runs ember, leaving NAME.out, NAME.err and $rc.
-run() {
-  local name="$1"
-  shift
-  "$ember" "$@" >"$name.out" 2>"$name.err"
-  rc=$?
-}
-# expect_error "exact error line" ARGS...: exit code 1 and exactly one "ember: error:" line, this one.
-n_err=0
-expect_error() {
-  local want="ember: error: $1"
-  shift
-  n_err=$((n_err + 1))
-  run "err$n_err" "$@"
-  local errs
-  errs="$(grep '^ember: error:' "err$n_err.err")"
-  if [ "$rc" -ne 1 ] || [ "$errs" != "$want" ]; then
-    fail "ember $* -> exit $rc, stderr:"
-    sed 's/^/    /' "err$n_err.err"
-    echo "  wanted exit 1 and: $want"
-  else
-    ok
-  fi
-}
 # last_weights DIR: the weights file the manifest of DIR names.
 last_weights() { python3 -c "import json,sys; print(sys.argv[1] + '/' + json.load(open(sys.argv[1] + '/checkpoint.json'))['weights']['path'])" "$1"; }
 # same_as_reference NAME DIR: DIR's last weights equal the uninterrupted run's, bit for bit.
@@ -76,21 +38,6 @@ PY
 )"
   if [ -n "$extra" ]; then fail "$1: left behind: $extra"; else ok; fi
 }
-expect_rc() {  # expect_rc NAME WANT
-  if [ "$rc" -ne "$2" ]; then
-    fail "$1: exit $rc, wanted $2"
-    sed 's/^/    /' "$1.err" 2>/dev/null | tail -5
-  else
-    ok
-  fi
-}
-expect_line() {  # expect_line NAME FILE "exact line"
-  if grep -qxF -- "$3" "$2"; then ok; else
-    fail "$1: $2 lacks the line: $3"
-    sed 's/^/    /' "$2" | tail -5
-  fi
-}
-
 # ---- 1. every invalid option value, at parse time -------------------------------------------
 expect_error "--batch-size must be at least 1, got -5" train --batch-size -5
 expect_error "--epochs must be at least 1, got -3" train --epochs -3
@@ -374,5 +321,4 @@ run swagain train "${common1[@]}" --epochs 1 --save-weights sw/w.safetensors
 expect_rc swagain 0
 if [ "$(ls -A sw)" = "w.safetensors" ]; then ok; else fail "swagain: sw holds $(ls -A sw)"; fi
 
-echo "$passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish
