@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "../io/atomic_file.h"
+
 namespace ember::data {
 namespace {
 
@@ -15,19 +17,18 @@ namespace fs = std::filesystem;
 constexpr int64_t kImageBytes = 3 * 32 * 32;
 
 std::vector<uint8_t> read_all(const fs::path& path) {
-  std::error_code ec;
-  EMBER_CHECK(fs::is_regular_file(path, ec), "cifar: ", path.string(), ": no such file");
-  std::ifstream in(path, std::ios::binary);
-  EMBER_CHECK(in.is_open(), "cifar: ", path.string(), ": cannot open");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EMBER_CHECK(!in.bad(), "cifar: ", path.string(), ": read error");
-  return bytes;
+  try {
+    return io::read_file(path.string());  // a regular file only (Note [Reading untrusted files])
+  } catch (const Error& e) {
+    EMBER_THROW("cifar: ", e.what());
+  }
 }
 
 // Non-blank lines of `path` (trailing '\r' and spaces dropped), or none when it does not exist.
 std::vector<std::string> read_names(const fs::path& path, size_t expected) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return {};
+  io::check_regular_file(path.string());  // a FIFO would block the open
   std::ifstream in(path);
   EMBER_CHECK(in.is_open(), "cifar: ", path.string(), ": cannot open");
   std::vector<std::string> names;

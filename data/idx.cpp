@@ -12,10 +12,13 @@
 #include <cstring>
 #include <iomanip>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include "../io/atomic_file.h"
 
 namespace ember::data {
 namespace {
@@ -41,6 +44,8 @@ std::string hex_byte(uint8_t b) {
 class ByteReader {
  public:
   explicit ByteReader(const fs::path& path) : path_(path) {
+    // A FIFO would block fopen, a device never end (Note [Reading untrusted files]).
+    if (std::error_code ec; fs::exists(path, ec)) io::check_regular_file(path.string());
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) {
       const int err = errno;
@@ -230,7 +235,12 @@ Tensor read_idx(const fs::path& path) {
   int64_t have = 0;
   while (have < need) {
     const int64_t chunk = std::min<int64_t>(need - have, std::max<int64_t>(have, int64_t{1} << 24));
-    bytes.resize(static_cast<size_t>(have + chunk));
+    try {
+      bytes.resize(static_cast<size_t>(have + chunk));
+    } catch (const std::bad_alloc&) {
+      EMBER_THROW("read_idx: ", quoted(path), kind, ": cannot allocate ", have + chunk, " bytes for dims ",
+                  dims_string(dims), " (", need, " data bytes): out of memory");
+    }
     const size_t got = in.read(bytes.data() + have, static_cast<size_t>(chunk));
     have += static_cast<int64_t>(got);
     if (static_cast<int64_t>(got) < chunk) break;

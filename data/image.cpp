@@ -8,6 +8,7 @@
 #include <turbojpeg.h>
 #include <webp/decode.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdarg>
@@ -16,9 +17,12 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <new>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "../io/atomic_file.h"
 
 // stb_image's implementation lives here, once, with its symbols static so nothing clashes with an
 // application that compiles its own copy. Only the formats image.h promises are compiled in.
@@ -71,30 +75,6 @@ void check_dims(const std::string& name, const char* format, int64_t height, int
   const int64_t limit = std::min(max_pixels, kMaxPixels);
   EMBER_CHECK(height <= limit / width, name, ": ", format, " image of ", width, "x", height,
               " is larger than the limit of ", limit, " pixels");
-}
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::error_code ec;
-  const bool is_dir = fs::is_directory(path, ec);
-  EMBER_CHECK(!is_dir, path, ": is a directory, not an image file");
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
-    EMBER_THROW(path, ": cannot open: ", std::strerror(err));
-  }
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> owner(f, &std::fclose);
-  std::vector<uint8_t> bytes;
-  uint8_t chunk[1 << 16];
-  for (;;) {
-    const size_t got = std::fread(chunk, 1, sizeof(chunk), f);
-    bytes.insert(bytes.end(), chunk, chunk + got);
-    if (got < sizeof(chunk)) break;
-  }
-  if (std::ferror(f)) {
-    const int err = errno;
-    EMBER_THROW(path, ": read error: ", std::strerror(err));
-  }
-  return bytes;
 }
 
 // ---- stb_image: PNG, BMP, GIF, PPM/PGM, TGA (and CMYK JPEGs) ------------------------------------
@@ -519,7 +499,7 @@ Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& nam
 }
 
 Tensor decode_image(const std::string& path, const DecodeOptions& options) {
-  const std::vector<uint8_t> bytes = read_file(path);
+  const std::vector<uint8_t> bytes = read_image_file(path, options);
   return decode_image_bytes(bytes, path, options);
 }
 
@@ -573,11 +553,83 @@ ImageInfo probe_image_bytes(std::span<const uint8_t> bytes, const std::string& n
   return {format, w, h};
 }
 
-ImageInfo probe_image(const std::string& path) {
-  // Headers sit at the start, except TIFF's (an offset) and some JPEG files with big EXIF blocks:
-  // read the whole file; a probe is still far cheaper than a decode.
-  const std::vector<uint8_t> bytes = read_file(path);
-  return probe_image_bytes(bytes, path);
+namespace {
+
+// The first bytes of an image file: what decoders need to find the format and, for every format
+// but TIFF (and JPEG after large EXIF blocks), the size.
+constexpr uint64_t kImageHeadBytes = 64 * 1024;
+
+std::vector<uint8_t> allocate_bytes(const std::string& path, uint64_t n) {
+  try {
+    return std::vector<uint8_t>(static_cast<size_t>(n));
+  } catch (const std::bad_alloc&) {
+    EMBER_THROW(path, ": cannot allocate ", n, " bytes to read the image: out of memory");
+  }
+}
+
+// The header check of read_image_file on a file larger than its head: an unknown format, or a
+// size over the limits, is refused before the body is read. A header that runs past the head is
+// left to the decoder, except for the formats whose header always sits in the first bytes.
+void check_image_head(std::span<const uint8_t> head, const std::string& path, int64_t max_pixels) {
+  const ImageFormat format = detect_image_format(head);
+  // The sizes ember reads itself first, as decode_image_bytes does: stb_image's own header check
+  // calls an image too large for its limits "corrupt".
+  if (const auto [w, h] = stb_header_dims(head, format); w > 0 && h > 0)
+    check_dims(path, image_format_name(format), h, w, max_pixels);
+  ImageInfo info;
+  try {
+    info = probe_image_bytes(head, path);
+  } catch (const Error&) {
+    if (format == ImageFormat::jpeg || format == ImageFormat::tiff || format == ImageFormat::pnm) return;
+    throw;
+  }
+  check_dims(path, image_format_name(info.format), info.height, info.width, max_pixels);
+}
+
+// Opens nothing itself: `f` was opened by io::FileReader, which refuses what is not a regular file.
+std::vector<uint8_t> read_image_head(const io::FileReader& f, const DecodeOptions& options) {
+  const std::string& path = f.path();
+  EMBER_CHECK(f.size() > 0, path, ": empty file");
+  EMBER_CHECK(options.max_file_bytes <= 0 || f.size() <= static_cast<uint64_t>(options.max_file_bytes), path, ": ",
+              f.size(), " bytes is more than the limit of ", options.max_file_bytes,
+              " bytes for an image file: the file is not an image, or damaged");
+  std::vector<uint8_t> head = allocate_bytes(path, std::min(f.size(), kImageHeadBytes));
+  f.read_at(0, head.data(), head.size(), "the image header");
+  if (head.size() < f.size()) check_image_head(head, path, options.max_pixels);
+  return head;
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_image_file(const std::string& path, const DecodeOptions& options) {
+  const io::FileReader f(path);
+  std::vector<uint8_t> bytes = read_image_head(f, options);
+  const uint64_t head = bytes.size();
+  if (head < f.size()) {
+    try {
+      bytes.resize(static_cast<size_t>(f.size()));
+    } catch (const std::bad_alloc&) {
+      EMBER_THROW(path, ": cannot allocate ", f.size(), " bytes to read the image: out of memory");
+    }
+    f.read_at(head, bytes.data() + head, static_cast<size_t>(f.size() - head), "the image data");
+  }
+  return bytes;
+}
+
+ImageInfo probe_image(const std::string& path, const DecodeOptions& options) {
+  // Headers sit at the start, except TIFF's (at an offset) and the frame header of a JPEG after
+  // large EXIF blocks: the first bytes first, the whole file (within the cap) when they do not
+  // hold the header.
+  io::FileReader f(path);
+  const std::vector<uint8_t> head = read_image_head(f, options);
+  if (head.size() < f.size()) {
+    try {
+      return probe_image_bytes(head, path);
+    } catch (const Error&) {
+      // The header runs past the first bytes: probe the whole file below.
+    }
+  }
+  return probe_image_bytes(read_image_file(path, options), path);
 }
 
 }  // namespace ember::data

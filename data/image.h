@@ -53,6 +53,11 @@ struct DecodeOptions {
   // hostile header must not ask for gigabytes). The default, 2^28 (16384 x 16384), is above
   // PIL's decompression-bomb error threshold (~179M pixels).
   int64_t max_pixels = int64_t{1} << 28;
+  // A file larger than this many bytes is refused by its size, before any of it is read (a
+  // multi-gigabyte file, or a link to one, named *.jpg); <= 0: no limit. The default, 1 GiB, is
+  // above a 16384 x 16384 RGB BMP (768 MiB), the largest uncompressed 8-bit image max_pixels lets
+  // through.
+  int64_t max_file_bytes = int64_t{1} << 30;
 };
 
 // The longest side decode_image accepts.
@@ -81,6 +86,14 @@ Tensor decode_image_bytes(std::span<const uint8_t> bytes, const std::string& nam
 // ember::Error "<name>: ..." for an empty, unrecognized or corrupt header. A file whose header
 // reads fine may still fail to decode (truncated data): only decode_image tells.
 ImageInfo probe_image_bytes(std::span<const uint8_t> bytes, const std::string& name);
-ImageInfo probe_image(const std::string& path);
+// Reads the header first (the whole file only when the header runs past its first 64 KiB).
+ImageInfo probe_image(const std::string& path, const DecodeOptions& options = {});
+
+// The bytes of an image file, read header first (Note [Reading untrusted files] in
+// io/atomic_file.h): a path that is not a regular file (a FIFO, a device, a socket, a link to
+// one) is refused without being opened; an empty file, or one larger than
+// options.max_file_bytes, by its size; a file whose first 64 KiB show an unknown format, or a
+// size over options.max_pixels or kMaxImageSide, before the rest is read. Errors name the file.
+std::vector<uint8_t> read_image_file(const std::string& path, const DecodeOptions& options = {});
 
 }  // namespace ember::data

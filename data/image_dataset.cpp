@@ -2,8 +2,8 @@
 //
 // Note [Bad image files]
 // A sample whose load_image throws is, with BadImages::error, an error: the first such sample of
-// the batch (in batch order, whatever thread met it) is rethrown, and the message names the
-// file. With BadImages::skip it is left out of the batch, counted in stats().skipped and listed
+// the batch (in batch order, whatever thread met it) is rethrown as a BadImageError, and the
+// message names the file. With BadImages::skip it is left out of the batch, counted in stats().skipped and listed
 // for take_skipped(). Only load_image failures (reading and decoding) are skipped: an error in a
 // transform is a bug or a bad setting, never a bad file, and is always rethrown.
 
@@ -49,7 +49,7 @@ Tensor ImageDataset::decode_file(const std::string& path, DecodeOptions decode, 
     decode.min_width = hint.min_width;
   }
   const auto t0 = Clock::now();
-  const std::vector<uint8_t> bytes = io::read_file(path);
+  const std::vector<uint8_t> bytes = read_image_file(path, decode);
   const auto t1 = Clock::now();
   Tensor img = decode_image_bytes(bytes, path, decode);
   count_decode(std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(Clock::now() - t1).count());
@@ -128,7 +128,7 @@ Batch ImageDataset::load_transformed(std::span<const int64_t> indices, const Any
         try {
           img = native ? load_native(index, plan.hint) : load_image(index, plan.hint);
         } catch (const Error& e) {
-          if (!skip) throw;
+          if (!skip) throw BadImageError(path(index), e.what());
           bad[k] = e.what();
           continue;
         }

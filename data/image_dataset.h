@@ -35,6 +35,19 @@ enum class BadImages { error, skip };
 // off by default; `ember train` and `ember bench loader` turn it on (docs/data.md).
 enum class JpegDraft { off, on };
 
+// What loading a batch throws, under BadImages::error, for a sample whose file cannot be read or
+// decoded (Note [Bad image files]): the reader's or decoder's message, which names the file. Its
+// own type, so that a caller can tell a bad file from a bug or a bad setting (ember train saves
+// the work done before it: Note [A bad file mid-run] in train/trainer.cpp).
+class BadImageError : public Error {
+ public:
+  BadImageError(std::string path, const std::string& what) : Error(what), path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // A file that was left out, and why (the decoder's message, which names the file).
 struct SkippedImage {
   int64_t index = 0;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <string>
 
+#include "../io/atomic_file.h"
+
 namespace ember::data {
 namespace {
 
@@ -23,6 +25,7 @@ ListFileDataset::ListFileDataset(const std::filesystem::path& list_path, DecodeO
   const std::string name = list_path.string();
   std::error_code ec;
   EMBER_CHECK(!std::filesystem::is_directory(list_path, ec), name, ": is a directory, not a list file");
+  io::check_regular_file(name);  // a FIFO would block the open (Note [Reading untrusted files])
   std::ifstream in(list_path);
   EMBER_CHECK(in.is_open(), name, ": cannot open list file");
   const std::filesystem::path base = list_path.parent_path();

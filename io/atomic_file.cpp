@@ -8,6 +8,8 @@
 #include <cstring>
 #include <chrono>
 #include <filesystem>
+#include <new>
+#include <random>
 #include <thread>
 
 #include "../core/error.h"
@@ -175,26 +177,57 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 
 // ---- reading ----------------------------------------------------------------------------------
 
+namespace {
+
+// What a file that is not a regular one is, for messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+void check_regular(const std::string& path, mode_t mode) {
+  if (S_ISREG(mode)) return;
+  if (S_ISDIR(mode)) EMBER_THROW(path, ": is a directory, not a file");
+  EMBER_THROW(path, ": is ", file_kind(mode), ", not a regular file; ember reads regular files only");
+}
+
+}  // namespace
+
+void check_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) EMBER_THROW(path, ": no such file");
+    EMBER_THROW(path, ": cannot open for reading: ", errno_text(err));
+  }
+  check_regular(path, st.st_mode);
+}
+
 FileReader::FileReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Note [Reading untrusted files]: stat before open, so that a FIFO (whose open blocks until a
+  // writer comes) or a device is refused without being opened.
+  check_regular_file(path);
+  struct stat st {};
+  // O_NONBLOCK: should the path have become a FIFO since the stat, open returns at once (and
+  // the fstat below refuses it); reads of a regular file ignore the flag.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd_ < 0) {
     const int err = errno;
     if (err == ENOENT) EMBER_THROW(path, ": no such file");
     EMBER_THROW(path, ": cannot open for reading: ", errno_text(err));
   }
-  struct stat st {};
   if (::fstat(fd_, &st) != 0) {
     const int err = errno;
     ::close(fd_);
     EMBER_THROW(path, ": cannot stat: ", errno_text(err));
   }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd_);
-    EMBER_THROW(path, ": is a directory, not a file");
-  }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd_);
-    EMBER_THROW(path, ": is not a regular file");
+    check_regular(path, st.st_mode);
   }
   size_ = static_cast<uint64_t>(st.st_size);
 }
@@ -219,9 +252,17 @@ void FileReader::read_at(uint64_t offset, void* dst, size_t n, std::string_view 
   }
 }
 
-std::vector<uint8_t> read_file(const std::string& path) {
+std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes, std::string_view what) {
   FileReader f(path);
-  std::vector<uint8_t> bytes(f.size());
+  if (f.size() > max_bytes)
+    EMBER_THROW(path, ": ", f.size(), " bytes is more than the ", max_bytes, "-byte limit for ", what,
+                " (docs/data.md, \"Limits\"): the file is not what its name says, or damaged");
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.resize(static_cast<size_t>(f.size()));
+  } catch (const std::bad_alloc&) {
+    EMBER_THROW(path, ": cannot allocate ", f.size(), " bytes to read it: out of memory");
+  }
   f.read_at(0, bytes.data(), bytes.size(), "the file");
   return bytes;
 }

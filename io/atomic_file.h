@@ -169,8 +169,28 @@ void remove_temp_files_now() noexcept;
 // somebody handles or ignores is left as it is). Once per process; `ember` calls it first thing.
 void remove_temp_files_on_signals();
 
+// Note [Reading untrusted files]
+// Every file ember reads may be hostile or odd: a data tree, a weights file or a run directory is
+// the user's, and a name says nothing about what is behind it. The readers therefore
+//   1. stat() the path before opening it and refuse anything that is not a regular file (after
+//      following symlinks): a FIFO's open() blocks until a writer appears (it hung `ember
+//      inspect` and the data loader), /dev/zero or /dev/urandom never end, a socket cannot be
+//      opened; the open itself uses O_NONBLOCK so a path swapped for a FIFO after the stat does
+//      not block either, and fstat() checks again;
+//   2. check the size against a cap for what the file should be before reading it whole (an
+//      image file, a manifest; docs/data.md "Limits"), and read headers before bodies (images:
+//      data/image.h; safetensors: io/safetensors.h), so that a multi-gigabyte file or a crafted
+//      header is refused by its first bytes, in bounded time and memory;
+//   3. name the file in every error, an allocation failure included.
+
+// Throws ember::Error "<path>: is a FIFO (named pipe), not a regular file; ..." (or a device, a
+// socket, a directory; "no such file") unless `path` is a regular file after following symlinks;
+// it opens nothing. For readers that open the file through another library (stdio, zlib).
+void check_regular_file(const std::string& path);
+
 // A file opened for reading, with positioned reads that either fill the whole buffer or throw.
-// Opening fails with a clear error for a missing file, a directory or an unreadable file.
+// Opening fails with a clear error naming the path for a missing file, a directory, a FIFO, a
+// device or a socket (Note [Reading untrusted files]), or an unreadable file.
 class FileReader {
  public:
   explicit FileReader(const std::string& path);
@@ -191,8 +211,11 @@ class FileReader {
   uint64_t size_ = 0;
 };
 
-// The whole content of `path`. Throws ember::Error for a missing file, a directory, an
-// unreadable file or an I/O error, naming the path.
-std::vector<uint8_t> read_file(const std::string& path);
+// The whole content of `path`, at most max_bytes of it: a larger file is an error naming the
+// path, its size and `what` the limit is for ("a checkpoint manifest"), raised before any byte is
+// read. Throws ember::Error, naming the path, for a file that is not regular (as FileReader), an
+// unreadable file, an I/O error or a failed allocation.
+std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX,
+                               std::string_view what = "this file");
 
 }  // namespace ember::io

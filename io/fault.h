@@ -13,12 +13,14 @@
 //   slow-step-ms:<ms>    every training step sleeps this long (time for a test to send a signal)
 //   slow-rename-ms:<ms>  io::write_file_atomic sleeps this long before its rename (its temporary
 //                        file is there: time for a test to kill the writer)
+//   slow-eval-ms:<ms>    every evaluation batch of ember train sleeps this long (the same, during
+//                        an evaluation)
 //   nan-loss-at:<k>      ember train's eager step k has a NaN loss (and NaN gradients)
 //   amp-growth-interval:<n>  ember train's fp16 loss scaler doubles S after n clean steps instead
 //                        of 2000, so that a short run overflows and skips steps again and again
 // Unset (the normal case) every hook is one branch on a cached flag. The points are named where
-// they are called (grep fault_point); tests/cli/robust.sh and tests/cli/hostile_files.sh use them,
-// and tests/cli/train_cuda_graphs.sh uses amp-growth-interval.
+// they are called (grep fault_point); tests/cli/robust.sh, tests/cli/hostile_files.sh and
+// tests/cli/hostile_inputs.sh use them, and tests/cli/train_cuda_graphs.sh uses amp-growth-interval.
 
 #include <cstdint>
 #include <string>

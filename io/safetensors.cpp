@@ -1,11 +1,18 @@
 #include "safetensors.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <new>
 #include <set>
+#include <sstream>
+#include <span>
+#include <unordered_set>
 
 #include "../core/autograd.h"
 #include "atomic_file.h"
@@ -19,6 +26,7 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O assum
 
 namespace {
 
+using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
 
 // The reference implementation's limit (MAX_HEADER_SIZE): a length above it is a garbled file, and
@@ -26,9 +34,16 @@ using ordered_json = nlohmann::ordered_json;
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
 
+// Throws "<path>: <args...>". A NUL byte from the file (a name or a dtype written with \u0000)
+// is spelled "\0": what() is a C string, which would end at it and hide the rest.
 template <typename... Args>
 [[noreturn]] void fail(const std::string& path, const Args&... args) {
-  EMBER_THROW(path, ": ", args...);
+  std::ostringstream os;
+  (os << ... << args);
+  std::string message = os.str();
+  for (size_t at = message.find('\0'); at != std::string::npos; at = message.find('\0', at + 2))
+    message.replace(at, 1, "\\0");
+  EMBER_THROW(path, ": ", message);
 }
 
 struct DTypeName {
@@ -74,44 +89,30 @@ std::string offsets_str(uint64_t b, uint64_t e) {
   return s;
 }
 
-// Parses the header JSON, rejecting duplicate top-level keys (nlohmann would keep one silently;
-// the reference implementation's serde map rejects them, and a duplicate would leave bytes of the
-// data section that no tensor owns).
-ordered_json parse_header_json(const std::string& path, const std::string& text) {
-  std::set<std::string> seen;
-  std::string duplicate;
-  auto on_event = [&](int depth, nlohmann::json::parse_event_t event, ordered_json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty()) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!seen.insert(key).second) duplicate = key;
-    }
-    return true;
-  };
-  ordered_json header;
-  try {
-    header = ordered_json::parse(text, on_event);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, "header is not valid JSON: ", e.what());
-  }
-  if (!duplicate.empty()) fail(path, "header names '", duplicate, "' more than once");
-  return header;
-}
+// The header, parsed: its tensor entries in header order and its metadata.
+struct Header {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+};
 
-uint64_t get_unsigned(const std::string& path, const std::string& name, const char* field, const ordered_json& v) {
+uint64_t get_unsigned(const std::string& path, const std::string& name, const char* field, const json& v) {
   if (!v.is_number_unsigned())
     fail(path, "tensor '", name, "': ", field, " must hold non-negative integers, got ", v.dump());
   return v.get<uint64_t>();
 }
 
-Entry parse_entry(const std::string& path, const std::string& name, const ordered_json& info) {
+Entry parse_entry(const std::string& path, const std::string& name, const json& info) {
   if (!info.is_object()) fail(path, "tensor '", name, "': expected an object with dtype, shape and data_offsets");
   Entry e;
   e.name = name;
   const auto dt = info.find("dtype");
   if (dt == info.end()) fail(path, "tensor '", name, "': missing \"dtype\"");
   if (!dt->is_string()) fail(path, "tensor '", name, "': \"dtype\" must be a string, got ", dt->dump());
+  const std::string& dtype_name = dt->get_ref<const std::string&>();
+  if (dtype_name.find('\0') != std::string::npos)  // in a C string the message would end at the NUL
+    fail(path, "tensor '", name, "': unknown dtype '", dtype_name, "' (supported: ", supported_names(), ")");
   try {
-    e.dtype = safetensors_dtype(dt->get<std::string>());
+    e.dtype = safetensors_dtype(dtype_name);
   } catch (const Error& err) {
     fail(path, "tensor '", name, "': ", err.what());
   }
@@ -150,12 +151,65 @@ Entry parse_entry(const std::string& path, const std::string& name, const ordere
   return e;
 }
 
-std::map<std::string, std::string> parse_metadata(const std::string& path, const ordered_json& m) {
+std::map<std::string, std::string> parse_metadata(const std::string& path, const json& m) {
   if (!m.is_object()) fail(path, "\"__metadata__\" must be an object of strings, got ", m.dump());
   std::map<std::string, std::string> out;
   for (const auto& [k, v] : m.items()) {
     if (!v.is_string()) fail(path, "\"__metadata__\" value for '", k, "' must be a string, got ", v.dump());
     out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+// Note [Linear header parsing]
+// A header may hold millions of entries within its 100 MB limit. Parsed into one JSON document,
+// nlohmann's ordered_json (a vector searched on every insertion) took time quadratic in the
+// number of entries: 35 s for 80,000 entries, hours at the limit. Instead the parser's callback
+// takes each top-level entry as soon as its value ends, checks it into an Entry (or the
+// metadata) and discards its JSON, so the document never grows: time linear in the header (a
+// hash set of names finds duplicates, which nlohmann would keep silently and the reference
+// implementation rejects; check_layout's sort of the offsets adds the n log n) and memory
+// proportional to the entries. A container nested deeper than the format
+// allows (a tensor's "shape" holds numbers only) is refused where it starts, so a header of
+// nested brackets costs nothing either.
+Header parse_header(const std::string& path, const std::string& text) {
+  Header out;
+  std::unordered_set<std::string> seen;
+  std::string key;  // the top-level key whose value is being parsed
+  auto take = [&](const json& value) {
+    if (key == kMetadataKey)
+      out.metadata = parse_metadata(path, value);
+    else
+      out.entries.push_back(parse_entry(path, key, value));
+  };
+  using event_t = nlohmann::json::parse_event_t;
+  auto on_event = [&](int depth, event_t event, json& parsed) {
+    switch (event) {
+      case event_t::key:
+        if (depth == 1) {
+          key = parsed.get<std::string>();
+          if (!seen.insert(key).second) fail(path, "header names '", key, "' more than once");
+        }
+        return true;
+      case event_t::object_start:
+      case event_t::array_start:
+        if (depth == 0 && event == event_t::array_start) fail(path, "header is not a JSON object");
+        if (depth >= 3) fail(path, "'", key, "': a value nested ", depth, " levels deep (the format has 2)");
+        return true;
+      case event_t::object_end:
+      case event_t::array_end:
+      case event_t::value:
+        if (depth != 1) return true;
+        take(parsed);
+        return false;  // discarded: the document stays one empty object
+    }
+    return true;
+  };
+  try {
+    const json header = json::parse(text, on_event);
+    if (!header.is_object()) fail(path, "header is not a JSON object");
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, "header is not valid JSON: ", e.what());
   }
   return out;
 }
@@ -249,22 +303,25 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     offset += static_cast<uint64_t>(tensors[i].second.nbytes());
   }
 
-  ordered_json header = ordered_json::object();
-  if (!metadata.empty()) header[kMetadataKey] = metadata;  // first, as the reference writer does
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i].second;
-    ordered_json info = ordered_json::object();
-    info["dtype"] = safetensors_dtype_name(t.dtype());
-    info["shape"] = t.shape().vec();
-    info["data_offsets"] = {begin[i], begin[i] + static_cast<uint64_t>(t.nbytes())};
-    header[tensors[i].first] = std::move(info);
-  }
-  std::string text;
+  // The header text is written entry by entry (one document built by insertion into ordered_json
+  // would search its keys on every insertion: Note [Linear header parsing]); compact, like the
+  // reference writer (serde_json::to_string), with the metadata first, as it writes it.
+  std::string text = "{";
   try {
-    text = header.dump();  // compact, like the reference writer (serde_json::to_string)
+    if (!metadata.empty()) text += json(kMetadataKey).dump() + ":" + json(metadata).dump();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Tensor& t = tensors[i].second;
+      ordered_json info = ordered_json::object();
+      info["dtype"] = safetensors_dtype_name(t.dtype());
+      info["shape"] = t.shape().vec();
+      info["data_offsets"] = {begin[i], begin[i] + static_cast<uint64_t>(t.nbytes())};
+      if (text.size() > 1) text += ',';
+      text += json(tensors[i].first).dump() + ":" + info.dump();
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(path, "a tensor name or metadata string is not valid UTF-8 (", e.what(), ")");
   }
+  text += '}';
   // Pad so the data section starts 8-byte aligned (8 + text.size() is then a multiple of 8).
   text.append((8 - text.size() % 8) % 8, ' ');
 
@@ -285,13 +342,18 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 
 // ---- load -------------------------------------------------------------------------------------
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  FileReader f(path);
-  const uint64_t file_bytes = f.size();
+namespace {
+
+// Reads `n` bytes at `offset` of the file (or buffer) into dst, or throws naming `what`.
+using ReadAt = std::function<void(uint64_t offset, void* dst, size_t n, const std::string& what)>;
+
+// The header of a file of `file_bytes` bytes, read and checked before any tensor exists: its
+// length, its JSON (Note [Linear header parsing]) and the layout of the data section.
+Header read_header(const std::string& path, uint64_t file_bytes, const ReadAt& read, uint64_t& data_start) {
   if (file_bytes < 8)
     fail(path, "file is too short to be safetensors (", file_bytes, " bytes; the 8-byte header length alone needs 8)");
   uint8_t len[8];
-  f.read_at(0, len, 8, "the header length");
+  read(0, len, 8, "the header length");
   const uint64_t n = read_u64_le(len);
   if (n > kMaxHeaderBytes)
     fail(path, "header length ", n, " is over the ", kMaxHeaderBytes,
@@ -302,36 +364,37 @@ SafetensorsFile load_safetensors(const std::string& path) {
   if (n < 2) fail(path, "header length ", n, " is too small to hold a JSON object");
 
   std::string text(n, '\0');
-  f.read_at(8, text.data(), n, "the header");
+  read(8, text.data(), n, "the header");
   if (text[0] != '{') fail(path, "header does not start with '{': the file is garbled or not safetensors");
   // nlohmann's parser stops at a NUL byte as if the input ended there, hiding what follows; raw
   // NUL is never valid JSON, so refuse it outright.
   if (text.find('\0') != std::string::npos) fail(path, "header contains a NUL byte: the file is garbled");
-  const ordered_json header = parse_header_json(path, text);
-  if (!header.is_object()) fail(path, "header is not a JSON object");
+  Header header = parse_header(path, text);
+  data_start = 8 + n;
+  std::vector<const Entry*> by_offset;
+  by_offset.reserve(header.entries.size());
+  for (const Entry& e : header.entries) by_offset.push_back(&e);
+  check_layout(path, by_offset, file_bytes - data_start);
+  return header;
+}
 
+// The tensors of a checked header, each read straight into its storage.
+SafetensorsFile read_tensors(const std::string& path, Header header, uint64_t data_start, const ReadAt& read) {
   SafetensorsFile out;
   out.path = path;
-  std::vector<Entry> entries;
-  entries.reserve(header.size());
-  for (const auto& [key, value] : header.items()) {
-    if (key == kMetadataKey) {
-      out.metadata = parse_metadata(path, value);
-    } else {
-      entries.push_back(parse_entry(path, key, value));
-    }
-  }
-  const uint64_t data_start = 8 + n;
-  const uint64_t data_bytes = file_bytes - data_start;
-  std::vector<const Entry*> by_offset;
-  for (const Entry& e : entries) by_offset.push_back(&e);
-  check_layout(path, by_offset, data_bytes);
-
-  out.tensors.reserve(entries.size());
-  for (const Entry& e : entries) {
-    Tensor t = empty(e.shape, {.dtype = e.dtype});
+  out.metadata = std::move(header.metadata);
+  out.tensors.reserve(header.entries.size());
+  for (const Entry& e : header.entries) {
     const size_t nbytes = static_cast<size_t>(e.end - e.begin);
-    if (nbytes > 0) f.read_at(data_start + e.begin, t.data(), nbytes, "tensor '" + e.name + "'");
+    Tensor t;
+    try {
+      t = empty(e.shape, {.dtype = e.dtype});
+    } catch (const std::bad_alloc&) {
+      fail(path, "tensor '", e.name, "': cannot allocate ", nbytes, " bytes: out of memory");
+    } catch (const Error& err) {
+      fail(path, "tensor '", e.name, "': cannot allocate ", nbytes, " bytes: ", err.what());
+    }
+    if (nbytes > 0) read(data_start + e.begin, t.data(), nbytes, "tensor '" + e.name + "'");
     if (e.dtype == DType::boolean) {
       const uint8_t* p = static_cast<const uint8_t*>(t.data());
       for (size_t i = 0; i < nbytes; ++i)
@@ -341,6 +404,39 @@ SafetensorsFile load_safetensors(const std::string& path) {
     out.tensors.emplace_back(e.name, std::move(t));
   }
   return out;
+}
+
+// This machine's memory in bytes (0 when unknown).
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const FileReader f(path);
+  const ReadAt read = [&](uint64_t offset, void* dst, size_t n, const std::string& what) {
+    f.read_at(offset, dst, n, what);
+  };
+  uint64_t data_start = 0;
+  Header header = read_header(path, f.size(), read, data_start);
+  // The tensors fill the data section exactly (check_layout): what they need is known now.
+  const uint64_t data_bytes = f.size() - data_start, memory = physical_memory_bytes();
+  if (memory > 0 && data_bytes > memory)
+    fail(path, "its tensors hold ", data_bytes, " bytes, more than this machine's memory (", memory, " bytes)");
+  return read_tensors(path, std::move(header), data_start, read);
+}
+
+SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, const std::string& name) {
+  const ReadAt read = [&](uint64_t offset, void* dst, size_t n, const std::string& what) {
+    if (offset > bytes.size() || n > bytes.size() - offset)
+      EMBER_THROW(name, ": unexpected end of data reading ", what);
+    if (n > 0) std::memcpy(dst, bytes.data() + offset, n);
+  };
+  uint64_t data_start = 0;
+  Header header = read_header(name, bytes.size(), read, data_start);
+  return read_tensors(name, std::move(header), data_start, read);
 }
 
 }  // namespace ember::io

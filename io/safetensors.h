@@ -24,7 +24,9 @@
 // readers need. The reference writer also lays data out by dtype, but sorts its header by dtype
 // and name; both are valid, since readers locate tensors by data_offsets.
 
+#include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +64,14 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 // Reads and validates a safetensors file (every check in Note [safetensors layout]); a truncated
 // or garbled file throws ember::Error "<path>: <problem>". Reads tensor data straight into the
 // tensors' storage (no second copy of the file in memory).
+// The header is read and checked whole (its length within the 100 MB limit, its JSON in time
+// O(n log n) for n entries: Note [Linear header parsing], the layout) before any tensor is
+// allocated, and the tensors' total size is refused when it is more than this machine's memory;
+// a path that is not a regular file is refused unopened (Note [Reading untrusted files] in
+// io/atomic_file.h). An allocation failure names the file and the tensor.
 SafetensorsFile load_safetensors(const std::string& path);
+// The same from bytes in memory (the fuzz targets' entry point: fuzz/parser_targets.h); `name`
+// stands for the path in messages.
+SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, const std::string& name);
 
 }  // namespace ember::io

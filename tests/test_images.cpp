@@ -8,6 +8,7 @@
 
 #include <tiffio.h>
 #include <turbojpeg.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <webp/encode.h>
 
@@ -281,7 +282,7 @@ TEST_CASE("decode_image: bad files throw ember::Error naming the file", "[images
     const std::string msg = error_of([&] { decode_image(p.string()); });
     CHECK_THAT(msg, Catch::Contains(p.string()) && Catch::Contains(what));
   };
-  check_error(tmp.path / "missing.png", "cannot open");
+  check_error(tmp.path / "missing.png", "no such file");
   check_error(tmp.path, "is a directory");
   write_bytes(tmp.path / "empty.png", {});
   check_error(tmp.path / "empty.png", "empty file");
@@ -308,6 +309,48 @@ TEST_CASE("decode_image: bad files throw ember::Error naming the file", "[images
   b.resize(20);  // SOI + part of APP0: no frame header
   write_bytes(tmp.path / "corrupt.jpg", b);
   check_error(tmp.path / "corrupt.jpg", "JPEG");
+}
+
+TEST_CASE("decode_image: FIFOs, devices, huge files and hostile headers are refused before the body is read",
+          "[images]") {
+  TempDir tmp;
+  auto message = [](const fs::path& p, const DecodeOptions& o = {}) {
+    return error_of([&] { decode_image(p.string(), o); });
+  };
+  // Opening a FIFO blocks until a writer comes: it is refused unopened, as a device is.
+  REQUIRE(::mkfifo((tmp.path / "x.jpg").c_str(), 0600) == 0);
+  CHECK(message(tmp.path / "x.jpg") ==
+        (tmp.path / "x.jpg").string() + ": is a FIFO (named pipe), not a regular file; ember reads regular files only");
+  fs::create_symlink("/dev/zero", tmp.path / "zero.png");
+  CHECK(message(tmp.path / "zero.png") ==
+        (tmp.path / "zero.png").string() + ": is a character device, not a regular file; ember reads regular files only");
+  CHECK_THAT(error_of([&] { probe_image((tmp.path / "x.jpg").string()); }), Catch::Contains("is a FIFO"));
+  // Larger than the cap: refused by its size (a sparse file: nothing is read).
+  write_bytes(tmp.path / "huge.jpg", {0xFF, 0xD8, 0xFF});
+  fs::resize_file(tmp.path / "huge.jpg", (uint64_t{1} << 30) + 1);
+  CHECK(message(tmp.path / "huge.jpg") == (tmp.path / "huge.jpg").string() +
+                                              ": 1073741825 bytes is more than the limit of 1073741824 bytes for an "
+                                              "image file: the file is not an image, or damaged");
+  CHECK_THAT(message(tmp.path / "huge.jpg", {.max_file_bytes = 1000}), Catch::Contains("limit of 1000 bytes"));
+  // Under the cap but not an image, or an image header asking for too many pixels: refused by
+  // the first 64 KiB, before the rest (512 MiB of a sparse file) is read.
+  std::vector<uint8_t> text(100, 'x');
+  write_bytes(tmp.path / "text.png", text);
+  fs::resize_file(tmp.path / "text.png", uint64_t{512} << 20);
+  CHECK_THAT(message(tmp.path / "text.png"), Catch::StartsWith((tmp.path / "text.png").string() +
+                                                               ": unsupported or unrecognized image format"));
+  const std::vector<uint8_t> px = pattern(4, 4, 3);
+  write_png(tmp.path / "wide.png", 4, 4, 3, px);
+  std::vector<uint8_t> png = read_bytes(tmp.path / "wide.png");
+  png[16] = 0, png[17] = 0, png[18] = 0x9C, png[19] = 0x40;  // IHDR width 40000
+  write_bytes(tmp.path / "wide.png", png);
+  fs::resize_file(tmp.path / "wide.png", uint64_t{512} << 20);
+  CHECK(message(tmp.path / "wide.png") ==
+        (tmp.path / "wide.png").string() + ": PNG image of 40000x4 has a side longer than the limit of 32768 pixels");
+  CHECK_THAT(message(tmp.path / "wide.png", {.max_pixels = 1000}), Catch::Contains("limit of 32768"));
+  // The same header in a small file takes the decoder's path and says the same.
+  write_bytes(tmp.path / "wide_small.png", png);
+  CHECK_THAT(message(tmp.path / "wide_small.png"), Catch::Contains("side longer than the limit of 32768 pixels"));
 }
 
 TEST_CASE("ImageFolder: torchvision's class and sample order on a tricky tree", "[images]") {

@@ -7,6 +7,7 @@
 #include <ember/train/report.h>
 #include <ember/train/run_report.h>
 #include <ember/train/svg_plot.h>
+#include <ember/train/terminal_text.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -270,4 +271,30 @@ TEST_CASE("report: bad run directories are refused by name and nothing is writte
   fs::create_directories(tmp.path / "badtype");
   write_text(tmp.path / "badtype" / "metrics.jsonl", "{\"event\":\"config\"}\n{\"event\":\"step\",\"step\":\"x\"}\n");
   refused((tmp.path / "badtype").string(), "line 2: a 'step' event whose 'step' is not a number");
+}
+
+TEST_CASE("terminal text: names from files print without control bytes, commands quote them", "[report]") {
+  // Note [Printing untrusted names]: an escape sequence in a class name is printed as text.
+  CHECK(train::printable("cat\x1b]0;owned\x07") == "cat\\e]0;owned\\x07");
+  CHECK(train::printable("a\rb\tc\x7f") == "a\\rb\\tc\\x7f");
+  CHECK(train::printable("caf\xc3\xa9 a\\b") == "caf\xc3\xa9 a\\b");  // UTF-8 and backslashes as they are
+  CHECK(train::printable("one\ntwo") == "one\\ntwo");
+  CHECK(train::printable("one\ntwo\x1b", train::Newlines::keep) == "one\ntwo\\e");
+  CHECK(train::shell_quote("runs/a-1.b") == "runs/a-1.b");
+  CHECK(train::shell_quote("") == "''");
+  CHECK(train::shell_quote("my run") == "'my run'");
+  CHECK(train::shell_quote("it's") == "'it'\\''s'");
+  CHECK(train::shell_quote("x\x1b[2J'\\") == "$'x\\e[2J\\'\\\\'");
+  // What bash makes of each quoted word is the name, byte for byte.
+  for (const std::string name : {"plain", "my run", "it's", "$(touch pwned)", "a;b|c&d>e", "`x`", "x\x1b[2J'\\y",
+                                 "tab\tnew\nline", "*?[]~{}", ""}) {
+    const std::string command = "printf %s " + train::shell_quote(name);
+    std::FILE* p = ::popen(("bash -c " + train::shell_quote(command)).c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    for (int c; (c = std::fgetc(p)) != EOF;) out += static_cast<char>(c);
+    CHECK(::pclose(p) == 0);
+    CHECK(out == name);
+    CHECK(train::printable(train::shell_quote(name)).find('\x1b') == std::string::npos);
+  }
 }

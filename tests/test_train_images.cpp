@@ -14,6 +14,7 @@
 
 #include <ember/ember.h>
 #include <ember/io/safetensors.h>
+#include <ember/train/checkpoint.h>
 #include <ember/train/trainer.h>
 
 #include "stb_write.h"
@@ -100,10 +101,60 @@ TEST_CASE("train on an ImageFolder tree: learns, checkpoints the transform, pred
   REQUIRE(p.size() == 2);
   CHECK(p[0].top[0].first == "red");
   CHECK(p[1].top[0].first == "blue");
-  // eval on a tree: the whole tree, with the checkpoint's transform.
+  // eval on the tree the run split: its 12 held-out images (Note [Held-out split]), with the
+  // checkpoint's transform: the best evaluation's accuracy exactly.
+  REQUIRE(m.split.has_value());
+  CHECK(m.split->fraction == 0.25);
+  CHECK(m.split->samples == 48);
+  CHECK(m.split->held_out == 12);
   const train::EvalResult ev = train::evaluate(m, root.string(), "", 16);
-  CHECK(ev.count == 48);
-  CHECK(ev.accuracy >= 0.9);
+  CHECK(ev.count == 12);
+  CHECK(ev.held_out_of == 48);
+  const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(save / "checkpoint.json"));
+  CHECK(ev.accuracy == manifest["best"]["test_acc"].get<double>());
+  CHECK(manifest["split"]["held_out"] == 12);
+  CHECK(manifest["split"]["samples_hash"] == m.split->samples_hash);
+  // A copy of the tree is the same tree; another tree is evaluated whole.
+  const fs::path copy = root.string() + "_copy";
+  fs::copy(root, copy, fs::copy_options::recursive);
+  CHECK(train::evaluate(m, copy.string(), "", 16).count == 12);
+  std::ofstream(copy / "red" / "notes.txt") << "not an image: not a sample";
+  CHECK(train::evaluate(m, copy.string(), "", 16).held_out_of == 48);
+  fs::copy_file(copy / "red" / "img0.png", copy / "red" / "img99.png");
+  const train::EvalResult whole = train::evaluate(m, copy.string(), "", 16);
+  CHECK(whole.count == 49);
+  CHECK(whole.held_out_of == 0);
+  // The tree the run split, changed since: refused, saying why.
+  fs::copy_file(copy / "red" / "img99.png", root / "red" / "img99.png");
+  CHECK_THAT(error_of([&] { train::evaluate(m, root.string(), "", 16); }),
+             Catch::Contains("is the tree the model's run split with --val-split 0.25 --seed 1, but it has changed "
+                             "since (49 images now, 48 then)"));
+  // Resume refuses changed data, saying what changed.
+  train::TrainConfig more;
+  more.resume_dir = save.string();
+  more.epochs = 4;
+  more.quiet = true;
+  CHECK_THAT(error_of([&] { train::run_training(more); }),
+             Catch::Contains("changed since the run was saved: 49 images now, 48 then"));
+  fs::rename(root / "red" / "img99.png", root / "red" / "img98.png");
+  fs::remove(root / "red" / "img0.png");
+  CHECK_THAT(error_of([&] { train::run_training(more); }),
+             Catch::Contains("the same 48 images in number, but files were added, removed or renamed"));
+  fs::rename(root / "red", root / "rouge");
+  CHECK_THAT(error_of([&] { train::run_training(more); }),
+             Catch::Contains("3 classes now, 3 then; new: 'rouge'; gone: 'red'"));
+  fs::remove_all(copy);
+  // Weights with a NaN are refused, naming the tensor (a PyTorch file may hold them).
+  std::vector<std::pair<std::string, Tensor>> tensors = m.model->state_dict();
+  for (auto& [name, t] : tensors) t = t.clone();
+  tensors[2].second.view({-1}).narrow(0, 3, 1).fill_(std::nan(""));
+  const std::string nan_file = save.string() + "_nan.safetensors";
+  io::save_safetensors(nan_file, tensors);
+  const std::string nan_error = nan_file + ": tensor '" + tensors[2].first + "' holds 1 NaN or infinite value "
+                                "(the first at element 3 of " + std::to_string(tensors[2].second.numel()) + ")";
+  CHECK_THAT(error_of([&] { train::load_model(nan_file); }), Catch::StartsWith(nan_error));
+  CHECK_THAT(error_of([&] { train::load_weights_into(*m.model, nan_file); }), Catch::StartsWith(nan_error));
+  fs::remove(nan_file);
   // A path that is neither a file nor FILE:INDEX.
   CHECK_THAT(error_of([&] { train::predict(m, {(root / "nope.png").string()}, 1); }),
              Catch::Contains("neither an image file nor FILE:INDEX"));

@@ -6,10 +6,12 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unordered_set>
 
 #include "../core/autograd.h"
 #include "../core/generator.h"
@@ -68,6 +70,10 @@ bool is_idx_dir(const std::string& dir) {
 }
 }  // namespace
 
+bool is_image_folder_dir(const std::string& dir) {
+  return fs::is_directory(dir) && !is_cifar_dir(dir) && !is_idx_dir(dir);
+}
+
 DataInfo open_data(const std::string& data, const std::string& data_dir, const ImageDataOptions& image) {
   DataInfo d;
   std::shared_ptr<const data::InMemoryImageDataset> train, test;
@@ -108,6 +114,7 @@ DataInfo open_data(const std::string& data, const std::string& data_dir, const I
   EMBER_CHECK(train->height() == train->width(), "images must be square, got ", train->height(), "x",
               train->width());
   d.image_size = train->height();
+  d.samples = train->size();
   channel_stats(train->images(), d.mean, d.std);
   return d;
 }
@@ -201,6 +208,9 @@ void save_weights(const std::string& path, const nn::Module& model, const TrainC
       {"ember.std", json(d.std).dump()},
       {"ember.checksum", tensors_crc32(tensors)},
   };
+  // Which images of the tree the run held out (Note [Held-out split]); "none" for a run that
+  // held none out, so that a file written before the key existed is told apart.
+  meta["ember.split"] = d.split ? split_json(*d.split) : "none";
   if (!run.empty()) meta["ember.run"] = run;
   if (step >= 0) meta["ember.step"] = std::to_string(step);
   io::save_safetensors(path, tensors, meta);
@@ -214,9 +224,45 @@ void verify_weights_checksum(const io::SafetensorsFile& f) {
               ", the file says ", it->second, "): the file was damaged or edited after it was written");
 }
 
+void check_finite_weights(const io::SafetensorsFile& f) {
+  for (const auto& [name, t] : f.tensors) {
+    if (!is_floating(t.dtype())) continue;
+    const std::vector<double> v = t.to(DType::f64).contiguous().to_vector<double>();
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i])) {
+        if (bad++ == 0) first = static_cast<int64_t>(i);
+      }
+    EMBER_CHECK(bad == 0, f.path, ": tensor '", name, "' holds ", bad, " NaN or infinite value", bad == 1 ? "" : "s",
+                " (the first at element ", first, " of ", v.size(), "): a model with these weights gives NaN for "
+                "every input; refusing to use it");
+  }
+}
+
+void check_same_names(const nn::Module& model, const std::string& model_name, const io::SafetensorsFile& f) {
+  std::unordered_set<std::string> mine, theirs;
+  for (const auto& [name, t] : model.state_dict()) mine.insert(name);
+  std::vector<std::string> missing, unexpected;
+  for (const auto& [name, t] : f.tensors) {
+    theirs.insert(name);
+    if (!mine.count(name)) unexpected.push_back(name);
+  }
+  for (const auto& [name, t] : model.state_dict())
+    if (!theirs.count(name)) missing.push_back(name);
+  std::sort(missing.begin(), missing.end());  // by name, as load_state_dict lists them
+  std::sort(unexpected.begin(), unexpected.end());
+  if (missing.empty() && unexpected.empty()) return;
+  std::string problems;
+  if (!missing.empty()) problems += "missing keys: " + name_list(missing);
+  if (!unexpected.empty()) problems += (problems.empty() ? "" : "; ") + std::string("unexpected keys: ") + name_list(unexpected);
+  EMBER_THROW(f.path, ": the tensors do not match the model ", model_name, ": ", problems);
+}
+
 void load_weights_into(nn::Module& model, const std::string& path) {
   io::SafetensorsFile f = io::load_safetensors(path);
   verify_weights_checksum(f);
+  check_finite_weights(f);
+  check_same_names(model, model.type_name(), f);
   try {
     model.load_state_dict(f.tensors);
   } catch (const Error& e) {
@@ -243,6 +289,7 @@ LoadedModel load_model(const std::string& checkpoint) {
   EMBER_CHECK(fs::exists(path), "checkpoint '", path, "' does not exist");
   io::SafetensorsFile f = io::load_safetensors(path);
   verify_weights_checksum(f);
+  check_finite_weights(f);
   auto need = [&](const char* key) -> const std::string& {
     auto it = f.metadata.find(key);
     EMBER_CHECK(it != f.metadata.end(), path, ": not an ember weights file (no '", key,
@@ -258,6 +305,8 @@ LoadedModel load_model(const std::string& checkpoint) {
     m.classes = json::parse(need("ember.classes")).get<std::vector<std::string>>();
     m.mean = json::parse(need("ember.mean")).get<std::vector<double>>();
     m.std = json::parse(need("ember.std")).get<std::vector<double>>();
+    if (auto it = f.metadata.find("ember.split"); it != f.metadata.end() && it->second != "none")
+      m.split = split_from_json(it->second, path);
   } catch (const json::exception& e) {
     EMBER_THROW(path, ": invalid ember metadata: ", e.what());
   } catch (const std::invalid_argument&) {
@@ -265,6 +314,7 @@ LoadedModel load_model(const std::string& checkpoint) {
   }
   m.model = models::create_model({.name = m.model_name, .in_channels = m.in_channels, .image_size = m.image_size,
                                   .num_classes = static_cast<int64_t>(m.classes.size())});
+  check_same_names(*m.model, m.model_name, f);
   try {
     m.model->load_state_dict(f.tensors);
   } catch (const Error& e) {
@@ -312,8 +362,37 @@ LoadedModel load_pytorch_model(const std::string& path, const std::string& model
 
 // ---- eval and predict ----------------------------------------------------------------------
 
+namespace {
+// The held-out images of `d` (the whole tree, opened for evaluation) when it is the tree the
+// model's run split, or an error when it is at that path but has changed (Note [Held-out split]).
+// Returns 0 when `d` is another tree, else the tree's size.
+int64_t restrict_to_held_out(const LoadedModel& m, DataInfo& d) {
+  if (d.kind != DataKind::image_folder || !m.split) return 0;
+  const HeldOutSplit& s = *m.split;
+  if (d.samples_hash != s.samples_hash) {
+    std::error_code ec;
+    const bool same_path = fs::equivalent(d.dir, s.data, ec);
+    EMBER_CHECK(!same_path, "eval: '", d.dir, "' is the tree the model's run split with --val-split ", s.fraction,
+                " --seed ", s.seed, ", but it has changed since (", d.samples, " images now, ", s.samples,
+                " then", d.samples == s.samples ? ", some added, removed or renamed" : "",
+                "): its held-out images can no longer be told apart from the training images. Evaluate on a "
+                "separate tree with --data, or train again");
+    return 0;
+  }
+  std::vector<int64_t> labels(static_cast<size_t>(d.image_test->size()));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = d.image_test->label(static_cast<int64_t>(i));
+  const data::SplitIndices split = data::stratified_split(labels, s.fraction, s.seed);
+  EMBER_CHECK(static_cast<int64_t>(split.val.size()) == s.held_out, "eval: '", d.dir, "': the split gives ",
+              split.val.size(), " held-out images, the run recorded ", s.held_out);
+  d.image_test = std::make_shared<const data::ImageSubset>(d.image_test, split.val);
+  d.test = d.image_test;
+  return d.samples;
+}
+}  // namespace
+
 EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::string& data_dir, int64_t batch_size) {
   DataInfo d = open_data(data, data_dir, {.image_size = m.image_size, .eval_only = true});
+  const int64_t held_out_of = restrict_to_held_out(m, d);
   if (d.kind == DataKind::image_folder) d.resize = m.resize;  // resize as the model was trained
   EMBER_CHECK(d.channels == m.in_channels && d.image_size == m.image_size, "eval: the model expects ", m.in_channels,
               "x", m.image_size, "x", m.image_size, " images, the data has ", d.channels, "x", d.image_size, "x",
@@ -324,7 +403,9 @@ EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::st
   norm.mean = m.mean;  // normalize as the model was trained
   norm.std = m.std;
   data::DataLoader loader(d.test, {.batch_size = batch_size, .transform = make_eval_transform(norm)});
-  return evaluate_loader(*m.model, loader, static_cast<int64_t>(m.classes.size()));
+  EvalResult r = evaluate_loader(*m.model, loader, static_cast<int64_t>(m.classes.size()));
+  r.held_out_of = held_out_of;
+  return r;
 }
 
 std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::string>& inputs, int k) {
@@ -336,7 +417,8 @@ std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::str
   for (const std::string& in : inputs) {
     Tensor input;  // (C, H, W) float32, normalized
     std::error_code ec;
-    if (fs::is_regular_file(in, ec)) {
+    // A path that exists is an image file: decode_image refuses a FIFO or a device by name.
+    if (fs::exists(in, ec) && !fs::is_directory(in, ec)) {
       // An image file: decoded as the model's channels, then the checkpoint's eval transform.
       const Tensor img = data::decode_image(in, m.in_channels == 1 ? data::ImageMode::Gray : data::ImageMode::RGB);
       const int64_t resize = m.resize > 0 ? m.resize : m.image_size;
@@ -346,12 +428,12 @@ std::vector<Prediction> predict(const LoadedModel& m, const std::vector<std::str
       EMBER_CHECK(colon != std::string::npos && colon + 1 < in.size(), "predict: '", in,
                   "' is neither an image file nor FILE:INDEX (an image inside an IDX images file)");
       const std::string file = in.substr(0, colon);
+      // Decimal digits only: "1.5", "1e3", " 7", "0x10" and an index past int64 are not indices.
+      const std::string text = in.substr(colon + 1);
       int64_t index = -1;
-      try {
-        index = std::stoll(in.substr(colon + 1));
-      } catch (const std::exception&) {
-        EMBER_THROW("predict: '", in.substr(colon + 1), "' in '", in, "' is not an image index");
-      }
+      const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), index);
+      EMBER_CHECK(err == std::errc() && end == text.data() + text.size() && text[0] != '-' && text[0] != '+',
+                  "predict: '", text, "' in '", in, "' is not an image index (a non-negative decimal integer)");
       Tensor images = data::read_idx(file);
       EMBER_CHECK(images.dim() == 3 || images.dim() == 4, "predict: ", file, " holds no images (shape ", images.shape(), ")");
       EMBER_CHECK(index >= 0 && index < images.size(0), "predict: index ", index, " is out of range for ", file, " (",

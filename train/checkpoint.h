@@ -2,6 +2,8 @@
 // Internal pieces of the trainer (train/): opening datasets, transforms, checkpoint files.
 
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,11 @@ struct DataInfo {
   // The images are pre-resized to `resize` by the decoded cache: transforms start after it.
   bool cached = false;
   std::vector<double> mean, std;  // per channel, of the training images scaled to [0, 1] (ImageNet's for ImageFolder)
+  // What resume compares (check_resumed_data): the images of --data (the whole tree before a
+  // split; the training split of IDX and CIFAR data), and for ImageFolder its sample_list_hash.
+  int64_t samples = 0;
+  std::string samples_hash;
+  std::optional<HeldOutSplit> split;  // --val-split: the held-out part of the tree
 };
 
 // How to open an ImageFolder tree (TrainConfig's fields of the same names).
@@ -56,8 +63,31 @@ struct ImageDataOptions {
 DataInfo open_data(const std::string& data, const std::string& data_dir, const ImageDataOptions& image = {});
 // The ImageFolder part of open_data (train/image_data.cpp).
 DataInfo open_image_folder(const std::string& root, const ImageDataOptions& options);
+// Note [Held-out split]
+// A --val-split run trains on part of its ImageFolder tree and validates on the rest, chosen by
+// data::stratified_split(labels, fraction, seed). The choice is recorded (HeldOutSplit: the
+// tree's path, the fraction, the seed, the number of images and a hash of the sample list) in the
+// weights' metadata ("ember.split") and in the manifest ("split"), so that `ember eval` of the
+// run, or of its weights with --data TREE, evaluates on the held-out images, not on images the
+// model trained on: the same sample list with the same fraction and seed gives the same split.
+// When the tree at the recorded path has another sample list (files added, removed or renamed),
+// the held-out images can no longer be told apart from the training images, and eval refuses
+// rather than report an accuracy inflated by training images. Another tree is evaluated whole.
+// Resume compares the tree too (check_resumed_data): the class list, the number of images and
+// the sample list hash.
+
+// "fnv1a64:<16 hex digits>" of the dataset's class names and of every sample's path relative to
+// `root` and its label, in order: two trees with the same files in the same classes hash alike.
+std::string sample_list_hash(const data::ImageDataset& ds, const std::string& root);
+// HeldOutSplit as a JSON object's text, and back (a malformed text is an error naming `where`).
+std::string split_json(const HeldOutSplit& s);
+HeldOutSplit split_from_json(const std::string& text, const std::string& where);
+
 // Whether `dir` looks like a CIFAR-10 or CIFAR-100 binary directory.
 bool is_cifar_dir(const std::string& dir);
+// Whether open_data reads the directory `dir` as an ImageFolder tree (it holds neither CIFAR
+// batches nor IDX files).
+bool is_image_folder_dir(const std::string& dir);
 // The ImageFolder eval transform for a model: Resize(resize) + CenterCrop(image_size) + ToTensor +
 // Normalize (no Resize when resize is 0; no Resize/CenterCrop when `cached`).
 data::Compose image_eval_transform(int64_t resize, int64_t image_size, bool cached, const std::vector<double>& mean,
@@ -108,6 +138,10 @@ struct Manifest {
   FileRef best;
   std::string model, data, data_dir, val;  // what `ember eval DIR` evaluates on by default
   std::string amp = "off";                 // the run's --amp (off in manifests written before it)
+  // The held-out part of --data (Note [Held-out split]); split_recorded: the manifest says
+  // whether there is one (manifests written before it do not).
+  std::optional<HeldOutSplit> split;
+  bool split_recorded = false;
 };
 
 inline constexpr const char* kManifestName = "checkpoint.json";
@@ -138,6 +172,13 @@ class CheckpointReader {
   std::string dir_;
   Manifest m_;
 };
+
+// The manifest's fields from its bytes, without looking at any other file (open_checkpoint's
+// first step, and the fuzz target's entry point: fuzz/parser_targets.h). Throws an ember::Error
+// naming `path` for anything that is not a manifest of this format. Linear in the input.
+Manifest parse_manifest(std::span<const uint8_t> bytes, const std::string& path);
+// The largest manifest open_checkpoint reads (one is a few hundred bytes).
+inline constexpr uint64_t kMaxManifestBytes = 1 << 20;
 // A fresh run id: 16 hex digits.
 std::string new_run_id();
 // "crc32:<8 hex digits>" of a file's bytes.
@@ -198,6 +239,16 @@ void save_weights(const std::string& path, const nn::Module& model, const TrainC
 void load_weights_into(nn::Module& model, const std::string& path);
 // Throws when a file's ember.checksum (if any) does not match its tensors.
 void verify_weights_checksum(const io::SafetensorsFile& f);
+// "a, b, c and 7 more": at most `limit` names, then how many more (messages stay one line).
+std::string name_list(const std::vector<std::string>& names, size_t limit = 6);
+// Throws "<path>: the tensors do not match the model <name>: missing keys: ...; unexpected keys:
+// ..." (at most a few names each) unless the file holds exactly the model's state_dict names.
+// Before Module::load_state_dict, whose message lists every name (100,000 of a hostile file).
+void check_same_names(const nn::Module& model, const std::string& model_name, const io::SafetensorsFile& f);
+// Throws "<path>: tensor '<name>' holds N NaN or infinite value(s) ..." for the first floating
+// tensor of the file that is not finite: such weights give NaN for every input (ember never
+// writes them: Note [Divergence guard] in train/step_guard.h; a PyTorch file may hold them).
+void check_finite_weights(const io::SafetensorsFile& f);
 
 // The training state of a checkpoint: optimizer, scheduler, the loss scaler (--amp fp16: its
 // state_dict as extras "grad_scaler.<key>"), RNG, loader position, configuration.
@@ -210,6 +261,9 @@ io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d,
 // --eval-limit, --log-every, --save-weights, --device) are kept and listed in `changed`; any other
 // option given with a value different from the saved one is an error.
 void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vector<std::string>& changed);
+// A resumed run's data against the saved state's: the class list, the number of images and (an
+// ImageFolder tree) the sample list hash. A difference is an error that says what changed.
+void check_resumed_data(const io::TrainingState& st, const DataInfo& d);
 // A scaler that is enabled gets its state back (a checkpoint without it is an error).
 void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
                             optim::GradScaler& scaler, data::DataLoader& loader, int64_t& step, int& start_epoch);
@@ -223,7 +277,9 @@ struct MistakeOptions {
 
 // With a communicator of world size W, rank r evaluates batches r, r + W, ... and the results
 // are summed over the ranks (every rank returns the whole test set's numbers, except `mistakes`:
-// each rank keeps those of its own batches).
+// each rank keeps those of its own batches). A first SIGINT / SIGTERM / SIGHUP while
+// InterruptHandlers are installed (train/interrupt.h) stops it at the next batch, with
+// `interrupted` set (on every rank) and partial numbers.
 EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
                            parallel::Communicator* comm = nullptr, const MistakeOptions& mistakes = {});
 

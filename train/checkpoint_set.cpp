@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -98,14 +99,41 @@ std::string new_run_id() {
 
 bool has_checkpoint(const std::string& dir) { return fs::exists(fs::path(dir) / kManifestName); }
 
-namespace {
+std::string split_json(const HeldOutSplit& s) {
+  return json{{"data", s.data},
+              {"fraction", s.fraction},
+              {"seed", s.seed},
+              {"samples", s.samples},
+              {"held_out", s.held_out},
+              {"samples_hash", s.samples_hash}}
+      .dump();
+}
 
-// The manifest in `bytes` (read from `path`). Only the JSON is checked, not the files.
-Manifest parse_manifest(const std::string& path, const std::vector<uint8_t>& bytes) {
+namespace {
+HeldOutSplit split_from(const json& j) {
+  return {.data = j.at("data").get<std::string>(),
+          .fraction = j.at("fraction").get<double>(),
+          .seed = j.at("seed").get<uint64_t>(),
+          .samples = j.at("samples").get<int64_t>(),
+          .held_out = j.at("held_out").get<int64_t>(),
+          .samples_hash = j.at("samples_hash").get<std::string>()};
+}
+}  // namespace
+
+HeldOutSplit split_from_json(const std::string& text, const std::string& where) {
+  try {
+    return split_from(json::parse(text));
+  } catch (const json::exception& e) {
+    EMBER_THROW(where, ": the held-out split is not valid: ", e.what());
+  }
+}
+
+Manifest parse_manifest(std::span<const uint8_t> bytes, const std::string& path) {
   Manifest m;
   try {
     const json j = json::parse(bytes.begin(), bytes.end());
-    EMBER_CHECK(j.value("format", "") == "ember.checkpoint.v1", path, ": not an ember checkpoint manifest");
+    EMBER_CHECK(j.is_object() && j.value("format", "") == "ember.checkpoint.v1", path,
+                ": not an ember checkpoint manifest");
     m.run = j.at("run").get<std::string>();
     m.step = j.at("step").get<int64_t>();
     m.epoch = j.at("epoch").get<int64_t>();
@@ -122,9 +150,23 @@ Manifest parse_manifest(const std::string& path, const std::vector<uint8_t>& byt
       m.best_step = j.at("best").at("step").get<int64_t>();
       m.best_acc = j.at("best").at("test_acc").get<double>();
     }
+    m.split_recorded = j.contains("split");
+    if (m.split_recorded && !j.at("split").is_null()) m.split = split_from(j.at("split"));
   } catch (const json::exception& e) {
     EMBER_THROW(path, ": not a valid checkpoint manifest: ", e.what());
   }
+  // Names that would leave the directory, or are no file name at all, are no set of ember's.
+  for (const FileRef* f : {&m.weights, &m.state, m.has_best ? &m.best : nullptr}) {
+    if (f == nullptr) continue;
+    const fs::path p(f->path);
+    if (!f->path.empty() && p.is_relative() && f->path.find('\0') == std::string::npos &&
+        std::none_of(p.begin(), p.end(), [](const fs::path& c) { return c == ".." || c == "."; }))
+      continue;
+    std::string shown = f->path;  // a NUL would end the message (a C string) there
+    for (size_t at = shown.find('\0'); at != std::string::npos; at = shown.find('\0', at)) shown.replace(at, 1, "\\0");
+    EMBER_THROW(path, ": names the file '", shown, "', which is not inside the checkpoint directory");
+  }
+  EMBER_CHECK(m.step >= 0 && m.epoch >= 0, path, ": step ", m.step, " and epoch ", m.epoch, " must be >= 0");
   // Its files are those of step directories (Note [Run directory ownership] in train/run_dir.h):
   // a manifest that names anything else is not one ember wrote, and nothing it names is ember's.
   auto step_file = [&](const FileRef& f, const char* file, const char* what) {
@@ -137,6 +179,8 @@ Manifest parse_manifest(const std::string& path, const std::vector<uint8_t>& byt
   if (m.has_best) step_file(m.best, "model.safetensors", "best weights");
   return m;
 }
+
+namespace {
 
 // Every file the manifest names is checked: size, CRC-32, and the run and step inside it.
 void check_files(const std::string& dir, const Manifest& m) {
@@ -154,7 +198,9 @@ void check_files(const std::string& dir, const Manifest& m) {
       return it == w.metadata.end() ? std::string() : it->second;
     };
     const std::string s = get("ember.step");
-    check_belongs(full, get("ember.run"), s.empty() ? -1 : std::stoll(s), m, want_step);
+    int64_t step = -1;
+    if (!s.empty() && std::from_chars(s.data(), s.data() + s.size(), step).ptr != s.data() + s.size()) step = -2;
+    check_belongs(full, get("ember.run"), step, m, want_step);
   };
   weights_owner(m.weights, m.step);
   if (m.has_best) weights_owner(m.best, m.best_step);
@@ -167,7 +213,6 @@ void check_files(const std::string& dir, const Manifest& m) {
 
 // All of the open file `fd` (a manifest: at most kMaxManifestBytes).
 std::vector<uint8_t> read_manifest_fd(int fd, const std::string& path) {
-  constexpr size_t kMaxManifestBytes = 1 << 20;  // ember's are under 2 KB
   std::vector<uint8_t> bytes;
   char buf[8192];
   for (;;) {
@@ -186,7 +231,7 @@ std::vector<uint8_t> read_manifest_fd(int fd, const std::string& path) {
 Manifest read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifestName).string();
   EMBER_CHECK(fs::exists(path), "'", dir, "' holds no checkpoint (no ", kManifestName, ")");
-  return parse_manifest(path, io::read_file(path));
+  return parse_manifest(io::read_file(path, kMaxManifestBytes, "a checkpoint manifest"), path);
 }
 
 // Note [Reading a checkpoint while it is saved]
@@ -224,7 +269,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
     EMBER_CHECK(attempt < 100, path, ": was replaced 100 times while ember tried to read it");
   }
   try {
-    m_ = parse_manifest(path, read_manifest_fd(fd_, path));
+    m_ = parse_manifest(read_manifest_fd(fd_, path), path);
     check_files(dir, m_);
   } catch (...) {
     ::close(fd_);
@@ -326,7 +371,8 @@ void CheckpointWriter::write_manifest() {
          {"epoch", m_.epoch},               {"model", m_.model},      {"data", m_.data},
          {"data_dir", m_.data_dir},         {"val", m_.val},          {"amp", m_.amp},
          {"weights", file_json(m_.weights)},
-         {"state", file_json(m_.state)},    {"best", nullptr}};
+         {"state", file_json(m_.state)},    {"best", nullptr},
+         {"split", m_.split ? json::parse(split_json(*m_.split)) : json()}};
   if (m_.has_best)
     j["best"] = json{{"step", m_.best_step}, {"test_acc", m_.best_acc}, {"weights", file_json(m_.best)}};
   // The step directories the new manifest names, and those it stops naming: marked before it is
@@ -430,6 +476,7 @@ void CheckpointWriter::save(const TrainConfig& cfg, const DataInfo& d, const nn:
   m_.data_dir = cfg.data_dir;
   m_.val = cfg.val;
   m_.amp = cfg.amp;
+  m_.split = d.split;
   if (!saved_) m_.has_best = false;  // a new run (--overwrite): the old best is not this run's
   write_manifest();
   saved_ = true;
@@ -483,7 +530,9 @@ io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d,
                      {"sync_bn", cfg.sync_bn ? "1" : "0"},
                      {"finetune", cfg.finetune ? "1" : "0"},
                      {"freeze_backbone", cfg.freeze_backbone ? "1" : "0"},
-                     {"backbone_lr_scale", fmt(cfg.backbone_lr_scale)}};
+                     {"backbone_lr_scale", fmt(cfg.backbone_lr_scale)},
+                     {"data_samples", std::to_string(d.samples)},
+                     {"samples_hash", d.samples_hash}};
   st.class_names = d.classes;
   st.epoch = epochs_completed;
   st.step = step;
@@ -587,6 +636,37 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
   const int saved_world = ws == m.end() ? 1 : std::stoi(ws->second);
   EMBER_CHECK(saved_world == cfg.world_size, "--resume: the checkpoint was written by a run with ", saved_world,
               " process(es) but this run has ", cfg.world_size, "; resume it with the same number (docs/distributed.md)");
+}
+
+void check_resumed_data(const io::TrainingState& st, const DataInfo& d) {
+  const std::string what = "--resume: the data in '" + d.dir + "' changed since the run was saved: ";
+  const std::string then = "; a resumed run needs the data it started with (start a new run, e.g. with "
+                           "--init-weights from the checkpoint's weights)";
+  if (st.class_names != d.classes) {
+    std::vector<std::string> added, removed;
+    for (const std::string& c : d.classes)
+      if (std::find(st.class_names.begin(), st.class_names.end(), c) == st.class_names.end()) added.push_back(c);
+    for (const std::string& c : st.class_names)
+      if (std::find(d.classes.begin(), d.classes.end(), c) == d.classes.end()) removed.push_back(c);
+    auto list = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (size_t i = 0; i < v.size() && i < 10; ++i) out += (i ? ", '" : "'") + v[i] + "'";
+      if (v.size() > 10) out += ", ... (" + std::to_string(v.size()) + " in all)";
+      return out;
+    };
+    std::string change = std::to_string(d.classes.size()) + " classes now, " + std::to_string(st.class_names.size()) +
+                         " then";
+    if (!added.empty()) change += "; new: " + list(added);
+    if (!removed.empty()) change += "; gone: " + list(removed);
+    if (added.empty() && removed.empty()) change += " (the same names in another order)";
+    EMBER_THROW(what, change, then);
+  }
+  const auto& m = st.model_config;
+  if (auto it = m.find("data_samples"); it != m.end() && it->second != std::to_string(d.samples))
+    EMBER_THROW(what, d.samples, " images now, ", it->second, " then", then);
+  if (auto it = m.find("samples_hash"); it != m.end() && !it->second.empty() && it->second != d.samples_hash)
+    EMBER_THROW(what, "the same ", d.samples, " images in number, but files were added, removed or renamed (sample "
+                "list ", d.samples_hash, ", ", it->second, " then)", then);
 }
 
 void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,

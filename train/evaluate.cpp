@@ -1,14 +1,18 @@
 // evaluate_loader: a model's accuracy, loss, confusion matrix and most confident mistakes on a
 // loader's batches (declared in train/checkpoint.h), for `ember train`'s evaluations.
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "../core/autograd.h"
+#include "../io/fault.h"
 #include "../layers/nn_functional.h"
 #include "../layers/reduce.h"
 #include "../parallel/communicator.h"
 #include "checkpoint.h"
+#include "interrupt.h"
 #include "run_report.h"
 
 namespace ember::train {
@@ -62,6 +66,13 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
   const int64_t first = comm ? comm->rank() : 0, stride = comm ? comm->world_size() : 1;
   std::vector<Tensor> kept_images;  // beside r.mistakes: the images, made thumbnails at the end
   for (int64_t b = first; b < loader.size(); b += stride) {
+    // SIGINT / SIGTERM / SIGHUP (Note [Clean interrupts]): the evaluation stops at the next batch.
+    if (interrupt_requested()) {
+      r.interrupted = true;
+      break;
+    }
+    // EMBER_FAULT=slow-eval-ms:N (Note [Fault injection] in io/fault.h): time for a test's signal.
+    if (const int64_t ms = io::fault_value("slow-eval-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     data::Batch batch = loader.load_batch(epoch, b);
     if (batch.labels.numel() == 0) continue;  // every file unreadable and skipped (BadImages::skip)
     Tensor logits = model.forward(batch.images.to(device));
@@ -80,15 +91,17 @@ EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t 
   for (size_t i = 0; i < r.mistakes.size(); ++i)
     r.mistakes[i].png = thumbnail_png(kept_images[i], mistakes.mean, mistakes.std);
   if (comm != nullptr && comm->world_size() > 1) {
-    std::vector<int64_t> counts{correct, r.count};
+    // The interrupt flag too: every rank learns that one of them stopped, and all stop together.
+    std::vector<int64_t> counts{correct, r.count, r.interrupted ? 1 : 0};
     for (const auto& row : r.confusion) counts.insert(counts.end(), row.begin(), row.end());
     Tensor t = from_vector<int64_t>(counts);
     comm->all_reduce(t);
     counts = t.to_vector<int64_t>();
     correct = counts[0];
     r.count = counts[1];
+    r.interrupted = counts[2] > 0;
     for (int64_t c = 0; c < num_classes; ++c)
-      for (int64_t p = 0; p < num_classes; ++p) r.confusion[c][p] = counts[2 + c * num_classes + p];
+      for (int64_t p = 0; p < num_classes; ++p) r.confusion[c][p] = counts[3 + c * num_classes + p];
     Tensor l = scalar_tensor(loss_sum, {.dtype = DType::f64});
     comm->all_reduce(l);
     loss_sum = l.item();

@@ -7,6 +7,7 @@
 #include "../core/autograd.h"
 #include "../io/safetensors.h"
 #include "../models/zoo.h"
+#include "checkpoint.h"
 
 namespace ember::train {
 
@@ -20,19 +21,19 @@ bool in_classifier(const std::string& name, const std::string& classifier) {
   return name.rfind(classifier + ".", 0) == 0;
 }
 
-// At most `limit` names, then how many more.
-std::string name_list(const std::vector<std::string>& names, size_t limit = 6) {
+}  // namespace
+
+std::string name_list(const std::vector<std::string>& names, size_t limit) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
   if (names.size() > limit) s += " and " + std::to_string(names.size() - limit) + " more";
   return s;
 }
 
-}  // namespace
-
 int64_t load_pytorch_weights(nn::Module& model, const std::string& model_name, const std::string& path,
                              bool skip_classifier) {
   const io::SafetensorsFile file = io::load_safetensors(path);
+  check_finite_weights(file);
   const std::string classifier = models::classifier_name(model_name);
   std::map<std::string, Tensor> given(file.tensors.begin(), file.tensors.end());
   std::vector<std::string> missing, unexpected, wrong;

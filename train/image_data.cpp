@@ -2,7 +2,9 @@
 // cache, and the ImageNet-style transform sizes (docs/data.md, "Training on a folder of images").
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <string_view>
 
 #include "../data/image_cache.h"
 #include "../data/image_folder.h"
@@ -11,6 +13,28 @@
 namespace ember::train {
 
 namespace fs = std::filesystem;
+
+std::string sample_list_hash(const data::ImageDataset& ds, const std::string& root) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
+  auto add = [&h](std::string_view bytes) {
+    for (const char c : bytes) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  };
+  for (const std::string& c : ds.classes()) {
+    add(c);
+    add(std::string_view("\n", 1));
+  }
+  add(std::string_view("\0", 1));
+  const fs::path base(root);
+  for (int64_t i = 0; i < ds.size(); ++i) {
+    add(fs::path(ds.path(i)).lexically_relative(base).string());
+    add("\t");
+    add(std::to_string(ds.label(i)));
+    add("\n");
+  }
+  char out[32];
+  std::snprintf(out, sizeof out, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
 
 DataInfo open_image_folder(const std::string& root, const ImageDataOptions& o) {
   EMBER_CHECK(o.image_size == -1 || o.image_size >= 8, "--image-size must be at least 8, got ", o.image_size);
@@ -37,6 +61,8 @@ DataInfo open_image_folder(const std::string& root, const ImageDataOptions& o) {
   std::shared_ptr<const data::ImageDataset> all = open(root);
   d.cached = !o.cache_dir.empty();
   d.classes = all->classes();
+  d.samples = all->size();
+  d.samples_hash = sample_list_hash(*all, root);
   EMBER_CHECK(o.eval_only || d.classes.size() >= 2, "--data '", root, "' has ", d.classes.size(), " class",
               d.classes.size() == 1 ? " ('" + d.classes[0] + "')" : std::string("es"),
               ": a classifier needs at least 2 class subdirectories");
@@ -52,9 +78,16 @@ DataInfo open_image_folder(const std::string& root, const ImageDataOptions& o) {
   } else {
     std::vector<int64_t> labels(static_cast<size_t>(all->size()));
     for (int64_t i = 0; i < all->size(); ++i) labels[static_cast<size_t>(i)] = all->label(i);
-    const data::SplitIndices split = data::stratified_split(labels, o.val_split > 0 ? o.val_split : 0.1, o.seed);
+    const double fraction = o.val_split > 0 ? o.val_split : 0.1;
+    const data::SplitIndices split = data::stratified_split(labels, fraction, o.seed);
     EMBER_CHECK(!split.val.empty() && !split.train.empty(), "--data '", root, "': ", all->size(),
                 " images are too few to split into training and validation sets");
+    // Recorded with the run so that eval finds these images again (Note [Held-out split]).
+    std::error_code ec;
+    const fs::path absolute = fs::absolute(root, ec);
+    d.split = HeldOutSplit{.data = ec ? root : absolute.lexically_normal().string(), .fraction = fraction,
+                           .seed = o.seed, .samples = all->size(),
+                           .held_out = static_cast<int64_t>(split.val.size()), .samples_hash = d.samples_hash};
     d.image_train = std::make_shared<const data::ImageSubset>(all, split.train);
     d.image_test = std::make_shared<const data::ImageSubset>(all, split.val);
   }

@@ -36,7 +36,7 @@ extern "C" void on_interrupt(int sig) {
 }  // namespace
 
 struct InterruptHandlers::Saved {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {}, old_term {}, old_hup {};
 };
 
 InterruptHandlers::InterruptHandlers(bool announce) : saved_(std::make_unique<Saved>()) {
@@ -47,11 +47,13 @@ InterruptHandlers::InterruptHandlers(bool announce) : saved_(std::make_unique<Sa
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, &saved_->old_int);
   ::sigaction(SIGTERM, &sa, &saved_->old_term);
+  ::sigaction(SIGHUP, &sa, &saved_->old_hup);  // the terminal went away: save, as for the others
 }
 
 InterruptHandlers::~InterruptHandlers() {
   ::sigaction(SIGINT, &saved_->old_int, nullptr);
   ::sigaction(SIGTERM, &saved_->old_term, nullptr);
+  ::sigaction(SIGHUP, &saved_->old_hup, nullptr);
 }
 
 bool interrupt_requested() { return g_interrupts > 0; }

@@ -42,6 +42,7 @@
 #include "run_setup.h"
 #include "step_guard.h"
 #include "train_step.h"
+#include "terminal_text.h"
 
 namespace ember::train {
 
@@ -66,7 +67,8 @@ int64_t report_skipped(const data::ImageDataset* ds, const char* what, bool quie
   if (!quiet && !skipped.empty()) {
     std::fprintf(stderr, "ember train: skipped %zu unreadable %s image%s:\n", skipped.size(), what,
                  skipped.size() == 1 ? "" : "s");
-    for (size_t i = 0; i < skipped.size() && i < 10; ++i) std::fprintf(stderr, "  %s\n", skipped[i].reason.c_str());
+    for (size_t i = 0; i < skipped.size() && i < 10; ++i)
+      std::fprintf(stderr, "  %s\n", printable(skipped[i].reason).c_str());
     if (skipped.size() > 10) std::fprintf(stderr, "  ... and %zu more\n", skipped.size() - 10);
   }
   return static_cast<int64_t>(skipped.size());
@@ -325,7 +327,7 @@ Run start_run(TrainConfig cfg) {
     std::string s;
     for (const std::string& x : changed) s += (s.empty() ? "" : ", ") + x;
     std::fprintf(stderr, "ember train: resuming run %s from %s at step %lld (%lld epoch(s) done)%s%s\n",
-                 resumed->run.c_str(), cfg.resume_dir.c_str(), static_cast<long long>(resumed->step),
+                 resumed->run.c_str(), printable(cfg.resume_dir).c_str(), static_cast<long long>(resumed->step),
                  static_cast<long long>(resumed->epoch), s.empty() ? "" : "; changed: ", s.c_str());
   }
   r.device = resolve_device(cfg.device);
@@ -336,6 +338,7 @@ Run start_run(TrainConfig cfg) {
                   {.val = cfg.val, .val_split = cfg.val_split, .image_size = cfg.image_size,
                    .cache_dir = cfg.cache_dir, .skip_bad_images = cfg.skip_bad_images, .seed = cfg.seed});
   const DataInfo& d = r.d;
+  if (resume_state) check_resumed_data(*resume_state, d);  // the data it was saved with (Note [Held-out split])
   if (d.kind != DataKind::image_folder)
     for (const char* name : {"val", "val-split", "image-size", "cache", "skip-bad-images"})
       EMBER_CHECK(!given(name), "--", name, " applies to ImageFolder data only, and '", cfg.data, "' holds ",
@@ -388,7 +391,7 @@ Run start_run(TrainConfig cfg) {
     const int64_t loaded = load_pytorch_weights(*r.model, cfg.model, cfg.init_weights, true);
     if (!cfg.quiet && r.lead)
       std::fprintf(stderr, "ember train: fine-tuning from %s (%lld tensors); a new classifier '%s' for %zu classes%s\n",
-                   cfg.init_weights.c_str(), static_cast<long long>(loaded), models::classifier_name(cfg.model).c_str(),
+                   printable(cfg.init_weights).c_str(), static_cast<long long>(loaded), models::classifier_name(cfg.model).c_str(),
                    d.classes.size(), cfg.freeze_backbone ? ", the backbone frozen" : "");
   } else if (!cfg.init_weights.empty()) {
     load_weights_into(*r.model, cfg.init_weights);
@@ -633,7 +636,12 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
                              mistakes);
     });
     report_skipped(r.d.image_test.get(), "validation", cfg.quiet);
-    if (r.checkpoint)
+    if (ev.interrupted) {  // the checkpoint above is saved; a partial evaluation is no result
+      r.stopped = r.interrupted = true;
+      ev = EvalResult{};
+      ev.accuracy = ev.loss = NAN;
+    }
+    if (r.checkpoint && !r.interrupted)
       write_evaluation_file((fs::path(cfg.save_dir) / kEvaluationFileName).string(), ev, r.d.classes, es.epoch, r.step);
     es.test_loss = ev.loss;
     es.test_acc = ev.accuracy;
@@ -662,6 +670,32 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
   }
 }
 
+// Note [A bad file mid-run]
+// Without --skip-bad-images a file that cannot be read or decoded ends the run (data::BadImages::
+// error), whether it was bad from the start or went bad while the run was reading it (replaced,
+// truncated, deleted). Either way the steps since the last checkpoint are not lost: with --save,
+// the run saves them first, as an interrupt does (the loader stands at the batch that failed, so
+// the resumed run retries it), then fails with the file's message and how to continue. It saves
+// nothing when the steps since the checkpoint diverged (read_guard throws first), with several
+// processes (the other ranks cannot join a save begun by one rank's failure), or when nothing
+// was trained since the last save. With --skip-bad-images the file is left out and reported at
+// the end of the epoch instead, whenever it went bad.
+[[noreturn]] void stop_at_bad_file(Run& r, int epoch, const data::BadImageError& e) {
+  const int64_t saved_step = r.checkpoint && r.checkpoint->saved() ? r.checkpoint->step() : 0;
+  if (r.checkpoint && !r.distributed && r.step > saved_step) {
+    read_guard(r);  // a divergence since the last read is the error to report, and is not saved
+    if (parameters_finite(*r.model)) {
+      r.checkpoint->save(r.cfg, r.d, *r.model,
+                         make_training_state(r.cfg, r.d, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader, r.step,
+                                             epoch, r.run_id));
+      EMBER_THROW(e.what(), "; the run's ", r.step - saved_step, " step(s) since its last checkpoint are saved in '",
+                  printable(r.cfg.save_dir), "' (step ", r.step, "): make the file readable again, then continue "
+                  "with: ember train --resume ", shell_quote(r.cfg.save_dir));
+    }
+  }
+  throw e;
+}
+
 // After the last epoch: --save-weights, the summary metrics event and the one-line summary.
 TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
   const TrainConfig& cfg = r.cfg;
@@ -672,7 +706,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
                    r.device.str().c_str(), r.profiler->table(-1).c_str());
     if (!cfg.profile_trace.empty() && r.lead) {
       io::write_file_atomic(cfg.profile_trace, r.profiler->trace_json());
-      if (!cfg.quiet) std::fprintf(stderr, "ember train: wrote the trace %s\n", cfg.profile_trace.c_str());
+      if (!cfg.quiet) std::fprintf(stderr, "ember train: wrote the trace %s\n", printable(cfg.profile_trace).c_str());
     }
   }
   // --save-weights means the weights at the end of the run: an interrupted run has none yet.
@@ -704,13 +738,13 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
   }
   const auto print_saved = [&] {
     if (cfg.quiet || !r.lead || cfg.save_dir.empty()) return;
-    std::fprintf(stderr, "ember train: saved in %s: the checkpoint (%s, step-*/), %s%s%s\n", cfg.save_dir.c_str(),
+    std::fprintf(stderr, "ember train: saved in %s: the checkpoint (%s, step-*/), %s%s%s\n", printable(cfg.save_dir).c_str(),
                  kManifestName, kMetricsFileName,
                  fs::exists(fs::path(cfg.save_dir) / kEvaluationFileName) ? ", evaluation.json" : "",
                  report.empty() ? "" : ", report.html");
     if (!report.empty())
       std::fprintf(stderr, "ember train: report: %s (open it in a browser; rebuild it with: ember report %s)\n",
-                   report.c_str(), cfg.save_dir.c_str());
+                   printable(report).c_str(), shell_quote(cfg.save_dir).c_str());
   };
   if (r.interrupted) {
     print_saved();
@@ -718,7 +752,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
       if (r.checkpoint)
         std::fprintf(stderr, "ember train: interrupted at step %lld (epoch %d of %d); checkpoint saved in %s; "
                      "continue with: ember train --resume %s\n", static_cast<long long>(r.step), r.epoch_now + 1,
-                     cfg.epochs, cfg.save_dir.c_str(), cfg.save_dir.c_str());
+                     cfg.epochs, printable(cfg.save_dir).c_str(), shell_quote(cfg.save_dir).c_str());
       else
         std::fprintf(stderr, "ember train: interrupted at step %lld (epoch %d of %d); nothing was saved (no --save)\n",
                      static_cast<long long>(r.step), r.epoch_now + 1, cfg.epochs);
@@ -734,7 +768,7 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
     else
       std::snprintf(span, sizeof span, "%d epochs", cfg.epochs);
     std::printf("ember train: %s on %s, %s%s, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
-                cfg.data.c_str(), span, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
+                printable(cfg.data).c_str(), span, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
                 format_duration(summary.seconds).c_str());
   }
   print_saved();
@@ -751,14 +785,30 @@ TrainSummary run_training(TrainConfig cfg) {
   if (run.start_epoch >= run.cfg.epochs) {
     if (!run.cfg.quiet && run.lead)
       std::fprintf(stderr, "ember train: the run in %s is complete (step %lld, %d epochs); give --epochs above %d "
-                   "to train it further\n", run.cfg.resume_dir.c_str(), static_cast<long long>(run.step),
+                   "to train it further\n", printable(run.cfg.resume_dir).c_str(), static_cast<long long>(run.step),
                    run.cfg.epochs, run.cfg.epochs);
     run.summary.steps = run.step;
     run.summary.epochs_run = run.cfg.epochs;
     return run.summary;
   }
+  // --max-steps counts from the run's start: a resumed run at or past it has nothing to train.
+  if (run.cfg.max_steps > 0 && run.step >= run.cfg.max_steps) {
+    if (!run.cfg.quiet && run.lead)
+      std::fprintf(stderr, "ember train: the run in %s is at step %lld, and --max-steps %lld counts from the run's "
+                   "start: nothing to train (give --max-steps above %lld to train further)\n",
+                   printable(run.cfg.resume_dir).c_str(), static_cast<long long>(run.step),
+                   static_cast<long long>(run.cfg.max_steps), static_cast<long long>(run.step));
+    run.summary.steps = run.step;
+    run.summary.stopped_early = true;
+    return run.summary;
+  }
   for (int epoch = run.start_epoch; epoch < run.cfg.epochs && !run.stopped; ++epoch) {
-    EpochTotals totals = train_one_epoch(run, epoch);
+    EpochTotals totals;
+    try {
+      totals = train_one_epoch(run, epoch);
+    } catch (const data::BadImageError& e) {
+      stop_at_bad_file(run, epoch, e);
+    }
     finish_epoch(run, epoch, totals);
   }
   return finish_run(run, t_start);

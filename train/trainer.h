@@ -156,6 +156,17 @@ TrainSummary run_training(TrainConfig cfg);
 // build or machine does not have.
 Device resolve_device(const std::string& spec);
 
+// The images a --val-split run held out (Note [Held-out split] in train/checkpoint.h): enough to
+// find the same images again in the same tree, and to tell when the tree has changed.
+struct HeldOutSplit {
+  std::string data;          // the tree's absolute path when the run started
+  double fraction = 0;       // --val-split
+  uint64_t seed = 0;         // --seed
+  int64_t samples = 0;       // images in the tree
+  int64_t held_out = 0;      // of them, held out for validation
+  std::string samples_hash;  // sample_list_hash of the tree ("fnv1a64:<16 hex digits>")
+};
+
 // A model with what is needed to use it: built from a checkpoint's metadata.
 struct LoadedModel {
   std::shared_ptr<nn::Module> model;
@@ -164,6 +175,7 @@ struct LoadedModel {
   int64_t resize = 0;  // eval Resize(resize) before CenterCrop(image_size) (ImageFolder models); 0: none
   std::vector<std::string> classes;
   std::vector<double> mean, std;
+  std::optional<HeldOutSplit> split;  // the run held out part of its ImageFolder tree (--val-split)
 };
 // CHECKPOINT: a weights .safetensors file written by ember (its ember.checksum verified), or a
 // checkpoint directory (the whole set verified by open_checkpoint; its best weights if it has
@@ -191,8 +203,15 @@ struct EvalResult {
   std::vector<double> per_class_accuracy;
   std::vector<std::vector<int64_t>> confusion;  // [true][predicted]
   std::vector<Mistake> mistakes;                // the most confident first; only when asked for
+  // evaluate(): > 0 when `data` was the tree the model's run split (m.split): the images evaluated
+  // are the held_out ones of a tree of this many.
+  int64_t held_out_of = 0;
+  bool interrupted = false;  // evaluate_loader: SIGINT/SIGTERM/SIGHUP stopped it; the numbers are partial
 };
-// Evaluates a loaded model on the test split of `data` (fashion-mnist | mnist | IDX directory).
+// Evaluates a loaded model on the test split of `data` (fashion-mnist | mnist | IDX directory), or
+// on an ImageFolder tree: the whole tree, or, when it is the tree the model's run split with
+// --val-split (the same sample list: m.split), its held-out images only; a tree at the path the
+// run split whose sample list has changed since is refused (Note [Held-out split]).
 EvalResult evaluate(const LoadedModel& m, const std::string& data, const std::string& data_dir, int64_t batch_size = 256);
 
 struct Prediction {

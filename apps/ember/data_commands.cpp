@@ -14,6 +14,7 @@
 #include <ember/data/image_transforms.h>
 #include <ember/data/loader.h>
 #include <ember/core/cpu/parallel.h>
+#include <ember/train/terminal_text.h>
 
 namespace ember::app {
 
@@ -66,10 +67,10 @@ void run_inspect(const InspectOptions& o) {
   });
   std::vector<int64_t> counts(ds.classes().size(), 0);
   for (const data::ImageSample& s : ds.samples()) ++counts[static_cast<size_t>(s.label)];
-  std::printf("%s: %lld images in %zu classes\n", o.path.c_str(), static_cast<long long>(n), ds.classes().size());
+  std::printf("%s: %lld images in %zu classes\n", train::printable(o.path).c_str(), static_cast<long long>(n), ds.classes().size());
   std::printf("classes (label, name, images):\n");
   for (size_t c = 0; c < counts.size(); ++c)
-    std::printf("  %4zu  %-24s %8lld\n", c, ds.classes()[c].c_str(), static_cast<long long>(counts[c]));
+    std::printf("  %4zu  %-24s %8lld\n", c, train::printable(ds.classes()[c]).c_str(), static_cast<long long>(counts[c]));
   std::vector<int64_t> ws, hs;
   std::map<std::string, int64_t> by_format;
   for (size_t k = 0; k < widths.size(); ++k) {
@@ -91,7 +92,7 @@ void run_inspect(const InspectOptions& o) {
   const auto bad = static_cast<size_t>(std::count_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); }));
   std::printf("unreadable files: %zu\n", bad);
   for (const std::string& e : errors)
-    if (!e.empty()) std::printf("  %s\n", e.c_str());
+    if (!e.empty()) std::printf("  %s\n", train::printable(e).c_str());
 }
 
 void run_bench_loader(const BenchLoaderOptions& o) {

@@ -22,6 +22,7 @@
 #include <ember/parallel/communicator.h>
 #include <ember/train/checkpoint.h>
 #include <ember/train/run_report.h>
+#include <ember/train/terminal_text.h>
 #include <ember/train/trainer.h>
 
 #include "augment_command.h"
@@ -29,6 +30,7 @@
 #include "export_command.h"
 #include "info_command.h"
 #include "lab_command.h"
+#include "option_values.h"
 #include "predict_command.h"
 
 using namespace ember;
@@ -125,7 +127,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
 void print_eval(const train::LoadedModel& m, const train::EvalResult& r) {
   std::printf("accuracy %.2f%% (%lld images), loss %.4f\n", 100 * r.accuracy, static_cast<long long>(r.count), r.loss);
   std::printf("per-class accuracy:\n");
-  for (size_t c = 0; c < m.classes.size(); ++c) std::printf("  %-14s %6.2f%%\n", m.classes[c].c_str(), 100 * r.per_class_accuracy[c]);
+  for (size_t c = 0; c < m.classes.size(); ++c) std::printf("  %-14s %6.2f%%\n", train::printable(m.classes[c]).c_str(), 100 * r.per_class_accuracy[c]);
   std::printf("confusion matrix (rows: true class, columns: predicted):\n      ");
   for (size_t c = 0; c < m.classes.size(); ++c) std::printf("%6zu", c);
   std::printf("\n");
@@ -153,7 +155,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 int fail(const std::string& message) {
-  std::fprintf(stderr, "ember: error: %s\n", message.c_str());
+  // Messages quote file and class names: control bytes are escaped (Note [Printing untrusted names]).
+  std::fprintf(stderr, "ember: error: %s\n", train::printable(message, train::Newlines::keep).c_str());
   return 1;
 }
 
@@ -275,6 +278,8 @@ int main(int argc, char** argv) {
   augment_cmd->add_option("--num-classes", aug.num_classes, "soft-target width");
   augment_cmd->add_option("--batch-index", aug.batch_index, "which batch's stream");
 
+  app::make_values_strict(app);  // Note [Strict option values]
+
   // A first argument that is no subcommand: name it, with the nearest one.
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string given = argv[1];
@@ -296,7 +301,10 @@ int main(int argc, char** argv) {
     // CLI11 says "Could not convert: --lr = abc": name the option first, as every other error does.
     const std::string what = e.what(), prefix = "Could not convert: ";
     if (const size_t eq = what.find(" = "); what.rfind(prefix, 0) == 0 && eq != std::string::npos)
-      return fail(what.substr(prefix.size(), eq - prefix.size()) + ": '" + what.substr(eq + 3) + "' is not a number");
+      return fail(app::conversion_error(what.substr(prefix.size(), eq - prefix.size()), what.substr(eq + 3)));
+    // A check's "--seed: must be ..." reads as the range checks after parsing do: "--seed must be ...".
+    if (const size_t at = what.find(": must be "); at != std::string::npos && what.rfind("--", 0) == 0)
+      return fail(what.substr(0, at) + what.substr(at + 1));
     return fail(what);
   }
 
@@ -322,23 +330,33 @@ int main(int argc, char** argv) {
         if (!saved.data.empty()) {
           data = saved.val.empty() ? saved.data : saved.val;
           if (data_dir.empty() && saved.val.empty()) data_dir = saved.data_dir;
-          std::fprintf(stderr, "ember eval: --data %s (the checkpoint's)\n", data.c_str());
+          std::fprintf(stderr, "ember eval: --data %s (the checkpoint's)\n", train::printable(data).c_str());
+          if (!saved.split_recorded && saved.val.empty() && train::is_image_folder_dir(data))
+            std::fprintf(stderr, "ember eval: warning: the checkpoint does not record which images its run held out "
+                         "(it was written by an older ember): evaluating on the whole tree, training images "
+                         "included\n");
         }
       }
-      print_eval(m, train::evaluate(m, data, data_dir, batch));
+      const train::EvalResult r = train::evaluate(m, data, data_dir, batch);
+      if (r.held_out_of > 0)
+        std::fprintf(stderr, "ember eval: the model's run held out %lld of the %lld images of %s (--val-split %g "
+                     "--seed %llu): evaluating on those\n", static_cast<long long>(m.split->held_out),
+                     static_cast<long long>(r.held_out_of), train::printable(data).c_str(), m.split->fraction,
+                     static_cast<unsigned long long>(m.split->seed));
+      print_eval(m, r);
     } else if (*augment_cmd) {
       app::run_augment_op(aug);
     } else if (*export_cmd) {
       export_options.image_size_given = export_cmd->get_option("--image-size")->count() > 0;
       app::run_export(export_options);
-      std::printf("ember export: wrote %s\n", export_options.output.c_str());
+      std::printf("ember export: wrote %s\n", train::printable(export_options.output).c_str());
     } else if (*report_cmd) {
       if (report_out.empty())
         report_out = report_runs.size() == 1
                          ? (std::filesystem::path(report_runs[0]) / train::kReportFileName).string()
                          : std::string(train::kReportFileName);
       train::write_run_report(report_runs, report_out);
-      std::printf("ember report: wrote %s\n", report_out.c_str());
+      std::printf("ember report: wrote %s\n", train::printable(report_out).c_str());
     } else if (*info_cmd) {
       app::run_info(info_json);
     } else if (*lab_list) {
@@ -366,14 +384,14 @@ int main(int argc, char** argv) {
         std::printf("%s\n", app::predictions_json(m, inputs, preds).c_str());
       } else {
         for (size_t i = 0; i < preds.size(); ++i) {
-          std::printf("%s:", inputs[i].c_str());
-          for (auto& [name, p] : preds[i].top) std::printf("  %s %.1f%%", name.c_str(), 100 * p);
+          std::printf("%s:", train::printable(inputs[i]).c_str());
+          for (auto& [name, p] : preds[i].top) std::printf("  %s %.1f%%", train::printable(name).c_str(), 100 * p);
           std::printf("\n");
         }
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember: error: %s\n", e.what());
+    std::fprintf(stderr, "ember: error: %s\n", train::printable(e.what(), train::Newlines::keep).c_str());
     std::fflush(stderr);
     // Under mpirun the other ranks may be waiting for this one in a collective: end the job.
     parallel::abort_job(1);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The harness the CLI test scripts share (tests/cli/robust.sh, tests/cli/hostile_files.sh), sourced
-# first thing with the path of the ember binary:
+# The harness the CLI test scripts share (tests/cli/robust.sh, hostile_files.sh and
+# hostile_inputs.sh), sourced first thing with the path of the ember binary:
 #   source "$(dirname "$0")/harness.sh" "$1"
 # It sets $ember (an absolute path), $here (tests/cli), a scratch directory $work (the current
 # directory from then on, removed at exit), and the checks below, which count into $passed and
@@ -62,3 +62,6 @@ finish() {
   echo "$passed passed, $failures failed"
   [ "$failures" -eq 0 ]
 }
+
+# steps_in FILE: the step events in a metrics file so far (0 before it exists).
+steps_in() { cat "$1" 2>/dev/null | grep -c '"event":"step"'; }

@@ -14,8 +14,6 @@ python3 "$here/make_data.py" folder one-class 1
 # Two epochs of 8 steps on 256 images.
 common1=(--data idx --batch-size 32 --optimizer adam --lr 2e-3)
 common=("${common1[@]}" --epochs 2)
-# steps_in FILE: the step events in a metrics file so far (0 before it exists).
-steps_in() { cat "$1" 2>/dev/null | grep -c '"event":"step"'; }
 
 # last_weights DIR: the weights file the manifest of DIR names.
 last_weights() { python3 -c "import json,sys; print(sys.argv[1] + '/' + json.load(open(sys.argv[1] + '/checkpoint.json'))['weights']['path'])" "$1"; }
@@ -64,7 +62,7 @@ expect_error "--log-every must be at least 1, got 0" train --log-every 0
 expect_error "--batch-size must be at least 1, got 0" eval ref --batch-size 0
 expect_error "--top must be at least 1, got 0" predict ref x.png --top 0
 expect_error "--lr: 'abc' is not a number" train --lr abc
-expect_error "--epochs: '2.5' is not a number" train --epochs 2.5
+expect_error "--epochs: '2.5' is not an integer" train --epochs 2.5
 expect_error "--seed must be a non-negative integer, got -1" train --seed -1
 expect_error "--data-dir applies to --data fashion-mnist or mnist; --data 'idx' names the directory itself" \
   train --data idx --data-dir elsewhere
@@ -295,14 +293,16 @@ expect_rc evaldir 0
 expect_line evaldir evaldir.err "ember eval: --data idx (the checkpoint's)"
 if grep -q "^accuracy [0-9.]*% (64 images)" evaldir.out; then ok; else fail "evaldir: $(head -1 evaldir.out)"; fi
 
-# eval DIR of an ImageFolder run evaluates on that tree, not on Fashion-MNIST.
+# eval DIR of an ImageFolder run evaluates on that tree, not on Fashion-MNIST: on the images the
+# run held out (--val-split 0.1 by default: 1 of the 12 of each class), not on its training images.
 python3 "$here/make_data.py" folder folder 2
 run folder train --data folder --image-size 8 --epochs 1 --batch-size 8 --optimizer adam --save folder-run
 expect_rc folder 0
 run folder-eval eval folder-run
 expect_rc folder-eval 0
 expect_line folder-eval folder-eval.err "ember eval: --data folder (the checkpoint's)"
-if grep -q "^accuracy [0-9.]*% (24 images)" folder-eval.out; then ok; else fail "folder-eval: $(head -1 folder-eval.out)"; fi
+expect_line folder-eval folder-eval.err "ember eval: the model's run held out 2 of the 24 images of folder (--val-split 0.1 --seed 1): evaluating on those"
+if grep -q "^accuracy [0-9.]*% (2 images)" folder-eval.out; then ok; else fail "folder-eval: $(head -1 folder-eval.out)"; fi
 
 # ---- 12. smaller things -------------------------------------------------------------------------
 # Resuming a finished run says so and trains nothing.

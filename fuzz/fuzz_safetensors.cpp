@@ -1,0 +1,21 @@
+// libFuzzer target: the safetensors reader (io::parse_safetensors), with the checks of
+// fuzz/parser_targets.h. A finding aborts, so libFuzzer saves the input.
+//
+//   cmake --build build-fuzz --target fuzz_safetensors      (the build of docs/data.md, "Fuzzing")
+//   build/tests/ember_fuzz_parsers safetensors --seeds corpus-safetensors
+//   build-fuzz/fuzz/fuzz_safetensors corpus-safetensors -max_total_time=600 -rss_limit_mb=2048
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "parser_targets.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    ember::fuzz::safetensors_one({data, size});
+  } catch (const ember::fuzz::Finding& f) {
+    std::fprintf(stderr, "fuzz_safetensors: %s\n", f.what());
+    std::abort();
+  }
+  return 0;
+}
