@@ -37,6 +37,39 @@ int64_t nanos_since(Clock::time_point t0) {
 // whose third key is a dataset index < 2^62).
 constexpr uint64_t kSplitStream = uint64_t{0x5B11} << 48;
 
+// The rows `kept` of a batch whose first dimension is the sample (the slots of skipped images
+// left out).
+Tensor keep_rows(const Tensor& batch, const std::vector<int64_t>& kept) {
+  Shape shape = batch.shape();
+  const int64_t slot = batch.numel() / shape[0];
+  shape[0] = static_cast<int64_t>(kept.size());
+  Tensor out = empty(shape);
+  for (size_t j = 0; j < kept.size(); ++j)
+    std::memcpy(out.data_ptr<float>() + static_cast<int64_t>(j) * slot, batch.data_ptr<float>() + kept[j] * slot,
+                static_cast<size_t>(slot) * sizeof(float));
+  return out;
+}
+
+// The per-sample results `kept` stacked into one batch; they must agree in shape and dtype.
+Tensor stack_samples(const std::vector<Tensor>& results, const std::vector<int64_t>& kept,
+                     std::span<const int64_t> indices, const ImageDataset& ds) {
+  const Tensor& first = results[static_cast<size_t>(kept[0])];
+  Shape shape = first.shape();
+  shape.insert(0, static_cast<int64_t>(kept.size()));
+  Tensor stacked = empty(shape, {.dtype = first.dtype()});
+  for (size_t j = 0; j < kept.size(); ++j) {
+    const auto s = static_cast<size_t>(kept[j]);
+    const Tensor& r = results[s];
+    EMBER_CHECK(r.shape() == first.shape() && r.dtype() == first.dtype(), "DataLoader: sample ", indices[s], " (",
+                ds.path(indices[s]), ") is ", describe(r), " after the transform but sample ",
+                indices[static_cast<size_t>(kept[0])], " is ", describe(first),
+                "; images of different sizes need a transform that makes them one size (Resize + CenterCrop, "
+                "RandomResizedCrop)");
+    stacked[static_cast<int64_t>(j)].copy_(r);
+  }
+  return stacked;
+}
+
 }  // namespace
 
 Example ImageDataset::get(int64_t index) const { return {load_image(index, {}), label(index)}; }
@@ -174,32 +207,9 @@ Batch ImageDataset::load_transformed(std::span<const int64_t> indices, const Any
   }
   const auto m = static_cast<int64_t>(kept.size());
   Tensor label_tensor = m > 0 ? from_vector(labels) : empty({0}, {.dtype = DType::i64});
-  if (direct.defined()) {
-    if (m == n) return {direct, label_tensor};
-    Shape shape = direct.shape();
-    shape[0] = m;
-    Tensor out = empty(shape);
-    for (int64_t j = 0; j < m; ++j)
-      std::memcpy(out.data_ptr<float>() + j * slot, direct.data_ptr<float>() + kept[static_cast<size_t>(j)] * slot,
-                  static_cast<size_t>(slot) * sizeof(float));
-    return {out, label_tensor};
-  }
+  if (direct.defined()) return {m == n ? direct : keep_rows(direct, kept), label_tensor};
   if (m == 0) return {empty({0, c, 0, 0}), label_tensor};
-  // Stack the per-sample results; they must agree in shape and dtype.
-  const Tensor& first = results[static_cast<size_t>(kept[0])];
-  Shape shape = first.shape();
-  shape.insert(0, m);
-  Tensor stacked = empty(shape, {.dtype = first.dtype()});
-  for (int64_t j = 0; j < m; ++j) {
-    const int64_t s = kept[static_cast<size_t>(j)];
-    const Tensor& r = results[static_cast<size_t>(s)];
-    EMBER_CHECK(r.shape() == first.shape() && r.dtype() == first.dtype(), "DataLoader: sample ",
-                indices[static_cast<size_t>(s)], " (", path(indices[static_cast<size_t>(s)]), ") is ", describe(r),
-                " after the transform but sample ", indices[static_cast<size_t>(kept[0])], " is ", describe(first),
-                "; images of different sizes need a transform that makes them one size (Resize + CenterCrop, "
-                "RandomResizedCrop)");
-    stacked[j].copy_(r);
-  }
+  const Tensor stacked = stack_samples(results, kept, indices, *this);
   // Without a transform, u8 images become float32 as ToTensor makes them (the Dataset default).
   if (!transform) {
     std::vector<int64_t> kept_indices;

@@ -17,6 +17,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <ember/ember.h>
 #include <ember/io/atomic_file.h>
 #include <ember/parallel/communicator.h>
@@ -160,126 +163,261 @@ int fail(const std::string& message) {
   return 1;
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  // A signal that ends the command removes the temporary file of a write in progress.
-  io::remove_temp_files_on_signals();
-  CLI::App app{"ember: train, evaluate and run image classifiers"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", app::version_line());
+// ---- the subcommands ---------------------------------------------------------------------------
+// Each subcommand is declared by one function: its options, parsed into state the command's
+// action holds, and the action, which returns the exit status. main() parses and runs the one given.
 
-  train::TrainConfig cfg;
-  CLI::App* train_cmd = app.add_subcommand("train", "train a classifier (default: Fashion-MNIST, the default recipe)");
-  add_train_options(*train_cmd, cfg);
+struct Command {
+  CLI::App* cli;
+  std::function<int()> run;
+};
 
+Command train_command(CLI::App& app) {
+  auto cfg = std::make_shared<train::TrainConfig>();
+  CLI::App* cmd = app.add_subcommand("train", "train a classifier (default: Fashion-MNIST, the default recipe)");
+  add_train_options(*cmd, *cfg);
+  return {cmd, [cfg, cmd] {
+            // The options given, by long name without "--", and their text as typed (for messages).
+            for (const CLI::Option* o : cmd->get_options()) {
+              if (o->count() == 0 || o->get_lnames().empty()) continue;
+              cfg->explicitly_set.push_back(o->get_lnames().front());
+              if (!o->results().empty()) cfg->given_text[o->get_lnames().front()] = o->results().back();
+            }
+            train::check_options(*cfg);  // every value in its range before anything is read or written
+            return train::run_training(*cfg).interrupted ? 130 : 0;
+          }};
+}
+
+struct EvalOptions {
   std::string checkpoint, data = "fashion-mnist", data_dir;
   int64_t batch = 256;
-  CLI::App* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on a test set");
-  eval_cmd->add_option("checkpoint", checkpoint, "weights .safetensors file or checkpoint directory")->required();
-  eval_cmd->add_option("--data", data, "fashion-mnist | mnist | IDX directory")->capture_default_str();
-  eval_cmd->add_option("--data-dir", data_dir, "where the dataset files are");
-  eval_cmd->add_option("--batch-size", batch, "images per batch")->capture_default_str();
+};
 
+int run_eval(EvalOptions o, bool data_given) {
+  EMBER_CHECK(o.batch >= 1, "--batch-size must be at least 1, got ", o.batch);
+  train::LoadedModel m = train::load_model(o.checkpoint);
+  // A checkpoint directory remembers its data: without --data, evaluate on that (its --val tree for
+  // an ImageFolder run), not on Fashion-MNIST.
+  if (!data_given && std::filesystem::is_directory(o.checkpoint) && train::has_checkpoint(o.checkpoint)) {
+    const train::Manifest saved = train::open_checkpoint(o.checkpoint);
+    if (!saved.data.empty()) {
+      o.data = saved.val.empty() ? saved.data : saved.val;
+      if (o.data_dir.empty() && saved.val.empty()) o.data_dir = saved.data_dir;
+      std::fprintf(stderr, "ember eval: --data %s (the checkpoint's)\n", train::printable(o.data).c_str());
+      if (!saved.split_recorded && saved.val.empty() && train::is_image_folder_dir(o.data))
+        std::fprintf(stderr, "ember eval: warning: the checkpoint does not record which images its run held out "
+                     "(it was written by an older ember): evaluating on the whole tree, training images "
+                     "included\n");
+    }
+  }
+  const train::EvalResult r = train::evaluate(m, o.data, o.data_dir, o.batch);
+  if (r.held_out_of > 0)
+    std::fprintf(stderr, "ember eval: the model's run held out %lld of the %lld images of %s (--val-split %g "
+                 "--seed %llu): evaluating on those\n", static_cast<long long>(m.split->held_out),
+                 static_cast<long long>(r.held_out_of), train::printable(o.data).c_str(), m.split->fraction,
+                 static_cast<unsigned long long>(m.split->seed));
+  print_eval(m, r);
+  return 0;
+}
+
+Command eval_command(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  CLI::App* cmd = app.add_subcommand("eval", "evaluate a checkpoint on a test set");
+  cmd->add_option("checkpoint", o->checkpoint, "weights .safetensors file or checkpoint directory")->required();
+  cmd->add_option("--data", o->data, "fashion-mnist | mnist | IDX directory")->capture_default_str();
+  cmd->add_option("--data-dir", o->data_dir, "where the dataset files are");
+  cmd->add_option("--batch-size", o->batch, "images per batch")->capture_default_str();
+  return {cmd, [o, cmd] { return run_eval(*o, cmd->get_option("--data")->count() > 0); }};
+}
+
+struct PredictOptions {
+  std::string checkpoint, model;
   std::vector<std::string> inputs;
   int top_k = 5;
-  std::string predict_model;
-  int64_t predict_image_size = 224;
-  bool predict_json = false;
-  CLI::App* predict_cmd = app.add_subcommand("predict", "classify images");
-  predict_cmd->add_option("checkpoint", checkpoint, "weights .safetensors file or checkpoint directory")->required();
-  predict_cmd->add_option("images", inputs, "image files (PNG, JPEG, ...), directories of them, or FILE:INDEX "
-                          "(image INDEX of an IDX file)")->required();
-  predict_cmd->add_option("--top", top_k, "how many classes to show")->capture_default_str();
-  predict_cmd->add_option("--model", predict_model, "CHECKPOINT is PyTorch weights (a state_dict saved with "
-                          "safetensors) for this zoo model, e.g. resnet18");
-  predict_cmd->add_option("--image-size", predict_image_size, "with --model: the CenterCrop size (Resize to "
-                          "size*256/224 first)")->capture_default_str();
-  predict_cmd->add_flag("--json", predict_json, "one JSON object: every image's logits and top classes");
+  int64_t image_size = 224;
+  bool image_size_given = false, json = false;
+};
 
-  app::ExportOptions export_options;
-  CLI::App* export_cmd = app.add_subcommand(
+int run_predict(PredictOptions o) {
+  EMBER_CHECK(o.top_k >= 1, "--top must be at least 1, got ", o.top_k);
+  EMBER_CHECK(!o.model.empty() || !o.image_size_given,
+              "--image-size applies with --model only (a checkpoint knows its input size)");
+  train::LoadedModel m = o.model.empty() ? train::load_model(o.checkpoint)
+                                         : train::load_pytorch_model(o.checkpoint, o.model, o.image_size);
+  o.inputs = app::expand_image_dirs(o.inputs);
+  std::vector<train::Prediction> preds = train::predict(m, o.inputs, o.top_k);
+  if (o.json) {
+    std::printf("%s\n", app::predictions_json(m, o.inputs, preds).c_str());
+    return 0;
+  }
+  for (size_t i = 0; i < preds.size(); ++i) {
+    std::printf("%s:", train::printable(o.inputs[i]).c_str());
+    for (auto& [name, p] : preds[i].top) std::printf("  %s %.1f%%", train::printable(name).c_str(), 100 * p);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+Command predict_command(CLI::App& app) {
+  auto o = std::make_shared<PredictOptions>();
+  CLI::App* cmd = app.add_subcommand("predict", "classify images");
+  cmd->add_option("checkpoint", o->checkpoint, "weights .safetensors file or checkpoint directory")->required();
+  cmd->add_option("images", o->inputs, "image files (PNG, JPEG, ...), directories of them, or FILE:INDEX "
+                  "(image INDEX of an IDX file)")->required();
+  cmd->add_option("--top", o->top_k, "how many classes to show")->capture_default_str();
+  cmd->add_option("--model", o->model, "CHECKPOINT is PyTorch weights (a state_dict saved with safetensors) for "
+                  "this zoo model, e.g. resnet18");
+  cmd->add_option("--image-size", o->image_size, "with --model: the CenterCrop size (Resize to size*256/224 "
+                  "first)")->capture_default_str();
+  cmd->add_flag("--json", o->json, "one JSON object: every image's logits and top classes");
+  return {cmd, [o, cmd] {
+            o->image_size_given = cmd->get_option("--image-size")->count() > 0;
+            return run_predict(*o);
+          }};
+}
+
+Command export_command(CLI::App& app) {
+  auto o = std::make_shared<app::ExportOptions>();
+  CLI::App* cmd = app.add_subcommand(
       "export", std::string("write a trained network as ONNX (opset 13) with its normalization and class names") +
                     (app::onnx_export_built() ? "" : " [not in this build: no ONNX support]"));
-  export_cmd->add_option("checkpoint", export_options.source, "checkpoint directory (ember train --save) or weights "
-                         ".safetensors file")->required();
-  export_cmd->add_option("output", export_options.output, "the .onnx file to write")->required();
-  export_cmd->add_option("--model", export_options.model, "CHECKPOINT is PyTorch weights (a state_dict saved with "
-                         "safetensors) for this zoo model, e.g. resnet18");
-  export_cmd->add_option("--image-size", export_options.image_size, "with --model: the input size")
-      ->capture_default_str();
+  cmd->add_option("checkpoint", o->source, "checkpoint directory (ember train --save) or weights .safetensors "
+                  "file")->required();
+  cmd->add_option("output", o->output, "the .onnx file to write")->required();
+  cmd->add_option("--model", o->model, "CHECKPOINT is PyTorch weights (a state_dict saved with safetensors) for "
+                  "this zoo model, e.g. resnet18");
+  cmd->add_option("--image-size", o->image_size, "with --model: the input size")->capture_default_str();
+  return {cmd, [o, cmd] {
+            o->image_size_given = cmd->get_option("--image-size")->count() > 0;
+            app::run_export(*o);
+            std::printf("ember export: wrote %s\n", train::printable(o->output).c_str());
+            return 0;
+          }};
+}
 
-  app::InspectOptions inspect;
-  CLI::App* inspect_cmd = app.add_subcommand("inspect", "summarize an ImageFolder tree");
-  inspect_cmd->add_option("path", inspect.path, "root of the tree (class subdirectories of images)")->required();
-  inspect_cmd->add_flag("--json", inspect.json, "print {\"classes\", \"class_to_idx\", \"samples\"} as JSON only");
-  inspect_cmd->add_flag("--skip-hidden", inspect.skip_hidden, "leave out names beginning with '.'");
+Command inspect_command(CLI::App& app) {
+  auto o = std::make_shared<app::InspectOptions>();
+  CLI::App* cmd = app.add_subcommand("inspect", "summarize an ImageFolder tree");
+  cmd->add_option("path", o->path, "root of the tree (class subdirectories of images)")->required();
+  cmd->add_flag("--json", o->json, "print {\"classes\", \"class_to_idx\", \"samples\"} as JSON only");
+  cmd->add_flag("--skip-hidden", o->skip_hidden, "leave out names beginning with '.'");
+  return {cmd, [o] {
+            app::run_inspect(*o);
+            return 0;
+          }};
+}
 
-  std::vector<std::string> report_runs;
-  std::string report_out;
-  CLI::App* report_cmd = app.add_subcommand("report", "write a run's report.html: curves, confusion matrix, mistakes "
-                                            "(several runs: their curves overlaid)");
-  report_cmd->add_option("runs", report_runs, "run directories (ember train --save DIR)")->required();
-  report_cmd->add_option("--out", report_out, "where to write the page (default: RUN/report.html for one run, "
-                         "./report.html for several)");
+Command report_command(CLI::App& app) {
+  struct Options {
+    std::vector<std::string> runs;
+    std::string out;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("report", "write a run's report.html: curves, confusion matrix, mistakes "
+                                     "(several runs: their curves overlaid)");
+  cmd->add_option("runs", o->runs, "run directories (ember train --save DIR)")->required();
+  cmd->add_option("--out", o->out, "where to write the page (default: RUN/report.html for one run, "
+                  "./report.html for several)");
+  return {cmd, [o] {
+            if (o->out.empty())
+              o->out = o->runs.size() == 1 ? (std::filesystem::path(o->runs[0]) / train::kReportFileName).string()
+                                           : std::string(train::kReportFileName);
+            train::write_run_report(o->runs, o->out);
+            std::printf("ember report: wrote %s\n", train::printable(o->out).c_str());
+            return 0;
+          }};
+}
 
-  bool info_json = false;
-  CLI::App* info_cmd = app.add_subcommand("info", "what runs here: version, build, CPU features, GEMM kernels, devices");
-  info_cmd->add_flag("--json", info_json, "one JSON object");
+Command info_command(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("info", "what runs here: version, build, CPU features, GEMM kernels, devices");
+  cmd->add_flag("--json", *json, "one JSON object");
+  return {cmd, [json] {
+            app::run_info(*json);
+            return 0;
+          }};
+}
 
-  app::BenchLoaderOptions bench;
-  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");
-  bench_cmd->require_subcommand(1);
-  CLI::App* bench_loader = bench_cmd->add_subcommand("loader", "ImageFolder data-loader throughput (JSON line)");
-  bench_loader->add_option("--root", bench.root, "ImageFolder tree")->required();
-  bench_loader->add_option("--batch-size", bench.batch_size, "images per batch")->capture_default_str();
-  bench_loader->add_option("--workers", bench.workers, "loader worker threads")->capture_default_str();
-  bench_loader->add_option("--resize", bench.resize, "Resize (shorter side)")->capture_default_str();
-  bench_loader->add_option("--crop", bench.crop, "CenterCrop size")->capture_default_str();
-  bench_loader->add_option("--epochs", bench.epochs, "passes over the tree")->capture_default_str();
-  bench_loader->add_flag("--cache", bench.cache, "read through the decoded cache (built on the first run)");
-  bench_loader->add_option("--cache-dir", bench.cache_dir, "cache directory (default: a temp directory)");
-  bench_loader->add_option("--threads", bench.threads, "CPU threads (0: all cores)")->capture_default_str();
-  bench_loader->add_flag("!--no-draft", bench.draft, "decode JPEGs at full size (no DCT-domain downscaling)");
+Command bench_loader_command(CLI::App& app) {
+  auto o = std::make_shared<app::BenchLoaderOptions>();
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks");
+  bench->require_subcommand(1);
+  CLI::App* cmd = bench->add_subcommand("loader", "ImageFolder data-loader throughput (JSON line)");
+  cmd->add_option("--root", o->root, "ImageFolder tree")->required();
+  cmd->add_option("--batch-size", o->batch_size, "images per batch")->capture_default_str();
+  cmd->add_option("--workers", o->workers, "loader worker threads")->capture_default_str();
+  cmd->add_option("--resize", o->resize, "Resize (shorter side)")->capture_default_str();
+  cmd->add_option("--crop", o->crop, "CenterCrop size")->capture_default_str();
+  cmd->add_option("--epochs", o->epochs, "passes over the tree")->capture_default_str();
+  cmd->add_flag("--cache", o->cache, "read through the decoded cache (built on the first run)");
+  cmd->add_option("--cache-dir", o->cache_dir, "cache directory (default: a temp directory)");
+  cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  cmd->add_flag("!--no-draft", o->draft, "decode JPEGs at full size (no DCT-domain downscaling)");
+  return {cmd, [o] {
+            if (o->cache && o->cache_dir.empty())
+              o->cache_dir = (std::filesystem::temp_directory_path() / "ember-bench-loader-cache").string();
+            app::run_bench_loader(*o);
+            return 0;
+          }};
+}
 
-  app::LabOptions lab;
-  CLI::App* lab_cmd = app.add_subcommand("lab", "the kernel labs: versions of CUDA kernels with the emulator's "
-                                         "counters (docs/labs.md)");
-  lab_cmd->require_subcommand(1);
-  CLI::App* lab_list = lab_cmd->add_subcommand("list", "every lab and its versions");
-  CLI::App* lab_run = lab_cmd->add_subcommand("run", "run a lab's versions and print its table");
-  lab_run->add_option("lab", lab.lab, "the lab (ember lab list)")->required();
-  lab_run->add_option("--version", lab.version, "run this version only (an exercise too)");
-  lab_run->add_option("--size", lab.size, "the problem size, A,B,... (the lab's README says what each is)");
-  lab_run->add_flag("--broken", lab.broken, "run the exercise (the version with a planted bug) too");
-  lab_run->add_flag("--json", lab.json, "one JSON line per version");
+std::vector<Command> lab_commands(CLI::App& app) {
+  auto o = std::make_shared<app::LabOptions>();
+  CLI::App* lab = app.add_subcommand("lab", "the kernel labs: versions of CUDA kernels with the emulator's "
+                                     "counters (docs/labs.md)");
+  lab->require_subcommand(1);
+  CLI::App* list = lab->add_subcommand("list", "every lab and its versions");
+  CLI::App* run = lab->add_subcommand("run", "run a lab's versions and print its table");
+  run->add_option("lab", o->lab, "the lab (ember lab list)")->required();
+  run->add_option("--version", o->version, "run this version only (an exercise too)");
+  run->add_option("--size", o->size, "the problem size, A,B,... (the lab's README says what each is)");
+  run->add_flag("--broken", o->broken, "run the exercise (the version with a planted bug) too");
+  run->add_flag("--json", o->json, "one JSON line per version");
+  return {{list,
+           [] {
+             app::run_lab_list();
+             return 0;
+           }},
+          {run, [o, run] {
+             EMBER_CHECK(o->version >= 0 || run->get_option("--version")->count() == 0,
+                         "--version must be a version number (ember lab list), got ", o->version);
+             return app::run_lab(*o);
+           }}};
+}
 
-  // Not in --help: a tool for the torchvision comparison test (apps/ember/augment_command.h).
-  app::AugmentOpOptions aug;
-  CLI::App* augment_cmd = app.add_subcommand("augment-op", "apply one augmentation op, print bins or draws");
-  augment_cmd->group("");
-  augment_cmd->add_option("--op", aug.ops, "a torchvision op name (ShearX, Rotate, ...), Hue or Erase (repeatable)");
-  augment_cmd->add_option("--magnitude", aug.magnitudes, "each op's magnitude (Erase: the value)");
-  augment_cmd->add_option("--in", aug.inputs, "input image(s)");
-  augment_cmd->add_option("--out", aug.out, "output file (PGM/PPM; raw float32 for Erase and --mix)");
-  augment_cmd->add_flag("--gray", aug.gray, "decode the input as one channel");
-  augment_cmd->add_option("--box", aug.box, "Erase: TOP,LEFT,HEIGHT,WIDTH")->delimiter(',');
-  augment_cmd->add_option("--bins", aug.bins, "trivial | randaug: print the magnitude bins (JSON)");
-  augment_cmd->add_option("--sample", aug.sample, "trivial | randaug | erasing | mixup | cutmix | both: print draws");
-  augment_cmd->add_option("--count", aug.count, "draws to print");
-  augment_cmd->add_option("--seed", aug.seed, "seed");
-  augment_cmd->add_option("--height", aug.height, "image height for --bins and --sample");
-  augment_cmd->add_option("--width", aug.width, "image width for --bins and --sample");
-  augment_cmd->add_option("--erasing-p", aug.erasing_p, "RandomErasing p for --sample erasing");
-  augment_cmd->add_option("--mix", aug.mix, "mixup | cutmix | both: mix the --in images as one batch");
-  augment_cmd->add_option("--mixup-alpha", aug.mixup_alpha, "Mixup alpha");
-  augment_cmd->add_option("--cutmix-alpha", aug.cutmix_alpha, "CutMix alpha");
-  augment_cmd->add_option("--labels", aug.labels, "the --in images' labels")->delimiter(',');
-  augment_cmd->add_option("--num-classes", aug.num_classes, "soft-target width");
-  augment_cmd->add_option("--batch-index", aug.batch_index, "which batch's stream");
+// Not in --help: a tool for the torchvision comparison test (apps/ember/augment_command.h).
+Command augment_command(CLI::App& app) {
+  auto a = std::make_shared<app::AugmentOpOptions>();
+  CLI::App* cmd = app.add_subcommand("augment-op", "apply one augmentation op, print bins or draws");
+  cmd->group("");
+  cmd->add_option("--op", a->ops, "a torchvision op name (ShearX, Rotate, ...), Hue or Erase (repeatable)");
+  cmd->add_option("--magnitude", a->magnitudes, "each op's magnitude (Erase: the value)");
+  cmd->add_option("--in", a->inputs, "input image(s)");
+  cmd->add_option("--out", a->out, "output file (PGM/PPM; raw float32 for Erase and --mix)");
+  cmd->add_flag("--gray", a->gray, "decode the input as one channel");
+  cmd->add_option("--box", a->box, "Erase: TOP,LEFT,HEIGHT,WIDTH")->delimiter(',');
+  cmd->add_option("--bins", a->bins, "trivial | randaug: print the magnitude bins (JSON)");
+  cmd->add_option("--sample", a->sample, "trivial | randaug | erasing | mixup | cutmix | both: print draws");
+  cmd->add_option("--count", a->count, "draws to print");
+  cmd->add_option("--seed", a->seed, "seed");
+  cmd->add_option("--height", a->height, "image height for --bins and --sample");
+  cmd->add_option("--width", a->width, "image width for --bins and --sample");
+  cmd->add_option("--erasing-p", a->erasing_p, "RandomErasing p for --sample erasing");
+  cmd->add_option("--mix", a->mix, "mixup | cutmix | both: mix the --in images as one batch");
+  cmd->add_option("--mixup-alpha", a->mixup_alpha, "Mixup alpha");
+  cmd->add_option("--cutmix-alpha", a->cutmix_alpha, "CutMix alpha");
+  cmd->add_option("--labels", a->labels, "the --in images' labels")->delimiter(',');
+  cmd->add_option("--num-classes", a->num_classes, "soft-target width");
+  cmd->add_option("--batch-index", a->batch_index, "which batch's stream");
+  return {cmd, [a] {
+            app::run_augment_op(*a);
+            return 0;
+          }};
+}
 
-  app::make_values_strict(app);  // Note [Strict option values]
-
+// A parse error as one line (an exit status), or nothing when the arguments parsed.
+std::optional<int> parse_arguments(CLI::App& app, int argc, char** argv) {
   // A first argument that is no subcommand: name it, with the nearest one.
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string given = argv[1];
@@ -307,89 +445,28 @@ int main(int argc, char** argv) {
       return fail(what.substr(0, at) + what.substr(at + 1));
     return fail(what);
   }
+  return std::nullopt;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A signal that ends the command removes the temporary file of a write in progress.
+  io::remove_temp_files_on_signals();
+  CLI::App app{"ember: train, evaluate and run image classifiers"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", app::version_line());
+  std::vector<Command> commands = {train_command(app),   eval_command(app),   predict_command(app),
+                                   export_command(app),  inspect_command(app), report_command(app),
+                                   info_command(app),    bench_loader_command(app)};
+  for (Command& c : lab_commands(app)) commands.push_back(std::move(c));
+  commands.push_back(augment_command(app));
+  app::make_values_strict(app);  // Note [Strict option values]
+
+  if (const std::optional<int> parse_failed = parse_arguments(app, argc, argv)) return *parse_failed;
   try {
-    if (*train_cmd) {
-      // The options given, by long name without "--", and their text as typed (for messages).
-      for (const CLI::Option* o : train_cmd->get_options()) {
-        if (o->count() == 0 || o->get_lnames().empty()) continue;
-        cfg.explicitly_set.push_back(o->get_lnames().front());
-        if (!o->results().empty()) cfg.given_text[o->get_lnames().front()] = o->results().back();
-      }
-      train::check_options(cfg);  // every value in its range before anything is read or written
-      const train::TrainSummary s = train::run_training(cfg);
-      if (s.interrupted) return 130;
-    } else if (*eval_cmd) {
-      EMBER_CHECK(batch >= 1, "--batch-size must be at least 1, got ", batch);
-      train::LoadedModel m = train::load_model(checkpoint);
-      // A checkpoint directory remembers its data: without --data, evaluate on that (its --val
-      // tree for an ImageFolder run), not on Fashion-MNIST.
-      if (eval_cmd->get_option("--data")->count() == 0 && std::filesystem::is_directory(checkpoint) &&
-          train::has_checkpoint(checkpoint)) {
-        const train::Manifest saved = train::open_checkpoint(checkpoint);
-        if (!saved.data.empty()) {
-          data = saved.val.empty() ? saved.data : saved.val;
-          if (data_dir.empty() && saved.val.empty()) data_dir = saved.data_dir;
-          std::fprintf(stderr, "ember eval: --data %s (the checkpoint's)\n", train::printable(data).c_str());
-          if (!saved.split_recorded && saved.val.empty() && train::is_image_folder_dir(data))
-            std::fprintf(stderr, "ember eval: warning: the checkpoint does not record which images its run held out "
-                         "(it was written by an older ember): evaluating on the whole tree, training images "
-                         "included\n");
-        }
-      }
-      const train::EvalResult r = train::evaluate(m, data, data_dir, batch);
-      if (r.held_out_of > 0)
-        std::fprintf(stderr, "ember eval: the model's run held out %lld of the %lld images of %s (--val-split %g "
-                     "--seed %llu): evaluating on those\n", static_cast<long long>(m.split->held_out),
-                     static_cast<long long>(r.held_out_of), train::printable(data).c_str(), m.split->fraction,
-                     static_cast<unsigned long long>(m.split->seed));
-      print_eval(m, r);
-    } else if (*augment_cmd) {
-      app::run_augment_op(aug);
-    } else if (*export_cmd) {
-      export_options.image_size_given = export_cmd->get_option("--image-size")->count() > 0;
-      app::run_export(export_options);
-      std::printf("ember export: wrote %s\n", train::printable(export_options.output).c_str());
-    } else if (*report_cmd) {
-      if (report_out.empty())
-        report_out = report_runs.size() == 1
-                         ? (std::filesystem::path(report_runs[0]) / train::kReportFileName).string()
-                         : std::string(train::kReportFileName);
-      train::write_run_report(report_runs, report_out);
-      std::printf("ember report: wrote %s\n", train::printable(report_out).c_str());
-    } else if (*info_cmd) {
-      app::run_info(info_json);
-    } else if (*lab_list) {
-      app::run_lab_list();
-    } else if (*lab_run) {
-      EMBER_CHECK(lab.version >= 0 || lab_run->get_option("--version")->count() == 0,
-                  "--version must be a version number (ember lab list), got ", lab.version);
-      return app::run_lab(lab);
-    } else if (*inspect_cmd) {
-      app::run_inspect(inspect);
-    } else if (*bench_loader) {
-      if (bench.cache && bench.cache_dir.empty())
-        bench.cache_dir = (std::filesystem::temp_directory_path() / "ember-bench-loader-cache").string();
-      app::run_bench_loader(bench);
-    } else if (*predict_cmd) {
-      EMBER_CHECK(top_k >= 1, "--top must be at least 1, got ", top_k);
-      EMBER_CHECK(!predict_model.empty() || predict_cmd->get_option("--image-size")->count() == 0,
-                  "--image-size applies with --model only (a checkpoint knows its input size)");
-      train::LoadedModel m = predict_model.empty() ? train::load_model(checkpoint)
-                                                   : train::load_pytorch_model(checkpoint, predict_model,
-                                                                               predict_image_size);
-      inputs = app::expand_image_dirs(inputs);
-      std::vector<train::Prediction> preds = train::predict(m, inputs, top_k);
-      if (predict_json) {
-        std::printf("%s\n", app::predictions_json(m, inputs, preds).c_str());
-      } else {
-        for (size_t i = 0; i < preds.size(); ++i) {
-          std::printf("%s:", train::printable(inputs[i]).c_str());
-          for (auto& [name, p] : preds[i].top) std::printf("  %s %.1f%%", train::printable(name).c_str(), 100 * p);
-          std::printf("\n");
-        }
-      }
-    }
+    for (const Command& c : commands)
+      if (*c.cli) return c.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember: error: %s\n", train::printable(e.what(), train::Newlines::keep).c_str());
     std::fflush(stderr);
