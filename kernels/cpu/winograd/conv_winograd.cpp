@@ -206,7 +206,7 @@ std::atomic<bool>& bf16_products_on() {
   static std::atomic<bool> on{[] {
     const char* env = std::getenv("EMBER_CPU_WINOGRAD_BF16");
     const bool off = env && (std::string(env) == "off" || std::string(env) == "0");
-    return !off && bf16_products_available() && bf16_gemm_path() == Bf16GemmPath::avx512_bf16;
+    return !off && bf16_products_available() && bf16_gemm_path() != Bf16GemmPath::f32_fallback;
   }()};
   return on;
 }

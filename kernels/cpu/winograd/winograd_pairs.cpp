@@ -9,6 +9,7 @@
 
 #include "../../../core/dtype.h"
 #include "../bf16/bf16_convert.h"
+#include "../bf16/bf16_simd.h"
 #include "../../../core/cpu/parallel.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
@@ -28,32 +29,6 @@ EMBER_BF16_DOT_TARGET inline __m512i bf16x32(__m512 lo, __m512 hi) { return (__m
 // The first n lanes of 16 (none for n <= 0, all for n >= 16).
 inline __mmask16 first_lanes(int64_t n) {
   return n <= 0 ? 0 : n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
-}
-
-// A 16 x 16 transpose of 32-bit elements: r[i] row i in, column i out.
-EMBER_BF16_DOT_TARGET inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {  // within 128-bit lanes: (a0 b0 a1 b1), (a2 b2 a3 b3) of rows 2i, 2i + 1
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4i + j], lane L: rows 4i..4i+3 of column 4L + j
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  __m512i u[16];
-  for (int j = 0; j < 4; ++j) {  // column 4L + j = lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
-    const __m512i x0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), y0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
-    const __m512i x1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
-    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
-    u[j] = _mm512_shuffle_i32x4(x0, x1, 0x88);
-    u[8 + j] = _mm512_shuffle_i32x4(x0, x1, 0xdd);
-    u[4 + j] = _mm512_shuffle_i32x4(y0, y1, 0x88);
-    u[12 + j] = _mm512_shuffle_i32x4(y0, y1, 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = u[i];
 }
 
 // pair_product_packed / pair_product_rows: 48 columns at a time, then the last 16 or 32.
