@@ -359,11 +359,9 @@ template <typename T>
 constexpr bool kWinogradType = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
 
 template <typename T>
-void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+void forward_im2col(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: the GEMM writes f32 (Note [bf16 convolutions])
-  if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, false, std::is_same_v<T, BFloat16>)) return winograd_forward(g, x, w, bias, y);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -403,11 +401,9 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
 }
 
 template <typename T>
-void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+void backward_data_im2col(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: dcol and col2im in f32 (Note [bf16 convolutions])
-  if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, true, std::is_same_v<T, BFloat16>)) return winograd_backward_data(g, gy, w, gx);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -454,12 +450,9 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
 }
 
 template <typename T>
-void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+void backward_weight_im2col(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: every part sums in f32 (Note [bf16 convolutions])
-  if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, false, std::is_same_v<T, BFloat16>))
-      return winograd_backward_weight(g, gy, x, gw);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -513,6 +506,41 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
       }
     }
   });
+}
+
+// The three passes: f32 and bf16 through run_conv_pass (conv3x3_choice.h: Winograd or im2col,
+// measured per layer and pass where both apply), f64 on im2col.
+template <typename T>
+void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  if constexpr (kWinogradType<T>)
+    return run_conv_pass(g, ConvPass::forward, dtype_of<T>::value, [&](ConvAlgo a) {
+      if (!a.winograd) return forward_im2col(g, x, w, bias, y);
+      if constexpr (std::is_same_v<T, BFloat16>) winograd_forward(g, x, w, bias, y, a.products);
+      else winograd_forward(g, x, w, bias, y);
+    });
+  forward_im2col(g, x, w, bias, y);
+}
+
+template <typename T>
+void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+  if constexpr (kWinogradType<T>)
+    return run_conv_pass(g, ConvPass::backward_data, dtype_of<T>::value, [&](ConvAlgo a) {
+      if (!a.winograd) return backward_data_im2col(g, gy, w, gx);
+      if constexpr (std::is_same_v<T, BFloat16>) winograd_backward_data(g, gy, w, gx, a.products);
+      else winograd_backward_data(g, gy, w, gx);
+    });
+  backward_data_im2col(g, gy, w, gx);
+}
+
+template <typename T>
+void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+  if constexpr (kWinogradType<T>)
+    return run_conv_pass(g, ConvPass::backward_weight, dtype_of<T>::value, [&](ConvAlgo a) {
+      if (!a.winograd) return backward_weight_im2col(g, gy, x, gw);
+      if constexpr (std::is_same_v<T, BFloat16>) winograd_backward_weight(g, gy, x, gw, a.products);
+      else winograd_backward_weight(g, gy, x, gw);
+    });
+  backward_weight_im2col(g, gy, x, gw);
 }
 
 template <typename T>
