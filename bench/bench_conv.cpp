@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
     if (products == "bf16" && modes.size() == 2) modes = {true};
     if (products == "f32") modes = {false};
     for (bool mode : modes)
-      configs.push_back({dtype, mode, x32.to(dtype).requires_grad_(), w32.to(dtype).detach().requires_grad_(),
-                         zeros({c_out}).to(dtype).requires_grad_(), dy32.to(dtype)});
+      configs.push_back({dtype, mode, x32.to(dtype).detach().requires_grad_(), w32.to(dtype).detach().requires_grad_(),
+                         zeros({c_out}).to(dtype).detach().requires_grad_(), dy32.to(dtype)});
   }
   const int saved_threads = get_num_threads();
   for (int threads : thread_counts) {

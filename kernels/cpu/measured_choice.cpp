@@ -12,7 +12,9 @@
 //   - what is measured: the operation itself, on its real operands (each run computes the whole
 //     result, and restore() puts back what a run reads and overwrites), kMeasureRounds times per
 //     candidate, in turn, the best time of each kept: the first round pays for cold caches and
-//     first allocations, the second is the steady state;
+//     first allocations, the later ones are the steady state. The time is the calling thread's
+//     CPU time, not the wall clock's: on a shared machine (the development VMs run other
+//     engineers' builds) a wall-clock race is won by whichever candidate the scheduler left alone;
 //   - the key: the family and the shape as the caller names it, with everything that changes
 //     which path wins — dimensions, transposes, the thread count the operation runs on;
 //   - numerics: every candidate accumulates in float32 and rounds once (Note [bf16 GEMM on the
@@ -35,7 +37,7 @@
 #include "measured_choice.h"
 
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <condition_variable>
 #include <limits>
 #include <map>
@@ -157,10 +159,20 @@ Table& table() {
   return t;
 }
 
+// The calling thread's CPU time in seconds: unlike the wall clock, it does not count the time the
+// thread waits for a core, so a choice made on a loaded machine is the one an idle machine would
+// make. (A threaded candidate's calling thread does its share of the work and then waits for the
+// others at the barrier — spinning, which counts — so threading still shows as less time.)
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 double time_once(const std::function<void(int)>& run, int i) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = thread_seconds();
   run(i);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return thread_seconds() - t0;
 }
 
 void run_named(const MeasuredChoice& c, const std::function<void(int)>& run) {

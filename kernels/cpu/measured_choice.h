@@ -23,7 +23,7 @@ struct MeasuredChoice {
 // Runs the operation on the path chosen for (family, shape, candidates) and returns that path's
 // index. The first time the three are seen in this process, the choice is taken from
 // measured_choice_file() if an earlier process on this machine made it; otherwise every
-// candidate runs in turn, timed,
+// candidate runs in turn, timed (the calling thread's CPU time),
 // kMeasureRounds times (restore() before each run puts back what a run overwrites but also
 // reads, e.g. C when beta != 0; it may be empty); the fastest is chosen and cached, and the
 // operation's outputs are left as the chosen path computed them (it runs once more unless it ran
@@ -33,7 +33,7 @@ struct MeasuredChoice {
 // measuring runs "<family> <shape>: measuring").
 int run_measured(const std::string& family, const std::string& shape, const std::vector<std::string>& candidates,
                  const std::function<void(int)>& run, const std::function<void()>& restore = {});
-constexpr int kMeasureRounds = 2;
+constexpr int kMeasureRounds = 3;
 
 // Every choice made so far in this process, in the order made.
 std::vector<MeasuredChoice> measured_choices();

@@ -79,7 +79,10 @@ struct TileWalk {
 // C (16 MT x 16 NT floats, row stride ldc) = (with load_c: C +) the sum over kbs k blocks.
 // Accumulators 0..3 are (mt, nt) -> 2 mt + nt; A tiles 4, 5; B tiles 6, 7.
 template <class Tiles, int MT, int NT>
-void micro_kernel(int64_t kbs, const TileWalk& a, const TileWalk& b, float* c, int64_t ldc, bool load_c) {
+void micro_kernel(int64_t kbs, TileWalk a, TileWalk b, float* c, int64_t ldc, bool load_c) {
+  // Scalars in registers: the tile instructions' "memory" clobbers would reload struct fields.
+  const uint32_t *a0 = a.base, *a1 = a.base + a.second, *b0 = b.base, *b1 = b.base + b.second;
+  const int64_t as = a.stride, bs = b.stride, a_step = a.step, b_step = b.step;
   const int64_t cs = ldc * static_cast<int64_t>(sizeof(float));
   float* c1 = c + 16;
   float* c2 = c + 16 * ldc;
@@ -96,15 +99,15 @@ void micro_kernel(int64_t kbs, const TileWalk& a, const TileWalk& b, float* c, i
     if constexpr (MT == 2 && NT == 2) Tiles::template zero<3>();
   }
   for (int64_t kb = 0; kb < kbs; ++kb) {
-    Tiles::template load<4>(a.base + kb * a.step, a.stride);
-    Tiles::template load<6>(b.base + kb * b.step, b.stride);
+    Tiles::template load<4>(a0 + kb * a_step, as);
+    Tiles::template load<6>(b0 + kb * b_step, bs);
     Tiles::template dot<0, 4, 6>();
     if constexpr (NT == 2) {
-      Tiles::template load<7>(b.base + b.second + kb * b.step, b.stride);
+      Tiles::template load<7>(b1 + kb * b_step, bs);
       Tiles::template dot<1, 4, 7>();
     }
     if constexpr (MT == 2) {
-      Tiles::template load<5>(a.base + a.second + kb * a.step, a.stride);
+      Tiles::template load<5>(a1 + kb * a_step, as);
       Tiles::template dot<2, 5, 6>();
       if constexpr (NT == 2) Tiles::template dot<3, 5, 7>();
     }
@@ -211,6 +214,38 @@ EMBER_BF16_DOT_TARGET void pack_b_avx512(const Bf16Operands& o, int64_t j, int64
 }
 #endif
 
+#if EMBER_AMX_TILES
+// The B block's slivers at once where op(B) is not transposed (k along B's rows): pair row kp of
+// 32 columns is two full 64-byte loads of B's rows p0 + 2 kp and p0 + 2 kp + 1, interleaved into
+// pairs by two VPERMT2W — reading B front to back, row after row (the 16-column slivers one at a
+// time read each row in 32-byte halves, far apart: half the time of a conv product went there).
+// dst: ceil(nc / 16) slivers of `sliver` words, as pack_b_plain lays each out.
+EMBER_BF16_DOT_TARGET void pack_b_rows_avx512(const Bf16Operands& o, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
+                                              int64_t kbs, uint32_t* dst, int64_t sliver) {
+  alignas(64) uint16_t lo_idx[32], hi_idx[32];
+  for (int x = 0; x < 16; ++x) {
+    lo_idx[2 * x] = static_cast<uint16_t>(x), lo_idx[2 * x + 1] = static_cast<uint16_t>(32 + x);
+    hi_idx[2 * x] = static_cast<uint16_t>(16 + x), hi_idx[2 * x + 1] = static_cast<uint16_t>(48 + x);
+  }
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  const int64_t slivers = (nc + 15) / 16;
+  for (int64_t kp = 0; kp < 16 * kbs; ++kp) {
+    const int64_t p = 2 * kp;
+    const BFloat16* r0 = p < kc ? o.b + (p0 + p) * o.ldb + j0 : nullptr;
+    const BFloat16* r1 = p + 1 < kc ? o.b + (p0 + p + 1) * o.ldb + j0 : nullptr;
+    for (int64_t j = 0; j < nc; j += 32) {
+      const int64_t left = std::min<int64_t>(32, nc - j);
+      const __mmask32 m = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+      const __m512i a = r0 ? _mm512_maskz_loadu_epi16(m, r0 + j) : _mm512_setzero_si512();
+      const __m512i b = r1 ? _mm512_maskz_loadu_epi16(m, r1 + j) : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + (j / 16) * sliver + kp * 16, _mm512_permutex2var_epi16(a, lo, b));
+      if (j / 16 + 1 < slivers)
+        _mm512_storeu_si512(dst + (j / 16 + 1) * sliver + kp * 16, _mm512_permutex2var_epi16(a, hi, b));
+    }
+  }
+}
+#endif
+
 template <class Tiles>
 void pack_a(const Bf16Operands& o, int64_t i, int64_t rows, int64_t p0, int64_t kc, int64_t kbs, uint32_t* dst) {
 #if EMBER_AMX_TILES
@@ -225,6 +260,18 @@ void pack_b(const Bf16Operands& o, int64_t j, int64_t cols, int64_t p0, int64_t 
   if constexpr (std::is_same_v<Tiles, HardwareTiles>) return pack_b_avx512(o, j, cols, p0, kc, kbs, dst);
 #endif
   pack_b_plain(o, j, cols, p0, kc, kbs, dst);
+}
+
+// The packed B block: columns [j0, j0 + nc) of op(B), k [p0, p0 + kc), as ceil(nc / 16) slivers.
+template <class Tiles>
+void pack_b_block(const Bf16Operands& o, int64_t j0, int64_t nc, int64_t p0, int64_t kc, int64_t kbs, uint32_t* dst) {
+  const int64_t sliver = kbs * kTileWordsAll;
+#if EMBER_AMX_TILES
+  if constexpr (std::is_same_v<Tiles, HardwareTiles>)
+    if (o.tb == Transpose::No) return pack_b_rows_avx512(o, j0, nc, p0, kc, kbs, dst, sliver);
+#endif
+  for (int64_t js = 0; js < nc; js += 16)
+    pack_b<Tiles>(o, j0 + js, std::min<int64_t>(16, nc - js), p0, kc, kbs, dst + js / 16 * sliver);
 }
 
 // ---- the blocked product ----------------------------------------------------------------------
@@ -259,8 +306,7 @@ void product_on(const Bf16Operands& o, int64_t i0, int64_t j0, int64_t m, int64_
     for (int64_t pc = 0; pc < k; pc += kc_step) {
       const int64_t kc = std::min(kc_step, k - pc), kbs = (kc + kTileK - 1) / kTileK;
       const int64_t sliver = kbs * kTileWordsAll;  // words per packed sliver
-      for (int64_t js = 0; js < nc; js += 16)
-        pack_b<Tiles>(o, j0 + jc + js, std::min<int64_t>(16, nc - js), pc, kc, kbs, buf.b.get() + js / 16 * sliver);
+      pack_b_block<Tiles>(o, j0 + jc, nc, pc, kc, kbs, buf.b.get());
       const bool overwrite = beta == 0.0f && pc == 0;
       for (int64_t ic = 0; ic < m; ic += kMC) {
         const int64_t mc = std::min(kMC, m - ic);
@@ -270,8 +316,16 @@ void product_on(const Bf16Operands& o, int64_t i0, int64_t j0, int64_t m, int64_
           const TileWalk bw{buf.b.get() + jr / 16 * sliver, sliver, kTileWordsAll, 64};
           for (int64_t ir = 0; ir < mc; ir += 32) {
             const TileWalk aw{buf.a.get() + ir / 16 * sliver, sliver, kTileWordsAll, 64};
+            float* cp = c + (ic + ir) * ldc + jc + jr;
+            // The next block's C, on its way into the cache while this one multiplies: C is
+            // megabytes whose tiles' rows lie far apart, and a tile load that misses stalls the tiles.
+            if (ir + 32 < mc)
+              for (int64_t r = 0; r < std::min<int64_t>(32, mc - ir - 32); ++r) {
+                __builtin_prefetch(cp + (32 + r) * ldc, 1);
+                __builtin_prefetch(cp + (32 + r) * ldc + 16, 1);
+              }
             c_block<Tiles>(std::min<int64_t>(32, mc - ir), std::min<int64_t>(32, nc - jr), kbs, aw, bw, alpha,
-                           overwrite, c + (ic + ir) * ldc + jc + jr, ldc);
+                           overwrite, cp, ldc);
           }
         }
       }
