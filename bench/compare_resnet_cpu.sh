@@ -4,13 +4,18 @@
 # the environment of scripts/python-env.sh), float32 and bf16 autocast, 1 and 2 threads, ROUNDS
 # rounds with the two sides interleaved. Prints every JSON line, then per configuration both
 # sides' median step time over the rounds and ember's speed-up, with the CPU. Run on an idle machine.
+# ember's measured kernel choices (Note [Kernels chosen by measurement]) go to a fresh file: the
+# first round's warm-up step measures each shape, every later step takes the same choices.
 #   bench/compare_resnet_cpu.sh build/bench/bench_resnet_step        (ROUNDS=3 BATCH=8)
 set -euo pipefail
 bench="${1:-build/bench/bench_resnet_step}"
 here=$(cd "$(dirname "$0")" && pwd)
 python=$("$here/../scripts/python-env.sh")
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+choices=$(mktemp)
+rm -f "$choices"  # ember creates it
+export EMBER_KERNEL_CHOICES="$choices"
+trap 'rm -f "$out" "$choices"' EXIT
 for round in $(seq "${ROUNDS:-3}"); do
   for threads in 1 2; do
     "$bench" --batch "${BATCH:-8}" --threads "$threads" | tee -a "$out"

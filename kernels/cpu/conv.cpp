@@ -310,11 +310,14 @@ struct ChunkScratch {
 // operands, f32 C), and everything summed — the GEMM outputs, col2im's overlapping columns, dw
 // across chunks and parts — stays f32 until one final rounding to bf16 per output element. So
 // y = round(bias + sum), dx = round(col2im(sum)), dw = round(sum over all images). For f32 and
-// f64, A = T and nothing changes. The 3x3 stride-1 convolutions that the Winograd path takes
-// (below) keep the same contract where the CPU has no AVX512_BF16 (or EMBER_CPU_WINOGRAD_BF16=off):
+// f64, A = T and nothing changes. The GEMMs' kernel (AMX tiles, VDPBF16PS or the f32 fallback)
+// is measured per shape (Note [Kernels chosen by measurement] in measured_choice.cpp); all sum in
+// f32. The 3x3 stride-1 convolutions that the Winograd path takes (below) keep the same contract
+// on float32 planes (the only planes without AVX512_BF16, or with EMBER_CPU_WINOGRAD_BF16=off):
 // bf16 widened as it is read, float32 products and sums, one rounding as each result is stored.
-// With AVX512_BF16 they run their products on bf16 pairs, which also rounds the transformed
-// tiles: Note [bf16 Winograd products] in conv_winograd.cpp.
+// On bf16 pairs (VDPBF16PS or AMX tiles) they also round the transformed tiles: Note [bf16
+// Winograd products] in conv_winograd.cpp. Which algorithm each layer's pass takes is measured
+// too: Note [When bf16 Winograd pays] in conv3x3_choice.cpp.
 template <typename T>
 using conv_acc_t = std::conditional_t<std::is_same_v<T, BFloat16>, float, T>;
 
@@ -352,7 +355,7 @@ void gather_images(const T* t, int64_t first, int64_t b, int64_t c_out, int64_t 
     }
 }
 
-// The Winograd path (Note [Winograd convolution] in conv_winograd.cpp) takes f32 and bf16 3x3
+// The Winograd path (Note [Winograd convolution] in conv_winograd.cpp) may take f32 and bf16 3x3
 // stride-1 convolutions (bf16: Note [bf16 convolutions] above; 2.25 times fewer products than
 // im2col and the bf16 GEMM); f64 stays on im2col + GEMM, the exact path.
 template <typename T>

@@ -16,6 +16,8 @@
 #include "../../../core/error.h"
 #include "../gemm.h"
 #include "../measured_choice.h"
+#include "../scratch.h"
+#include "bf16_convert.h"
 #include "gemm_bf16_kernels.h"
 
 namespace ember::kernels::cpu {
@@ -107,22 +109,22 @@ void threaded(int64_t m, int64_t n, int64_t k, float beta, float* c, int64_t ldc
 // work in a fraction of the time).
 constexpr double kDotThreadFlop = 2e6, kAmxThreadFlop = 8e6;
 
-// op(X) (rows, cols) of a stored matrix, widened to contiguous f32 in its stored layout.
-std::vector<float> widen_matrix(Transpose t, int64_t rows, int64_t cols, const BFloat16* x, int64_t ld) {
+// op(X) (rows, cols) of a stored matrix, widened to contiguous f32 in its stored layout (16
+// values at a time where the CPU has AVX-512: bf16_convert.h), in scratch memory.
+Scratch<float> widen_matrix(Transpose t, int64_t rows, int64_t cols, const BFloat16* x, int64_t ld) {
   const int64_t sr = t == Transpose::No ? rows : cols, sc = t == Transpose::No ? cols : rows;
-  std::vector<float> out(static_cast<size_t>(sr * sc));
-  for (int64_t i = 0; i < sr; ++i)
-    for (int64_t j = 0; j < sc; ++j) out[i * sc + j] = static_cast<float>(x[i * ld + j]);
+  Scratch<float> out = scratch<float>(sr * sc);
+  for (int64_t i = 0; i < sr; ++i) bf16_to_f32(x + i * ld, out.get() + i * sc, sc);
   return out;
 }
 
 // The fallback: op(A), op(B) widened to f32, OpenBLAS sgemm (threaded by gemm.h) into an f32 C.
 void fallback_f32(const Bf16Operands& o, int64_t m, int64_t n, int64_t k, float alpha, float beta, float* c,
                   int64_t ldc) {
-  const std::vector<float> af = widen_matrix(o.ta, m, k, o.a, o.lda), bf = widen_matrix(o.tb, k, n, o.b, o.ldb);
+  const Scratch<float> af = widen_matrix(o.ta, m, k, o.a, o.lda), bf = widen_matrix(o.tb, k, n, o.b, o.ldb);
   const int64_t lda32 = std::max<int64_t>(1, o.ta == Transpose::No ? k : m);
   const int64_t ldb32 = std::max<int64_t>(1, o.tb == Transpose::No ? n : k);
-  gemm(o.ta, o.tb, m, n, k, alpha, af.data(), lda32, bf.data(), ldb32, beta, c, ldc);
+  gemm(o.ta, o.tb, m, n, k, alpha, af.get(), lda32, bf.get(), ldb32, beta, c, ldc);
 }
 
 // The product on one kernel (not measured), threaded where it pays. The avx512_bf16 kernel sends
@@ -173,18 +175,18 @@ std::string shape_key(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t 
          (threads == 1 ? " thread" : " threads");
 }
 
-// An f32 copy of C (m, n) for a bf16 C: C's values when beta reads them, else uninitialized.
-std::vector<float> f32_c(int64_t m, int64_t n, float beta, const BFloat16* c, int64_t ldc) {
-  std::vector<float> out(static_cast<size_t>(m * n));
+// An f32 copy of C (m, n) for a bf16 C, in scratch memory: C's values when beta reads them, else
+// uninitialized.
+Scratch<float> f32_c(int64_t m, int64_t n, float beta, const BFloat16* c, int64_t ldc) {
+  Scratch<float> out = scratch<float>(m * n);
   if (beta != 0.0f)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) out[i * n + j] = static_cast<float>(c[i * ldc + j]);
+    for (int64_t i = 0; i < m; ++i) bf16_to_f32(c + i * ldc, out.get() + i * n, n);
   return out;
 }
 
+// C (m, n) = src rounded to bf16 once (BFloat16(float)'s bits, 16 at a time where the CPU can).
 void round_c(int64_t m, int64_t n, const float* src, BFloat16* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = BFloat16(src[i * n + j]);
+  for (int64_t i = 0; i < m; ++i) f32_to_bf16(src + i * n, c + i * ldc, n);
 }
 
 // gemm_bf16_batched on one kernel: one product per thread at a time where there are enough
@@ -197,9 +199,9 @@ void batched_on(Bf16GemmPath path, const Bf16Operands& o0, int64_t m, int64_t n,
                         k > 0 && (path != Bf16GemmPath::avx512_bf16 || n >= kDotTileCols / 2);
   if (!one_each) {
     for (int64_t i = 0; i < batch; ++i) {
-      std::vector<float> cf = f32_c(m, n, beta, c[i], ldc);
-      run_path(path, {o0.ta, o0.tb, a[i], o0.lda, b[i], o0.ldb}, m, n, k, alpha, beta, cf.data(), std::max<int64_t>(1, n));
-      round_c(m, n, cf.data(), c[i], ldc);
+      const Scratch<float> cf = f32_c(m, n, beta, c[i], ldc);
+      run_path(path, {o0.ta, o0.tb, a[i], o0.lda, b[i], o0.ldb}, m, n, k, alpha, beta, cf.get(), std::max<int64_t>(1, n));
+      round_c(m, n, cf.get(), c[i], ldc);
     }
     return;
   }
@@ -210,14 +212,13 @@ void batched_on(Bf16GemmPath path, const Bf16Operands& o0, int64_t m, int64_t n,
     if (path == Bf16GemmPath::amx) tb.amx = std::make_unique<AmxPackBuffers>();
     else tb.dot = std::make_unique<DotPackBuffers>();
   }
-  std::vector<std::vector<float>> cf(static_cast<size_t>(parts), std::vector<float>(static_cast<size_t>(m * n)));
+  const Scratch<float> cf_all = scratch<float>(parts * m * n);
   parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       for (int64_t i = t * batch / parts; i < (t + 1) * batch / parts; ++i) {
-        float* cp = cf[t].data();
+        float* cp = cf_all.get() + t * m * n;
         if (beta != 0.0f)
-          for (int64_t r = 0; r < m; ++r)
-            for (int64_t j = 0; j < n; ++j) cp[r * n + j] = static_cast<float>(c[i][r * ldc + j]);
+          for (int64_t r = 0; r < m; ++r) bf16_to_f32(c[i] + r * ldc, cp + r * n, n);
         run_serial(path, {o0.ta, o0.tb, a[i], o0.lda, b[i], o0.ldb}, m, n, k, alpha, beta, cp, n, bufs[t]);
         round_c(m, n, cp, c[i], ldc);
       }
@@ -285,9 +286,9 @@ void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, floa
 void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
                int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  std::vector<float> cf = f32_c(m, n, beta, c, ldc);
-  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cf.data(), std::max<int64_t>(1, n));
-  round_c(m, n, cf.data(), c, ldc);
+  const Scratch<float> cf = f32_c(m, n, beta, c, ldc);
+  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cf.get(), std::max<int64_t>(1, n));
+  round_c(m, n, cf.get(), c, ldc);
 }
 
 void gemm_bf16_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,

@@ -83,12 +83,12 @@ namespace ember::kernels::cpu {
 // GEMM is faster (the cnn model's first layer, 1 input channel, stays there).
 
 // Note [bf16 Winograd products]
-// A bf16 convolution on this path reads and writes bf16. Without AVX512_BF16 it computes in
-// float32 as float32 does (Note [bf16 convolutions] in conv.cpp: exact products of the bf16
-// inputs, f32 sums, one rounding per result) — and then step 2 runs at float32's rate, so
-// --amp bf16 gains nothing on the path that holds most of a CNN's products. With AVX512_BF16,
-// step 2 runs on VDPBF16PS (32 multiply-adds per instruction where an f32 FMA does 16), which
-// needs its operands as bf16 pairs along the sum:
+// A bf16 convolution on this path reads and writes bf16. On float32 planes (WinogradProducts::
+// f32_planes; the only choice without AVX512_BF16) it computes in float32 as float32 does (Note
+// [bf16 convolutions] in conv.cpp: exact products of the bf16 inputs, f32 sums, one rounding per
+// result) — and then step 2 runs at float32's rate. On bf16 pairs (bf16_pairs), step 2 runs on
+// VDPBF16PS (32 multiply-adds per instruction where an f32 FMA does 16) or on AMX tiles, which
+// need their operands as bf16 pairs along the sum:
 //   - forward and input gradient, M[xi] (K, tiles) = U[xi] (K, C) @ V[xi] (C, tiles): the sum
 //     runs over channels. U is rounded to bf16 once per call and packed into 8-row slivers of
 //     channel pairs, the words the micro-kernel broadcasts; each plane of V, made by the float32
@@ -101,21 +101,29 @@ namespace ember::kernels::cpu {
 // The layouts are built in winograd_pairs.cpp; the micro-kernel is the bf16 GEMM's (bf16_dot.h):
 // 8 rows by up to 48 columns, 24 accumulators. M and dU stay float32, the output and weight
 // transforms are unchanged.
+// Where amx_tiles() is not off (a CPU with AMX; the emulator when a test forces it) the same
+// products run on AMX tiles instead (amx_pair_product, Note [bf16 GEMM on AMX tiles]): V's channel
+// pairs and the transposed V^T pairs are already the pair rows AMX wants for its B tiles, and
+// W's rows of tile pairs its A tiles; only U changes layout, to rows of channel pairs (its A
+// tiles) padded to 16 pairs, with V's pair rows padded by zero rows to match (PairLayout in
+// winograd_pairs.h). TDPBF16PS sums the same exact products in float32 in another order (Note
+// [AMX tiles and their emulator]), so the results agree with the VDPBF16PS ones to f32 rounding.
 //
 // What it costs is one rounding (relative error at most 2^-9, half a bf16 unit in the last place)
 // of each transformed value — V sums 4 inputs with signs, U sums up to 9 weights / 4, W up to
 // 4 output gradients — where the float32 path rounds only the final results; VCVTNE2PS2BF16 also
 // flushes float32 denormals in V and W to zero. The output transform adds 9 of the rounded
 // products per output, so an output's error grows with the size of its terms rather than its own.
-// tests/test_conv_winograd.cpp holds the path to that definition (a double-precision reference
-// that rounds U, V and W the same way: all but a few elements bit for bit, the rest within a
-// bf16 unit) and measures it against float64 on random data: RMS error 0.40-0.43% of the RMS
+// tests/test_conv_winograd.cpp holds the path to that definition on both engines (a
+// double-precision reference that rounds U, V and W the same way: all but a few elements bit for
+// bit, the rest the next bf16 value up or down) and measures it against float64 on random data: RMS error 0.40-0.43% of the RMS
 // value in each pass, against 0.16-0.18% on float32 planes (the final bf16 rounding alone), so
 // about 2.5 times the rounding error, still within bf16's own precision (2^-8 = 0.39% spacing).
 // Training accuracy under --amp bf16 is in docs/amp.md. bench_conv --dtype bfloat16 times both.
-// EMBER_CPU_WINOGRAD_BF16=off (or set_winograd_bf16_products(false)) keeps float32 planes and
-// the exact contract; so does a CPU without AVX512_BF16, or EMBER_CPU_BF16=off. float32
-// convolutions never round their planes.
+// Which of the two a layer's pass takes is measured (Note [When bf16 Winograd pays] in
+// conv3x3_choice.cpp); EMBER_CPU_WINOGRAD_BF16=off (or set_winograd_bf16_products(false)) keeps
+// float32 planes and the exact contract; so does a CPU without AVX512_BF16, or EMBER_CPU_BF16=off.
+// float32 convolutions never round their planes.
 
 namespace {
 
