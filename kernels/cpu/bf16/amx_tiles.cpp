@@ -7,13 +7,14 @@
 // to each float of c (M x N) the K pairs' dot product:
 //     c[m][n] += sum over k of  a[m][k].lo * b[k][n].lo + a[m][k].hi * b[k][n].hi
 // With full tiles (M = K = N = 16) that is 16 x 16 x 32 = 8192 multiply-adds per instruction,
-// one every 16 cycles on Sapphire Rapids: 16 times VDPBF16PS's 32 per cycle on one port.
+// one every 16 cycles on Sapphire Rapids: 16 times the 32 of one VDPBF16PS per cycle.
 //
 // How the sum is rounded. Intel's pseudo-code (the SDM, TDPBF16PS) adds the products into c one
 // at a time, k by k, with "round to nearest even ... each accumulation", input denormals read as
 // zero and output denormals flushed. The hardware of this project's Intel machine (Xeon family 6
-// model 207) does not round that way; tests/test_amx_tiles.cpp measured it, and this is the model
-// that matches every one of millions of random sums, bit for bit:
+// model 207) does not round that way. Its results were compared with candidate models on millions
+// of random sums (every tile shape, magnitudes from denormal to huge); this is the one that matches
+// every sum bit for bit:
 //     e = 0, o = 0                                  two float lanes, from zero
 //     for k = 0 .. K-1:  e = fl(e + a[m][k].lo * b[k][n].lo)
 //                        o = fl(o + a[m][k].hi * b[k][n].hi)
@@ -23,9 +24,11 @@
 // (keeping its sign), and every input — the bf16 values and c itself — is read with denormals as
 // zero. So one instruction sums its 16 even and its 16 odd products separately and adds them to
 // c once: a blocked sum, 32 products per rounding into c. (The sequential model and a single
-// rounding of the whole sum both disagree with the hardware on about half of random sums.) A NaN
-// result is a NaN: the emulator computes with the machine's own float operations, so a NaN's
-// payload follows the compiler's operand order, which the tests do not pin down.
+// rounding of the whole sum both disagree with the hardware on about half of random sums.)
+// tests/test_amx_tiles.cpp holds the emulator to known answers of this model and, on a CPU with
+// AMX, to the hardware, bit for bit. A NaN result is a NaN: the emulator computes with the
+// machine's own float operations, so a NaN's payload follows the compiler's operand order, which
+// the tests do not pin down.
 //
 // The emulator keeps each thread's tiles and configuration in thread_local storage, as a core
 // keeps them per thread, and checks what the hardware checks before it computes: a configuration
@@ -33,8 +36,9 @@
 // (a's rows = c's rows, a's pairs = b's rows, b's bytes per row = c's). It runs the same kernels
 // as the hardware (templates over amx_tiles.h's layer), so the bf16 GEMM's blocking, packing and
 // edges are tested bit for bit against the hardware where there is AMX, and against a double
-// reference on every CPU (tests/test_gemm_bf16.cpp). It is slow — scalar loops, about a hundred
-// times the hardware — and only runs when asked for (EMBER_CPU_AMX=emulate, set_amx_tiles).
+// reference on every CPU (tests/test_gemm_bf16.cpp). It is slow — scalar loops, orders of
+// magnitude behind the hardware — and only runs when asked for (EMBER_CPU_AMX=emulate,
+// set_amx_tiles), never as a measured candidate.
 
 #include "amx_tiles.h"
 
