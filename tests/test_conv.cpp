@@ -101,6 +101,9 @@ TEST_CASE("conv2d: im2col + GEMM matches the direct reference (forward and backw
       {{2, 3, 5, 37}, {4, 3, 3, 3}, {.padding = {1, 2}}},
       {{2, 3, 4, 40}, {2, 3, 2, 3}, {.padding = {0, 3}, .dilation = {1, 2}}, false},
       {{2, 3, 5, 70}, {4, 3, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},  // stride-2 rows of 35 columns
+      // "Same" width (out_w == w: im2col copies whole planes, then zeroes the wrapped columns),
+      // with an output taller than the input (rows wholly in the padding) and columns shifted by 2.
+      {{2, 3, 6, 9}, {4, 3, 3, 5}, {.padding = {2, 2}}},
   };
   for (int threads : {1, 2})
     for (DType dt : {DType::f32, DType::f64})

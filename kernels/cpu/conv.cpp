@@ -168,10 +168,45 @@ void add_row(const T* src, T* dst, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; ++i) dst[kStride * i] += src[i];
 }
 
+// im2col of a "same" convolution (stride 1, no dilation, out_w == w: 3x3 with padding 1): col row
+// (c, i, j) is channel c's plane shifted by (i - pad_h, j - pad_w), so its valid output rows are
+// one contiguous copy of the plane, then the columns that wrapped into the neighbouring row (the
+// padding) zeroed. Deep layers' rows are a few elements (7 at ResNet's layer4, 14 in the cnn
+// model), where a masked copy per row cost as much as the AMX product that follows.
+template <typename T>
+void im2col_same_width(const Conv2dGeometry& g, const T* x, T* col, int64_t ld) {
+  const int64_t w = g.w, ohw = g.out_h * w, plane = g.h * w;
+  for (int64_t c = 0; c < g.c_in; ++c) {
+    const T* xc = x + c * plane;
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
+        const int64_t dy = i - g.pad_h, dx = j - g.pad_w;
+        const int64_t oy0 = std::clamp<int64_t>(-dy, 0, g.out_h), oy1 = std::clamp<int64_t>(g.h - dy, oy0, g.out_h);
+        std::fill(row, row + oy0 * w, T(0));
+        std::fill(row + oy1 * w, row + ohw, T(0));
+        if (oy0 == oy1) continue;
+        // dst [oy0 w, oy1 w) from the plane at + dy w + dx, the ends clipped to the plane.
+        const int64_t lo = oy0 * w, hi = oy1 * w, shift = dy * w + dx;
+        const int64_t src_lo = std::max<int64_t>(lo + shift, 0), src_hi = std::min<int64_t>(hi + shift, plane);
+        std::fill(row + lo, row + (src_lo - shift), T(0));
+        std::copy(xc + src_lo, xc + src_hi, row + (src_lo - shift));
+        std::fill(row + (src_hi - shift), row + hi, T(0));
+        for (int64_t oy = oy0; oy < oy1 && dx != 0; ++oy) {  // the columns past the row's ends
+          T* r = row + oy * w;
+          if (dx < 0) std::fill(r, r + std::min<int64_t>(-dx, w), T(0));
+          else std::fill(r + std::max<int64_t>(w - dx, 0), r + w, T(0));
+        }
+      }
+  }
+}
+
 // col's rows are `ld` apart: ld = out_h * out_w for one image's col, B * out_h * out_w for an
 // image's columns inside a chunk of B images (Note [Chunks of images]).
 template <typename T>
 void im2col_impl(const Conv2dGeometry& g, const T* x, T* col, int64_t ld) {
+  if (g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1 && g.out_w == g.w)
+    return im2col_same_width(g, x, col, ld);
   for (int64_t c = 0; c < g.c_in; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
