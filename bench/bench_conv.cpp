@@ -14,9 +14,10 @@
 // bfloat16 on a CPU with AVX512_BF16 runs two configurations, interleaved rep by rep:
 // "winograd_products":"bf16" (the Winograd path may run its products on bf16 pairs: AMX tiles or
 // VDPBF16PS) and "f32" (float32 planes and sgemm): Note [bf16 Winograd products] in
-// kernels/cpu/winograd/conv_winograd.cpp. Every configuration runs the default paths: Winograd or
-// im2col measured per pass on the first (warm-up) call (Note [When bf16 Winograd pays]), the bf16
-// GEMM's kernel per product shape; "choices" names what each pass took.
+// kernels/cpu/winograd/conv_winograd.cpp. Every configuration runs the default paths: Winograd,
+// the direct AMX convolution (bf16, where the CPU has AMX) or im2col measured per pass on the first
+// (warm-up) call (Note [When bf16 Winograd pays]), the bf16 GEMM's kernel per product shape;
+// "choices" names what each pass took.
 //
 // One JSON line per thread count (1 and 2) and configuration:
 //   {"bench":"conv2d","n":64,"c_in":32,"h":28,"w":28,"c_out":64,"k":3,"padding":1,"dtype":"float32",
@@ -24,7 +25,9 @@
 //    "choices":"forward: winograd; backward-data: im2col; backward-weight: winograd",...}
 // forward_ms: conv2d with autograd recording; backward_ms: y.backward(dy) computing dx, dw and db.
 // Medians over `reps` iterations after one warm-up. gflops counts 3 x 2 N C_out OH OW C_in k^2
-// (forward, backward data, backward weight) over total_ms.
+// (forward, backward data, backward weight) over total_ms. cpu_ms: the calling thread's CPU time
+// for forward and backward (bench_util.h's thread_cpu_s): with one thread, the time a loaded
+// machine's scheduler gave to other work left out.
 
 #include <cstdio>
 #include <cstdlib>
@@ -100,7 +103,8 @@ int main(int argc, char** argv) {
   const int saved_threads = get_num_threads();
   for (int threads : thread_counts) {
     set_num_threads(threads);
-    std::vector<std::vector<double>> fwd(configs.size()), bwd(configs.size()), total(configs.size());
+    std::vector<std::vector<double>> fwd(configs.size()), bwd(configs.size()), total(configs.size()),
+        cpu(configs.size());
     kc::forget_measured_choices();  // each thread count measures its own
     for (int r = 0; r <= reps; ++r) {  // r == 0 is the warm-up (and the measured choices)
       for (size_t c = 0; c < configs.size(); ++c) {
@@ -110,6 +114,7 @@ int main(int argc, char** argv) {
         cf.weight.set_grad(Tensor());
         cf.bias.set_grad(Tensor());
         Tensor y;
+        const double cpu0 = bench::thread_cpu_s();
         const double tf = bench::time_s(
             [&] { y = conv2d(cf.x, cf.weight, cf.bias, {.stride = {stride, stride}, .padding = {pad, pad}}); });
         const double tb = bench::time_s([&] { y.backward(cf.dy); });
@@ -117,14 +122,16 @@ int main(int argc, char** argv) {
         fwd[c].push_back(tf);
         bwd[c].push_back(tb);
         total[c].push_back(tf + tb);
+        cpu[c].push_back(bench::thread_cpu_s() - cpu0);
       }
     }
     // What each configuration's passes took: its dtype's choices, with or without the pairs candidate.
     std::vector<std::string> choices(configs.size());
     for (size_t c = 0; c < configs.size(); ++c)
       for (const kc::MeasuredChoice& mc : kc::measured_choices()) {
-        const bool pairs = mc.candidates.front().find("bf16 pairs") != std::string::npos;
-        if (mc.family != "conv2d 3x3" || mc.shape.find(dtype_name(configs[c].dtype)) == std::string::npos ||
+        bool pairs = false;
+        for (const std::string& cand : mc.candidates) pairs = pairs || cand.find("bf16 pairs") != std::string::npos;
+        if (mc.family != "conv2d" || mc.shape.find(dtype_name(configs[c].dtype)) == std::string::npos ||
             pairs != configs[c].bf16_products)
           continue;
         choices[c] += (choices[c].empty() ? "" : "; ") + mc.shape.substr(0, mc.shape.find(' ')) + ": " +
@@ -135,12 +142,13 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"bench\":\"conv2d\",\"n\":%lld,\"c_in\":%lld,\"h\":%lld,\"w\":%lld,\"c_out\":%lld,\"k\":%lld,"
           "\"padding\":%lld,\"stride\":%lld,\"dtype\":\"%s\",\"winograd_products\":\"%s\",\"threads\":%d,\"reps\":%d,"
-          "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"total_ms\":%.2f,\"gflops\":%.1f,\"choices\":%s,%s}\n",
+          "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"total_ms\":%.2f,\"gflops\":%.1f,\"cpu_ms\":%.2f,\"choices\":%s,%s}\n",
           static_cast<long long>(n), static_cast<long long>(c_in), static_cast<long long>(h),
           static_cast<long long>(w), static_cast<long long>(c_out), static_cast<long long>(k),
           static_cast<long long>(pad), static_cast<long long>(stride),
           configs[c].dtype == DType::bf16 ? "bfloat16" : "float32", configs[c].bf16_products ? "bf16" : "f32",
           threads, reps, bench::median(fwd[c]) * 1e3, bench::median(bwd[c]) * 1e3, t * 1e3, flops / t / 1e9,
+          bench::median(cpu[c]) * 1e3,
           bench::json_str(choices[c].empty() ? "im2col (Winograd does not apply)" : choices[c]).c_str(),
           bench::machine_fields().c_str());
       std::fflush(stdout);

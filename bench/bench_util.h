@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -20,6 +21,15 @@ double time_s(const F& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The calling thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID). On a machine shared with
+// other work, a single-threaded run's CPU time leaves out the time the scheduler gave to others;
+// the benchmarks print it beside the wall-clock time.
+inline double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 inline double median(std::vector<double> v) {

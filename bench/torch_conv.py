@@ -1,7 +1,9 @@
 """torch.nn.functional.conv2d forward + backward (dx, dw, db), the anchor for bench_conv: the same
 layer, the same protocol (median of 7 after a warm-up), one JSON line per thread count.
 
-  python bench/torch_conv.py [--dtype bfloat16] [N C_IN H W C_OUT K PAD [STRIDE]]   (default 64 32 28 28 64 3 1)
+  python bench/torch_conv.py [--dtype bfloat16] [--threads N] [N C_IN H W C_OUT K PAD [STRIDE]]   (default 64 32 28 28 64 3 1)
+
+--threads N: one thread count instead of 1 and 2.
 """
 import json
 import statistics
@@ -13,8 +15,12 @@ import torch.nn.functional as F
 
 args = sys.argv[1:]
 dtype = torch.float32
-if args[:1] == ["--dtype"]:
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args[1]]
+thread_counts = (1, 2)
+while args[:1] in (["--dtype"], ["--threads"]):
+    if args[0] == "--dtype":
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args[1]]
+    else:
+        thread_counts = (int(args[1]),)
     args = args[2:]
 dims = [int(v) for v in args] if len(args) in (7, 8) else [64, 32, 28, 28, 64, 3, 1]
 n, c_in, h, w, c_out, k, pad = dims[:7]
@@ -25,7 +31,7 @@ weight = (torch.randn(c_out, c_in, k, k, generator=g) * 0.05).to(dtype).requires
 bias = torch.zeros(c_out, dtype=dtype, requires_grad=True)
 dy = torch.randn(n, c_out, (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1, generator=g).to(dtype)
 flops = 3.0 * 2.0 * n * c_out * dy.shape[2] * dy.shape[3] * c_in * k * k
-for threads in (1, 2):
+for threads in thread_counts:
     torch.set_num_threads(threads)
     fwd, bwd = [], []
     for r in range(8):

@@ -256,7 +256,7 @@ struct FreshChoices {
 // The one conv2d 3x3 choice made for `shape`.
 kc::MeasuredChoice choice_for(const std::string& shape) {
   for (const kc::MeasuredChoice& c : kc::measured_choices())
-    if (c.family == "conv2d 3x3" && c.shape == shape) return c;
+    if (c.family == "conv2d" && c.shape == shape) return c;
   FAIL("no choice made for " << shape);
   return {};
 }
@@ -286,12 +286,16 @@ TEST_CASE("winograd conv: automatic measures Winograd against im2col per layer a
   const bool pairs = kc::winograd_bf16_products();
   const auto measured = passes();
   const char* names[] = {"forward", "backward-data", "backward-weight"};
+  const bool amx = kc::amx_tiles() == kc::AmxTiles::hardware;
   for (int pass = 0; pass < 3; ++pass) {
     const kc::MeasuredChoice c = choice_for(std::string(names[pass]) + " bfloat16 4x32x7x7 -> 48, pad 1x1, 1 thread");
     INFO(c.shape << ": " << c.candidates[c.chosen]);
-    REQUIRE(c.candidates.size() == (pairs ? 3u : 2u));
-    CHECK(c.candidates.back() == "im2col");
-    CHECK(c.candidates[pairs ? 1 : 0] == "winograd, f32 planes");
+    std::vector<std::string> want;  // the direct AMX convolution for the forward pass and input gradient
+    if (amx && pass < 2) want.push_back("direct (amx)");
+    if (pairs) want.push_back(std::string("winograd, bf16 pairs (") + (amx ? "amx" : "avx512_bf16") + ")");
+    want.push_back("winograd, f32 planes");
+    want.push_back("im2col");
+    CHECK(c.candidates == want);
     CHECK(c.seconds[c.chosen] == *std::min_element(c.seconds.begin(), c.seconds.end()));
   }
   // Cached: the same bits, without measuring again.
@@ -302,7 +306,9 @@ TEST_CASE("winograd conv: automatic measures Winograd against im2col per layer a
   for (int pass = 0; pass < 3; ++pass) {
     const kc::MeasuredChoice c = choice_for(std::string(names[pass]) + " bfloat16 4x32x7x7 -> 48, pad 1x1, 1 thread");
     const std::string chosen = c.candidates[c.chosen];
-    kc::set_conv3x3_path(chosen == "im2col" ? kc::Conv3x3Path::im2col : kc::Conv3x3Path::winograd);
+    kc::set_conv3x3_path(chosen == "im2col"         ? kc::Conv3x3Path::im2col
+                         : chosen == "direct (amx)" ? kc::Conv3x3Path::direct_amx
+                                                    : kc::Conv3x3Path::winograd);
     kc::set_winograd_bf16_products(chosen.find("bf16 pairs") != std::string::npos);
     INFO(c.shape << ": " << chosen);
     CHECK(passes()[pass] == measured[pass]);

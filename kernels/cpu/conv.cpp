@@ -12,6 +12,8 @@
 #include "gemm.h"
 #include "conv_parts.h"
 #include "winograd/conv_winograd.h"
+#include "bf16/amx_tiles.h"
+#include "bf16/conv_amx.h"
 #include "bf16/gemm_bf16.h"
 #include "bf16/bf16_convert.h"
 #include "../../core/cpu/cpu_features.h"
@@ -546,15 +548,19 @@ void backward_weight_im2col(const Conv2dGeometry& g, const T* gy, const T* x, T*
   });
 }
 
-// The three passes: f32 and bf16 through run_conv_pass (conv3x3_choice.h: Winograd or im2col,
-// measured per layer and pass where both apply), f64 on im2col.
+// The three passes: f32 and bf16 through run_conv_pass (conv3x3_choice.h: Winograd, the direct
+// AMX convolution or im2col, measured per layer and pass where several apply), f64 on im2col.
 template <typename T>
 void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   if constexpr (kWinogradType<T>)
     return run_conv_pass(g, ConvPass::forward, dtype_of<T>::value, [&](ConvAlgo a) {
-      if (!a.winograd) return forward_im2col(g, x, w, bias, y);
-      if constexpr (std::is_same_v<T, BFloat16>) winograd_forward(g, x, w, bias, y, a.products);
-      else winograd_forward(g, x, w, bias, y);
+      if (a.kind == ConvAlgoKind::im2col) return forward_im2col(g, x, w, bias, y);
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (a.kind == ConvAlgoKind::direct_amx) return amx_conv_forward(amx_tiles(), g, x, w, bias, y);
+        winograd_forward(g, x, w, bias, y, a.products);
+      } else {
+        winograd_forward(g, x, w, bias, y);
+      }
     });
   forward_im2col(g, x, w, bias, y);
 }
@@ -563,9 +569,13 @@ template <typename T>
 void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
   if constexpr (kWinogradType<T>)
     return run_conv_pass(g, ConvPass::backward_data, dtype_of<T>::value, [&](ConvAlgo a) {
-      if (!a.winograd) return backward_data_im2col(g, gy, w, gx);
-      if constexpr (std::is_same_v<T, BFloat16>) winograd_backward_data(g, gy, w, gx, a.products);
-      else winograd_backward_data(g, gy, w, gx);
+      if (a.kind == ConvAlgoKind::im2col) return backward_data_im2col(g, gy, w, gx);
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (a.kind == ConvAlgoKind::direct_amx) return amx_conv_backward_data(amx_tiles(), g, gy, w, gx);
+        winograd_backward_data(g, gy, w, gx, a.products);
+      } else {
+        winograd_backward_data(g, gy, w, gx);
+      }
     });
   backward_data_im2col(g, gy, w, gx);
 }
@@ -574,7 +584,7 @@ template <typename T>
 void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   if constexpr (kWinogradType<T>)
     return run_conv_pass(g, ConvPass::backward_weight, dtype_of<T>::value, [&](ConvAlgo a) {
-      if (!a.winograd) return backward_weight_im2col(g, gy, x, gw);
+      if (a.kind != ConvAlgoKind::winograd) return backward_weight_im2col(g, gy, x, gw);
       if constexpr (std::is_same_v<T, BFloat16>) winograd_backward_weight(g, gy, x, gw, a.products);
       else winograd_backward_weight(g, gy, x, gw);
     });

@@ -34,6 +34,7 @@
 
 #include "../../../core/cpu/parallel.h"
 #include "../bf16/amx_tiles.h"
+#include "../bf16/conv_amx.h"
 #include "../measured_choice.h"
 #include "conv_winograd.h"
 
@@ -51,6 +52,7 @@ Conv3x3Path default_path() {
   const char* env = std::getenv("EMBER_CPU_CONV");
   if (env && std::string(env) == "im2col") return Conv3x3Path::im2col;
   if (env && std::string(env) == "winograd") return Conv3x3Path::winograd;
+  if (env && std::string(env) == "direct") return Conv3x3Path::direct_amx;
   return Conv3x3Path::automatic;
 }
 
@@ -72,8 +74,9 @@ std::string shape_key(const Conv2dGeometry& g, ConvPass pass, DType dtype) {
   const char* pass_name = pass == ConvPass::forward         ? "forward"
                           : pass == ConvPass::backward_data ? "backward-data"
                                                             : "backward-weight";
+  const std::string kernel = g.kh == 3 && g.kw == 3 ? "" : ", " + std::to_string(g.kh) + "x" + std::to_string(g.kw);
   return std::string(pass_name) + " " + dtype_name(dtype) + " " + std::to_string(g.n) + "x" + std::to_string(g.c_in) +
-         "x" + std::to_string(g.h) + "x" + std::to_string(g.w) + " -> " + std::to_string(g.c_out) + ", pad " +
+         "x" + std::to_string(g.h) + "x" + std::to_string(g.w) + " -> " + std::to_string(g.c_out) + kernel + ", pad " +
          std::to_string(g.pad_h) + "x" + std::to_string(g.pad_w) + ", " + std::to_string(threads) +
          (threads == 1 ? " thread" : " threads");
 }
@@ -86,9 +89,10 @@ void set_conv3x3_path(Conv3x3Path path) { chosen_path().store(static_cast<int>(p
 
 const char* conv3x3_path_name(Conv3x3Path path) {
   switch (path) {
-    case Conv3x3Path::automatic: return "measured per layer: winograd F(2x2,3x3) or im2col + GEMM";
+    case Conv3x3Path::automatic: return "measured per layer: winograd F(2x2,3x3), direct on AMX tiles or im2col + GEMM";
     case Conv3x3Path::winograd: return "winograd F(2x2,3x3)";
     case Conv3x3Path::im2col: return "im2col + GEMM";
+    case Conv3x3Path::direct_amx: return "direct on AMX tiles";
   }
   return "?";
 }
@@ -96,39 +100,58 @@ const char* conv3x3_path_name(Conv3x3Path path) {
 std::string conv3x3_description() {
   const Conv3x3Path path = conv3x3_path();
   if (path == Conv3x3Path::im2col) return std::string(conv3x3_path_name(path)) + " (EMBER_CPU_CONV=im2col)";
+  if (path == Conv3x3Path::direct_amx)
+    return std::string(conv3x3_path_name(path)) + " for bf16 stride-1 forward and input gradients (EMBER_CPU_CONV=direct)";
   const std::string products = winograd_bf16_products()
                                    ? std::string("on bf16 pairs (") + pair_engine_name() + ")"
                                    : std::string("in float32");
   return std::string(conv3x3_path_name(path)) + " (winograd: " + (winograd_vectorized() ? "AVX-512" : "portable") +
          " transforms; f32 and bf16, 3x3 stride 1, >= " + std::to_string(kMinChannels) +
          " channels; bf16 products " + products + ")" +
-         (path == Conv3x3Path::winograd ? " (EMBER_CPU_CONV=winograd)" : "");
+         (path == Conv3x3Path::winograd ? " (EMBER_CPU_CONV=winograd)"
+          : amx_tiles() == AmxTiles::hardware
+              ? "; direct on AMX tiles: bf16 stride-1 forward and input gradients"
+              : "");
 }
 
 bool winograd_applies(const Conv2dGeometry& g) {
   // Padding <= 2 keeps the input gradient's padding 2 - p >= 0.
-  return conv3x3_path() != Conv3x3Path::im2col && g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 &&
+  const Conv3x3Path path = conv3x3_path();
+  return (path == Conv3x3Path::automatic || path == Conv3x3Path::winograd) && g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 &&
          g.dil_h == 1 && g.dil_w == 1 && g.groups == 1 && g.pad_h >= 0 && g.pad_h <= 2 && g.pad_w >= 0 &&
          g.pad_w <= 2 && g.out_h >= 1 && g.out_w >= 1 && g.n >= 1 && g.c_in >= kMinChannels &&
          g.c_out >= kMinChannels;
 }
 
 void run_conv_pass(const Conv2dGeometry& g, ConvPass pass, DType dtype, const std::function<void(ConvAlgo)>& run) {
-  if (!winograd_applies(g)) return run({false, WinogradProducts::f32_planes});
+  const Conv3x3Path path = conv3x3_path();
+  const ConvAlgo im2col{ConvAlgoKind::im2col, WinogradProducts::f32_planes};
+  const ConvAlgo direct{ConvAlgoKind::direct_amx, WinogradProducts::f32_planes};
+  const bool direct_fits = dtype == DType::bf16 && pass != ConvPass::backward_weight && amx_conv_applies(g);
+  if (path == Conv3x3Path::direct_amx) return run(direct_fits && amx_tiles() != AmxTiles::off ? direct : im2col);
   const bool pairs = dtype == DType::bf16 && winograd_bf16_products();
-  const ConvAlgo on_pairs{true, WinogradProducts::bf16_pairs}, on_planes{true, WinogradProducts::f32_planes};
-  if (conv3x3_path() == Conv3x3Path::winograd) return run(pairs ? on_pairs : on_planes);
+  const ConvAlgo on_pairs{ConvAlgoKind::winograd, WinogradProducts::bf16_pairs};
+  const ConvAlgo on_planes{ConvAlgoKind::winograd, WinogradProducts::f32_planes};
+  const bool wino = winograd_applies(g);
+  if (path == Conv3x3Path::winograd) return run(wino ? (pairs ? on_pairs : on_planes) : im2col);
   std::vector<ConvAlgo> algos;
   std::vector<std::string> names;
-  if (pairs) {
+  if (path == Conv3x3Path::automatic && direct_fits && amx_tiles() == AmxTiles::hardware) {
+    algos.push_back(direct);
+    names.push_back("direct (amx)");
+  }
+  if (wino && pairs) {
     algos.push_back(on_pairs);
     names.push_back(std::string("winograd, bf16 pairs (") + pair_engine_name() + ")");
   }
-  algos.push_back(on_planes);
-  names.push_back(dtype == DType::bf16 ? "winograd, f32 planes" : "winograd");
-  algos.push_back({false, WinogradProducts::f32_planes});
+  if (wino) {
+    algos.push_back(on_planes);
+    names.push_back(dtype == DType::bf16 ? "winograd, f32 planes" : "winograd");
+  }
+  if (algos.empty()) return run(im2col);
+  algos.push_back(im2col);
   names.push_back("im2col");
-  run_measured("conv2d 3x3", shape_key(g, pass, dtype), names, [&](int i) { run(algos[i]); });
+  run_measured("conv2d", shape_key(g, pass, dtype), names, [&](int i) { run(algos[i]); });
 }
 
 }  // namespace ember::kernels::cpu
