@@ -1,5 +1,5 @@
 // The direct bf16 convolution on AMX tiles (kernels/cpu/bf16/conv_amx.h, Note [Direct convolution
-// on AMX tiles]): forward pass and input gradient on the tile emulator (every CPU) against the
+// on AMX tiles]): forward pass and both gradients on the tile emulator (every CPU) against the
 // float64 direct references of the same bf16 values, within f32 accumulation error and one bf16
 // rounding, over kernel sizes, paddings, odd channel counts and widths that cut the 16-output
 // tiles; conv2d's routing to it (EMBER_CPU_CONV=direct); and, on a CPU with AMX, the hardware's
@@ -73,17 +73,18 @@ void check_rounded(const char* what, const std::vector<BFloat16>& got, const std
   CHECK(bad == 0);
 }
 
-// The forward pass and the input gradient of one case on `tiles`, checked against the references;
-// returns both outputs' bits.
+// The forward pass and both gradients of one case on `tiles`, checked against the references;
+// returns the three outputs' bits.
 std::vector<std::vector<uint16_t>> run_case(const Case& c, kc::AmxTiles tiles) {
   const kernels::Conv2dGeometry g = geometry(c);
   const int64_t xn = g.n * g.c_in * g.h * g.w, wn = g.c_out * g.c_in * g.kh * g.kw;
   const int64_t yn = g.n * g.c_out * g.out_h * g.out_w;
   const std::vector<BFloat16> x = random_bf16(xn, 1), w = random_bf16(wn, 2), b = random_bf16(g.c_out, 3),
                               gy = random_bf16(yn, 4);
-  std::vector<BFloat16> y(yn), gx(xn);
+  std::vector<BFloat16> y(yn), gx(xn), gw(wn);
   kc::amx_conv_forward(tiles, g, x.data(), w.data(), b.data(), y.data());
   kc::amx_conv_backward_data(tiles, g, gy.data(), w.data(), gx.data());
+  kc::amx_conv_backward_weight(tiles, g, gy.data(), x.data(), gw.data());
 
   std::vector<double> y_ref(yn), y_mag(yn), gx_ref(xn), gx_mag(xn);
   kc::conv2d_forward_reference(DType::f64, g, wide(x).data(), wide(w).data(), wide(b).data(), y_ref.data());
@@ -93,15 +94,20 @@ std::vector<std::vector<uint16_t>> run_case(const Case& c, kc::AmxTiles tiles) {
   kc::conv2d_backward_data_reference(DType::f64, g, wide(gy, true).data(), wide(w, true).data(), gx_mag.data());
   check_rounded("forward", y, y_ref, y_mag, g.c_in * g.kh * g.kw + 1);
   check_rounded("input gradient", gx, gx_ref, gx_mag, g.c_out * g.kh * g.kw);
-  std::vector<std::vector<uint16_t>> bits(2);
+  std::vector<double> gw_ref(wn), gw_mag(wn);
+  kc::conv2d_backward_weight_reference(DType::f64, g, wide(gy).data(), wide(x).data(), gw_ref.data());
+  kc::conv2d_backward_weight_reference(DType::f64, g, wide(gy, true).data(), wide(x, true).data(), gw_mag.data());
+  check_rounded("weight gradient", gw, gw_ref, gw_mag, g.n * g.out_h * g.out_w);
+  std::vector<std::vector<uint16_t>> bits(3);
   for (const BFloat16& v : y) bits[0].push_back(v.bits);
   for (const BFloat16& v : gx) bits[1].push_back(v.bits);
+  for (const BFloat16& v : gw) bits[2].push_back(v.bits);
   return bits;
 }
 
 }  // namespace
 
-TEST_CASE("conv2d on AMX tiles (emulated): forward and input gradient match the float64 reference", "[conv][amx][bf16]") {
+TEST_CASE("conv2d on AMX tiles (emulated): forward and both gradients match the float64 reference", "[conv][amx][bf16]") {
   testing::ThreadsGuard keep;
   const int64_t dots = kc::amx_emulator::dot_products();
   for (int threads : {1, 2})
@@ -126,8 +132,8 @@ TEST_CASE("conv2d on AMX tiles: which geometries it covers, and conv2d's routing
   CHECK_FALSE(with([](auto& h) { h.dil_h = 2; }));
   CHECK_FALSE(with([](auto& h) { h.groups = 2; }));
   CHECK_FALSE(with([](auto& h) { h.pad_w = 3; }));  // the input gradient would need padding -1
-  // EMBER_CPU_CONV=direct's path, on the emulator: conv2d's bf16 forward and input gradient run
-  // it (the same bits as the kernel called directly); the weight gradient stays on im2col.
+  // EMBER_CPU_CONV=direct's path, on the emulator: conv2d's bf16 passes run it (the same bits as
+  // the kernel called directly).
   struct Restore {
     kc::Conv3x3Path path = kc::conv3x3_path();
     kc::AmxTiles tiles = kc::amx_tiles();

@@ -584,6 +584,8 @@ template <typename T>
 void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   if constexpr (kWinogradType<T>)
     return run_conv_pass(g, ConvPass::backward_weight, dtype_of<T>::value, [&](ConvAlgo a) {
+      if constexpr (std::is_same_v<T, BFloat16>)
+        if (a.kind == ConvAlgoKind::direct_amx) return amx_conv_backward_weight(amx_tiles(), g, gy, x, gw);
       if (a.kind != ConvAlgoKind::winograd) return backward_weight_im2col(g, gy, x, gw);
       if constexpr (std::is_same_v<T, BFloat16>) winograd_backward_weight(g, gy, x, gw, a.products);
       else winograd_backward_weight(g, gy, x, gw);

@@ -24,10 +24,11 @@
 //     each output rounded to bf16 once.
 // The input gradient of a stride-1 convolution is the convolution of dy with the flipped,
 // channel-swapped filter and padding k - 1 - pad (the argument of Note [Winograd convolution]),
-// so it is the same loop with other weights. The weight gradient sums over pixels, which AMX
-// wants in pairs along each row of dy and, for x, across channels: it stays on im2col + GEMM or
-// Winograd. Images are spread over the threads (conv_parts.h), each with its own pair planes and
-// grid. The sums are float32 in the tiles' order (Note [AMX tiles and their emulator]), so results
+// so it is the same loop with other weights. The weight gradient sums over the outputs instead,
+// so its pairs run along the grid: dy's rows on the grid are A tiles as they lie, x's padded
+// planes are transposed into pairs of grid positions by channels (below, weight_grid). Images are
+// spread over the threads (conv_parts.h), each with its own pair planes and grid (the weight
+// gradient: its own float32 sums, added in part order). The sums are float32 in the tiles' order (Note [AMX tiles and their emulator]), so results
 // agree with im2col + GEMM's to f32 rounding; tests/test_conv_amx.cpp holds them to the direct
 // reference on the emulator everywhere and, on a CPU with AMX, the hardware to the emulator's bits.
 
@@ -205,6 +206,153 @@ void direct(AmxTiles tiles, const Direct& d, const Filter& filter, const BFloat1
   EMBER_THROW("conv2d: the direct AMX convolution was called with tiles ", amx_tiles_name(tiles));
 }
 
+
+// ---- the weight gradient --------------------------------------------------------------------------
+//
+// dW[k][c][i][j] = sum over images and grid outputs L of dyg[k][L] * xpad[c][L + i wp + j], dyg
+// being dy on the padded grid (zeros in the dropped columns). The sum runs over L, so both
+// operands need pairs of consecutive L: dy's rows are that already (an A tile is 16 rows of dyg,
+// 32 consecutive L each); for x, a B tile is 16 pairs of L by 16 channels, a transpose of the
+// padded planes: xt[q][c] = (xpad[c][2 q + par], xpad[c][2 q + 1 + par]), built once per image for
+// each parity par of a tap's offset (odd offsets start a pair one value later). The taps' dW
+// (k x c) accumulate in float32 tiles over L and over the images of a part; the parts are added
+// in order and each weight rounded once.
+
+struct WeightBuffers {
+  int64_t plane;  // bf16 values per padded plane (a multiple of 32, past the grid's last read)
+  int64_t c_pad;  // channels padded to 32
+};
+
+WeightBuffers weight_buffers(const Direct& d) {
+  return {round_up(d.stride * 2, 32), round_up(d.C, 32)};
+}
+
+// One image's padded bf16 planes xb[c][p] (zeros past C), dy on the grid dyg[k][L] (zeros past K
+// and in the dropped columns).
+void weight_planes(const Direct& d, const WeightBuffers& wb, const BFloat16* x, const BFloat16* dy, BFloat16* xb,
+                   BFloat16* dyg) {
+  std::fill(xb, xb + wb.c_pad * wb.plane, BFloat16{});
+  for (int64_t c = 0; c < d.C; ++c)
+    for (int64_t y = 0; y < d.h; ++y)
+      std::copy(x + (c * d.h + y) * d.w, x + (c * d.h + y + 1) * d.w, xb + c * wb.plane + (y + d.pad_h) * d.wp + d.pad_w);
+  std::fill(dyg, dyg + d.k_pad * d.grid, BFloat16{});
+  for (int64_t k = 0; k < d.K; ++k)
+    for (int64_t oy = 0; oy < d.oh; ++oy)
+      std::copy(dy + (k * d.oh + oy) * d.ow, dy + (k * d.oh + oy + 1) * d.ow, dyg + k * d.grid + oy * d.wp);
+}
+
+// xt[q c_pad + c] = the 32-bit word at bf16 offset 2 q + par of plane c: a transpose of the planes
+// viewed as words.
+void transpose_pairs_plain(const WeightBuffers& wb, const BFloat16* xb, int64_t par, uint32_t* xt) {
+  const int64_t words = wb.plane / 2 - 1;
+  for (int64_t c = 0; c < wb.c_pad; ++c)
+    for (int64_t q = 0; q < words; ++q)
+      xt[q * wb.c_pad + c] = pair_of(xb[c * wb.plane + 2 * q + par].bits, xb[c * wb.plane + 2 * q + 1 + par].bits);
+}
+
+#if EMBER_AMX_TILES
+// transpose_pairs_plain by 16 x 16 blocks of words (transpose16).
+EMBER_BF16_SIMD_TARGET void transpose_pairs_avx512(const WeightBuffers& wb, const BFloat16* xb, int64_t par,
+                                                   uint32_t* xt) {
+  const int64_t words = wb.plane / 2 - 1;
+  for (int64_t c0 = 0; c0 < wb.c_pad; c0 += 16)
+    for (int64_t q0 = 0; q0 < words; q0 += 16) {
+      const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, words - q0)) - 1u);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_epi32(m, xb + (c0 + i) * wb.plane + 2 * q0 + par);
+      transpose16(r);
+      for (int i = 0; i < 16 && q0 + i < words; ++i) _mm512_storeu_si512(xt + (q0 + i) * wb.c_pad + c0, r[i]);
+    }
+}
+#endif
+
+// acc[(t k_pad + k) c_pad + c] (+)= one image's dW of tap t.
+template <class Tiles>
+void weight_grid(const Direct& d, const WeightBuffers& wb, const BFloat16* dyg, const uint32_t* const xt[2],
+                 float* acc, bool first) {
+  TileConfig config;
+  for (TileShape& t : config.tile) t = {kTileRows, kTileRowBytes};
+  const int64_t as = d.grid * 2, bs = wb.c_pad * 4, cs = wb.c_pad * 4;
+  Tiles::configure(config);
+  for (int64_t t = 0; t < d.kh * d.kw; ++t) {
+    const int64_t off = (t / d.kw) * d.wp + t % d.kw, par = off & 1;
+    const uint32_t* b_tap = xt[par] + ((off - par) / 2) * wb.c_pad;
+    for (int64_t k0 = 0; k0 < d.k_pad; k0 += 32)
+      for (int64_t c0 = 0; c0 < wb.c_pad; c0 += 32) {
+        float* c = acc + (t * d.k_pad + k0) * wb.c_pad + c0;
+        if (first) {
+          Tiles::template zero<0>();
+          Tiles::template zero<1>();
+          Tiles::template zero<2>();
+          Tiles::template zero<3>();
+        } else {
+          Tiles::template load<0>(c, cs);
+          Tiles::template load<1>(c + 16, cs);
+          Tiles::template load<2>(c + 16 * wb.c_pad, cs);
+          Tiles::template load<3>(c + 16 * wb.c_pad + 16, cs);
+        }
+        for (int64_t l0 = 0; l0 < d.grid; l0 += 32) {
+          const BFloat16* a = dyg + k0 * d.grid + l0;
+          const uint32_t* b = b_tap + (l0 / 2) * wb.c_pad + c0;
+          Tiles::template load<4>(a, as);
+          Tiles::template load<6>(b, bs);
+          Tiles::template dot<0, 4, 6>();
+          Tiles::template load<7>(b + 16, bs);
+          Tiles::template dot<1, 4, 7>();
+          Tiles::template load<5>(a + 16 * d.grid, as);
+          Tiles::template dot<2, 5, 6>();
+          Tiles::template dot<3, 5, 7>();
+        }
+        Tiles::template store<0>(c, cs);
+        Tiles::template store<1>(c + 16, cs);
+        Tiles::template store<2>(c + 16 * wb.c_pad, cs);
+        Tiles::template store<3>(c + 16 * wb.c_pad + 16, cs);
+      }
+  }
+  Tiles::release();
+}
+
+template <class Tiles>
+void weight_run(const Direct& d, const BFloat16* x, const BFloat16* dy, BFloat16* gw) {
+  const WeightBuffers wb = weight_buffers(d);
+  const int64_t taps = d.kh * d.kw, acc_elems = taps * d.k_pad * wb.c_pad, words = wb.plane / 2;
+  const ImageSplit s = split_images(d.n);
+  auto xb_all = scratch<BFloat16>(s.parts * wb.c_pad * wb.plane);
+  auto dyg_all = scratch<BFloat16>(s.parts * d.k_pad * d.grid);
+  auto xt_all = scratch<uint32_t>(s.parts * 2 * words * wb.c_pad);
+  auto acc_all = scratch<float>(s.parts * acc_elems);
+  run_parts(s, d.n, [&](int64_t part, int64_t lo, int64_t hi) {
+    BFloat16* xb = xb_all.get() + part * wb.c_pad * wb.plane;
+    BFloat16* dyg = dyg_all.get() + part * d.k_pad * d.grid;
+    const uint32_t* xt[2] = {xt_all.get() + part * 2 * words * wb.c_pad,
+                             xt_all.get() + (part * 2 + 1) * words * wb.c_pad};
+    float* acc = acc_all.get() + part * acc_elems;
+    if (lo == hi) std::fill(acc, acc + acc_elems, 0.0f);
+    for (int64_t img = lo; img < hi; ++img) {
+      weight_planes(d, wb, x + img * d.C * d.h * d.w, dy + img * d.K * d.oh * d.ow, xb, dyg);
+      for (int64_t par = 0; par < 2; ++par) {
+        uint32_t* dst = const_cast<uint32_t*>(xt[par]);
+#if EMBER_AMX_TILES
+        if constexpr (std::is_same_v<Tiles, HardwareTiles>) transpose_pairs_avx512(wb, xb, par, dst);
+        else transpose_pairs_plain(wb, xb, par, dst);
+#else
+        transpose_pairs_plain(wb, xb, par, dst);
+#endif
+      }
+      weight_grid<Tiles>(d, wb, dyg, xt, acc, img == lo);
+    }
+  });
+  // The parts added in part order, then gw[k][c][i][j] rounded once.
+  for (int64_t t = 0; t < taps; ++t)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t c = 0; c < d.C; ++c) {
+        const int64_t e = (t * d.k_pad + k) * wb.c_pad + c;
+        float v = acc_all[e];
+        for (int64_t p = 1; p < s.parts; ++p) v += acc_all[p * acc_elems + e];
+        gw[(k * d.C + c) * taps + t] = BFloat16(v);
+      }
+}
+
 }  // namespace
 
 bool amx_conv_applies(const Conv2dGeometry& g) {
@@ -224,6 +372,17 @@ void amx_conv_forward(AmxTiles tiles, const Conv2dGeometry& g, const BFloat16* x
       tiles, d,
       [&](int64_t k, int64_t c, int64_t i, int64_t j) { return w[((k * g.c_in + c) * g.kh + i) * g.kw + j].bits; },
       x, bias ? b.data() : nullptr, y);
+}
+
+void amx_conv_backward_weight(AmxTiles tiles, const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* x,
+                              BFloat16* gw) {
+  EMBER_CHECK(amx_conv_applies(g), "conv2d: the direct AMX convolution does not cover this geometry");
+  const Direct d = make_direct(g.n, g.c_in, g.h, g.w, g.c_out, g.kh, g.kw, g.pad_h, g.pad_w);
+  if (tiles == AmxTiles::emulated) return weight_run<EmulatedTiles>(d, x, gy, gw);
+#if EMBER_AMX_TILES
+  if (tiles == AmxTiles::hardware) return weight_run<HardwareTiles>(d, x, gy, gw);
+#endif
+  EMBER_THROW("conv2d: the direct AMX convolution was called with tiles ", amx_tiles_name(tiles));
 }
 
 void amx_conv_backward_data(AmxTiles tiles, const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* w,

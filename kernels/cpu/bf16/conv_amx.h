@@ -1,6 +1,6 @@
 #pragma once
 // bf16 convolutions run directly on AMX tiles, without im2col (Note [Direct convolution on AMX
-// tiles] in conv_amx.cpp), internal to kernels/cpu: the forward pass and the input gradient of a
+// tiles] in conv_amx.cpp), internal to kernels/cpu: the forward pass and both gradients of a
 // stride-1 convolution. conv.cpp's run_conv_pass (winograd/conv3x3_choice.h) measures it against
 // Winograd and im2col + GEMM where the CPU has AMX tiles; the tests run it on the emulator's.
 
@@ -23,5 +23,9 @@ void amx_conv_forward(AmxTiles tiles, const Conv2dGeometry& g, const BFloat16* x
 // channel-swapped filter and padding kernel - 1 - pad (Note [Winograd convolution]'s argument).
 void amx_conv_backward_data(AmxTiles tiles, const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* w,
                             BFloat16* gx);
+// gw (c_out, c_in, kh, kw) = the gradient of the weights over the batch (overwritten), summed in
+// f32 per part of the batch, the parts added in order, each weight rounded once.
+void amx_conv_backward_weight(AmxTiles tiles, const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* x,
+                              BFloat16* gw);
 
 }  // namespace ember::kernels::cpu

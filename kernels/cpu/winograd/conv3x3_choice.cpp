@@ -101,7 +101,7 @@ std::string conv3x3_description() {
   const Conv3x3Path path = conv3x3_path();
   if (path == Conv3x3Path::im2col) return std::string(conv3x3_path_name(path)) + " (EMBER_CPU_CONV=im2col)";
   if (path == Conv3x3Path::direct_amx)
-    return std::string(conv3x3_path_name(path)) + " for bf16 stride-1 forward and input gradients (EMBER_CPU_CONV=direct)";
+    return std::string(conv3x3_path_name(path)) + " for bf16 stride-1 convolutions (EMBER_CPU_CONV=direct)";
   const std::string products = winograd_bf16_products()
                                    ? std::string("on bf16 pairs (") + pair_engine_name() + ")"
                                    : std::string("in float32");
@@ -110,7 +110,7 @@ std::string conv3x3_description() {
          " channels; bf16 products " + products + ")" +
          (path == Conv3x3Path::winograd ? " (EMBER_CPU_CONV=winograd)"
           : amx_tiles() == AmxTiles::hardware
-              ? "; direct on AMX tiles: bf16 stride-1 forward and input gradients"
+              ? "; direct on AMX tiles: bf16 stride-1 convolutions"
               : "");
 }
 
@@ -127,7 +127,7 @@ void run_conv_pass(const Conv2dGeometry& g, ConvPass pass, DType dtype, const st
   const Conv3x3Path path = conv3x3_path();
   const ConvAlgo im2col{ConvAlgoKind::im2col, WinogradProducts::f32_planes};
   const ConvAlgo direct{ConvAlgoKind::direct_amx, WinogradProducts::f32_planes};
-  const bool direct_fits = dtype == DType::bf16 && pass != ConvPass::backward_weight && amx_conv_applies(g);
+  const bool direct_fits = dtype == DType::bf16 && amx_conv_applies(g);
   if (path == Conv3x3Path::direct_amx) return run(direct_fits && amx_tiles() != AmxTiles::off ? direct : im2col);
   const bool pairs = dtype == DType::bf16 && winograd_bf16_products();
   const ConvAlgo on_pairs{ConvAlgoKind::winograd, WinogradProducts::bf16_pairs};

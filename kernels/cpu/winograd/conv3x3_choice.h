@@ -16,8 +16,8 @@ namespace ember::kernels::cpu {
 
 // automatic: by measurement among the algorithms that apply (Winograd; for bf16 on AMX tiles the
 // direct convolution; im2col + GEMM always); winograd: Winograd wherever it applies; direct_amx:
-// the direct AMX convolution wherever it applies (bf16 forward and input gradient, amx_tiles() not
-// off); im2col: always im2col + GEMM.
+// the direct AMX convolution wherever it applies (bf16 stride-1 convolutions, amx_tiles() not off);
+// im2col: always im2col + GEMM.
 enum class Conv3x3Path { automatic, winograd, im2col, direct_amx };
 
 // The path that f32 and bf16 convolutions take: automatic unless the environment says
@@ -56,7 +56,7 @@ enum class ConvPass { forward, backward_data, backward_weight };
 // Runs one pass of a convolution of `dtype` (f32 or bf16): run(algo) must compute the whole pass
 // with that algorithm. Under automatic, the algorithm measured fastest for this (pass, dtype,
 // geometry, thread count) among those that apply: the direct convolution on AMX tiles (bf16
-// forward and input gradient where amx_tiles() is hardware), Winograd on bf16 pairs (bf16, where
+// stride-1 convolutions where amx_tiles() is hardware), Winograd on bf16 pairs (bf16, where
 // winograd_bf16_products()), Winograd on float32 planes, im2col + GEMM; just im2col where no
 // other applies. A forced path runs its algorithm where it applies, im2col elsewhere.
 void run_conv_pass(const Conv2dGeometry& g, ConvPass pass, DType dtype, const std::function<void(ConvAlgo)>& run);
