@@ -21,7 +21,7 @@ CpuPaths cpu_paths() {
   p.conv3x3 = cpu::conv3x3_description();
   const std::string file = cpu::measured_choice_file();
   p.measured = "on each shape's first use, kept in " + (file.empty() ? std::string("this process only") : file) +
-               " (EMBER_KERNEL_CHOICES); EMBER_CPU_BF16=amx|avx512_bf16|f32 and EMBER_CPU_CONV=winograd|im2col "
+               " (EMBER_KERNEL_CHOICES); EMBER_CPU_BF16=amx|avx512_bf16|f32 and EMBER_CPU_CONV=winograd|im2col|direct "
                "force a path";
   return p;
 }

@@ -19,9 +19,11 @@
 // docs/benchmarks.md). Where the crossover lies depends on the processor, the dtype, the layer,
 // the pass and the thread count, so under Conv3x3Path::automatic each (pass, dtype, geometry,
 // threads) is measured the first time it is seen (Note [Kernels chosen by measurement] in
-// measured_choice.cpp): Winograd on bf16 pairs (bf16, where winograd_bf16_products()), Winograd on
-// float32 planes, and im2col + GEMM, whose own products are measured per shape in turn. float32
-// measures Winograd against im2col the same way. Every candidate sums in float32 and rounds each
+// measured_choice.cpp): the direct convolution on AMX tiles (bf16 where the CPU has them: Note
+// [Direct convolution on AMX tiles] in conv_amx.cpp, which needs neither im2col's copies nor
+// Winograd's transforms and won most of ResNet-18's layers on the Xeon), Winograd on bf16 pairs
+// (bf16, where winograd_bf16_products()), Winograd on float32 planes, and im2col + GEMM, whose own
+// products are measured per shape in turn. float32 measures Winograd against im2col the same way. Every candidate sums in float32 and rounds each
 // result once; Winograd on bf16 pairs also rounds its transformed tiles (Note [bf16 Winograd
 // products] in conv_winograd.cpp).
 
