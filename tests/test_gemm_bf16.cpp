@@ -250,7 +250,17 @@ TEST_CASE("gemm_bf16: the measured path takes each shape's fastest kernel, with 
     return;
   }
   set_num_threads(1);
-  kc::forget_measured_choices();
+  struct FreshChoices {  // this process's own measurement, not the choices file's
+    std::string file = kc::measured_choice_file();
+    FreshChoices() {
+      kc::set_measured_choice_file("");
+      kc::forget_measured_choices();
+    }
+    ~FreshChoices() {
+      kc::forget_measured_choices();
+      kc::set_measured_choice_file(file);
+    }
+  } fresh;
   const Shape3 s{64, 300, 288};
   const std::vector<float> measured = product_of(Transpose::No, Transpose::Yes, s, 1.0f, 1.0f, false, 900);
   const std::vector<kc::MeasuredChoice> made = kc::measured_choices();
