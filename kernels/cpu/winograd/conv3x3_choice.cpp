@@ -37,6 +37,7 @@
 #include "../../../core/cpu/parallel.h"
 #include "../bf16/amx_tiles.h"
 #include "../bf16/conv_amx.h"
+#include "../bf16/gemm_bf16.h"
 #include "../measured_choice.h"
 #include "conv_winograd.h"
 
@@ -138,7 +139,10 @@ void run_conv_pass(const Conv2dGeometry& g, ConvPass pass, DType dtype, const st
   if (path == Conv3x3Path::winograd) return run(wino ? (pairs ? on_pairs : on_planes) : im2col);
   std::vector<ConvAlgo> algos;
   std::vector<std::string> names;
-  if (path == Conv3x3Path::automatic && direct_fits && amx_tiles() == AmxTiles::hardware) {
+  // A candidate where the bf16 GEMM may run on AMX too (not under EMBER_CPU_BF16=avx512_bf16 or f32).
+  const Bf16GemmPath gemm = bf16_gemm_path();
+  if (path == Conv3x3Path::automatic && direct_fits && amx_tiles() == AmxTiles::hardware &&
+      (gemm == Bf16GemmPath::measured || gemm == Bf16GemmPath::amx)) {
     algos.push_back(direct);
     names.push_back("direct (amx)");
   }

@@ -56,7 +56,8 @@ enum class ConvPass { forward, backward_data, backward_weight };
 // Runs one pass of a convolution of `dtype` (f32 or bf16): run(algo) must compute the whole pass
 // with that algorithm. Under automatic, the algorithm measured fastest for this (pass, dtype,
 // geometry, thread count) among those that apply: the direct convolution on AMX tiles (bf16
-// stride-1 convolutions where amx_tiles() is hardware), Winograd on bf16 pairs (bf16, where
+// stride-1 convolutions where amx_tiles() is hardware and the bf16 GEMM's path is measured or
+// amx), Winograd on bf16 pairs (bf16, where
 // winograd_bf16_products()), Winograd on float32 planes, im2col + GEMM; just im2col where no
 // other applies. A forced path runs its algorithm where it applies, im2col elsewhere.
 void run_conv_pass(const Conv2dGeometry& g, ConvPass pass, DType dtype, const std::function<void(ConvAlgo)>& run);
