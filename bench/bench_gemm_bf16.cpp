@@ -1,10 +1,13 @@
 // bench_gemm_bf16: the CPU bf16 GEMM (kernels/cpu/bf16/gemm_bf16.h) against OpenBLAS sgemm on the same
-// values, at the cnn model's im2col/linear shapes (batch 64, 28 x 28) and square sizes, on 1 and
-// 2 threads. Three kernels per shape, timed interleaved (one call of each per round) so a shared
-// machine's noise hits them alike:
+// values, at the cnn model's im2col/linear shapes (batch 64, 28 x 28), ResNet-18's and square
+// sizes, on 1 and 2 threads. The kernels per shape, timed interleaved (one call of each per round)
+// so a shared machine's noise hits them alike:
+//   bf16_amx       the AMX kernel on the hardware's tiles (only where the CPU has them)
 //   bf16_native    the AVX512_BF16 kernel, bf16 A and B, f32 C (only on a CPU that has it)
 //   bf16_fallback  the same call through the f32 fallback (widen A and B, OpenBLAS sgemm)
+//   bf16_measured  the default: the kernel measured fastest for the shape on its first call
 //   sgemm          OpenBLAS sgemm on f32 copies of the operands (what an f32 model runs)
+// bf16_measured's line names the kernel it chose ("chosen").
 //
 //   ./build/bench/bench_gemm_bf16 [NAME]      # NAME: only the shapes whose name contains it ("layer4")
 //
@@ -19,7 +22,9 @@
 
 #include <ember/ember.h>
 #include <ember/kernels/cpu/gemm.h>
+#include <ember/kernels/cpu/bf16/amx_tiles.h>
 #include <ember/kernels/cpu/bf16/gemm_bf16.h>
+#include <ember/kernels/cpu/measured_choice.h>
 
 #include "bench_util.h"
 
@@ -47,10 +52,15 @@ int main(int argc, char** argv) {
       {"conv2 backward-data", 288, 2156, 64, T, N},  {"conv2 backward-weight", 64, 288, 2156, N, T},
       {"fc1 forward", 64, 128, 3136, N, T},          {"square 256", 256, 256, 256, N, N},
       {"square 1024", 1024, 1024, 1024, N, N},       {"square 2048", 2048, 2048, 2048, N, N},
-      // ResNet-18's layer4 3 x 3 convolution (512 channels, 7 x 7) at batch 8.
+      // ResNet-18 at batch 8: the stem (7 x 7 / 2, 3 -> 64, 224^2: chunks of one image), a strided
+      // 3 x 3 (64 -> 128, 56^2 -> 28^2: chunks of two images), the layer4 3 x 3 (512 channels, 7 x 7).
+      {"stem forward", 64, 12544, 147, N, N},         {"stem backward-weight", 64, 147, 12544, N, T},
+      {"layer2 down forward", 128, 1568, 576, N, N}, {"layer2 down backward-data", 576, 1568, 128, T, N},
+      {"layer2 down backward-weight", 128, 576, 1568, N, T},
       {"layer4 forward", 512, 392, 4608, N, N},      {"layer4 backward-data", 4608, 392, 512, T, N},
       {"layer4 backward-weight", 512, 4608, 392, N, T}};
   const bool native = kc::bf16_gemm_native_available();
+  const bool amx = kc::amx_tiles() == kc::AmxTiles::hardware;
   const kc::Bf16GemmPath saved_path = kc::bf16_gemm_path();
   const int saved_threads = get_num_threads();
   for (const Case& cs : cases) {
@@ -67,15 +77,22 @@ int main(int argc, char** argv) {
     const double flop = 2.0 * static_cast<double>(cs.m * cs.n) * static_cast<double>(cs.k);
     struct Kernel {
       const char* name;
+      kc::Bf16GemmPath path;  // f32_fallback for sgemm (unused)
+      bool runs;
       std::vector<double> times;
     };
-    std::vector<Kernel> kernels = {{"bf16_native", {}}, {"bf16_fallback", {}}, {"sgemm", {}}};
+    std::vector<Kernel> kernels = {{"bf16_amx", kc::Bf16GemmPath::amx, amx, {}},
+                                   {"bf16_native", kc::Bf16GemmPath::avx512_bf16, native, {}},
+                                   {"bf16_fallback", kc::Bf16GemmPath::f32_fallback, true, {}},
+                                   {"bf16_measured", kc::Bf16GemmPath::measured, amx || native, {}},
+                                   {"sgemm", kc::Bf16GemmPath::f32_fallback, true, {}}};
+    const size_t sgemm = kernels.size() - 1;
     auto run = [&](size_t which) {
-      if (which == 2) {
+      if (which == sgemm) {
         kc::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.0f, af.data(), ac, bf.data(), bc, 0.0f, c.data(), cs.n);
         return;
       }
-      kc::set_bf16_gemm_path(which == 0 ? kc::Bf16GemmPath::avx512_bf16 : kc::Bf16GemmPath::f32_fallback);
+      kc::set_bf16_gemm_path(kernels[which].path);
       kc::gemm_bf16(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.0f, a.data(), ac, b.data(), bc, 0.0f, c.data(), cs.n);
     };
     // ~0.3 s per kernel and thread count at most.
@@ -83,20 +100,30 @@ int main(int argc, char** argv) {
     for (int threads : {1, 2}) {
       set_num_threads(threads);
       for (Kernel& kr : kernels) kr.times.clear();
-      for (size_t w = native ? 0 : 1; w < kernels.size(); ++w) run(w);  // warm-up
+      for (size_t w = 0; w < kernels.size(); ++w)  // warm-up (and the measured path's choice)
+        if (kernels[w].runs) run(w);
       for (int r = 0; r < reps; ++r)
-        for (size_t w = native ? 0 : 1; w < kernels.size(); ++w)
-          kernels[w].times.push_back(bench::time_s([&] { run(w); }));
-      const double t_sgemm = bench::median(kernels[2].times);
-      for (size_t w = native ? 0 : 1; w < kernels.size(); ++w) {
+        for (size_t w = 0; w < kernels.size(); ++w)
+          if (kernels[w].runs) kernels[w].times.push_back(bench::time_s([&] { run(w); }));
+      const double t_sgemm = bench::median(kernels[sgemm].times);
+      std::string chosen;  // the measured path's choice for this shape and thread count
+      for (const kc::MeasuredChoice& mc : kc::measured_choices())
+        if (mc.family == "gemm_bf16" && mc.shape.rfind(std::string(cs.ta == T ? "T" : "N") + (cs.tb == T ? "T" : "N") +
+                                                           " " + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
+                                                           "x" + std::to_string(cs.k) + ", " + std::to_string(threads) + " ",
+                                                       0) == 0)
+          chosen = mc.candidates[mc.chosen];
+      for (size_t w = 0; w < kernels.size(); ++w) {
+        if (!kernels[w].runs) continue;
         const double t = bench::median(kernels[w].times);
         std::printf(
             "{\"bench\":\"gemm_bf16\",\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"ta\":%d,\"tb\":%d,"
-            "\"threads\":%d,\"kernel\":\"%s\",\"reps\":%d,\"median_ms\":%.3f,\"gflops\":%.1f,"
+            "\"threads\":%d,\"kernel\":\"%s\",%s\"reps\":%d,\"median_ms\":%.3f,\"gflops\":%.1f,"
             "\"speedup_vs_sgemm\":%.2f,%s}\n",
             cs.name, static_cast<long long>(cs.m), static_cast<long long>(cs.n), static_cast<long long>(cs.k),
-            cs.ta == T, cs.tb == T, threads, kernels[w].name, reps, t * 1e3, flop / t / 1e9, t_sgemm / t,
-            bench::machine_fields().c_str());
+            cs.ta == T, cs.tb == T, threads, kernels[w].name,
+            kernels[w].path == kc::Bf16GemmPath::measured && w != sgemm ? ("\"chosen\":\"" + chosen + "\",").c_str() : "",
+            reps, t * 1e3, flop / t / 1e9, t_sgemm / t, bench::machine_fields().c_str());
       }
       std::fflush(stdout);
     }

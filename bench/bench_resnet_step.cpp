@@ -1,7 +1,8 @@
 // One ResNet-18 training step on the CPU (ImageNet layout, 1000 classes, random 224 x 224 images,
 // SGD with momentum): float32 and under `AutocastGuard(cpu, bf16)` (what `ember train --amp bf16`
 // runs), on 1 and 2 threads. One JSON line per configuration: the median step time of `steps`
-// steps after one warm-up step. bench/torch_resnet_step.py times the same step in PyTorch, and
+// steps after one warm-up step, and the median of the calling thread's CPU time per step
+// ("cpu_s": on one thread, the step's work without the time a loaded machine gave to others). bench/torch_resnet_step.py times the same step in PyTorch, and
 // bench/compare_resnet_cpu.sh runs the two interleaved.
 //   ./build/bench/bench_resnet_step [--batch 8] [--steps 5] [--amp off,bf16] [--threads 1,2] [--profile 1]
 // --profile 1 also prints, on stderr, the profiler's table of two more steps of each configuration.
@@ -79,11 +80,15 @@ int main(int argc, char** argv) {
         opt.step();
       };
       step();  // warm-up: the optimizer's state, the allocator's blocks
-      std::vector<double> t_s;
-      for (int s = 0; s < steps; ++s) t_s.push_back(bench::time_s(step));
+      std::vector<double> t_s, cpu_s;
+      for (int s = 0; s < steps; ++s) {
+        const double c0 = bench::thread_cpu_s();
+        t_s.push_back(bench::time_s(step));
+        cpu_s.push_back(bench::thread_cpu_s() - c0);
+      }
       std::printf("{\"bench\":\"resnet18_step\",\"side\":\"ember\",\"batch\":%lld,\"image_size\":224,\"amp\":\"%s\","
-                  "\"threads\":%d,\"steps\":%d,\"step_s\":%.4f,%s}\n",
-                  static_cast<long long>(batch), amp.c_str(), threads, steps, bench::median(t_s),
+                  "\"threads\":%d,\"steps\":%d,\"step_s\":%.4f,\"cpu_s\":%.4f,%s}\n",
+                  static_cast<long long>(batch), amp.c_str(), threads, steps, bench::median(t_s), bench::median(cpu_s),
                   bench::machine_fields().c_str());
       std::fflush(stdout);
       if (profile) {

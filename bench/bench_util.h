@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -20,6 +21,15 @@ double time_s(const F& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The calling thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID). On a machine shared with
+// other work, a single-threaded run's CPU time leaves out the time the scheduler gave to others;
+// the benchmarks print it beside the wall-clock time.
+inline double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 inline double median(std::vector<double> v) {
@@ -66,14 +76,15 @@ inline std::string json_str(const std::string& s) {
 
 // The machine and the code path a result was measured with, as JSON fields (no braces, no
 // comma at either end): the CPU model, its widest instruction set, the GEMM kernels running
-// (Note [BLAS kernels by CPU features]) and the bf16 GEMM path (Note [bf16 GEMM on the CPU]).
+// (Note [BLAS kernels by CPU features]), the bf16 GEMM path (Note [bf16 GEMM on the CPU]), the AMX
+// tiles (Note [AMX tiles and their emulator]) and the 3x3 convolutions' path.
 // Every benchmark's line carries them.
 inline std::string machine_fields() {
   const ember::CpuFeatures& f = ember::cpu_features();
   const kernels::CpuPaths p = kernels::cpu_paths();
   return "\"cpu\":" + json_str(f.model_name) + ",\"cpu_isa\":" + json_str(ember::isa_name(ember::widest_isa(f))) +
          ",\"gemm_kernels\":" + json_str(p.gemm_kernels + " (" + ember::isa_name(p.gemm_isa) + ")") +
-         ",\"gemm_chosen_by\":" + json_str(p.gemm_chosen_by) + ",\"bf16_gemm\":" + json_str(p.bf16_gemm) +
+         ",\"gemm_chosen_by\":" + json_str(p.gemm_chosen_by) + ",\"bf16_gemm\":" + json_str(p.bf16_gemm) + ",\"amx\":" + json_str(p.amx) +
          ",\"conv3x3\":" + json_str(p.conv3x3);
 }
 

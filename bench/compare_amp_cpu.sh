@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # CPU mixed precision side by side: the `cnn` recipe (Adam lr 1e-3, batch 64, no augmentation,
-# STEPS steps) in float32 and with bf16 autocast, in ember (`--amp bf16`, on the AVX512_BF16 GEMM
-# and, with EMBER_CPU_BF16=off, on the f32 fallback) and in PyTorch 2.x (scripts/python-env.sh;
-# torch.autocast('cpu', dtype=torch.bfloat16)). One run of each per round, ROUNDS rounds, so a
-# shared machine's noise hits every configuration alike. Prints one JSON line per run, then one
+# STEPS steps) in float32 and with bf16 autocast, in ember (`--amp bf16` on its measured paths;
+# with EMBER_CPU_AMX=off, without AMX tiles — what a CPU without AMX runs; with EMBER_CPU_BF16=off,
+# on the f32 fallback) and in PyTorch 2.x (scripts/python-env.sh; torch.autocast('cpu',
+# dtype=torch.bfloat16)). One run of each per round, ROUNDS rounds, so a shared machine's noise
+# hits every configuration alike. The kernels' measured choices (Note [Kernels chosen by
+# measurement]) go to a fresh file that a short warm-up run of each ember configuration fills
+# first, so every timed run takes the same choices. Prints one JSON line per run, then one
 # summary line per configuration: the median training images/s and its ratio to ember float32.
 #   bench/compare_amp_cpu.sh build/bin/ember            (ROUNDS=3 STEPS=300 THREADS=2)
 # Without the Python environment (scripts/python-env.sh --check fails) the PyTorch runs are left out.
@@ -16,11 +19,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 python=$("$here/../scripts/python-env.sh" --check || true)
 out=$(mktemp)
 m=$(mktemp)
-trap 'rm -f "$out" "$m"' EXIT
+choices=$(mktemp)
+rm -f "$choices"  # ember creates it
+export EMBER_KERNEL_CHOICES="$choices"
+trap 'rm -f "$out" "$m" "$choices"' EXIT
 
-ember_run() {  # name, amp, EMBER_CPU_BF16 value
-  EMBER_CPU_BF16="$3" "$ember" train --model cnn --optimizer adam --lr 1e-3 --batch-size 64 --no-augment \
-    --max-steps "$steps" --eval-limit 1000 --threads "$threads" --amp "$2" --quiet --metrics "$m"
+ember_train() {  # amp, EMBER_CPU_BF16 value, EMBER_CPU_AMX value, steps
+  EMBER_CPU_BF16="$2" EMBER_CPU_AMX="$3" "$ember" train --model cnn --optimizer adam --lr 1e-3 --batch-size 64 \
+    --no-augment --max-steps "$4" --eval-limit 1000 --threads "$threads" --amp "$1" --quiet --metrics "$m"
+}
+
+ember_run() {  # name, amp, EMBER_CPU_BF16 value, EMBER_CPU_AMX value
+  ember_train "$2" "$3" "$4" "$steps"
   python3 - "$m" "$1" "$threads" <<'PY' | tee -a "$out"
 import json, sys
 for line in open(sys.argv[1]):
@@ -39,10 +49,17 @@ torch_run() {  # name, amp
     tee -a "$out"
 }
 
+# Warm-up: each configuration's shapes measured once (the last partial batch's and the
+# evaluation's too), before any timed run.
+for config in "off||" "bf16||" "bf16||off" "bf16|off|"; do
+  IFS='|' read -r amp bf16 amx <<<"$config"
+  ember_train "$amp" "$bf16" "$amx" 20 >/dev/null
+done
 for ((r = 0; r < rounds; ++r)); do
-  ember_run ember_f32 off ""
-  ember_run ember_bf16 bf16 ""
-  ember_run ember_bf16_fallback bf16 off
+  ember_run ember_f32 off "" ""
+  ember_run ember_bf16 bf16 "" ""
+  ember_run ember_bf16_no_amx bf16 "" off
+  ember_run ember_bf16_fallback bf16 off ""
   torch_run pytorch_f32 off
   torch_run pytorch_bf16 bf16
 done

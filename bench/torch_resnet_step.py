@@ -1,6 +1,8 @@
 """One ResNet-18 training step in PyTorch on the CPU, the anchor of bench_resnet_step: torchvision's
 resnet18 (1000 classes), random 224 x 224 images, SGD with momentum, float32 and under
-torch.autocast("cpu", bfloat16); the median step time of STEPS steps after one warm-up step.
+torch.autocast("cpu", bfloat16); the median step time of STEPS steps after one warm-up step, and the
+median of the calling thread's CPU time per step ("cpu_s": on one thread, what a loaded machine's
+scheduler gave to other work left out).
 
   python bench/torch_resnet_step.py [--batch 8] [--steps 5] [--amp off,bf16] [--threads 1,2]
 """
@@ -36,11 +38,12 @@ for threads in (int(t) for t in a.threads.split(",")):
             opt.step()
 
         step()
-        times = []
+        times, cpu = [], []
         for _ in range(a.steps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             step()
             times.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
         print(json.dumps({"bench": "resnet18_step", "side": "pytorch", "batch": a.batch, "image_size": 224, "amp": amp,
                           "threads": threads, "steps": a.steps, "step_s": round(statistics.median(times), 4),
-                          "torch": torch.__version__}), flush=True)
+                          "cpu_s": round(statistics.median(cpu), 4), "torch": torch.__version__}), flush=True)

@@ -225,9 +225,14 @@ std::string Profiler::table(int rows) const {
   double self_total = 0;
   for (const OpStats& s : st) self_total += s.self_ms;
   std::string out;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-28s %-9s %8s %10s %10s %7s %9s\n", "op", "phase", "calls", "total ms", "self ms",
-                "% self", "GFLOP/s");
+  char line[512];
+  // The op column fits the longest name shown (28 to 96 characters): the measured kernels' scopes
+  // name their shape and path (Note [Kernels chosen by measurement] in kernels/cpu/measured_choice.cpp).
+  int width = 28;
+  for (size_t i = 0; i < st.size() && (rows < 0 || static_cast<int>(i) < rows); ++i)
+    width = std::max(width, std::min(96, static_cast<int>(st[i].name.size())));
+  std::snprintf(line, sizeof line, "%-*s %-9s %8s %10s %10s %7s %9s\n", width, "op", "phase", "calls", "total ms",
+                "self ms", "% self", "GFLOP/s");
   out += line;
   int shown = 0;
   double shown_ms = 0;
@@ -236,13 +241,14 @@ std::string Profiler::table(int rows) const {
     ++shown;
     shown_ms += s.self_ms;
     const std::string gflops = s.flops > 0 && s.total_ms > 0 ? format_ms(s.flops / (s.total_ms * 1e-3) / 1e9) : "";
-    std::snprintf(line, sizeof line, "%-28.28s %-9s %8lld %10s %10s %6.1f%% %9s\n", s.name.c_str(), phase_name(s.phase),
+    std::snprintf(line, sizeof line, "%-*.*s %-9s %8lld %10s %10s %6.1f%% %9s\n", width, width, s.name.c_str(),
+                  phase_name(s.phase),
                   static_cast<long long>(s.calls), format_ms(s.total_ms).c_str(), format_ms(s.self_ms).c_str(),
                   self_total > 0 ? 100 * s.self_ms / self_total : 0.0, gflops.c_str());
     out += line;
   }
   if (shown < static_cast<int>(st.size())) {
-    std::snprintf(line, sizeof line, "%-28s %-9s %8s %10s %10s %6.1f%%\n", "(other ops)", "", "", "",
+    std::snprintf(line, sizeof line, "%-*s %-9s %8s %10s %10s %6.1f%%\n", width, "(other ops)", "", "", "",
                   format_ms(self_total - shown_ms).c_str(), self_total > 0 ? 100 * (self_total - shown_ms) / self_total : 0.0);
     out += line;
   }

@@ -15,8 +15,10 @@ struct CpuPaths {
   IsaLevel gemm_isa = IsaLevel::sse2;  // the instruction set of those kernels
   std::string gemm_chosen_by;  // "OpenBLAS", "OPENBLAS_CORETYPE=...", "ember, from the CPU's features (...)"
   std::string gemm_warning;    // non-empty when the kernels use less than the CPU has
-  std::string bf16_gemm;       // the bf16 products' path (Note [bf16 GEMM on the CPU])
+  std::string bf16_gemm;       // the bf16 products' path (Note [bf16 GEMM on the CPU]): measured, or forced
+  std::string amx;             // the AMX tiles: hardware, emulated or off, and why (Note [AMX tiles and their emulator])
   std::string conv3x3;         // the 3x3 convolutions' path (Winograd or im2col, and its cases)
+  std::string measured;        // how measured paths are chosen and kept (Note [Kernels chosen by measurement])
 };
 
 // The paths as they are now (a benchmark may switch the bf16 path between calls).

@@ -1,8 +1,9 @@
 // bf16 products on the CPU (Note [Low-precision products] in layers/gemm.cpp, Note [bf16
 // convolutions] in kernels/cpu/conv.cpp): mm, bmm, matmul, linear and conv2d — forward and every
 // input gradient — on bf16 tensors equal the double-precision result of the same bf16 values,
-// rounded to bf16 once, within f32 accumulation error. Run on both bf16 GEMM paths; a counter
-// shows that the AVX512_BF16 kernel did the work on its path (and none on the fallback).
+// rounded to bf16 once, within f32 accumulation error. Run on every bf16 GEMM kernel — AVX512_BF16,
+// the f32 fallback, AMX on the tile emulator and AMX on the hardware's tiles where the CPU has
+// them; counters show which kernel did the work.
 //
 // Bound per element, with S the same op on |inputs| (and |upstream gradient|), K the longest sum:
 //   |got - ref| <= e + 2^-8 (|ref| + e),  e = (K + 4) 2^-24 S
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <ember/kernels/cpu/bf16/amx_tiles.h>
 #include <ember/kernels/cpu/bf16/gemm_bf16.h>
 #include <ember/core/cpu/parallel.h>
 
@@ -92,7 +94,11 @@ void check_all_ops() {
 
 struct PathGuard {
   kc::Bf16GemmPath path = kc::bf16_gemm_path();
-  ~PathGuard() { kc::set_bf16_gemm_path(path); }
+  kc::AmxTiles tiles = kc::amx_tiles();
+  ~PathGuard() {
+    kc::set_amx_tiles(tiles);
+    kc::set_bf16_gemm_path(path);
+  }
 };
 
 }  // namespace
@@ -115,4 +121,28 @@ TEST_CASE("bf16 products on the CPU: f32 fallback, rounded once, gradients too",
   const int64_t before = kc::bf16_gemm_native_products();
   check_all_ops();
   CHECK(kc::bf16_gemm_native_products() == before);
+}
+
+TEST_CASE("bf16 products on the CPU: AMX kernel on emulated tiles, rounded once, gradients too", "[bf16][linalg][conv][amx]") {
+  const PathGuard guard;
+  REQUIRE(kc::set_amx_tiles(kc::AmxTiles::emulated));
+  REQUIRE(kc::set_bf16_gemm_path(kc::Bf16GemmPath::amx));
+  const int64_t before = kc::bf16_gemm_amx_products(), dots = kc::amx_emulator::dot_products();
+  check_all_ops();
+  CHECK(kc::bf16_gemm_amx_products() > before);
+  CHECK(kc::amx_emulator::dot_products() > dots);
+}
+
+TEST_CASE("bf16 products on the CPU: AMX kernel on hardware tiles, rounded once, gradients too", "[bf16][linalg][conv][amx]") {
+  if (!kc::amx_hardware_usable()) {
+    WARN("no AMX tiles here (" << kc::amx_description() << "): the AMX kernel ran on the emulator only");
+    return;
+  }
+  const PathGuard guard;
+  REQUIRE(kc::set_amx_tiles(kc::AmxTiles::hardware));
+  REQUIRE(kc::set_bf16_gemm_path(kc::Bf16GemmPath::amx));
+  const int64_t before = kc::bf16_gemm_amx_products(), dots = kc::amx_emulator::dot_products();
+  check_all_ops();
+  CHECK(kc::bf16_gemm_amx_products() > before);
+  CHECK(kc::amx_emulator::dot_products() == dots);
 }

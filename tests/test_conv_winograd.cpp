@@ -3,14 +3,18 @@
 // blocks of tiles that cross images and threads; the AVX-512 and portable transforms bit for
 // bit, in f32 and bf16 (both plane types); bf16 on float32 planes against float32 on the widened
 // values; bf16 on bf16 planes against a scalar reference of its definition and against float64;
-// which geometries take the path; and conv2d's autograd on it.
+// bf16 on bf16 pairs on every engine — VDPBF16PS, AMX tiles on the emulator, and the hardware's
+// tiles where the CPU has them (bit for bit against the emulator); which geometries may take the
+// path, and the measured choice between it and im2col; and conv2d's autograd on it.
 
 #include <catch2/catch.hpp>
 #include <array>
 #include <cfloat>
 #include <cmath>
 #include <ember/ember.h>
+#include <ember/kernels/cpu/bf16/amx_tiles.h>
 #include <ember/kernels/cpu/conv.h>
+#include <ember/kernels/cpu/measured_choice.h>
 #include <ember/kernels/cpu/winograd/conv_winograd.h>
 #include <random>
 #include <vector>
@@ -65,7 +69,7 @@ struct Case {
 };
 
 // Forces the Winograd path wherever it applies for a test's lifetime (the default, automatic,
-// sends small bf16 convolutions to im2col: Note [When bf16 Winograd pays]).
+// measures it against im2col per layer and pass: Note [When bf16 Winograd pays]).
 struct WinogradPathGuard {
   kc::Conv3x3Path saved = kc::conv3x3_path();
   WinogradPathGuard() { kc::set_conv3x3_path(kc::Conv3x3Path::winograd); }
@@ -88,7 +92,7 @@ std::vector<BFloat16> to_bf16(const VF& v) {
 // the errors are bounded relative to the sum of the absolute values of the terms.
 void check_against_reference(const Case& c) {
   const kernels::Conv2dGeometry g = geometry(c.n, c.c_in, c.h, c.w, c.c_out, c.pad_h, c.pad_w);
-  REQUIRE(kc::winograd_applies(g, false));
+  REQUIRE(kc::winograd_applies(g));
   const int64_t xn = g.n * g.c_in * g.h * g.w, wn = g.c_out * g.c_in * 9, yn = g.n * g.c_out * g.out_h * g.out_w;
   const VF x = random_floats(xn, 1), w = random_floats(wn, 2), bias = random_floats(g.c_out, 3),
            gy = random_floats(yn, 4);
@@ -120,6 +124,7 @@ void check_against_reference(const Case& c) {
 
 TEST_CASE("winograd conv: forward and both gradients match the float64 reference", "[conv][winograd]") {
   testing::ThreadsGuard keep;
+  WinogradPathGuard winograd;
   const bool saved = kc::winograd_vectorized();
   const std::vector<Case> cases = {
       {2, 16, 14, 14, 32, 1, 1},  // the cnn model's second layer, smaller
@@ -203,12 +208,11 @@ TEST_CASE("winograd conv: the AVX-512 and portable transforms give the same bits
 TEST_CASE("winograd conv: which convolutions take the path", "[conv][winograd]") {
   REQUIRE(kc::conv3x3_path() == kc::Conv3x3Path::automatic);  // the default (EMBER_CPU_CONV unset)
   const kernels::Conv2dGeometry base = geometry(2, 16, 8, 8, 16, 1, 1);
-  CHECK(kc::winograd_applies(base, false));
-  CHECK(kc::winograd_applies(base, true));
+  CHECK(kc::winograd_applies(base));
   auto with = [&](auto change) {
     kernels::Conv2dGeometry g = base;
     change(g);
-    return kc::winograd_applies(g, false);
+    return kc::winograd_applies(g);
   };
   CHECK_FALSE(with([](auto& g) { g.c_in = 15; }));  // too few channels: im2col's one GEMM is faster
   CHECK_FALSE(with([](auto& g) { g.c_out = 1; }));
@@ -220,9 +224,12 @@ TEST_CASE("winograd conv: which convolutions take the path", "[conv][winograd]")
   // Forcing im2col turns it off, and the two paths agree to float32 rounding.
   const VF x = random_floats(base.n * 16 * 64, 9), w = random_floats(16 * 16 * 9, 10);
   VF y_w(base.n * 16 * 64), y_i(base.n * 16 * 64);
-  kc::conv2d_forward(DType::f32, base, x.data(), w.data(), nullptr, y_w.data());
+  {
+    WinogradPathGuard winograd;
+    kc::conv2d_forward(DType::f32, base, x.data(), w.data(), nullptr, y_w.data());
+  }
   kc::set_conv3x3_path(kc::Conv3x3Path::im2col);
-  CHECK_FALSE(kc::winograd_applies(base, false));
+  CHECK_FALSE(kc::winograd_applies(base));
   const int64_t before = kc::winograd_convolutions();
   kc::conv2d_forward(DType::f32, base, x.data(), w.data(), nullptr, y_i.data());
   CHECK(kc::winograd_convolutions() == before);
@@ -231,54 +238,91 @@ TEST_CASE("winograd conv: which convolutions take the path", "[conv][winograd]")
   CHECK(std::string(kc::conv3x3_path_name(kc::Conv3x3Path::winograd)) == "winograd F(2x2,3x3)");
 }
 
-TEST_CASE("winograd conv: automatic sends bf16 convolutions with few tiles to im2col", "[conv][winograd][bf16]") {
-  // Note [When bf16 Winograd pays]: with bf16 products, a call needs 128 tiles of 2 x 2 outputs,
-  // whatever the thread count; float32 and bf16 on float32 planes take Winograd wherever it applies.
+namespace {
+
+// Keeps the process's choices to itself for a test's lifetime (no file), starting from none.
+struct FreshChoices {
+  std::string file = kc::measured_choice_file();
+  FreshChoices() {
+    kc::set_measured_choice_file("");
+    kc::forget_measured_choices();
+  }
+  ~FreshChoices() {
+    kc::forget_measured_choices();
+    kc::set_measured_choice_file(file);
+  }
+};
+
+// The one conv2d 3x3 choice made for `shape`.
+kc::MeasuredChoice choice_for(const std::string& shape) {
+  for (const kc::MeasuredChoice& c : kc::measured_choices())
+    if (c.family == "conv2d" && c.shape == shape) return c;
+  FAIL("no choice made for " << shape);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("winograd conv: automatic measures Winograd against im2col per layer and pass", "[conv][winograd][bf16]") {
+  // Note [When bf16 Winograd pays]: each (pass, dtype, geometry, threads) times its candidates once
+  // and keeps the fastest; the result of the first call is the chosen algorithm's.
+  REQUIRE(kc::conv3x3_path() == kc::Conv3x3Path::automatic);
   Bf16ProductsGuard keep_planes;
   testing::ThreadsGuard keep;
+  FreshChoices fresh;
   set_num_threads(1);
-  const kernels::Conv2dGeometry deep = geometry(4, 64, 7, 7, 64, 1, 1);   // 4 x 16 = 64 tiles
-  const kernels::Conv2dGeometry edge = geometry(8, 64, 7, 7, 64, 1, 1);   // 8 x 16 = 128 tiles
-  const kernels::Conv2dGeometry short_of = geometry(7, 64, 7, 7, 64, 1, 1);  // 112 tiles
-  const kernels::Conv2dGeometry wide = geometry(4, 16, 14, 14, 16, 1, 1);  // 4 x 49 = 196 tiles
-  CHECK(kc::winograd_applies(deep, false));  // float32
-  CHECK(kc::winograd_applies(deep, true));
-  if (kc::set_winograd_bf16_products(true)) {
-    CHECK_FALSE(kc::winograd_applies(deep, false, true));
-    CHECK_FALSE(kc::winograd_applies(deep, true, true));
-    CHECK(kc::winograd_applies(edge, false, true));
-    CHECK(kc::winograd_applies(edge, true, true));
-    CHECK_FALSE(kc::winograd_applies(short_of, false, true));
-    CHECK(kc::winograd_applies(wide, false, true));
-    set_num_threads(2);  // two parts of 2 images: the call still has 196 tiles
-    CHECK(kc::winograd_applies(wide, false, true));
-    CHECK_FALSE(kc::winograd_applies(deep, false, true));
-    set_num_threads(1);
-    {
-      WinogradPathGuard winograd;  // forced: wherever it applies
-      CHECK(kc::winograd_applies(deep, false, true));
-    }
-    // The bf16 convolution that automatic sends to im2col computes im2col's exact contract: the
-    // float64 convolution of the bf16 values, rounded once (within one bf16 unit).
-    const int64_t xn = deep.n * 64 * 49, wn = 64 * 64 * 9, yn = xn;
-    const VF xf = random_floats(xn, 31), wf = random_floats(wn, 32);
-    const std::vector<BFloat16> x = to_bf16(xf), w = to_bf16(wf);
-    VD xd, wd;
-    for (const BFloat16& v : x) xd.push_back(static_cast<float>(v));
-    for (const BFloat16& v : w) wd.push_back(static_cast<float>(v));
-    std::vector<BFloat16> y(yn);
-    VD y_ref(yn);
-    const int64_t before = kc::winograd_convolutions();
-    kc::conv2d_forward(DType::bf16, deep, x.data(), w.data(), nullptr, y.data());
-    CHECK(kc::winograd_convolutions() == before);
-    kc::conv2d_forward_reference(DType::f64, deep, xd.data(), wd.data(), nullptr, y_ref.data());
-    for (int64_t i = 0; i < yn; ++i) CHECK(static_cast<float>(y[i]) == Approx(y_ref[i]).epsilon(1.0 / 128).margin(1e-3));
+  const kernels::Conv2dGeometry g = geometry(4, 32, 7, 7, 48, 1, 1);
+  const int64_t xn = g.n * 32 * 49, wn = 48 * 32 * 9, yn = g.n * 48 * 49;
+  const VF xf = random_floats(xn, 31), wf = random_floats(wn, 32), gyf = random_floats(yn, 33);
+  const std::vector<BFloat16> x = to_bf16(xf), w = to_bf16(wf), gy = to_bf16(gyf);
+  auto passes = [&] {
+    std::vector<std::vector<BFloat16>> out = {std::vector<BFloat16>(yn), std::vector<BFloat16>(xn),
+                                              std::vector<BFloat16>(wn)};
+    kc::conv2d_forward(DType::bf16, g, x.data(), w.data(), nullptr, out[0].data());
+    kc::conv2d_backward_data(DType::bf16, g, gy.data(), w.data(), out[1].data());
+    kc::conv2d_backward_weight(DType::bf16, g, gy.data(), x.data(), out[2].data());
+    return out;
+  };
+  const bool pairs = kc::winograd_bf16_products();
+  const auto measured = passes();
+  const char* names[] = {"forward", "backward-data", "backward-weight"};
+  const bool amx = kc::amx_tiles() == kc::AmxTiles::hardware;
+  for (int pass = 0; pass < 3; ++pass) {
+    const kc::MeasuredChoice c = choice_for(std::string(names[pass]) + " bfloat16 4x32x7x7 -> 48, pad 1x1, 1 thread");
+    INFO(c.shape << ": " << c.candidates[c.chosen]);
+    std::vector<std::string> want;  // the direct AMX convolution where the CPU has AMX
+    if (amx) want.push_back("direct (amx)");
+    if (pairs) want.push_back(std::string("winograd, bf16 pairs (") + (amx ? "amx" : "avx512_bf16") + ")");
+    want.push_back("winograd, f32 planes");
+    want.push_back("im2col");
+    CHECK(c.candidates == want);
+    CHECK(c.seconds[c.chosen] == *std::min_element(c.seconds.begin(), c.seconds.end()));
   }
-  CHECK(kc::set_winograd_bf16_products(false));
-  CHECK(kc::winograd_applies(deep, false, true));  // float32 planes: Winograd
+  // Cached: the same bits, without measuring again.
+  const size_t made = kc::measured_choices().size();
+  CHECK(passes() == measured);
+  CHECK(kc::measured_choices().size() == made);
+  // The first call's result is the chosen algorithm's: forced, each pass alone gives its bits.
+  for (int pass = 0; pass < 3; ++pass) {
+    const kc::MeasuredChoice c = choice_for(std::string(names[pass]) + " bfloat16 4x32x7x7 -> 48, pad 1x1, 1 thread");
+    const std::string chosen = c.candidates[c.chosen];
+    kc::set_conv3x3_path(chosen == "im2col"         ? kc::Conv3x3Path::im2col
+                         : chosen == "direct (amx)" ? kc::Conv3x3Path::direct_amx
+                                                    : kc::Conv3x3Path::winograd);
+    kc::set_winograd_bf16_products(chosen.find("bf16 pairs") != std::string::npos);
+    INFO(c.shape << ": " << chosen);
+    CHECK(passes()[pass] == measured[pass]);
+    kc::set_conv3x3_path(kc::Conv3x3Path::automatic);
+  }
+  // float32 measures Winograd against im2col too.
+  VF y(yn);
+  kc::conv2d_forward(DType::f32, g, xf.data(), wf.data(), nullptr, y.data());
+  const kc::MeasuredChoice c = choice_for("forward float32 4x32x7x7 -> 48, pad 1x1, 1 thread");
+  CHECK(c.candidates == std::vector<std::string>{"winograd", "im2col"});
 }
 
 TEST_CASE("winograd conv: conv2d's autograd runs it and matches float64", "[conv][winograd]") {
+  WinogradPathGuard winograd;
   Generator gen(11);
   Tensor x = randn({2, 16, 10, 10}, {}, gen).requires_grad_();
   Tensor w = randn({24, 16, 3, 3}, {}, gen).requires_grad_();
@@ -458,7 +502,7 @@ VD winograd_bf16_weight_reference(const kernels::Conv2dGeometry& g, const VD& x,
 // reference rounded to bf16 or a neighbour of it, and almost all of them exactly it.
 void check_definition(const std::vector<BFloat16>& got, const VD& want) {
   REQUIRE(got.size() == want.size());
-  size_t exact = 0;
+  size_t exact = 0, neighbours = 0;
   double worst_ulps = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const BFloat16 r(static_cast<float>(want[i]));
@@ -466,11 +510,16 @@ void check_definition(const std::vector<BFloat16>& got, const VD& want) {
       ++exact;
       continue;
     }
+    // A neighbour: the next bf16 value up or down (same sign), even across a power of two, where
+    // the unit above is twice the one below.
+    const bool same_sign = (got[i].bits & 0x8000) == (r.bits & 0x8000);
+    if (same_sign && std::abs(int(got[i].bits & 0x7fff) - int(r.bits & 0x7fff)) == 1) ++neighbours;
     const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(want[i]), 1e-30)) - 7);
     worst_ulps = std::max(worst_ulps, std::abs(static_cast<double>(got[i]) - want[i]) / ulp);
   }
-  INFO(exact << " of " << got.size() << " exact; worst other error " << worst_ulps << " bf16 ulps");
-  CHECK(worst_ulps <= 1.0);
+  INFO(exact << " of " << got.size() << " exact, " << neighbours << " neighbours; worst other error " << worst_ulps
+             << " bf16 units of the reference");
+  CHECK(exact + neighbours == got.size());
   CHECK(static_cast<double>(exact) >= 0.97 * static_cast<double>(got.size()));
 }
 
@@ -489,6 +538,12 @@ double rms_relative(const std::vector<BFloat16>& got, const VD& want) {
 
 }  // namespace
 
+// Restores the AMX tiles (the engine of the bf16 pair products) when a test changes them.
+struct TilesGuard {
+  kc::AmxTiles saved = kc::amx_tiles();
+  ~TilesGuard() { kc::set_amx_tiles(saved); }
+};
+
 TEST_CASE("winograd conv: bf16 products on bf16 pairs compute their definition, close to float64", "[conv][winograd][bf16]") {
   WinogradPathGuard winograd;
   Bf16ProductsGuard keep_planes;
@@ -499,83 +554,130 @@ TEST_CASE("winograd conv: bf16 products on bf16 pairs compute their definition, 
     return;
   }
   testing::ThreadsGuard keep;
-  const std::vector<Case> cases = {
-      {2, 16, 9, 12, 24, 1, 1},   // odd output width: cut tiles
-      {3, 32, 14, 14, 64, 1, 1},  // the cnn model's second layer (n = 3)
-      {1, 16, 8, 7, 20, 2, 0},    // padding 2 (the input gradient's 0) and 0
-      {2, 17, 10, 11, 19, 1, 1},  // odd channel counts: a channel without its pair, K not a multiple of 8
-      {5, 16, 21, 21, 16, 1, 1},  // 605 tiles: blocks of 256 cross images and parts
-  };
+  TilesGuard keep_tiles;
+  // The engines: VDPBF16PS (tiles off), AMX on the emulator, and AMX on the hardware where it runs.
+  std::vector<kc::AmxTiles> engines = {kc::AmxTiles::off, kc::AmxTiles::emulated};
+  if (kc::amx_hardware_usable()) engines.push_back(kc::AmxTiles::hardware);
+  else WARN("no AMX tiles here (" << kc::amx_description() << "): the AMX pair products ran on the emulator only");
+  for (kc::AmxTiles engine : engines) {
+    REQUIRE(kc::set_amx_tiles(engine));
+    INFO("pair products on " << (engine == kc::AmxTiles::off ? "VDPBF16PS" : kc::amx_tiles_name(engine)) << " tiles");
+    const std::vector<Case> cases = {
+        {2, 16, 9, 12, 24, 1, 1},   // odd output width: cut tiles
+        {3, 32, 14, 14, 64, 1, 1},  // the cnn model's second layer (n = 3)
+        {1, 16, 8, 7, 20, 2, 0},    // padding 2 (the input gradient's 0) and 0
+        {2, 17, 10, 11, 19, 1, 1},  // odd channel counts: a channel without its pair, K not a multiple of 8
+        {5, 16, 21, 21, 16, 1, 1},  // 605 tiles: blocks of 256 cross images and parts
+    };
+    for (int threads : {1, 2})
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        set_num_threads(threads);
+        const Case& c = cases[ci];
+        INFO("case " << ci << ", threads " << threads);
+        const kernels::Conv2dGeometry g = geometry(c.n, c.c_in, c.h, c.w, c.c_out, c.pad_h, c.pad_w);
+        const int64_t xn = g.n * g.c_in * g.h * g.w, wn = g.c_out * g.c_in * 9, yn = g.n * g.c_out * g.out_h * g.out_w;
+        const std::vector<BFloat16> x = to_bf16(random_floats(xn, 21)), w = to_bf16(random_floats(wn, 22)),
+                                    bias = to_bf16(random_floats(g.c_out, 23)), gy = to_bf16(random_floats(yn, 24));
+        auto wide = [](const std::vector<BFloat16>& b) {
+          VD d;
+          for (const BFloat16& v : b) d.push_back(static_cast<double>(v));
+          return d;
+        };
+        const VD xd = wide(x), wd = wide(w), bd = wide(bias), gyd = wide(gy);
+        auto run = [&](bool bf16_planes) {
+          kc::set_winograd_bf16_products(bf16_planes);
+          std::vector<std::vector<BFloat16>> out = {std::vector<BFloat16>(yn), std::vector<BFloat16>(xn),
+                                                    std::vector<BFloat16>(wn)};
+          kc::conv2d_forward(DType::bf16, g, x.data(), w.data(), bias.data(), out[0].data());
+          kc::conv2d_backward_data(DType::bf16, g, gy.data(), w.data(), out[1].data());
+          kc::conv2d_backward_weight(DType::bf16, g, gy.data(), x.data(), out[2].data());
+          return out;
+        };
+        const int64_t before = kc::winograd_convolutions();
+        const auto planes16 = run(true);
+        CHECK(kc::winograd_convolutions() == before + 3);
+        const auto planes32 = run(false);
+        auto bits = [](const std::vector<BFloat16>& v) {
+          std::vector<uint16_t> b;
+          for (const BFloat16& e : v) b.push_back(e.bits);
+          return b;
+        };
+        for (int pass = 0; pass < 3; ++pass) CHECK(bits(planes16[pass]) != bits(planes32[pass]));  // the planes were rounded
+
+        // The definition: forward; input gradient = the convolution of dy with the flipped,
+        // channel-swapped filter and padding 2 - p; weight gradient.
+        const VD y_def = winograd_bf16_reference(
+            g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w, xd,
+            [&](int64_t k, int64_t ch) {
+              std::array<double, 9> f;
+              for (int i = 0; i < 9; ++i) f[i] = wd[(k * g.c_in + ch) * 9 + i];
+              return f;
+            },
+            bd);
+        const VD gx_def = winograd_bf16_reference(
+            g.n, g.c_out, g.out_h, g.out_w, g.c_in, 2 - g.pad_h, 2 - g.pad_w, gyd,
+            [&](int64_t k, int64_t ch) {
+              std::array<double, 9> f;
+              for (int i = 0; i < 9; ++i) f[i] = wd[(ch * g.c_in + k) * 9 + 8 - i];
+              return f;
+            },
+            VD{});
+        const VD gw_def = winograd_bf16_weight_reference(g, xd, gyd);
+        check_definition(planes16[0], y_def);
+        check_definition(planes16[1], gx_def);
+        check_definition(planes16[2], gw_def);
+
+        // Against float64 on the same bf16 inputs: the planes' rounding adds to the results' own.
+        VD y_ref(yn), gx_ref(xn), gw_ref(wn);
+        kc::conv2d_forward_reference(DType::f64, g, xd.data(), wd.data(), bd.data(), y_ref.data());
+        kc::conv2d_backward_data_reference(DType::f64, g, gyd.data(), wd.data(), gx_ref.data());
+        kc::conv2d_backward_weight_reference(DType::f64, g, gyd.data(), xd.data(), gw_ref.data());
+        const VD* refs[3] = {&y_ref, &gx_ref, &gw_ref};
+        for (int pass = 0; pass < 3; ++pass) {
+          const double e16 = rms_relative(planes16[pass], *refs[pass]);
+          const double e32 = rms_relative(planes32[pass], *refs[pass]);
+          INFO("pass " << pass << ": RMS relative error, bf16 planes " << e16 << ", float32 planes " << e32);
+          CHECK(e32 <= 0.003);  // about the final rounding alone: 2^-8 / sqrt(3) = 0.0023 at most for a uniform error
+          CHECK(e16 <= 3.5 * e32);
+        }
+      }
+  }
+}
+
+TEST_CASE("winograd conv: AMX pair products on the hardware give the emulator's bits", "[conv][winograd][bf16][amx]") {
+  if (!kc::amx_hardware_usable()) {
+    WARN("no AMX tiles here (" << kc::amx_description() << "): the AMX pair products ran on the emulator only");
+    return;
+  }
+  WARN("Winograd's AMX pair products on this CPU's tiles, against the emulator");
+  WinogradPathGuard winograd;
+  Bf16ProductsGuard keep_planes;
+  TilesGuard keep_tiles;
+  testing::ThreadsGuard keep;
+  REQUIRE(kc::set_winograd_bf16_products(true));
   for (int threads : {1, 2})
-    for (size_t ci = 0; ci < cases.size(); ++ci) {
+    for (const Case& c : {Case{2, 17, 10, 11, 19, 1, 1}, Case{3, 32, 14, 14, 64, 1, 1}, Case{1, 40, 9, 9, 33, 2, 0}}) {
       set_num_threads(threads);
-      const Case& c = cases[ci];
-      INFO("case " << ci << ", threads " << threads);
       const kernels::Conv2dGeometry g = geometry(c.n, c.c_in, c.h, c.w, c.c_out, c.pad_h, c.pad_w);
       const int64_t xn = g.n * g.c_in * g.h * g.w, wn = g.c_out * g.c_in * 9, yn = g.n * g.c_out * g.out_h * g.out_w;
-      const std::vector<BFloat16> x = to_bf16(random_floats(xn, 21)), w = to_bf16(random_floats(wn, 22)),
-                                  bias = to_bf16(random_floats(g.c_out, 23)), gy = to_bf16(random_floats(yn, 24));
-      auto wide = [](const std::vector<BFloat16>& b) {
-        VD d;
-        for (const BFloat16& v : b) d.push_back(static_cast<double>(v));
-        return d;
+      const std::vector<BFloat16> x = to_bf16(random_floats(xn, 41)), w = to_bf16(random_floats(wn, 42)),
+                                  gy = to_bf16(random_floats(yn, 43));
+      auto run = [&](kc::AmxTiles tiles) {
+        REQUIRE(kc::set_amx_tiles(tiles));
+        std::vector<std::vector<uint16_t>> bits(3);
+        std::vector<BFloat16> y(yn), gx(xn), gw(wn);
+        kc::conv2d_forward(DType::bf16, g, x.data(), w.data(), nullptr, y.data());
+        kc::conv2d_backward_data(DType::bf16, g, gy.data(), w.data(), gx.data());
+        kc::conv2d_backward_weight(DType::bf16, g, gy.data(), x.data(), gw.data());
+        for (const BFloat16& v : y) bits[0].push_back(v.bits);
+        for (const BFloat16& v : gx) bits[1].push_back(v.bits);
+        for (const BFloat16& v : gw) bits[2].push_back(v.bits);
+        return bits;
       };
-      const VD xd = wide(x), wd = wide(w), bd = wide(bias), gyd = wide(gy);
-      auto run = [&](bool bf16_planes) {
-        kc::set_winograd_bf16_products(bf16_planes);
-        std::vector<std::vector<BFloat16>> out = {std::vector<BFloat16>(yn), std::vector<BFloat16>(xn),
-                                                  std::vector<BFloat16>(wn)};
-        kc::conv2d_forward(DType::bf16, g, x.data(), w.data(), bias.data(), out[0].data());
-        kc::conv2d_backward_data(DType::bf16, g, gy.data(), w.data(), out[1].data());
-        kc::conv2d_backward_weight(DType::bf16, g, gy.data(), x.data(), out[2].data());
-        return out;
-      };
-      const int64_t before = kc::winograd_convolutions();
-      const auto planes16 = run(true);
-      CHECK(kc::winograd_convolutions() == before + 3);
-      const auto planes32 = run(false);
-      auto bits = [](const std::vector<BFloat16>& v) {
-        std::vector<uint16_t> b;
-        for (const BFloat16& e : v) b.push_back(e.bits);
-        return b;
-      };
-      for (int pass = 0; pass < 3; ++pass) CHECK(bits(planes16[pass]) != bits(planes32[pass]));  // the planes were rounded
-
-      // The definition: forward; input gradient = the convolution of dy with the flipped,
-      // channel-swapped filter and padding 2 - p; weight gradient.
-      const VD y_def = winograd_bf16_reference(
-          g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w, xd,
-          [&](int64_t k, int64_t ch) {
-            std::array<double, 9> f;
-            for (int i = 0; i < 9; ++i) f[i] = wd[(k * g.c_in + ch) * 9 + i];
-            return f;
-          },
-          bd);
-      const VD gx_def = winograd_bf16_reference(
-          g.n, g.c_out, g.out_h, g.out_w, g.c_in, 2 - g.pad_h, 2 - g.pad_w, gyd,
-          [&](int64_t k, int64_t ch) {
-            std::array<double, 9> f;
-            for (int i = 0; i < 9; ++i) f[i] = wd[(ch * g.c_in + k) * 9 + 8 - i];
-            return f;
-          },
-          VD{});
-      const VD gw_def = winograd_bf16_weight_reference(g, xd, gyd);
-      check_definition(planes16[0], y_def);
-      check_definition(planes16[1], gx_def);
-      check_definition(planes16[2], gw_def);
-
-      // Against float64 on the same bf16 inputs: the planes' rounding adds to the results' own.
-      VD y_ref(yn), gx_ref(xn), gw_ref(wn);
-      kc::conv2d_forward_reference(DType::f64, g, xd.data(), wd.data(), bd.data(), y_ref.data());
-      kc::conv2d_backward_data_reference(DType::f64, g, gyd.data(), wd.data(), gx_ref.data());
-      kc::conv2d_backward_weight_reference(DType::f64, g, gyd.data(), xd.data(), gw_ref.data());
-      const VD* refs[3] = {&y_ref, &gx_ref, &gw_ref};
+      const auto hw = run(kc::AmxTiles::hardware), emu = run(kc::AmxTiles::emulated);
       for (int pass = 0; pass < 3; ++pass) {
-        const double e16 = rms_relative(planes16[pass], *refs[pass]);
-        const double e32 = rms_relative(planes32[pass], *refs[pass]);
-        INFO("pass " << pass << ": RMS relative error, bf16 planes " << e16 << ", float32 planes " << e32);
-        CHECK(e32 <= 0.003);  // about the final rounding alone: 2^-8 / sqrt(3) = 0.0023 at most for a uniform error
-        CHECK(e16 <= 3.5 * e32);
+        INFO("threads " << threads << ", c_in " << c.c_in << ", pass " << pass);
+        CHECK(hw[pass] == emu[pass]);
       }
     }
 }

@@ -1,8 +1,10 @@
 // The CPU bf16 GEMM (kernels/cpu/bf16/gemm_bf16.h, Note [bf16 GEMM on the CPU]) against a double
-// reference computed from the same bf16 inputs, on both paths: the AVX512_BF16 kernel (when this
-// CPU has it) and the f32 fallback, which every CPU can run. Odd sizes, every transpose, alpha,
-// beta, padded leading dimensions, f32 and bf16 C, one and several threads; a counter proves which
-// path ran.
+// reference computed from the same bf16 inputs, on every kernel: the AVX512_BF16 kernel (when this
+// CPU has it), the f32 fallback, which every CPU can run, and the AMX kernel (Note [bf16 GEMM on
+// AMX tiles]) on the tile emulator, which every CPU can run, and on the hardware's tiles where the
+// CPU has them — there bit for bit against the emulator. Odd sizes, every transpose, alpha, beta,
+// padded leading dimensions, f32 and bf16 C, one and several threads; counters prove which kernel
+// ran. Then the measured path: each shape's kernel chosen by timing, its result the chosen kernel's.
 //
 // Bound, per element: the sum of k exact products (bf16 x bf16 fits an f32 significand) in f32,
 // in any order, is off by at most (k + 4) u32 * S with u32 = 2^-24 and S = |alpha| sum |a b| +
@@ -11,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -18,7 +21,9 @@
 #include <vector>
 
 #include <ember/core/cpu/cpu_features.h>
+#include <ember/kernels/cpu/bf16/amx_tiles.h>
 #include <ember/kernels/cpu/bf16/gemm_bf16.h>
+#include <ember/kernels/cpu/measured_choice.h>
 #include <ember/core/cpu/parallel.h>
 
 #include "test_util.h"
@@ -33,8 +38,9 @@ struct Shape3 {
   int64_t m, n, k;
 };
 
-// Sizes: 1s, whole and partial 8 x 48 micro-tiles, odd k, k crossing the 192 block, m crossing the
-// 144 block, n crossing the 2064 block, long k, and products split over threads by columns and rows.
+// Sizes: 1s, whole and partial 8 x 48 and 32 x 32 micro-tiles, odd k, k crossing the 256 block, m
+// crossing the 128 and 144 blocks, n crossing the 2048 and 2064 blocks, long k, and products split
+// over threads by columns and rows.
 const std::vector<Shape3> kShapes = {{1, 1, 1},   {1, 37, 5},     {13, 1, 300},   {16, 96, 384},  {25, 70, 513},
                                      {7, 33, 2},  {150, 40, 64},  {3, 5, 1000},   {31, 2100, 9},  {40, 50, 3000},
                                      {145, 97, 27}, {64, 300, 200}, {300, 100, 100}};
@@ -104,15 +110,36 @@ void check_all(uint32_t seed) {
   check_product(Transpose::No, Transpose::Yes, {5, 7, 0}, 1.0f, 0.0f, true, seed);
 }
 
-// Restores the process-wide path and thread count.
+// Restores the process-wide path, the AMX tiles and the thread count.
 struct PathGuard {
   kc::Bf16GemmPath path = kc::bf16_gemm_path();
+  kc::AmxTiles tiles = kc::amx_tiles();
   int threads = get_num_threads();
   ~PathGuard() {
+    kc::set_amx_tiles(tiles);
     kc::set_bf16_gemm_path(path);
     set_num_threads(threads);
   }
 };
+
+// C after one product on the current path, f32 or bf16 C (as f32 values), from fixed operands.
+std::vector<float> product_of(Transpose ta, Transpose tb, Shape3 s, float alpha, float beta, bool bf16_out,
+                              uint32_t seed) {
+  const auto [m, n, k] = s;
+  const int64_t lda = (ta == Transpose::No ? k : m) + 3, ldb = (tb == Transpose::No ? n : k) + 1, ldc = n + 2;
+  const std::vector<BFloat16> a = random_bf16(static_cast<size_t>((ta == Transpose::No ? m : k) * lda), seed);
+  const std::vector<BFloat16> b = random_bf16(static_cast<size_t>((tb == Transpose::No ? k : n) * ldb), seed + 1);
+  std::vector<BFloat16> cb = random_bf16(static_cast<size_t>(m * ldc), seed + 2);
+  std::vector<float> cf(cb.size());
+  for (size_t i = 0; i < cb.size(); ++i) cf[i] = static_cast<float>(cb[i]);
+  if (!bf16_out) {
+    kc::gemm_bf16(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, cf.data(), ldc);
+    return cf;
+  }
+  kc::gemm_bf16(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, cb.data(), ldc);
+  for (size_t i = 0; i < cb.size(); ++i) cf[i] = static_cast<float>(cb[i]);
+  return cf;
+}
 
 // A batch whose operands repeat (a broadcast A), bf16 C, against per-product gemm_bf16 calls.
 void check_batched() {
@@ -165,12 +192,114 @@ TEST_CASE("gemm_bf16: the f32 fallback matches a double reference within f32 acc
   }
 }
 
+TEST_CASE("gemm_bf16: the AMX kernel on emulated tiles matches a double reference", "[gemm][bf16][amx]") {
+  const PathGuard guard;
+  REQUIRE(kc::set_amx_tiles(kc::AmxTiles::emulated));
+  REQUIRE(kc::set_bf16_gemm_path(kc::Bf16GemmPath::amx));
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    const int64_t before = kc::bf16_gemm_amx_products(), dots = kc::amx_emulator::dot_products();
+    check_all(300);
+    check_batched();
+    CHECK(kc::bf16_gemm_amx_products() > before);            // the AMX kernel ran
+    CHECK(kc::amx_emulator::dot_products() > dots + 1000);  // on the emulator's tiles
+  }
+}
+
+TEST_CASE("gemm_bf16: the AMX kernel on hardware tiles gives the emulator's bits", "[gemm][bf16][amx]") {
+  if (!kc::amx_hardware_usable()) {
+    WARN("no AMX tiles here (" << kc::amx_description() << "): the AMX kernel ran on the emulator only");
+    CHECK_FALSE(kc::set_amx_tiles(kc::AmxTiles::hardware));
+    return;
+  }
+  WARN("the AMX kernel on this CPU's tiles, against the emulator");
+  const PathGuard guard;
+  REQUIRE(kc::set_bf16_gemm_path(kc::Bf16GemmPath::amx));
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    REQUIRE(kc::set_amx_tiles(kc::AmxTiles::hardware));
+    const int64_t dots = kc::amx_emulator::dot_products();
+    check_all(400);
+    check_batched();
+    CHECK(kc::amx_emulator::dot_products() == dots);  // the hardware ran, not the emulator
+    // Every transpose, both scalars' cases and both outputs: hardware and emulator, the same bits
+    // (packing with AVX-512 on the hardware, plain loops on the emulator).
+    uint32_t seed = 500;
+    int differ = 0;
+    for (const Shape3& s : kShapes)
+      for (Transpose ta : {Transpose::No, Transpose::Yes})
+        for (Transpose tb : {Transpose::No, Transpose::Yes})
+          for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{1.0f, 1.0f}, std::pair{-0.5f, 2.0f}})
+            for (bool bf16_out : {false, true}) {
+              REQUIRE(kc::set_amx_tiles(kc::AmxTiles::hardware));
+              const std::vector<float> hw = product_of(ta, tb, s, alpha, beta, bf16_out, seed);
+              REQUIRE(kc::set_amx_tiles(kc::AmxTiles::emulated));
+              const std::vector<float> emu = product_of(ta, tb, s, alpha, beta, bf16_out, seed++);
+              if (hw != emu && differ++ < 3)
+                FAIL_CHECK("m " << s.m << " n " << s.n << " k " << s.k << " ta " << (ta == Transpose::Yes) << " tb "
+                                << (tb == Transpose::Yes) << ": hardware and emulator differ");
+            }
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("gemm_bf16: the measured path takes each shape's fastest kernel, with its result", "[gemm][bf16]") {
+  const PathGuard guard;
+  if (!kc::set_bf16_gemm_path(kc::Bf16GemmPath::measured) || !kc::bf16_gemm_native_available()) {
+    WARN("one bf16 kernel on this CPU (the f32 fallback): nothing to measure");
+    return;
+  }
+  set_num_threads(1);
+  struct FreshChoices {  // this process's own measurement, not the choices file's
+    std::string file = kc::measured_choice_file();
+    FreshChoices() {
+      kc::set_measured_choice_file("");
+      kc::forget_measured_choices();
+    }
+    ~FreshChoices() {
+      kc::forget_measured_choices();
+      kc::set_measured_choice_file(file);
+    }
+  } fresh;
+  const Shape3 s{64, 300, 288};
+  const std::vector<float> measured = product_of(Transpose::No, Transpose::Yes, s, 1.0f, 1.0f, false, 900);
+  const std::vector<kc::MeasuredChoice> made = kc::measured_choices();
+  REQUIRE(made.size() == 1);
+  const kc::MeasuredChoice& c = made[0];
+  INFO(c.family << " " << c.shape << ": " << c.candidates[c.chosen]);
+  CHECK(c.family == "gemm_bf16");
+  CHECK(c.shape == "NT 64x300x288, 1 thread");
+  CHECK(c.candidates.back() == "f32");
+  CHECK(c.candidates.size() == (kc::amx_tiles() == kc::AmxTiles::hardware ? 3u : 2u));
+  for (size_t i = 0; i < c.candidates.size(); ++i) CHECK(c.seconds[i] > 0.0);
+  CHECK(c.seconds[c.chosen] == *std::min_element(c.seconds.begin(), c.seconds.end()));
+  // The first call's C (beta = 1: restored before every timed run) is the chosen kernel's.
+  const std::string chosen = c.candidates[c.chosen];
+  REQUIRE(kc::set_bf16_gemm_path(chosen == "amx"           ? kc::Bf16GemmPath::amx
+                                 : chosen == "avx512_bf16" ? kc::Bf16GemmPath::avx512_bf16
+                                                           : kc::Bf16GemmPath::f32_fallback));
+  CHECK(product_of(Transpose::No, Transpose::Yes, s, 1.0f, 1.0f, false, 900) == measured);
+  // Cached: the shape is not measured again.
+  REQUIRE(kc::set_bf16_gemm_path(kc::Bf16GemmPath::measured));
+  CHECK(product_of(Transpose::No, Transpose::Yes, s, 1.0f, 1.0f, false, 900) == measured);
+  CHECK(kc::measured_choices().size() == 1);
+}
+
 TEST_CASE("gemm_bf16: the path follows the CPU's features", "[gemm][bf16]") {
   const ember::CpuFeatures& f = ember::cpu_features();
   const bool has = f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
   CHECK(kc::bf16_gemm_native_available() == has);
+  CHECK(kc::amx_hardware_usable() ==
+        (f.amx_tile && f.amx_bf16 && ember::amx_tiles_status().permission == ember::AmxPermission::granted));
   const char* env = std::getenv("EMBER_CPU_BF16");
-  const bool off = env && (std::string(env) == "off" || std::string(env) == "0");
-  CHECK(kc::bf16_gemm_path() == (has && !off ? kc::Bf16GemmPath::avx512_bf16 : kc::Bf16GemmPath::f32_fallback));
+  const std::string v = env ? env : "";
+  if (v.empty()) {
+    // Measured wherever a second kernel can run; the AMX kernel is a candidate only on hardware tiles.
+    const bool several = has || kc::amx_tiles() == kc::AmxTiles::hardware;
+    CHECK(kc::bf16_gemm_path() == (several ? kc::Bf16GemmPath::measured : kc::Bf16GemmPath::f32_fallback));
+  }
+  if (v == "off" || v == "0" || v == "f32") CHECK(kc::bf16_gemm_path() == kc::Bf16GemmPath::f32_fallback);
   CHECK(std::string(kc::bf16_gemm_path_name(kc::Bf16GemmPath::avx512_bf16)) == "avx512_bf16");
+  CHECK(std::string(kc::bf16_gemm_path_name(kc::Bf16GemmPath::amx)) == "amx");
+  WARN("bf16 GEMM: " << kc::bf16_gemm_description() << "; AMX " << kc::amx_description());
 }

@@ -39,7 +39,9 @@ void run_info(bool json) {
               ember::isa_name(paths.gemm_isa), paths.gemm_chosen_by.c_str());
   std::printf("  library    %s\n", paths.blas_library.c_str());
   std::printf("  bf16       %s\n", paths.bf16_gemm.c_str());
+  std::printf("  amx        %s\n", paths.amx.c_str());
   std::printf("  conv 3x3   %s\n", paths.conv3x3.c_str());
+  std::printf("  measured   %s\n", paths.measured.c_str());
   const int usable = available_cpus();
   const std::string why = env_threads ? std::string("EMBER_NUM_THREADS=") + env_threads
                           : usable == static_cast<int>(std::thread::hardware_concurrency())

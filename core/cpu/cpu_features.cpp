@@ -2,8 +2,14 @@
 
 #include "cpu_features.h"
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -137,6 +143,33 @@ std::string feature_list(const CpuFeatures& f) {
   for (const auto& [present, name] : all)
     if (present) s += (s.empty() ? "" : " ") + std::string(name);
   return s;
+}
+
+namespace {
+
+// arch_prctl codes and the tile-data state component (linux/arch/x86/include/uapi/asm/prctl.h).
+constexpr int kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+
+AmxStatus ask_for_amx() {
+  const CpuFeatures& f = cpu_features();
+  if (!f.amx_tile || !f.amx_bf16) return {AmxPermission::no_amx, "no AMX-TILE/AMX-BF16 on this CPU"};
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
+    return {AmxPermission::refused, std::string("refused by arch_prctl(ARCH_REQ_XCOMP_PERM): ") + std::strerror(errno)};
+  uint64_t granted = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) != 0 || !((granted >> kXfeatureXtiledata) & 1u))
+    return {AmxPermission::refused, "arch_prctl(ARCH_GET_XCOMP_PERM) does not list tile data"};
+  return {AmxPermission::granted, "tile data granted by arch_prctl(ARCH_REQ_XCOMP_PERM)"};
+#else
+  return {AmxPermission::refused, "no arch_prctl on this operating system"};
+#endif
+}
+
+}  // namespace
+
+const AmxStatus& amx_tiles_status() {
+  static const AmxStatus status = ask_for_amx();
+  return status;
 }
 
 }  // namespace ember

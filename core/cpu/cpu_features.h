@@ -35,4 +35,23 @@ const char* isa_name(IsaLevel level);  // "SSE2", "AVX", "AVX2+FMA", "AVX-512"
 // The features present, lower-case and space-separated: "sse4.2 avx avx2 fma f16c avx512f ...".
 std::string feature_list(const CpuFeatures& f);
 
+// Note [AMX tile permission]
+// AMX's tile data is 8 KB of register state per thread, too large for the signal frames and
+// context switches of every process, so Linux (5.16 and later) leaves it off until a process asks:
+// arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) grants it to the whole process (every
+// thread, present and future); a tile instruction without it raises SIGILL. amx_tiles_status()
+// asks once, the first time it is called, and remembers the answer. The kernel may refuse (an
+// older kernel, a seccomp filter, a sigaltstack too small for the larger signal frame): the
+// AMX kernels are then not used, and `ember info` prints why.
+enum class AmxPermission {
+  granted,    // the CPU has AMX-TILE and AMX-BF16, and Linux granted tile data to this process
+  refused,    // the CPU has them, but the request failed (detail says how)
+  no_amx,     // the CPU (or the operating system's XCR0) has no AMX tile state
+};
+struct AmxStatus {
+  AmxPermission permission = AmxPermission::no_amx;
+  std::string detail;  // e.g. "granted by arch_prctl(ARCH_REQ_XCOMP_PERM)" or "refused: Invalid argument"
+};
+const AmxStatus& amx_tiles_status();
+
 }  // namespace ember

@@ -12,6 +12,8 @@
 #include "gemm.h"
 #include "conv_parts.h"
 #include "winograd/conv_winograd.h"
+#include "bf16/amx_tiles.h"
+#include "bf16/conv_amx.h"
 #include "bf16/gemm_bf16.h"
 #include "bf16/bf16_convert.h"
 #include "../../core/cpu/cpu_features.h"
@@ -168,10 +170,45 @@ void add_row(const T* src, T* dst, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; ++i) dst[kStride * i] += src[i];
 }
 
+// im2col of a "same" convolution (stride 1, no dilation, out_w == w: 3x3 with padding 1): col row
+// (c, i, j) is channel c's plane shifted by (i - pad_h, j - pad_w), so its valid output rows are
+// one contiguous copy of the plane, then the columns that wrapped into the neighbouring row (the
+// padding) zeroed. Deep layers' rows are a few elements (7 at ResNet's layer4, 14 in the cnn
+// model), where a masked copy per row cost as much as the AMX product that follows.
+template <typename T>
+void im2col_same_width(const Conv2dGeometry& g, const T* x, T* col, int64_t ld) {
+  const int64_t w = g.w, ohw = g.out_h * w, plane = g.h * w;
+  for (int64_t c = 0; c < g.c_in; ++c) {
+    const T* xc = x + c * plane;
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
+        const int64_t dy = i - g.pad_h, dx = j - g.pad_w;
+        const int64_t oy0 = std::clamp<int64_t>(-dy, 0, g.out_h), oy1 = std::clamp<int64_t>(g.h - dy, oy0, g.out_h);
+        std::fill(row, row + oy0 * w, T(0));
+        std::fill(row + oy1 * w, row + ohw, T(0));
+        if (oy0 == oy1) continue;
+        // dst [oy0 w, oy1 w) from the plane at + dy w + dx, the ends clipped to the plane.
+        const int64_t lo = oy0 * w, hi = oy1 * w, shift = dy * w + dx;
+        const int64_t src_lo = std::max<int64_t>(lo + shift, 0), src_hi = std::min<int64_t>(hi + shift, plane);
+        std::fill(row + lo, row + (src_lo - shift), T(0));
+        std::copy(xc + src_lo, xc + src_hi, row + (src_lo - shift));
+        std::fill(row + (src_hi - shift), row + hi, T(0));
+        for (int64_t oy = oy0; oy < oy1 && dx != 0; ++oy) {  // the columns past the row's ends
+          T* r = row + oy * w;
+          if (dx < 0) std::fill(r, r + std::min<int64_t>(-dx, w), T(0));
+          else std::fill(r + std::max<int64_t>(w - dx, 0), r + w, T(0));
+        }
+      }
+  }
+}
+
 // col's rows are `ld` apart: ld = out_h * out_w for one image's col, B * out_h * out_w for an
 // image's columns inside a chunk of B images (Note [Chunks of images]).
 template <typename T>
 void im2col_impl(const Conv2dGeometry& g, const T* x, T* col, int64_t ld) {
+  if (g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1 && g.out_w == g.w)
+    return im2col_same_width(g, x, col, ld);
   for (int64_t c = 0; c < g.c_in; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
@@ -310,11 +347,14 @@ struct ChunkScratch {
 // operands, f32 C), and everything summed — the GEMM outputs, col2im's overlapping columns, dw
 // across chunks and parts — stays f32 until one final rounding to bf16 per output element. So
 // y = round(bias + sum), dx = round(col2im(sum)), dw = round(sum over all images). For f32 and
-// f64, A = T and nothing changes. The 3x3 stride-1 convolutions that the Winograd path takes
-// (below) keep the same contract where the CPU has no AVX512_BF16 (or EMBER_CPU_WINOGRAD_BF16=off):
+// f64, A = T and nothing changes. The GEMMs' kernel (AMX tiles, VDPBF16PS or the f32 fallback)
+// is measured per shape (Note [Kernels chosen by measurement] in measured_choice.cpp); all sum in
+// f32. The 3x3 stride-1 convolutions that the Winograd path takes (below) keep the same contract
+// on float32 planes (the only planes without AVX512_BF16, or with EMBER_CPU_WINOGRAD_BF16=off):
 // bf16 widened as it is read, float32 products and sums, one rounding as each result is stored.
-// With AVX512_BF16 they run their products on bf16 pairs, which also rounds the transformed
-// tiles: Note [bf16 Winograd products] in conv_winograd.cpp.
+// On bf16 pairs (VDPBF16PS or AMX tiles) they also round the transformed tiles: Note [bf16
+// Winograd products] in conv_winograd.cpp. Which algorithm each layer's pass takes is measured
+// too: Note [When bf16 Winograd pays] in conv3x3_choice.cpp.
 template <typename T>
 using conv_acc_t = std::conditional_t<std::is_same_v<T, BFloat16>, float, T>;
 
@@ -352,18 +392,16 @@ void gather_images(const T* t, int64_t first, int64_t b, int64_t c_out, int64_t 
     }
 }
 
-// The Winograd path (Note [Winograd convolution] in conv_winograd.cpp) takes f32 and bf16 3x3
+// The Winograd path (Note [Winograd convolution] in conv_winograd.cpp) may take f32 and bf16 3x3
 // stride-1 convolutions (bf16: Note [bf16 convolutions] above; 2.25 times fewer products than
 // im2col and the bf16 GEMM); f64 stays on im2col + GEMM, the exact path.
 template <typename T>
 constexpr bool kWinogradType = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
 
 template <typename T>
-void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+void forward_im2col(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: the GEMM writes f32 (Note [bf16 convolutions])
-  if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, false, std::is_same_v<T, BFloat16>)) return winograd_forward(g, x, w, bias, y);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -403,11 +441,9 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
 }
 
 template <typename T>
-void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+void backward_data_im2col(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: dcol and col2im in f32 (Note [bf16 convolutions])
-  if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, true, std::is_same_v<T, BFloat16>)) return winograd_backward_data(g, gy, w, gx);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -454,12 +490,9 @@ void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx)
 }
 
 template <typename T>
-void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+void backward_weight_im2col(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
   using A = conv_acc_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;  // bf16: every part sums in f32 (Note [bf16 convolutions])
-  if constexpr (kWinogradType<T>)
-    if (winograd_applies(g, false, std::is_same_v<T, BFloat16>))
-      return winograd_backward_weight(g, gy, x, gw);
   check_sizes(g);
   const int64_t G = g.groups, cout_g = g.c_out / G, kk = g.c_in / G * g.kh * g.kw;
   const int64_t ohw = g.out_h * g.out_w, x_img = g.c_in * g.h * g.w;
@@ -513,6 +546,51 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
       }
     }
   });
+}
+
+// The three passes: f32 and bf16 through run_conv_pass (conv3x3_choice.h: Winograd, the direct
+// AMX convolution or im2col, measured per layer and pass where several apply), f64 on im2col.
+template <typename T>
+void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  if constexpr (kWinogradType<T>)
+    return run_conv_pass(g, ConvPass::forward, dtype_of<T>::value, [&](ConvAlgo a) {
+      if (a.kind == ConvAlgoKind::im2col) return forward_im2col(g, x, w, bias, y);
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (a.kind == ConvAlgoKind::direct_amx) return amx_conv_forward(amx_tiles(), g, x, w, bias, y);
+        winograd_forward(g, x, w, bias, y, a.products);
+      } else {
+        winograd_forward(g, x, w, bias, y);
+      }
+    });
+  forward_im2col(g, x, w, bias, y);
+}
+
+template <typename T>
+void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+  if constexpr (kWinogradType<T>)
+    return run_conv_pass(g, ConvPass::backward_data, dtype_of<T>::value, [&](ConvAlgo a) {
+      if (a.kind == ConvAlgoKind::im2col) return backward_data_im2col(g, gy, w, gx);
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (a.kind == ConvAlgoKind::direct_amx) return amx_conv_backward_data(amx_tiles(), g, gy, w, gx);
+        winograd_backward_data(g, gy, w, gx, a.products);
+      } else {
+        winograd_backward_data(g, gy, w, gx);
+      }
+    });
+  backward_data_im2col(g, gy, w, gx);
+}
+
+template <typename T>
+void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+  if constexpr (kWinogradType<T>)
+    return run_conv_pass(g, ConvPass::backward_weight, dtype_of<T>::value, [&](ConvAlgo a) {
+      if constexpr (std::is_same_v<T, BFloat16>)
+        if (a.kind == ConvAlgoKind::direct_amx) return amx_conv_backward_weight(amx_tiles(), g, gy, x, gw);
+      if (a.kind != ConvAlgoKind::winograd) return backward_weight_im2col(g, gy, x, gw);
+      if constexpr (std::is_same_v<T, BFloat16>) winograd_backward_weight(g, gy, x, gw, a.products);
+      else winograd_backward_weight(g, gy, x, gw);
+    });
+  backward_weight_im2col(g, gy, x, gw);
 }
 
 template <typename T>

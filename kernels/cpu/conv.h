@@ -1,7 +1,8 @@
 #pragma once
 // 2-D convolution on the CPU, NCHW: Winograd F(2x2, 3x3) for f32 and bf16 3x3 stride-1 layers
-// with enough channels (conv_winograd.h), im2col + GEMM for every other one, and direct
-// seven-loop references that the tests hold both to. Contracts: kernels/conv.h (Note [im2col]).
+// with enough channels, bf16 stride-1 layers directly on AMX tiles (bf16/conv_amx.h), each where it
+// measures faster than im2col (conv_winograd.h, conv3x3_choice.h), im2col + GEMM for every other
+// one, and direct seven-loop references that the tests hold them to. Contracts: kernels/conv.h (Note [im2col]).
 // dtypes: f32 and f64 (OpenBLAS), and bf16 (gemm_bf16.h, f32 sums rounded once: Note [bf16
 // convolutions] in conv.cpp).
 //

@@ -20,7 +20,7 @@ elif has avx2 && has fma; then want="AVX2+FMA"
 elif has avx; then want="AVX"
 else want="SSE2"; fi
 
-json=$(env -u OPENBLAS_CORETYPE -u EMBER_CPU_BF16 "$ember" info --json 2>"$stderr_file") || fail "info --json exited $?"
+json=$(env -u OPENBLAS_CORETYPE -u EMBER_CPU_BF16 -u EMBER_CPU_AMX "$ember" info --json 2>"$stderr_file") || fail "info --json exited $?"
 read_json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" <<<"$json"; }
 [ "$(read_json "d['cpu']['widest_isa']")" = "$want" ] || fail "widest_isa $(read_json "d['cpu']['widest_isa']"), /proc/cpuinfo says $want"
 [ "$(read_json "d['gemm']['kernels_isa']")" = "$want" ] || fail "GEMM kernels $(read_json "d['gemm']['kernels']") run $(read_json "d['gemm']['kernels_isa']"), not $want"
@@ -33,15 +33,30 @@ read_json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" <<
 text=$(env -u OPENBLAS_CORETYPE "$ember" info) || fail "info exited $?"
 grep -q "^GEMM / conv  .* kernels ($want), chosen by " <<<"$text" || fail "info text lacks the GEMM line: $text"
 
-# The bf16 GEMM path: ember's AVX512_BF16 kernel where the CPU has it (and EMBER_CPU_BF16=off
-# does not turn it off), the f32 fallback otherwise.
-if [ "$want" = "AVX-512" ] && has avx512_bf16; then want_bf16="avx512_bf16"
+# The AMX tiles: the hardware's where the CPU has AMX (and Linux grants them), off otherwise;
+# EMBER_CPU_AMX=emulate runs the emulator.
+amx_line=$(env -u EMBER_CPU_AMX "$ember" info | grep '^  amx        ')
+if has amx_tile && has amx_bf16; then
+  [[ $amx_line == "  amx        hardware tiles (AMX-BF16; "* || $amx_line == "  amx        off: the CPU has AMX but Linux "* ]] ||
+    fail "AMX line '$amx_line' on a CPU with AMX"
+else
+  [ "$amx_line" = "  amx        off: no AMX-TILE/AMX-BF16 on this CPU" ] || fail "AMX line '$amx_line' on a CPU without AMX"
+fi
+[[ $(EMBER_CPU_AMX=emulate "$ember" info | grep '^  amx        ') == "  amx        emulated tiles "* ]] ||
+  fail "EMBER_CPU_AMX=emulate does not say emulated tiles"
+# The bf16 GEMM path: measured per shape among the kernels this CPU runs (AMX on hardware tiles,
+# AVX512_BF16, the f32 fallback), or the fallback alone; EMBER_CPU_BF16=off forces the fallback.
+kernels=""
+[[ $amx_line == "  amx        hardware tiles"* ]] && kernels="amx, "
+[ "$want" = "AVX-512" ] && has avx512_bf16 && kernels="${kernels}avx512_bf16, "
+if [ -n "$kernels" ]; then want_bf16="measured per shape among ${kernels}f32"
 else want_bf16="f32 fallback (OpenBLAS sgemm)"; fi
 [ "$(read_json "d['gemm']['bf16']")" = "$want_bf16" ] ||
   fail "bf16 GEMM path $(read_json "d['gemm']['bf16']"), /proc/cpuinfo says $want_bf16"
 grep -q "^  bf16       $want_bf16\$" <<<"$(env -u EMBER_CPU_BF16 "$ember" info)" || fail "info text lacks the bf16 line"
 off=$(EMBER_CPU_BF16=off "$ember" info --json | python3 -c "import json,sys; print(json.load(sys.stdin)['gemm']['bf16'])")
 [ "$off" = "f32 fallback (OpenBLAS sgemm)" ] || fail "EMBER_CPU_BF16=off: bf16 GEMM path $off"
+grep -q "^  measured   on each shape's first use, kept in " <<<"$text" || fail "info text lacks the measured line"
 
 if [ "$want" != "SSE2" ]; then
   err=$(OPENBLAS_CORETYPE=Prescott "$ember" info 2>&1 >/dev/null)

@@ -1,6 +1,7 @@
 #pragma once
 // The AVX-512 bf16 <-> float and f16 <-> float conversions of 16 lanes that the vectorized CPU loops share
-// (bf16_convert.cpp, conv_winograd.cpp), internal to kernels/cpu: Note [Vectorized bf16
+// (bf16_convert.cpp, conv_winograd.cpp) and a 16 x 16 transpose of 32-bit words (the pair packings of
+// winograd_pairs.cpp and gemm_amx.cpp), internal to kernels/cpu: Note [Vectorized bf16
 // conversion on the CPU] in bf16_convert.h says why they give BFloat16's scalar bits. Callers are
 // functions compiled with EMBER_BF16_SIMD_TARGET and run only where cpu_features() reports AVX-512
 // F, BW and VL.
@@ -70,6 +71,32 @@ EMBER_BF16_SIMD_TARGET inline void narrow16(__m512 v, Half* dst, __mmask16 mask 
                                                               _mm512_set1_epi32(0x8000)));
   const __m256i canonical = _mm256_or_si256(sign, _mm256_set1_epi16(0x7e00));
   _mm256_mask_storeu_epi16(dst, mask, _mm256_mask_blend_epi16(nan, h, canonical));
+}
+
+// A 16 x 16 transpose of 32-bit elements: r[i] row i in, column i out.
+EMBER_BF16_SIMD_TARGET inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {  // within 128-bit lanes: (a0 b0 a1 b1), (a2 b2 a3 b3) of rows 2i, 2i + 1
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], lane L: rows 4i..4i+3 of column 4L + j
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  __m512i u[16];
+  for (int j = 0; j < 4; ++j) {  // column 4L + j = lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
+    const __m512i x0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), y0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+    const __m512i x1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+    u[j] = _mm512_shuffle_i32x4(x0, x1, 0x88);
+    u[8 + j] = _mm512_shuffle_i32x4(x0, x1, 0xdd);
+    u[4 + j] = _mm512_shuffle_i32x4(y0, y1, 0x88);
+    u[12 + j] = _mm512_shuffle_i32x4(y0, y1, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = u[i];
 }
 
 }  // namespace ember::kernels::cpu

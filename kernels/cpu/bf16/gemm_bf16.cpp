@@ -1,4 +1,5 @@
-// CPU bf16 GEMM: the AVX512_BF16 kernel and the f32 fallback (gemm_bf16.h).
+// The AVX512_BF16 (VDPBF16PS) bf16 GEMM kernel: dot_block in gemm_bf16_kernels.h; the entry points
+// of gemm_bf16.h, the path choice and the threading are in gemm_bf16_paths.cpp.
 //
 // Note [bf16 GEMM on the CPU]
 // VDPBF16PS (_mm512_dpbf16_ps(acc, a, b)) treats each 32-bit lane of its 512-bit operands as a
@@ -50,16 +51,19 @@
 // most 16 or 32 columns multiplies only that many (one or two of B's three vectors): ResNet's
 // layer4 products have 392 or 196 columns, 8 or 4 past the last whole sliver.
 //
-// Threading: a product above ~2 MFLOP is cut into blocks of C's columns (or rows, whichever is
-// longer), whole slivers each, one block per thread of ember's pool (Note [One thread pool] in
-// parallel.cpp), each with its own packing buffers. A thread packs the A blocks its columns
-// need, so A is packed once per thread: cheap next to the product when n is long.
+// Threading (gemm_bf16_paths.cpp): a product above ~2 MFLOP is cut into blocks of C's columns (or
+// rows, whichever is longer), whole slivers each, one block per thread of ember's pool (Note [One
+// thread pool] in parallel.cpp), each with its own packing buffers. A thread packs the A blocks its
+// columns need, so A is packed once per thread: cheap next to the product when n is long.
 //
-// The fallback (a CPU without AVX512_BF16, or EMBER_CPU_BF16=off) widens op(A) and op(B) to
+// The fallback (a CPU without AVX512_BF16, or EMBER_CPU_BF16=f32) widens op(A) and op(B) to
 // contiguous f32 (exact) and calls the f32 gemm (OpenBLAS); same accumulation type, same single
-// rounding of a bf16 C, so results agree with the native path to f32 rounding of the sums.
+// rounding of a bf16 C, so results agree with the native path to f32 rounding of the sums. Where
+// the CPU has AMX tiles a third kernel runs on them (Note [bf16 GEMM on AMX tiles] in
+// gemm_amx.cpp), and each product shape takes whichever of the three measured fastest (Note
+// [Kernels chosen by measurement] in measured_choice.cpp).
 
-#include "gemm_bf16.h"
+#include "gemm_bf16_kernels.h"
 
 #include <algorithm>
 #include <atomic>
@@ -173,40 +177,13 @@ void pack_pair_sliver(const BFloat16*, int64_t, bool, int64_t, int64_t, int64_t,
 
 namespace {
 
-constexpr int64_t kMR = 8;     // rows of a C micro-tile
-constexpr int64_t kNV = 3;     // zmm registers (16 floats each) per row of a C micro-tile
-constexpr int64_t kNR = 16 * kNV;  // columns of a C micro-tile
+constexpr int64_t kMR = kDotTileRows;  // rows of a C micro-tile
+constexpr int64_t kNV = 3;             // zmm registers (16 floats each) per row of a C micro-tile
+constexpr int64_t kNR = 16 * kNV;      // columns of a C micro-tile
+static_assert(kNR == kDotTileCols);
 constexpr int64_t kKC = 256;   // k per packed block (even: k-pairs never straddle blocks)
 constexpr int64_t kMC = 144;   // rows of op(A) per packed block (a multiple of kMR)
 constexpr int64_t kNC = 2064;  // columns of op(B) per packed block (a multiple of kNR)
-
-// ---- path choice ------------------------------------------------------------------------------
-
-bool native_available() {
-  const CpuFeatures& f = cpu_features();
-  return EMBER_BF16_X86 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
-}
-
-Bf16GemmPath default_path() {
-  const char* env = std::getenv("EMBER_CPU_BF16");
-  const bool off = env && (std::string(env) == "off" || std::string(env) == "0");
-  return native_available() && !off ? Bf16GemmPath::avx512_bf16 : Bf16GemmPath::f32_fallback;
-}
-
-std::atomic<int>& chosen_path() {
-  static std::atomic<int> path{static_cast<int>(default_path())};
-  return path;
-}
-
-std::atomic<int64_t> native_products{0};
-
-bool in_parallel() {
-#ifdef _OPENMP
-  return omp_in_parallel();
-#else
-  return false;
-#endif
-}
 
 // ---- the micro-kernel -------------------------------------------------------------------------
 
@@ -228,22 +205,10 @@ void micro_kernel(int64_t, const uint32_t*, const uint32_t*, float, float*, int6
 
 // ---- the blocked product, one thread ----------------------------------------------------------
 
-struct PackBuffers {  // Note [Kernel scratch from the CPU allocator] in scratch.h
-  Scratch<uint32_t> a = scratch<uint32_t>(kKC / 2 * kMC), b = scratch<uint32_t>(kKC / 2 * kNC);
-};
-
-struct Operands {
-  Transpose ta, tb;
-  const BFloat16* a;
-  int64_t lda;
-  const BFloat16* b;
-  int64_t ldb;
-};
-
 // C (m, n) f32 = alpha op(A) op(B) + beta C for rows [i0, i0 + m) and columns [j0, j0 + n) of the
 // product (c points at C(i0, j0)). k > 0.
-void native_block(const Operands& o, int64_t i0, int64_t j0, int64_t m, int64_t n, int64_t k, float alpha,
-                  float beta, float* c, int64_t ldc, PackBuffers& buf) {
+void native_block(const Bf16Operands& o, int64_t i0, int64_t j0, int64_t m, int64_t n, int64_t k, float alpha,
+                  float beta, float* c, int64_t ldc, DotPackBuffers& buf) {
   if (beta != 0.0f && beta != 1.0f)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] *= beta;
@@ -295,144 +260,13 @@ void native_block(const Operands& o, int64_t i0, int64_t j0, int64_t m, int64_t 
   }
 }
 
-// ---- entry points behind both outputs ---------------------------------------------------------
-
-void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-}
-
-// The native product into an f32 C on the calling thread only.
-void native_serial(const Operands& o, int64_t m, int64_t n, int64_t k, float alpha, float beta, float* c,
-                   int64_t ldc, PackBuffers& buf) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) return scale_c(m, n, beta, c, ldc);
-  native_block(o, 0, 0, m, n, k, alpha, beta, c, ldc, buf);
-}
-
-// The native product into an f32 C on all of ember's threads.
-void native_threaded(const Operands& o, int64_t m, int64_t n, int64_t k, float alpha, float beta, float* c,
-                     int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) return scale_c(m, n, beta, c, ldc);
-  const int threads = get_num_threads();
-  const bool by_rows = m > n;
-  const int64_t len = by_rows ? m : n, unit = by_rows ? kMR : kNR;
-  // Below ~2 MFLOP a product is done faster than threads wake up.
-  if (threads <= 1 || in_parallel() || 2.0 * static_cast<double>(m) * static_cast<double>(n) * k < 2e6 ||
-      len < 2 * unit) {
-    PackBuffers buf;
-    return native_block(o, 0, 0, m, n, k, alpha, beta, c, ldc, buf);
-  }
-  const int64_t block = ((len + threads - 1) / threads + unit - 1) / unit * unit;
-  const int64_t parts = (len + block - 1) / block;
-  std::vector<PackBuffers> bufs(static_cast<size_t>(parts));
-  parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t lo = t * block, hi = std::min(len, lo + block);
-      if (by_rows)
-        native_block(o, lo, 0, hi - lo, n, k, alpha, beta, c + lo * ldc, ldc, bufs[t]);
-      else
-        native_block(o, 0, lo, m, hi - lo, k, alpha, beta, c + lo, ldc, bufs[t]);
-    }
-  });
-}
-
-// op(X) (rows, cols) of a stored matrix, widened to contiguous f32 in its stored layout.
-std::vector<float> widen_matrix(Transpose t, int64_t rows, int64_t cols, const BFloat16* x, int64_t ld) {
-  const int64_t sr = t == Transpose::No ? rows : cols, sc = t == Transpose::No ? cols : rows;
-  std::vector<float> out(static_cast<size_t>(sr * sc));
-  for (int64_t i = 0; i < sr; ++i)
-    for (int64_t j = 0; j < sc; ++j) out[i * sc + j] = static_cast<float>(x[i * ld + j]);
-  return out;
-}
-
-// The fallback: op(A), op(B) widened to f32, OpenBLAS sgemm (threaded by gemm.h) into an f32 C.
-void fallback_f32(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
-                  int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const std::vector<float> af = widen_matrix(ta, m, k, a, lda), bf = widen_matrix(tb, k, n, b, ldb);
-  const int64_t lda32 = std::max<int64_t>(1, ta == Transpose::No ? k : m);
-  const int64_t ldb32 = std::max<int64_t>(1, tb == Transpose::No ? n : k);
-  gemm(ta, tb, m, n, k, alpha, af.data(), lda32, bf.data(), ldb32, beta, c, ldc);
-}
-
-// An f32 copy of C (m, n) for a bf16 C: C's values when beta reads them, else uninitialized.
-std::vector<float> f32_c(int64_t m, int64_t n, float beta, const BFloat16* c, int64_t ldc) {
-  std::vector<float> out(static_cast<size_t>(m * n));
-  if (beta != 0.0f)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) out[i * n + j] = static_cast<float>(c[i * ldc + j]);
-  return out;
-}
-
-void round_c(int64_t m, int64_t n, const float* src, BFloat16* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = BFloat16(src[i * n + j]);
-}
-
 }  // namespace
 
-Bf16GemmPath bf16_gemm_path() { return static_cast<Bf16GemmPath>(chosen_path().load(std::memory_order_relaxed)); }
+DotPackBuffers::DotPackBuffers() : a(scratch<uint32_t>(kKC / 2 * kMC)), b(scratch<uint32_t>(kKC / 2 * kNC)) {}
 
-const char* bf16_gemm_path_name(Bf16GemmPath path) {
-  return path == Bf16GemmPath::avx512_bf16 ? "avx512_bf16" : "f32 fallback (OpenBLAS sgemm)";
-}
-
-bool bf16_gemm_native_available() { return native_available(); }
-
-bool set_bf16_gemm_path(Bf16GemmPath path) {
-  if (path == Bf16GemmPath::avx512_bf16 && !native_available()) return false;
-  chosen_path().store(static_cast<int>(path));
-  return true;
-}
-
-int64_t bf16_gemm_native_products() { return native_products.load(); }
-
-void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
-               int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // A product with fewer than half a micro-tile's columns would mostly multiply the packed zeros
-  // of the 8 x 48 tile (a 3x3 single-channel convolution's weight gradient has 9): it runs on the
-  // f32 path, which gives the same f32 sums to rounding.
-  if (bf16_gemm_path() == Bf16GemmPath::f32_fallback || n < kNR / 2)
-    return fallback_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  ++native_products;
-  native_threaded({ta, tb, a, lda, b, ldb}, m, n, k, alpha, beta, c, ldc);
-}
-
-void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
-               int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  std::vector<float> cf = f32_c(m, n, beta, c, ldc);
-  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cf.data(), std::max<int64_t>(1, n));
-  round_c(m, n, cf.data(), c, ldc);
-}
-
-void gemm_bf16_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
-                       const BFloat16* const* a, int64_t lda, const BFloat16* const* b, int64_t ldb, float beta,
-                       BFloat16* const* c, int64_t ldc, int64_t batch) {
-  if (batch <= 0 || m == 0 || n == 0) return;
-  const int threads = get_num_threads();
-  if (bf16_gemm_path() == Bf16GemmPath::f32_fallback || batch < threads || threads <= 1 || in_parallel()) {
-    for (int64_t i = 0; i < batch; ++i) gemm_bf16(ta, tb, m, n, k, alpha, a[i], lda, b[i], ldb, beta, c[i], ldc);
-    return;
-  }
-  // Many products: split the batch into one fixed range per thread, each product single-threaded
-  // with the thread's own packing buffers and f32 C.
-  native_products += batch;
-  const int64_t parts = threads;
-  std::vector<PackBuffers> bufs(static_cast<size_t>(parts));
-  std::vector<std::vector<float>> cf(static_cast<size_t>(parts), std::vector<float>(static_cast<size_t>(m * n)));
-  parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t i = t * batch / parts; i < (t + 1) * batch / parts; ++i) {
-        float* cp = cf[t].data();
-        if (beta != 0.0f)
-          for (int64_t r = 0; r < m; ++r)
-            for (int64_t j = 0; j < n; ++j) cp[r * n + j] = static_cast<float>(c[i][r * ldc + j]);
-        native_serial({ta, tb, a[i], lda, b[i], ldb}, m, n, k, alpha, beta, cp, n, bufs[t]);
-        round_c(m, n, cp, c[i], ldc);
-      }
-  });
+void dot_block(const Bf16Operands& o, int64_t i0, int64_t j0, int64_t m, int64_t n, int64_t k, float alpha,
+               float beta, float* c, int64_t ldc, DotPackBuffers& buf) {
+  native_block(o, i0, j0, m, n, k, alpha, beta, c, ldc, buf);
 }
 
 }  // namespace ember::kernels::cpu

@@ -1,33 +1,46 @@
 #pragma once
 // bf16 matrix multiply on the CPU: bf16 A and B, f32 accumulation, an f32 or bf16 C (rounded to
 // bf16 once, after the whole sum). Row-major contract of kernels/gemm.h (transposes, leading
-// dimensions, alpha/beta; beta == 0 overwrites C). Two paths, chosen at run time from CPUID
-// (Note [bf16 GEMM on the CPU] in gemm_bf16.cpp):
-//   avx512_bf16:  ember's own packed, register-blocked kernel on VDPBF16PS;
+// dimensions, alpha/beta; beta == 0 overwrites C). Three kernels:
+//   amx:          AMX tiles, TDPBF16PS on 32 x 32 blocks (Note [bf16 GEMM on AMX tiles] in
+//                 gemm_amx.cpp), where the CPU has AMX and Linux grants its tiles;
+//   avx512_bf16:  packed, register-blocked VDPBF16PS (Note [bf16 GEMM on the CPU] in gemm_bf16.cpp),
+//                 where the CPU has AVX512_BF16;
 //   f32_fallback: both operands widened to f32 (exact) and multiplied by OpenBLAS sgemm (gemm.h).
-// f16 has no such path: f16 products on the CPU widen to f32 in layers/ (Note [Low-precision
-// products] in layers/gemm.cpp).
+// By default each product shape takes the one that measures fastest the first time the shape is
+// seen (Note [Kernels chosen by measurement] in measured_choice.cpp). All three sum in f32 and
+// round once; they differ in the order of the sums. f16 has no such path: f16 products on the CPU
+// widen to f32 in layers/ (Note [Low-precision products] in layers/gemm.cpp).
 
 #include <cstdint>
+#include <string>
 
 #include "../../../core/dtype.h"
 #include "../../gemm.h"
 
 namespace ember::kernels::cpu {
 
-enum class Bf16GemmPath { avx512_bf16, f32_fallback };
+// measured: each shape's kernel chosen by timing the kernels this CPU can run; the others force one.
+enum class Bf16GemmPath { measured, amx, avx512_bf16, f32_fallback };
 
-// The path bf16 products take: avx512_bf16 when the CPU has AVX512_BF16 (with AVX-512 BW and VL)
-// and the environment does not say EMBER_CPU_BF16=off, f32_fallback otherwise.
+// The process-wide path: measured where more than one kernel can run, else f32_fallback; the
+// environment forces one with EMBER_CPU_BF16=amx|avx512_bf16|f32 (also "off" or "0": f32).
 Bf16GemmPath bf16_gemm_path();
-const char* bf16_gemm_path_name(Bf16GemmPath path);  // "avx512_bf16" or "f32 fallback (OpenBLAS sgemm)"
-bool bf16_gemm_native_available();                   // the CPU can run the avx512_bf16 path
-// Chooses the path for the whole process (tests and benchmarks compare both). Returns false,
-// changing nothing, when asked for avx512_bf16 on a CPU without it. Not thread-safe with GEMMs in flight.
+// "measured per shape", "amx", "avx512_bf16", "f32 fallback (OpenBLAS sgemm)".
+const char* bf16_gemm_path_name(Bf16GemmPath path);
+// What `ember info` and the benchmarks print: the path and, when measured, its candidates, e.g.
+// "measured per shape among amx, avx512_bf16, f32 fallback".
+std::string bf16_gemm_description();
+bool bf16_gemm_native_available();  // the CPU can run the avx512_bf16 kernel
+bool bf16_gemm_amx_available();     // the amx kernel can run: amx_tiles() (amx_tiles.h) is not off
+// Chooses the path for the whole process (tests and benchmarks compare them). Returns false,
+// changing nothing, when asked for a kernel this process cannot run. Not thread-safe with GEMMs
+// in flight.
 bool set_bf16_gemm_path(Bf16GemmPath path);
-// How many gemm_bf16 / gemm_bf16_batched products ran on the avx512_bf16 kernel so far: lets a
-// test prove that the native path ran, not the fallback.
+// How many gemm_bf16 / gemm_bf16_batched products ran on the avx512_bf16 kernel, and on the amx
+// kernel, so far: lets a test prove which kernel ran.
 int64_t bf16_gemm_native_products();
+int64_t bf16_gemm_amx_products();
 
 // C (m, n) = alpha * op(A) @ op(B) + beta * C; C f32, or bf16 (rounded once from the f32 result).
 void gemm_bf16(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,

@@ -15,6 +15,7 @@
 #include "../conv_parts.h"
 #include "../../../core/cpu/cpu_features.h"
 #include "../gemm.h"
+#include "../bf16/amx_tiles.h"
 #include "../bf16/gemm_bf16.h"
 #include "winograd_filters.h"
 #include "winograd_pairs.h"
@@ -82,12 +83,12 @@ namespace ember::kernels::cpu {
 // GEMM is faster (the cnn model's first layer, 1 input channel, stays there).
 
 // Note [bf16 Winograd products]
-// A bf16 convolution on this path reads and writes bf16. Without AVX512_BF16 it computes in
-// float32 as float32 does (Note [bf16 convolutions] in conv.cpp: exact products of the bf16
-// inputs, f32 sums, one rounding per result) — and then step 2 runs at float32's rate, so
-// --amp bf16 gains nothing on the path that holds most of a CNN's products. With AVX512_BF16,
-// step 2 runs on VDPBF16PS (32 multiply-adds per instruction where an f32 FMA does 16), which
-// needs its operands as bf16 pairs along the sum:
+// A bf16 convolution on this path reads and writes bf16. On float32 planes (WinogradProducts::
+// f32_planes; the only choice without AVX512_BF16) it computes in float32 as float32 does (Note
+// [bf16 convolutions] in conv.cpp: exact products of the bf16 inputs, f32 sums, one rounding per
+// result) — and then step 2 runs at float32's rate. On bf16 pairs (bf16_pairs), step 2 runs on
+// VDPBF16PS (32 multiply-adds per instruction where an f32 FMA does 16) or on AMX tiles, which
+// need their operands as bf16 pairs along the sum:
 //   - forward and input gradient, M[xi] (K, tiles) = U[xi] (K, C) @ V[xi] (C, tiles): the sum
 //     runs over channels. U is rounded to bf16 once per call and packed into 8-row slivers of
 //     channel pairs, the words the micro-kernel broadcasts; each plane of V, made by the float32
@@ -100,21 +101,29 @@ namespace ember::kernels::cpu {
 // The layouts are built in winograd_pairs.cpp; the micro-kernel is the bf16 GEMM's (bf16_dot.h):
 // 8 rows by up to 48 columns, 24 accumulators. M and dU stay float32, the output and weight
 // transforms are unchanged.
+// Where amx_tiles() is not off (a CPU with AMX; the emulator when a test forces it) the same
+// products run on AMX tiles instead (amx_pair_product, Note [bf16 GEMM on AMX tiles]): V's channel
+// pairs and the transposed V^T pairs are already the pair rows AMX wants for its B tiles, and
+// W's rows of tile pairs its A tiles; only U changes layout, to rows of channel pairs (its A
+// tiles) padded to 16 pairs, with V's pair rows padded by zero rows to match (PairLayout in
+// winograd_pairs.h). TDPBF16PS sums the same exact products in float32 in another order (Note
+// [AMX tiles and their emulator]), so the results agree with the VDPBF16PS ones to f32 rounding.
 //
 // What it costs is one rounding (relative error at most 2^-9, half a bf16 unit in the last place)
 // of each transformed value — V sums 4 inputs with signs, U sums up to 9 weights / 4, W up to
 // 4 output gradients — where the float32 path rounds only the final results; VCVTNE2PS2BF16 also
 // flushes float32 denormals in V and W to zero. The output transform adds 9 of the rounded
 // products per output, so an output's error grows with the size of its terms rather than its own.
-// tests/test_conv_winograd.cpp holds the path to that definition (a double-precision reference
-// that rounds U, V and W the same way: all but a few elements bit for bit, the rest within a
-// bf16 unit) and measures it against float64 on random data: RMS error 0.40-0.43% of the RMS
+// tests/test_conv_winograd.cpp holds the path to that definition on both engines (a
+// double-precision reference that rounds U, V and W the same way: all but a few elements bit for
+// bit, the rest the next bf16 value up or down) and measures it against float64 on random data: RMS error 0.40-0.43% of the RMS
 // value in each pass, against 0.16-0.18% on float32 planes (the final bf16 rounding alone), so
 // about 2.5 times the rounding error, still within bf16's own precision (2^-8 = 0.39% spacing).
 // Training accuracy under --amp bf16 is in docs/amp.md. bench_conv --dtype bfloat16 times both.
-// EMBER_CPU_WINOGRAD_BF16=off (or set_winograd_bf16_products(false)) keeps float32 planes and
-// the exact contract; so does a CPU without AVX512_BF16, or EMBER_CPU_BF16=off. float32
-// convolutions never round their planes.
+// Which of the two a layer's pass takes is measured (Note [When bf16 Winograd pays] in
+// conv3x3_choice.cpp); EMBER_CPU_WINOGRAD_BF16=off (or set_winograd_bf16_products(false)) keeps
+// float32 planes and the exact contract; so does a CPU without AVX512_BF16, or EMBER_CPU_BF16=off.
+// float32 convolutions never round their planes.
 
 namespace {
 
@@ -149,53 +158,6 @@ using winograd::store16;
 int64_t tile_block(int64_t C, int64_t K, int64_t tiles) {
   return std::min<int64_t>(C * K >= 256 * 256 ? 256 : 64, tiles);
 }
-constexpr int64_t kMinChannels = 16;  // both C and K at least this
-
-Conv3x3Path default_path() {
-  const char* env = std::getenv("EMBER_CPU_CONV");
-  if (env && std::string(env) == "im2col") return Conv3x3Path::im2col;
-  if (env && std::string(env) == "winograd") return Conv3x3Path::winograd;
-  return Conv3x3Path::automatic;
-}
-
-// Note [When bf16 Winograd pays]
-// Winograd's products work on the weights transformed into 16 planes of K x C: every call
-// transforms them (and, for the input gradient, the rotated filters), rounds them into bf16 pairs,
-// and for the weight gradient transforms a float32 dU of 16 K x C planes back — work that grows
-// with the weights, not with the batch, amortized over the call's tiles (2 x 2 outputs each). With
-// few tiles — deep layers of small images, where K and C are large and the planes small — that
-// work dominates; im2col + GEMM, whose bf16 GEMM runs on VDPBF16PS too, has none of it and wins.
-// Measured on a 2-vCPU AMD EPYC (Zen 4, 2026-12-05, after the filter transforms went eight
-// channels at a time: Note [Filter transforms eight at a time]; bench_conv --dtype bfloat16
-// --products bf16, forward and both gradients, ms on 1 / 2 threads; the call's tiles):
-//   4 x 512 x 7 x 7 -> 512    (64 tiles)     Winograd 26.2 / 14.9   im2col 17.6 / 9.9
-//   8 x 512 x 4 x 4 -> 512    (32)           Winograd 18.6 / 11.5   im2col 12.9 / 7.3
-//   16 x 512 x 4 x 4 -> 512   (64)           Winograd 24.0 / 14.7   im2col 25.8 / 13.2
-//   2 x 256 x 14 x 14 -> 256  (98)           Winograd 6.9 / 4.0     im2col 8.6 / 4.4
-//   8 x 512 x 7 x 7 -> 512    (128)          Winograd 33.7 / 20.0   im2col 35.4 / 18.8
-//   32 x 512 x 4 x 4 -> 512   (128)          Winograd 38.0 / 20.4   im2col 53.2 / 29.3
-//   16 x 512 x 7 x 7 -> 512   (256)          Winograd 54.5 / 29.5   im2col 71.7 / 36.9
-//   8 x 256 x 14 x 14 -> 256  (392)          Winograd 18.6 / 12.4   im2col 33.6 / 20.4
-//   64 x 256 x 8 x 8 -> 256   (1024)         Winograd 54.2 / 29.8   im2col 108.8 / 56.3
-// and ResNet-18's bf16 step at batch 8 (bench_resnet_step, 4 interleaved rounds) with its layer4
-// 3 x 3s (the 128-tile row) on Winograd against im2col: 0.458 against 0.476 s on one thread,
-// 0.258 against 0.268 on two. So under Conv3x3Path::automatic a bf16 convolution with bf16
-// products takes Winograd from kMinBf16Tiles tiles per call up, whatever the thread count (the
-// 98-tile row is the one loss). float32 keeps Winograd wherever it applies: its im2col GEMM runs
-// at float32's rate, and the same layers showed no clear crossover (8 x 512 x 7 x 7: Winograd 68 /
-// 54 against im2col 61 / 33; 32 x 512 x 4 x 4: 71 / 53 against 89 / 58).
-constexpr int64_t kMinBf16Tiles = 128;
-
-// The tiles of this call's Winograd problem: over the output, or over the input for its gradient.
-int64_t call_tiles(const Conv2dGeometry& g, bool backward_data) {
-  const int64_t h = backward_data ? g.h : g.out_h, w = backward_data ? g.w : g.out_w;
-  return g.n * ((h + 1) / 2) * ((w + 1) / 2);
-}
-
-std::atomic<int>& chosen_path() {
-  static std::atomic<int> path{static_cast<int>(default_path())};
-  return path;
-}
 
 std::atomic<int64_t> winograd_count{0};
 
@@ -206,10 +168,16 @@ std::atomic<bool>& bf16_products_on() {
   static std::atomic<bool> on{[] {
     const char* env = std::getenv("EMBER_CPU_WINOGRAD_BF16");
     const bool off = env && (std::string(env) == "off" || std::string(env) == "0");
-    return !off && bf16_products_available() && bf16_gemm_path() == Bf16GemmPath::avx512_bf16;
+    return !off && bf16_products_available() && bf16_gemm_path() != Bf16GemmPath::f32_fallback;
   }()};
   return on;
 }
+
+#if EMBER_WINOGRAD_PAIRS
+// What bf16 pair products run on: AMX tiles wherever amx_tiles() is not off (the hardware's, or
+// the emulator's when a test forces it), else VDPBF16PS.
+PairEngine pair_engine() { return amx_tiles() != AmxTiles::off ? PairEngine::amx : PairEngine::dot; }
+#endif
 
 
 // Filters per task of the weight transforms (each filter is independent: parallel over output
@@ -287,6 +255,7 @@ struct DuParts {
 struct TransformedWeights {
   Scratch<float> u;
   Scratch<uint32_t> up;
+  PairLayout layout;  // where up's pairs lie (with up)
 };
 
 #if EMBER_WINOGRAD_X86
@@ -294,13 +263,12 @@ struct TransformedWeights {
 // back, rounded and packed: at 512 x 512 that traffic was most of the transform's time). Filter
 // row k, channels eight at a time as transform_filters8 computes them: each plane's eight values
 // are rounded as BFloat16(float) rounds (bf16_bits16) and narrowed into four pair words, stored
-// at the sliver position pack_u_pairs gives them: the same words. The last channels (C % 8) and
-// the padding rows of the last sliver are done one at a time.
+// at the position pack_u_pairs gives them in layout L: the same words. The last channels (C % 8)
+// are done one at a time.
 template <typename Filter>
-EMBER_AVX512_TARGET void pair_filter_row(int64_t K, int64_t C, int64_t k, const Filter& filter, uint32_t* up) {
-  const int64_t c2 = (C + 1) / 2, slivers = pair_rows_padded(K) / kPairRows;
-  uint32_t* row = up + (k / kPairRows) * c2 * kPairRows + k % kPairRows;  // + (xi slivers c2 + cp) kPairRows
-  auto word = [&](int xi, int64_t cp) -> uint32_t& { return row[(xi * slivers * c2 + cp) * kPairRows]; };
+EMBER_AVX512_TARGET void pair_filter_row(const PairLayout& L, int64_t C, int64_t k, const Filter& filter,
+                                         uint32_t* up) {
+  auto word = [&](int xi, int64_t cp) -> uint32_t& { return up[L.u_at(xi, k, cp)]; };
   const int64_t c8 = C / 8 * 8;
   for (int64_t c0 = 0; c0 < c8; c0 += 8) {
     Doubles8 r[16];
@@ -328,15 +296,13 @@ EMBER_AVX512_TARGET void pair_filter_row(int64_t K, int64_t C, int64_t k, const 
 }
 
 template <typename Filter>
-Scratch<uint32_t> transform_weight_pairs(int64_t K, int64_t C, const Filter& filter) {
-  const int64_t c2 = (C + 1) / 2, slivers = pair_rows_padded(K) / kPairRows;
-  Scratch<uint32_t> up = scratch<uint32_t>(16 * slivers * c2 * kPairRows);
-  for (int64_t xi = 0; xi < 16; ++xi)  // the last sliver's rows past K are zeros
-    for (int64_t cp = 0; cp < c2; ++cp)
-      for (int64_t r = K - (slivers - 1) * kPairRows; r < kPairRows; ++r)
-        up[((xi * slivers + slivers - 1) * c2 + cp) * kPairRows + r] = 0;
+Scratch<uint32_t> transform_weight_pairs(const PairLayout& L, int64_t K, int64_t C, const Filter& filter) {
+  Scratch<uint32_t> up = scratch<uint32_t>(16 * L.plane_words());
+  for (int64_t xi = 0; xi < 16; ++xi)  // zeros: the rows past K, and (amx) the pairs past C's
+    for (int64_t k = 0; k < L.k_rows; ++k)
+      for (int64_t cp = k < K ? L.c2 : 0; cp < L.steps; ++cp) up[L.u_at(xi, k, cp)] = 0;
   parallel_for(0, K, filter_grain(C), [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) pair_filter_row(K, C, k, filter, up.get());
+    for (int64_t k = k0; k < k1; ++k) pair_filter_row(L, C, k, filter, up.get());
   });
   return up;
 }
@@ -346,17 +312,18 @@ Scratch<uint32_t> transform_weight_pairs(int64_t K, int64_t C, const Filter& fil
 // convolution with bf16 products (straight from the filters with the AVX-512 transforms, else
 // through U in float32), U in float32 otherwise.
 template <typename T, typename Filter>
-TransformedWeights transformed_weights(int64_t K, int64_t C, const Filter& filter) {
+TransformedWeights transformed_weights(int64_t K, int64_t C, const Filter& filter, WinogradProducts products) {
   TransformedWeights wt;
 #if EMBER_WINOGRAD_X86
   if constexpr (std::is_same_v<T, BFloat16>)
-    if (bf16_products_on().load(std::memory_order_relaxed)) {
+    if (products == WinogradProducts::bf16_pairs) {
+      wt.layout = pair_layout(K, C, pair_engine());
       if (use_avx512().load(std::memory_order_relaxed)) {
-        wt.up = transform_weight_pairs(K, C, filter);
+        wt.up = transform_weight_pairs(wt.layout, K, C, filter);
       } else {
         const Scratch<float> u = scratch<float>(16 * K * C);
         transform_weights(K, C, filter, u.get());
-        wt.up = pack_u_pairs(K, C, u.get());
+        wt.up = pack_u_pairs(wt.layout, K, C, u.get());
       }
       return wt;
     }
@@ -367,12 +334,12 @@ TransformedWeights transformed_weights(int64_t K, int64_t C, const Filter& filte
 }
 
 template <typename T>
-void run_pairs(const Problem& p, const T* x, const uint32_t* up, const float* bias, T* y) {
-  const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, c2 = (p.C + 1) / 2;
+void run_pairs(const Problem& p, const T* x, const TransformedWeights& wt, const float* bias, T* y) {
+  const PairLayout& L = wt.layout;
   const ImageSplit s = split_images(p.n);
   const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
-  const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), m_elems = 16 * (k_rows * row_ld(block) + kPlanePad);
-  const int64_t vp_elems = c2 * row_ld(block);
+  const int64_t v_elems = 16 * (p.C * row_ld(block) + kPlanePad), m_elems = 16 * (L.k_rows * row_ld(block) + kPlanePad);
+  const int64_t vp_elems = L.steps * row_ld(block);
   auto v_all = scratch<float>(s.parts * v_elems);
   auto m_all = scratch<float>(s.parts * m_elems);
   auto vp_all = scratch<uint32_t>(s.parts * vp_elems);
@@ -380,17 +347,18 @@ void run_pairs(const Problem& p, const T* x, const uint32_t* up, const float* bi
     float* v = v_all.get() + part * v_elems;
     float* m = m_all.get() + part * m_elems;
     uint32_t* vp = vp_all.get() + part * vp_elems;
+    std::fill(vp + L.c2 * row_ld(block), vp + vp_elems, 0u);  // the pair rows past C's (amx: whole tiles)
     for (int64_t t = lo * p.tiles; t < hi * p.tiles; t += block) {
       const int64_t count = std::min(block, hi * p.tiles - t);
       const int64_t ld = row_ld(count), cols = (count + 15) / 16 * 16;  // cols <= ld: kRowSlack
       input_transform(p, x, t, count, v);
+      if (ld != row_ld(block)) std::fill(vp + L.c2 * ld, vp + L.steps * ld, 0u);  // a shorter last block
       for (int xi = 0; xi < 16; ++xi) {
         pair_channels(v + xi * (p.C * ld + kPlanePad), p.C, ld, cols, vp);
-        // M[xi] (K rounded up to 8 rows, cols) = U[xi] @ V[xi] on the pairs.
-        pair_product_packed(slivers, c2, up + xi * slivers * c2 * kPairRows, c2 * kPairRows, 0, vp, ld,
-                           cols, m + xi * (k_rows * ld + kPlanePad), ld, false);
+        // M[xi] (K rounded up to the engine's rows, cols) = U[xi] @ V[xi] on the pairs.
+        pair_product_u(L, wt.up.get() + xi * L.plane_words(), vp, ld, cols, m + xi * (L.k_rows * ld + kPlanePad), ld);
       }
-      output_transform(p, m, k_rows, bias, t, count, y);
+      output_transform(p, m, L.k_rows, bias, t, count, y);
     }
   });
   winograd_count.fetch_add(1, std::memory_order_relaxed);
@@ -401,7 +369,8 @@ void run_pairs(const Problem& p, const T* x, const uint32_t* up, const float* bi
 // tiles; each part sums into its own padded f32 dU, the parts added in part order.
 template <typename T>
 DuParts run_weight_pairs(const Problem& p, const T* x, const T* gy, Scratch<float>& store) {
-  const int64_t k_rows = pair_rows_padded(p.K), slivers = k_rows / kPairRows, cpad = (p.C + 15) / 16 * 16;
+  const PairLayout L = pair_layout(p.K, p.C, pair_engine());
+  const int64_t k_rows = L.k_rows, cpad = (p.C + 15) / 16 * 16;
   const ImageSplit s = split_images(p.n);
   const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
   const int64_t max_pairs = ((block + 1) / 2 + 15) / 16 * 16;
@@ -425,12 +394,11 @@ DuParts run_weight_pairs(const Problem& p, const T* x, const T* gy, Scratch<floa
       const int64_t ld = row_ld(count), np = ((count + 1) / 2 + 15) / 16 * 16;
       input_transform(p, x, t, count, v);
       grad_transform(p, gy, t, count, w);
-      std::fill(wn + p.K * np, wn + k_rows * np, 0u);  // the padding rows of the last sliver
+      std::fill(wn + p.K * np, wn + k_rows * np, 0u);  // the padding rows past K
       for (int xi = 0; xi < 16; ++xi) {
         pair_tiles(w + xi * (p.K * ld + kPlanePad), p.K, ld, count, np, wn);
         pair_tiles_transposed(v + xi * (p.C * ld + kPlanePad), p.C, ld, count, np, cpad, vt);
-        pair_product_rows(slivers, np, wn, kPairRows * np, np, vt, cpad, cpad, acc + xi * k_rows * cpad, cpad,
-                            t != lo * p.tiles);
+        pair_product_w(L, wn, np, vt, cpad, acc + xi * k_rows * cpad, t != lo * p.tiles);
       }
     }
   });
@@ -443,7 +411,7 @@ template <typename T>
 void run(const Problem& p, const T* x, const TransformedWeights& wt, const float* bias, T* y) {
 #if EMBER_WINOGRAD_X86
   if constexpr (std::is_same_v<T, BFloat16>)
-    if (wt.up) return run_pairs(p, x, wt.up.get(), bias, y);
+    if (wt.up) return run_pairs(p, x, wt, bias, y);
 #endif
   const float* u = wt.u.get();
   const ImageSplit s = split_images(p.n);
@@ -470,10 +438,10 @@ void run(const Problem& p, const T* x, const TransformedWeights& wt, const float
 // The weight gradient: dU[xi] (K, C) = sum over the tiles of W[xi] (K, tiles) @ V[xi]^T, each part
 // summing its own images' blocks in order, the parts then added in part order.
 template <typename T>
-DuParts run_weight(const Problem& p, const T* x, const T* gy, Scratch<float>& store) {
+DuParts run_weight(const Problem& p, const T* x, const T* gy, Scratch<float>& store, WinogradProducts products) {
 #if EMBER_WINOGRAD_X86
   if constexpr (std::is_same_v<T, BFloat16>)
-    if (bf16_products_on().load(std::memory_order_relaxed)) return run_weight_pairs(p, x, gy, store);
+    if (products == WinogradProducts::bf16_pairs) return run_weight_pairs(p, x, gy, store);
 #endif
   const ImageSplit s = split_images(p.n);
   const int64_t block = tile_block(p.C, p.K, p.n * p.tiles);
@@ -503,47 +471,7 @@ DuParts run_weight(const Problem& p, const T* x, const T* gy, Scratch<float>& st
 
 }  // namespace
 
-Conv3x3Path conv3x3_path() { return static_cast<Conv3x3Path>(chosen_path().load(std::memory_order_relaxed)); }
-
-void set_conv3x3_path(Conv3x3Path path) { chosen_path().store(static_cast<int>(path), std::memory_order_relaxed); }
-
-const char* conv3x3_path_name(Conv3x3Path path) {
-  switch (path) {
-    case Conv3x3Path::automatic: return "winograd F(2x2,3x3) where it pays";
-    case Conv3x3Path::winograd: return "winograd F(2x2,3x3)";
-    case Conv3x3Path::im2col: return "im2col + GEMM";
-  }
-  return "?";
-}
-
-bool winograd_applies(const Conv2dGeometry& g, bool backward_data, bool bf16) {
-  const Conv3x3Path path = conv3x3_path();
-  // The same geometric conditions for both passes: padding <= 2 keeps the input gradient's 2 - p >= 0.
-  const bool fits = path != Conv3x3Path::im2col && g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 &&
-                    g.dil_h == 1 && g.dil_w == 1 && g.groups == 1 && g.pad_h >= 0 && g.pad_h <= 2 &&
-                    g.pad_w >= 0 && g.pad_w <= 2 && g.out_h >= 1 && g.out_w >= 1 && g.n >= 1 &&
-                    g.c_in >= kMinChannels && g.c_out >= kMinChannels;
-  if (!fits) return false;
-  if (path == Conv3x3Path::automatic && bf16 && winograd_bf16_products())  // Note [When bf16 Winograd pays]
-    return call_tiles(g, backward_data) >= kMinBf16Tiles;
-  return true;
-}
-
 int64_t winograd_convolutions() { return winograd_count.load(std::memory_order_relaxed); }
-
-std::string conv3x3_description() {
-  const Conv3x3Path path = conv3x3_path();
-  if (path == Conv3x3Path::im2col) return std::string(conv3x3_path_name(Conv3x3Path::im2col)) + " (EMBER_CPU_CONV=im2col)";
-  const bool bf16_pairs = winograd_bf16_products();
-  const std::string bf16_from = bf16_pairs && path == Conv3x3Path::automatic
-                                    ? ", bf16 from " + std::to_string(kMinBf16Tiles) + " tiles per call"
-                                    : "";
-  return std::string(conv3x3_path_name(Conv3x3Path::winograd)) + " (" +
-         (winograd_vectorized() ? "AVX-512" : "portable") + " transforms; f32 and bf16, stride 1, >= " +
-         std::to_string(kMinChannels) + " channels" + bf16_from + "; bf16 products " +
-         (bf16_pairs ? "on bf16 pairs (VDPBF16PS)" : "in float32") + "; im2col + GEMM otherwise)" +
-         (path == Conv3x3Path::winograd ? " (EMBER_CPU_CONV=winograd)" : "");
-}
 
 bool winograd_vectorized() { return use_avx512().load(std::memory_order_relaxed); }
 
@@ -568,13 +496,16 @@ bool set_winograd_vectorized(bool on) {
 namespace {
 
 template <typename T>
-void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias, T* y, WinogradProducts products) {
   const Problem p = make_problem(g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w);
-  const TransformedWeights wt = transformed_weights<T>(p.K, p.C, [&](int64_t k, int64_t c) {
-    std::array<double, 9> f;
-    for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(k * g.c_in + c) * 9 + i]);
-    return f;
-  });
+  const TransformedWeights wt = transformed_weights<T>(
+      p.K, p.C,
+      [&](int64_t k, int64_t c) {
+        std::array<double, 9> f;
+        for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(k * g.c_in + c) * 9 + i]);
+        return f;
+      },
+      products);
   std::vector<float> b;  // the bias as float32 (added before the output's one rounding)
   if (bias)
     for (int64_t k = 0; k < g.c_out; ++k) b.push_back(static_cast<float>(bias[k]));
@@ -582,15 +513,18 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
 }
 
 template <typename T>
-void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx) {
+void backward_data_impl(const Conv2dGeometry& g, const T* gy, const T* w, T* gx, WinogradProducts products) {
   // dx = conv2d(dy, w') with padding 2 - p: C = c_out channels in, K = c_in out, and
   // w'[c_in][c_out] = w[c_out][c_in] rotated by 180 degrees.
   const Problem p = make_problem(g.n, g.c_out, g.out_h, g.out_w, g.c_in, 2 - g.pad_h, 2 - g.pad_w);
-  const TransformedWeights wt = transformed_weights<T>(p.K, p.C, [&](int64_t k, int64_t c) {
-    std::array<double, 9> f;
-    for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(c * g.c_in + k) * 9 + 8 - i]);
-    return f;
-  });
+  const TransformedWeights wt = transformed_weights<T>(
+      p.K, p.C,
+      [&](int64_t k, int64_t c) {
+        std::array<double, 9> f;
+        for (int i = 0; i < 9; ++i) f[i] = static_cast<float>(w[(c * g.c_in + k) * 9 + 8 - i]);
+        return f;
+      },
+      products);
   run<T>(p, gy, wt, nullptr, gx);
 }
 
@@ -635,10 +569,10 @@ __attribute__((target("avx512f"))) int64_t gradient_filters8(const Problem& p, i
 #endif
 
 template <typename T>
-void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw) {
+void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* gw, WinogradProducts products) {
   const Problem p = make_problem(g.n, g.c_in, g.h, g.w, g.c_out, g.pad_h, g.pad_w);
   Scratch<float> store;
-  const DuParts du = run_weight(p, x, gy, store);
+  const DuParts du = run_weight(p, x, gy, store, products);
   // dg = G^T dU G for each filter (3 x 3 from 4 x 4), in double (Note [Filter transforms eight
   // at a time]), rounded to float32, then (bf16) to the output's type. Parallel over output
   // channels, as transform_weights.
@@ -663,24 +597,30 @@ void backward_weight_impl(const Conv2dGeometry& g, const T* gy, const T* x, T* g
 
 }  // namespace
 
+WinogradProducts winograd_default_products() {
+  return winograd_bf16_products() ? WinogradProducts::bf16_pairs : WinogradProducts::f32_planes;
+}
+
 void winograd_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
-  forward_impl(g, x, w, bias, y);
+  forward_impl(g, x, w, bias, y, WinogradProducts::f32_planes);
 }
 void winograd_forward(const Conv2dGeometry& g, const BFloat16* x, const BFloat16* w, const BFloat16* bias,
-                      BFloat16* y) {
-  forward_impl(g, x, w, bias, y);
+                      BFloat16* y, WinogradProducts products) {
+  forward_impl(g, x, w, bias, y, products);
 }
 void winograd_backward_data(const Conv2dGeometry& g, const float* gy, const float* w, float* gx) {
-  backward_data_impl(g, gy, w, gx);
+  backward_data_impl(g, gy, w, gx, WinogradProducts::f32_planes);
 }
-void winograd_backward_data(const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* w, BFloat16* gx) {
-  backward_data_impl(g, gy, w, gx);
+void winograd_backward_data(const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* w, BFloat16* gx,
+                            WinogradProducts products) {
+  backward_data_impl(g, gy, w, gx, products);
 }
 void winograd_backward_weight(const Conv2dGeometry& g, const float* gy, const float* x, float* gw) {
-  backward_weight_impl(g, gy, x, gw);
+  backward_weight_impl(g, gy, x, gw, WinogradProducts::f32_planes);
 }
-void winograd_backward_weight(const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* x, BFloat16* gw) {
-  backward_weight_impl(g, gy, x, gw);
+void winograd_backward_weight(const Conv2dGeometry& g, const BFloat16* gy, const BFloat16* x, BFloat16* gw,
+                              WinogradProducts products) {
+  backward_weight_impl(g, gy, x, gw, products);
 }
 
 }  // namespace ember::kernels::cpu

@@ -9,6 +9,8 @@
 
 #include "../../../core/dtype.h"
 #include "../bf16/bf16_convert.h"
+#include "../bf16/bf16_simd.h"
+#include "../bf16/gemm_bf16_kernels.h"
 #include "../../../core/cpu/parallel.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its -Wmaybe-uninitialized
@@ -30,33 +32,12 @@ inline __mmask16 first_lanes(int64_t n) {
   return n <= 0 ? 0 : n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
 }
 
-// A 16 x 16 transpose of 32-bit elements: r[i] row i in, column i out.
-EMBER_BF16_DOT_TARGET inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {  // within 128-bit lanes: (a0 b0 a1 b1), (a2 b2 a3 b3) of rows 2i, 2i + 1
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4i + j], lane L: rows 4i..4i+3 of column 4L + j
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  __m512i u[16];
-  for (int j = 0; j < 4; ++j) {  // column 4L + j = lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
-    const __m512i x0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), y0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
-    const __m512i x1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
-    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
-    u[j] = _mm512_shuffle_i32x4(x0, x1, 0x88);
-    u[8 + j] = _mm512_shuffle_i32x4(x0, x1, 0xdd);
-    u[4 + j] = _mm512_shuffle_i32x4(y0, y1, 0x88);
-    u[12 + j] = _mm512_shuffle_i32x4(y0, y1, 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = u[i];
-}
-
-// pair_product_packed / pair_product_rows: 48 columns at a time, then the last 16 or 32.
+// C (slivers of 8 rows, `cols` columns, a multiple of 16, row stride ldc) = (or += with add) the
+// sum over `steps` pairs of A's pairs times B's (bp[p * ldb + column]), on the bf16 GEMM's
+// micro-kernel: one sliver of A against 48 columns of B at a time, the last 16 or 32 after them
+// (the sliver's pairs stay in L1 while B's columns pass; each sliver of A is read once). Sliver s
+// of A starts at ap + s * sliver_stride; within it the pair of row r and step p is
+// ap[p * 8 + r] (kPackedA: pack_u_pairs) or ap[r * lda + p] (rows as they lie: pair_tiles).
 template <bool kPackedA>
 EMBER_BF16_DOT_TARGET void pair_product(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride,
                                         int64_t lda, const uint32_t* bp, int64_t ldb, int64_t cols, float* c,
@@ -78,22 +59,34 @@ EMBER_BF16_DOT_TARGET void pair_product(int64_t slivers, int64_t steps, const ui
 
 }  // namespace
 
-int64_t pair_rows_padded(int64_t K) { return (K + kPairRows - 1) / kPairRows * kPairRows; }
+PairLayout pair_layout(int64_t K, int64_t C, PairEngine engine) {
+  const int64_t rows = engine == PairEngine::amx ? 16 : kPairRows, c2 = (C + 1) / 2;
+  return {engine, (K + rows - 1) / rows * rows, c2, engine == PairEngine::amx ? (c2 + 15) / 16 * 16 : c2};
+}
 
-Scratch<uint32_t> pack_u_pairs(int64_t K, int64_t C, const float* u) {
-  const int64_t c2 = (C + 1) / 2, slivers = pair_rows_padded(K) / kPairRows;
-  Scratch<uint32_t> up = scratch<uint32_t>(16 * slivers * c2 * kPairRows);
+Scratch<uint32_t> pack_u_pairs(const PairLayout& L, int64_t K, int64_t C, const float* u) {
+  Scratch<uint32_t> up = scratch<uint32_t>(16 * L.plane_words());
   Scratch<BFloat16> ub = scratch<BFloat16>(16 * K * C);
   // The 16 planes are independent: one task each (the same words for any thread count). A plane
-  // is rounded to bf16 16 values at a time (BFloat16(float)'s bits), then packed into 8-row
-  // slivers of channel pairs as the bf16 GEMM packs its A (pack_pair_sliver, zeros past K and C).
+  // is rounded to bf16 16 values at a time (BFloat16(float)'s bits), then paired: into 8-row
+  // slivers of channel pairs as the bf16 GEMM packs its A (pack_pair_sliver, zeros past K and C),
+  // or into rows.
   parallel_for(0, 16, 1, [&](int64_t x0, int64_t x1) {
     for (int64_t xi = x0; xi < x1; ++xi) {
       const BFloat16* plane = ub.get() + xi * K * C;
       f32_to_bf16(u + xi * K * C, ub.get() + xi * K * C, K * C);
-      for (int64_t s = 0; s < slivers; ++s)
-        pack_pair_sliver(plane + s * kPairRows * C, C, true, std::min(kPairRows, K - s * kPairRows), kPairRows, 0, C,
-                         up.get() + (xi * slivers + s) * c2 * kPairRows);
+      if (L.engine == PairEngine::dot) {
+        for (int64_t s = 0; s < L.k_rows / kPairRows; ++s)
+          pack_pair_sliver(plane + s * kPairRows * C, C, true, std::min(kPairRows, K - s * kPairRows), kPairRows, 0,
+                           C, up.get() + L.u_at(xi, s * kPairRows, 0));
+        continue;
+      }
+      for (int64_t k = 0; k < L.k_rows; ++k)
+        for (int64_t cp = 0; cp < L.steps; ++cp) {
+          const uint32_t lo = k < K && 2 * cp < C ? plane[k * C + 2 * cp].bits : 0;
+          const uint32_t hi = k < K && 2 * cp + 1 < C ? plane[k * C + 2 * cp + 1].bits : 0;
+          up[L.u_at(xi, k, cp)] = lo | hi << 16;
+        }
     }
   });
   return up;
@@ -140,14 +133,17 @@ EMBER_BF16_DOT_TARGET void pair_tiles_transposed(const float* v, int64_t C, int6
     }
 }
 
-void pair_product_packed(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride, int64_t lda,
-                         const uint32_t* bp, int64_t ldb, int64_t cols, float* c, int64_t ldc, bool add) {
-  pair_product<true>(slivers, steps, ap, sliver_stride, lda, bp, ldb, cols, c, ldc, add);
+void pair_product_u(const PairLayout& L, const uint32_t* up, const uint32_t* vp, int64_t ldv, int64_t cols, float* m,
+                    int64_t ldm) {
+  if (L.engine == PairEngine::amx)
+    return amx_pair_product(amx_tiles(), L.k_rows, cols, L.steps, up, L.steps, vp, ldv, m, ldm, false);
+  pair_product<true>(L.k_rows / kPairRows, L.c2, up, L.c2 * kPairRows, 0, vp, ldv, cols, m, ldm, false);
 }
 
-void pair_product_rows(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride, int64_t lda,
-                       const uint32_t* bp, int64_t ldb, int64_t cols, float* c, int64_t ldc, bool add) {
-  pair_product<false>(slivers, steps, ap, sliver_stride, lda, bp, ldb, cols, c, ldc, add);
+void pair_product_w(const PairLayout& L, const uint32_t* wn, int64_t np, const uint32_t* vt, int64_t cpad, float* du,
+                    bool add) {
+  if (L.engine == PairEngine::amx) return amx_pair_product(amx_tiles(), L.k_rows, cpad, np, wn, np, vt, cpad, du, cpad, add);
+  pair_product<false>(L.k_rows / kPairRows, np, wn, kPairRows * np, np, vt, cpad, cpad, du, cpad, add);
 }
 
 }  // namespace ember::kernels::cpu

@@ -22,13 +22,31 @@ namespace ember::kernels::cpu {
 
 constexpr int64_t kPairRows = kDotRows;  // rows of a product per micro-tile: one broadcast pair each
 
-// K rounded up to a whole number of micro-tile rows.
-int64_t pair_rows_padded(int64_t K);
+// What step 2's pair products run on: the VDPBF16PS register tiles (bf16_dot.h), or AMX tiles
+// (amx_pair_product in gemm_bf16_kernels.h, on amx_tiles(): the hardware's or the emulator's).
+enum class PairEngine { dot, amx };
 
-// The transformed weights u[xi][k][c] (16 planes of K x C floats) as the micro-kernel broadcasts
-// them: up[xi][s][cp][r] = (U[xi][8 s + r][2 cp], U[xi][8 s + r][2 cp + 1]) rounded to bf16
-// (BFloat16(float)), zeros past K and C.
-Scratch<uint32_t> pack_u_pairs(int64_t K, int64_t C, const float* u);
+// The pair layouts' sizes for one problem (K output channels, C input channels) and engine, and
+// where U's pairs lie. dot: U in 8-row slivers, up[xi][s][cp][r] (the words the micro-kernel
+// broadcasts); amx: U in rows, up[xi][k][cp] (AMX's A tiles), with the pairs padded to whole
+// tiles of 16. Rows past K and pairs past C are zeros.
+struct PairLayout {
+  PairEngine engine = PairEngine::dot;
+  int64_t k_rows = 0;  // K rounded up to 8 rows (dot) or 16 (amx): the rows of M and dU planes
+  int64_t c2 = 0;      // channel pairs, (C + 1) / 2
+  int64_t steps = 0;   // pairs along the forward sum: c2 (dot), rounded up to 16 (amx)
+  int64_t plane_words() const { return k_rows * steps; }  // one plane xi of U's pairs
+  int64_t u_at(int64_t xi, int64_t k, int64_t cp) const {
+    if (engine == PairEngine::amx) return (xi * k_rows + k) * steps + cp;
+    return ((xi * (k_rows / kPairRows) + k / kPairRows) * c2 + cp) * kPairRows + k % kPairRows;
+  }
+};
+PairLayout pair_layout(int64_t K, int64_t C, PairEngine engine);
+
+// The transformed weights u[xi][k][c] (16 planes of K x C floats) rounded to bf16 (BFloat16(float))
+// and paired along C in layout L: U's pair (xi, k, cp) = (U[xi][k][2 cp], U[xi][k][2 cp + 1]) at
+// L.u_at(xi, k, cp), zeros past K and C.
+Scratch<uint32_t> pack_u_pairs(const PairLayout& L, int64_t K, int64_t C, const float* u);
 
 // Forward and input gradient (the sum over channels). One plane of V (C rows, `cols` columns used,
 // a multiple of 16 and at most ld) as channel pairs: vp[cp * ld + q] = (V[2 cp][q], V[2 cp + 1][q]),
@@ -43,16 +61,17 @@ EMBER_BF16_DOT_TARGET void pair_tiles(const float* w, int64_t K, int64_t ld, int
 EMBER_BF16_DOT_TARGET void pair_tiles_transposed(const float* v, int64_t C, int64_t ld, int64_t count, int64_t np,
                                                  int64_t cpad, uint32_t* vt);
 
-// C (slivers of 8 rows, `cols` columns, a multiple of 16, row stride ldc) = (or += with add) the
-// sum over `steps` pairs of A's pairs times B's (bp[p * ldb + column]), on the bf16 GEMM's
-// micro-kernel: one sliver of A against 48 columns of B at a time, the last 16 or 32 after them
-// (the sliver's pairs stay in L1 while B's columns pass; each sliver of A is read once). Sliver s
-// of A starts at ap + s * sliver_stride; within it the pair of row r and step p is
-// ap[p * 8 + r] (packed: pack_u_pairs) or ap[r * lda + p] (rows as they lie: pair_tiles).
-void pair_product_packed(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride, int64_t lda,
-                         const uint32_t* bp, int64_t ldb, int64_t cols, float* c, int64_t ldc, bool add);
-void pair_product_rows(int64_t slivers, int64_t steps, const uint32_t* ap, int64_t sliver_stride, int64_t lda,
-                       const uint32_t* bp, int64_t ldb, int64_t cols, float* c, int64_t ldc, bool add);
+// The forward product of one plane: M (L.k_rows x cols, row stride ldm) = U[xi] @ V[xi] on the
+// pairs, with up the plane's U pairs (layout L) and vp V's channel pairs (pair_channels: L.steps
+// rows of ldv words; the rows past c2 zeros). cols is a multiple of 16.
+void pair_product_u(const PairLayout& L, const uint32_t* up, const uint32_t* vp, int64_t ldv, int64_t cols, float* m,
+                    int64_t ldm);
+// The weight gradient's product of one plane: dU (L.k_rows x cpad, row stride cpad) = (or += with
+// add) W @ V^T over np pairs of tiles, with wn W's rows of pairs (pair_tiles: L.k_rows rows of np
+// words, the rows past K zeros) and vt V's pairs transposed (pair_tiles_transposed: np rows of
+// cpad words). np and cpad are multiples of 16.
+void pair_product_w(const PairLayout& L, const uint32_t* wn, int64_t np, const uint32_t* vt, int64_t cpad, float* du,
+                    bool add);
 
 }  // namespace ember::kernels::cpu
 
