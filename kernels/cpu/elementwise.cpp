@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "../../core/cpu/parallel.h"
 #include "../../core/error.h"
 #include "bf16/bf16_convert.h"
 #include "loops.h"
