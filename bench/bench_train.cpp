@@ -12,6 +12,8 @@
 
 #include <ember/ember.h>
 #include <ember/kernels/cpu/bf16/gemm_bf16.h>
+#include <ember/train/config.h>
+#include <ember/train/trainer.h>
 #include <ember/train/trainer.h>
 
 #include "bench_util.h"

@@ -12,6 +12,7 @@
 #include <ember/core/error.h>
 #include <ember/io/safetensors.h>
 #include <ember/train/checkpoint.h>
+#include <ember/train/checkpoint.h>
 
 namespace ember::fuzz {
 
@@ -154,7 +155,7 @@ std::vector<std::vector<uint8_t>> safetensors_seeds() {
 }
 
 std::vector<std::vector<uint8_t>> manifest_seeds() {
-  // What CheckpointWriter writes (train/checkpoint_set.cpp), with and without a best pointer and a
+  // What CheckpointWriter writes (train/checkpoint.cpp), with and without a best pointer and a
   // held-out split, and a manifest from before the split was recorded.
   json m{{"format", "ember.checkpoint.v1"},
          {"run", "0123456789abcdef"},

@@ -19,6 +19,9 @@
 #include <ember/io/atomic_file.h>
 #include <ember/io/safetensors.h>
 #include <ember/io/training_state.h>
+#include <ember/train/config.h>
+#include <ember/train/data_setup.h>
+#include <ember/train/weights.h>
 #include <ember/train/checkpoint.h>
 #include <filesystem>
 #include <fstream>

@@ -14,6 +14,7 @@
 #include <ember/data/loader.h>
 #include <ember/data/mix.h>
 #include <ember/ember.h>
+#include <ember/train/data_setup.h>
 #include <ember/train/checkpoint.h>
 
 #include "test_util.h"

@@ -13,6 +13,8 @@
 
 #include <ember/core/profiler.h>
 #include <ember/ember.h>
+#include <ember/train/config.h>
+#include <ember/train/trainer.h>
 #include <ember/train/trainer.h>
 
 #include "test_util.h"

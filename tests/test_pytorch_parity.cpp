@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include <ember/ember.h>
+#include <ember/train/config.h>
+#include <ember/train/trainer.h>
 #include <ember/train/trainer.h>
 
 using namespace ember;

@@ -10,10 +10,14 @@
 #include <ember/ember.h>
 #include <ember/io/atomic_file.h>
 #include <ember/train/checkpoint.h>
+#include <ember/train/config.h>
+#include <ember/train/data_setup.h>
+#include <ember/train/inference.h>
+#include <ember/train/trainer.h>
+#include <ember/train/checkpoint.h>
 #include <ember/train/report.h>
 #include <ember/train/run_dir.h>
 #include <ember/train/run_report.h>
-#include <ember/train/trainer.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -10,7 +10,10 @@
 #include <ember/ember.h>
 #include <ember/io/atomic_file.h>
 #include <ember/train/checkpoint.h>
+#include <ember/train/config.h>
+#include <ember/train/inference.h>
 #include <ember/train/trainer.h>
+#include <ember/train/checkpoint.h>
 
 using namespace ember;
 namespace fs = std::filesystem;

@@ -12,6 +12,8 @@
 
 #include <ember/ember.h>
 #include <ember/train/step_guard.h>
+#include <ember/train/config.h>
+#include <ember/train/trainer.h>
 #include <ember/train/trainer.h>
 
 using namespace ember;

@@ -14,8 +14,11 @@
 
 #include <ember/ember.h>
 #include <ember/io/safetensors.h>
-#include <ember/train/checkpoint.h>
+#include <ember/train/config.h>
+#include <ember/train/inference.h>
 #include <ember/train/trainer.h>
+#include <ember/train/weights.h>
+#include <ember/train/checkpoint.h>
 
 #include "stb_write.h"
 #include "test_util.h"

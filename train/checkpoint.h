@@ -1,105 +1,24 @@
 #pragma once
-// Internal pieces of the trainer (train/): opening datasets, transforms, checkpoint files.
+// Checkpoint sets (--save DIR): the manifest, the reader and the writer of a run directory's
+// checkpoints, and the training state they carry (train/checkpoint.cpp).
 
-#include <memory>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "../data/dataset.h"
-#include "../data/image_dataset.h"
 #include "../data/loader.h"
-#include "../data/transforms.h"
 #include "../io/safetensors.h"
 #include "../io/training_state.h"
 #include "../layers/module.h"
 #include "../optim/grad_scaler.h"
 #include "../optim/optimizer.h"
 #include "../optim/scheduler.h"
-#include "trainer.h"
-
-namespace ember::parallel {
-class Communicator;
-}
+#include "config.h"
+#include "data_setup.h"
 
 namespace ember::train {
-
-enum class DataKind { in_memory, image_folder };
-
-struct DataInfo {
-  std::string dir;  // where the files were read from
-  DataKind kind = DataKind::in_memory;
-  std::shared_ptr<const data::Dataset> train, test;
-  // The image datasets behind `train` and `test` (ImageFolder data), for the skipped-file report.
-  std::shared_ptr<const data::ImageDataset> image_train, image_test;
-  std::vector<std::string> classes;
-  int64_t channels = 1, image_size = 28;
-  // ImageFolder: eval Resize(resize) + CenterCrop(image_size); 0 for in-memory data.
-  int64_t resize = 0;
-  // The images are pre-resized to `resize` by the decoded cache: transforms start after it.
-  bool cached = false;
-  std::vector<double> mean, std;  // per channel, of the training images scaled to [0, 1] (ImageNet's for ImageFolder)
-  // What resume compares (check_resumed_data): the images of --data (the whole tree before a
-  // split; the training split of IDX and CIFAR data), and for ImageFolder its sample_list_hash.
-  int64_t samples = 0;
-  std::string samples_hash;
-  std::optional<HeldOutSplit> split;  // --val-split: the held-out part of the tree
-};
-
-// How to open an ImageFolder tree (TrainConfig's fields of the same names).
-struct ImageDataOptions {
-  std::string val = "";
-  double val_split = -1;
-  int64_t image_size = -1;
-  std::string cache_dir = "";
-  bool skip_bad_images = false;
-  uint64_t seed = 1;
-  bool eval_only = false;  // `ember eval`: the whole tree is the test set
-};
-
-// fashion-mnist | mnist | a directory: MNIST-style IDX files, CIFAR-10/100 binary batches or an
-// ImageFolder tree (docs/data.md); data_dir overrides the location.
-DataInfo open_data(const std::string& data, const std::string& data_dir, const ImageDataOptions& image = {});
-// The ImageFolder part of open_data (train/image_data.cpp).
-DataInfo open_image_folder(const std::string& root, const ImageDataOptions& options);
-// Note [Held-out split]
-// A --val-split run trains on part of its ImageFolder tree and validates on the rest, chosen by
-// data::stratified_split(labels, fraction, seed). The choice is recorded (HeldOutSplit: the
-// tree's path, the fraction, the seed, the number of images and a hash of the sample list) in the
-// weights' metadata ("ember.split") and in the manifest ("split"), so that `ember eval` of the
-// run, or of its weights with --data TREE, evaluates on the held-out images, not on images the
-// model trained on: the same sample list with the same fraction and seed gives the same split.
-// When the tree at the recorded path has another sample list (files added, removed or renamed),
-// the held-out images can no longer be told apart from the training images, and eval refuses
-// rather than report an accuracy inflated by training images. Another tree is evaluated whole.
-// Resume compares the tree too (check_resumed_data): the class list, the number of images and
-// the sample list hash.
-
-// "fnv1a64:<16 hex digits>" of the dataset's class names and of every sample's path relative to
-// `root` and its label, in order: two trees with the same files in the same classes hash alike.
-std::string sample_list_hash(const data::ImageDataset& ds, const std::string& root);
-// HeldOutSplit as a JSON object's text, and back (a malformed text is an error naming `where`).
-std::string split_json(const HeldOutSplit& s);
-HeldOutSplit split_from_json(const std::string& text, const std::string& where);
-
-// Whether `dir` looks like a CIFAR-10 or CIFAR-100 binary directory.
-bool is_cifar_dir(const std::string& dir);
-// Whether open_data reads the directory `dir` as an ImageFolder tree (it holds neither CIFAR
-// batches nor IDX files).
-bool is_image_folder_dir(const std::string& dir);
-// The ImageFolder eval transform for a model: Resize(resize) + CenterCrop(image_size) + ToTensor +
-// Normalize (no Resize when resize is 0; no Resize/CenterCrop when `cached`).
-data::Compose image_eval_transform(int64_t resize, int64_t image_size, bool cached, const std::vector<double>& mean,
-                                   const std::vector<double>& std);
-// Per-channel mean and std of u8 images (N, C, H, W), scaled to [0, 1].
-void channel_stats(const Tensor& images, std::vector<double>& mean, std::vector<double>& std);
-// The training transform: the crop and flip of the recipe, then (policy "trivial" / "randaug")
-// TrivialAugmentWide / RandAugment on the u8 image, ToTensor, Normalize, then RandomErasing(p)
-// when random_erasing > 0.
-data::Compose make_train_transform(const DataInfo& d, bool flip, const std::string& policy = "light",
-                                   double random_erasing = 0);
-data::Compose make_eval_transform(const DataInfo& d);
 
 // Note [Checkpoint sets]
 // A checkpoint directory (--save DIR) holds one checkpoint as a set of files that belong together:
@@ -156,7 +75,7 @@ Manifest read_manifest(const std::string& dir);
 
 // open_checkpoint's check, and a promise: while the reader exists, the writer of a live run does
 // not remove the files its manifest names (Note [Reading a checkpoint while it is saved] in
-// train/checkpoint_set.cpp).
+// train/checkpoint.cpp).
 class CheckpointReader {
  public:
   explicit CheckpointReader(const std::string& dir);
@@ -229,27 +148,6 @@ class CheckpointWriter {
   std::vector<Retired> retired_;
 };
 
-// Weights file metadata: the model's name and shape, class names and normalization, so a weights
-// file alone is enough for `ember eval` / `ember predict`; ember.checksum over the tensors, and
-// the run and step when given.
-void save_weights(const std::string& path, const nn::Module& model, const TrainConfig& cfg, const DataInfo& d,
-                  const std::string& run = "", int64_t step = -1);
-// Loads a safetensors file into the model (strict names/shapes/dtypes, ember.checksum when
-// present); errors name the file.
-void load_weights_into(nn::Module& model, const std::string& path);
-// Throws when a file's ember.checksum (if any) does not match its tensors.
-void verify_weights_checksum(const io::SafetensorsFile& f);
-// "a, b, c and 7 more": at most `limit` names, then how many more (messages stay one line).
-std::string name_list(const std::vector<std::string>& names, size_t limit = 6);
-// Throws "<path>: the tensors do not match the model <name>: missing keys: ...; unexpected keys:
-// ..." (at most a few names each) unless the file holds exactly the model's state_dict names.
-// Before Module::load_state_dict, whose message lists every name (100,000 of a hostile file).
-void check_same_names(const nn::Module& model, const std::string& model_name, const io::SafetensorsFile& f);
-// Throws "<path>: tensor '<name>' holds N NaN or infinite value(s) ..." for the first floating
-// tensor of the file that is not finite: such weights give NaN for every input (ember never
-// writes them: Note [Divergence guard] in train/step_guard.h; a PyTorch file may hold them).
-void check_finite_weights(const io::SafetensorsFile& f);
-
 // The training state of a checkpoint: optimizer, scheduler, the loss scaler (--amp fp16: its
 // state_dict as extras "grad_scaler.<key>"), RNG, loader position, configuration.
 io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d, const optim::Optimizer& opt,
@@ -267,20 +165,5 @@ void check_resumed_data(const io::TrainingState& st, const DataInfo& d);
 // A scaler that is enabled gets its state back (a checkpoint without it is an error).
 void restore_training_state(const io::TrainingState& st, optim::Optimizer& opt, optim::LRScheduler* sched,
                             optim::GradScaler& scaler, data::DataLoader& loader, int64_t& step, int& start_epoch);
-
-// Which misclassified images an evaluation keeps (EvalResult::mistakes): the `keep` most
-// confident, with thumbnails un-normalized with `mean` and `std`.
-struct MistakeOptions {
-  int64_t keep = 0;
-  std::vector<double> mean, std;
-};
-
-// With a communicator of world size W, rank r evaluates batches r, r + W, ... and the results
-// are summed over the ranks (every rank returns the whole test set's numbers, except `mistakes`:
-// each rank keeps those of its own batches). A first SIGINT / SIGTERM / SIGHUP while
-// InterruptHandlers are installed (train/interrupt.h) stops it at the next batch, with
-// `interrupted` set (on every rank) and partial numbers.
-EvalResult evaluate_loader(nn::Module& model, data::DataLoader& loader, int64_t num_classes,
-                           parallel::Communicator* comm = nullptr, const MistakeOptions& mistakes = {});
 
 }  // namespace ember::train

@@ -1,5 +1,5 @@
 // evaluate_loader: a model's accuracy, loss, confusion matrix and most confident mistakes on a
-// loader's batches (declared in train/checkpoint.h), for `ember train`'s evaluations.
+// loader's batches (declared in train/inference.h), for `ember train`'s evaluations.
 
 #include <chrono>
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "../layers/nn_functional.h"
 #include "../layers/reduce.h"
 #include "../parallel/communicator.h"
+#include "inference.h"
 #include "checkpoint.h"
 #include "interrupt.h"
 #include "run_report.h"

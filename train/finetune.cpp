@@ -7,6 +7,7 @@
 #include "../core/autograd.h"
 #include "../io/safetensors.h"
 #include "../models/zoo.h"
+#include "weights.h"
 #include "checkpoint.h"
 
 namespace ember::train {

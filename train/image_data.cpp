@@ -8,6 +8,7 @@
 
 #include "../data/image_cache.h"
 #include "../data/image_folder.h"
+#include "data_setup.h"
 #include "checkpoint.h"
 
 namespace ember::train {

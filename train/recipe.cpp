@@ -6,6 +6,7 @@
 
 #include "../core/error.h"
 #include "../models/zoo.h"
+#include "config.h"
 #include "trainer.h"
 
 namespace ember::train {

@@ -18,11 +18,14 @@
 #include "../parallel/communicator.h"
 #include "../parallel/ddp.h"
 #include "checkpoint.h"
+#include "config.h"
+#include "data_setup.h"
+#include "trainer.h"
+#include "checkpoint.h"
 #include "graph_step.h"
 #include "report.h"
 #include "step_guard.h"
 #include "train_step.h"
-#include "trainer.h"
 
 namespace ember::train {
 

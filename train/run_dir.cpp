@@ -16,6 +16,7 @@
 #include "../core/error.h"
 #include "../io/atomic_file.h"
 #include "checkpoint.h"
+#include "checkpoint.h"
 #include "run_report.h"
 
 namespace ember::train {

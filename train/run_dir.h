@@ -1,7 +1,7 @@
 #pragma once
 // What ember owns in a run directory (--save DIR): how it recognises its own files, what it
 // removes and when, and the output paths it refuses (docs/training.md, "What ember owns in a run
-// directory"). Used by the checkpoint writer (train/checkpoint_set.cpp), the trainer, `ember
+// directory"). Used by the checkpoint writer (train/checkpoint.cpp), the trainer, `ember
 // report` and `ember export`.
 //
 // Note [Run directory ownership]

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "inference.h"
 #include "trainer.h"
 
 namespace ember::train {

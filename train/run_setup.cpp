@@ -8,6 +8,7 @@
 
 #include "../core/cpu/parallel.h"
 #include "finetune.h"
+#include "trainer.h"
 
 namespace ember::train {
 

@@ -9,8 +9,9 @@
 
 #include "../layers/module.h"
 #include "../optim/optim.h"
+#include "config.h"
+#include "data_setup.h"
 #include "checkpoint.h"
-#include "trainer.h"
 
 namespace ember::train {
 

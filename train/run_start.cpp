@@ -26,6 +26,7 @@
 #include "run_report.h"
 #include "run_setup.h"
 #include "terminal_text.h"
+#include "weights.h"
 
 namespace ember::train {
 

@@ -1,6 +1,10 @@
 // The training loop: the epochs of a run that start_run (train/run_start.cpp) built, with
 // progress, metrics, evaluation, checkpoints and exact resume, and the run's end.
 
+#include "checkpoint.h"
+#include "config.h"
+#include "inference.h"
+#include "weights.h"
 #include "trainer.h"
 
 #include <unistd.h>
@@ -32,7 +36,6 @@
 #include "../parallel/communicator.h"
 #include "../parallel/ddp.h"
 #include "../parallel/sync_batchnorm.h"
-#include "checkpoint.h"
 #include "finetune.h"
 #include "graph_step.h"
 #include "interrupt.h"

@@ -14,6 +14,7 @@
 #include <ember/layers/modules.h>
 #include <ember/models/zoo.h>
 #include <ember/train/run_dir.h>
+#include <ember/train/inference.h>
 #include <ember/train/trainer.h>
 
 namespace ember::app {

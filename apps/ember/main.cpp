@@ -24,9 +24,13 @@
 #include <ember/io/atomic_file.h>
 #include <ember/parallel/communicator.h>
 #include <ember/train/checkpoint.h>
+#include <ember/train/config.h>
+#include <ember/train/data_setup.h>
+#include <ember/train/inference.h>
+#include <ember/train/trainer.h>
+#include <ember/train/checkpoint.h>
 #include <ember/train/run_report.h>
 #include <ember/train/terminal_text.h>
-#include <ember/train/trainer.h>
 
 #include "augment_command.h"
 #include "data_commands.h"

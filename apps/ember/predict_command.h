@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <ember/train/inference.h>
 #include <ember/train/trainer.h>
 
 namespace ember::app {

@@ -47,6 +47,8 @@
 #include <ember/core/cuda/graph.h>
 #include <ember/core/cuda/runtime.h>
 #include <ember/models/zoo.h>
+#include <ember/train/config.h>
+#include <ember/train/trainer.h>
 #include <ember/train/trainer.h>
 
 #include "../bench_util.h"
