@@ -49,7 +49,7 @@ std::string file_kind(mode_t mode) {
   if (S_ISLNK(mode)) return "a symbolic link";
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
   if (S_ISSOCK(mode)) return "a socket";
   return "not a regular file";
 }
@@ -179,16 +179,6 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 
 namespace {
 
-// What a file that is not a regular one is, for messages.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 void check_regular(const std::string& path, mode_t mode) {
   if (S_ISREG(mode)) return;
   if (S_ISDIR(mode)) EMBER_THROW(path, ": is a directory, not a file");
@@ -252,11 +242,15 @@ void FileReader::read_at(uint64_t offset, void* dst, size_t n, std::string_view 
   }
 }
 
+void check_size_limit(const std::string& path, uint64_t size, uint64_t max_bytes, std::string_view what) {
+  if (size > max_bytes)
+    EMBER_THROW(path, ": ", size, " bytes is more than the ", max_bytes, "-byte limit for ", what,
+                " (docs/data.md, \"Limits\"): the file is not what its name says, or damaged");
+}
+
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes, std::string_view what) {
   FileReader f(path);
-  if (f.size() > max_bytes)
-    EMBER_THROW(path, ": ", f.size(), " bytes is more than the ", max_bytes, "-byte limit for ", what,
-                " (docs/data.md, \"Limits\"): the file is not what its name says, or damaged");
+  check_size_limit(path, f.size(), max_bytes, what);
   std::vector<uint8_t> bytes;
   try {
     bytes.resize(static_cast<size_t>(f.size()));

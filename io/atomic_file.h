@@ -111,7 +111,7 @@ struct OutputTarget {
   uid_t uid = 0;
   gid_t gid = 0;
 };
-// "a directory", "a FIFO", "a block device", ...: what a file of this st_mode is, for messages.
+// "a directory", "a FIFO (named pipe)", "a block device", ...: what a file of this st_mode is, for messages.
 std::string file_kind(mode_t mode);
 // lstat's answer for `path`; throws ember::Error naming the path and what it is for a target that
 // is refused (a directory, a block device, a socket, a link that leads to none of the streams).
@@ -215,6 +215,9 @@ class FileReader {
 // path, its size and `what` the limit is for ("a checkpoint manifest"), raised before any byte is
 // read. Throws ember::Error, naming the path, for a file that is not regular (as FileReader), an
 // unreadable file, an I/O error or a failed allocation.
+// Throws read_file's error for a file of `size` bytes over `max_bytes` (for readers that read
+// through their own descriptor).
+void check_size_limit(const std::string& path, uint64_t size, uint64_t max_bytes, std::string_view what);
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX,
                                std::string_view what = "this file");
 

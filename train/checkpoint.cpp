@@ -216,6 +216,9 @@ void check_files(const std::string& dir, const Manifest& m) {
 
 // All of the open file `fd` (a manifest: at most kMaxManifestBytes).
 std::vector<uint8_t> read_manifest_fd(int fd, const std::string& path) {
+  struct stat st {};
+  EMBER_CHECK(::fstat(fd, &st) == 0, path, ": cannot stat: ", std::strerror(errno));
+  io::check_size_limit(path, static_cast<uint64_t>(st.st_size), kMaxManifestBytes, "a checkpoint manifest");
   std::vector<uint8_t> bytes;
   char buf[8192];
   for (;;) {
@@ -224,8 +227,7 @@ std::vector<uint8_t> read_manifest_fd(int fd, const std::string& path) {
     EMBER_CHECK(n >= 0, path, ": cannot read: ", std::strerror(errno));
     if (n == 0) return bytes;
     bytes.insert(bytes.end(), buf, buf + n);
-    EMBER_CHECK(bytes.size() <= kMaxManifestBytes, path, ": is larger than ", kMaxManifestBytes,
-                " bytes, which no checkpoint manifest is");
+    io::check_size_limit(path, bytes.size(), kMaxManifestBytes, "a checkpoint manifest");
   }
 }
 
@@ -251,7 +253,11 @@ Manifest read_manifest(const std::string& dir) {
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
   const std::string path = (fs::path(dir) / kManifestName).string();
   for (int attempt = 0;; ++attempt) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO planted there: no wait
+    std::error_code ec;
+    EMBER_CHECK(fs::symlink_status(path, ec).type() != fs::file_type::not_found, "'", dir,
+                "' holds no checkpoint (no ", kManifestName, ")");
+    io::check_regular_file(path);  // a FIFO or a device: refused by its kind, unopened
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // one planted since: no wait
     if (fd_ < 0) {
       EMBER_CHECK(errno != ENOENT, "'", dir, "' holds no checkpoint (no ", kManifestName, ")");
       EMBER_THROW(path, ": cannot open for reading: ", std::strerror(errno));
@@ -262,7 +268,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
     struct stat held {}, now {};
     if (rc == 0 && ::fstat(fd_, &held) == 0 && !S_ISREG(held.st_mode)) {
       ::close(fd_);
-      EMBER_THROW(path, ": is not a regular file, so it is no checkpoint manifest");
+      EMBER_THROW(path, ": is ", io::file_kind(held.st_mode), ", not a regular file; ember reads regular files only");
     }
     if (rc == 0 && ::stat(path.c_str(), &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino)
       break;  // locked, and still the manifest
