@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "fresh_choices.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -240,18 +241,7 @@ TEST_CASE("winograd conv: which convolutions take the path", "[conv][winograd]")
 
 namespace {
 
-// Keeps the process's choices to itself for a test's lifetime (no file), starting from none.
-struct FreshChoices {
-  std::string file = kc::measured_choice_file();
-  FreshChoices() {
-    kc::set_measured_choice_file("");
-    kc::forget_measured_choices();
-  }
-  ~FreshChoices() {
-    kc::forget_measured_choices();
-    kc::set_measured_choice_file(file);
-  }
-};
+using testing::FreshChoices;
 
 // The one conv2d 3x3 choice made for `shape`.
 kc::MeasuredChoice choice_for(const std::string& shape) {

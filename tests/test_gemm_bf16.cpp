@@ -26,6 +26,7 @@
 #include <ember/kernels/cpu/measured_choice.h>
 #include <ember/core/cpu/parallel.h>
 
+#include "fresh_choices.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -250,17 +251,7 @@ TEST_CASE("gemm_bf16: the measured path takes each shape's fastest kernel, with 
     return;
   }
   set_num_threads(1);
-  struct FreshChoices {  // this process's own measurement, not the choices file's
-    std::string file = kc::measured_choice_file();
-    FreshChoices() {
-      kc::set_measured_choice_file("");
-      kc::forget_measured_choices();
-    }
-    ~FreshChoices() {
-      kc::forget_measured_choices();
-      kc::set_measured_choice_file(file);
-    }
-  } fresh;
+  const testing::FreshChoices fresh;  // this process's own measurement, not the choices file's
   const Shape3 s{64, 300, 288};
   const std::vector<float> measured = product_of(Transpose::No, Transpose::Yes, s, 1.0f, 1.0f, false, 900);
   const std::vector<kc::MeasuredChoice> made = kc::measured_choices();
