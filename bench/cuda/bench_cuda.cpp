@@ -337,14 +337,15 @@ void resnet18_step(int64_t batch, int64_t size, int steps, bool amp, bool channe
       cuda::synchronize();
     }));
   const double ms = median(t) * 1e3;
-  if (!graph) {  // where the time goes: two more steps under the profiler (CUDA events), on stderr
+  if (!graph) {  // where the time goes: more steps under the profiler (CUDA events), on stderr
+    const int profiled = g_tiny ? 1 : 2;  // --tiny runs the code, not a measurement
     profiler::Profiler prof;
-    for (int i = 0; i < 2; ++i) step();
+    for (int i = 0; i < profiled; ++i) step();
     cuda::synchronize();
     prof.stop();
-    std::fprintf(stderr, "resnet18_step %s%s%s, 2 steps:\n%s\n", amp ? "amp_bf16" : "f32",
-                 channels_last ? " channels_last" : "", cudnn_benchmark ? " cudnn_benchmark" : "",
-                 prof.table(30).c_str());
+    std::fprintf(stderr, "resnet18_step %s%s%s, %d step%s:\n%s\n", amp ? "amp_bf16" : "f32",
+                 channels_last ? " channels_last" : "", cudnn_benchmark ? " cudnn_benchmark" : "", profiled,
+                 profiled == 1 ? "" : "s", prof.table(30).c_str());
   }
   cudnn::set_benchmark(benchmark_was);
   char buf[512];
