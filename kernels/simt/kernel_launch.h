@@ -55,8 +55,8 @@ struct LaunchRequest {
   cudaStream_t stream;
   SharedSection shared;
   void* call;                                         // the KernelCall below
-  void (*run_thread)(void* call);                     // fiber: the CUDA thread in tls_exec
-  void (*run_block)(void* call, const unsigned* order);  // flat: every thread of the block
+  void (*run_thread)(void* call);                     // fiber: the CUDA thread in tls_exec (else null)
+  void (*run_block)(void* call, const unsigned* order);  // flat: every thread of the block (else null)
 };
 
 // Whether launches may outlive their call: EMBER_SIMT_DEFER=1, or a stream capture is active.
@@ -112,14 +112,18 @@ void check_pointer_arguments(const Tuple& args, const LaunchSite& site, std::ind
       ...);
 }
 
-template <class... P, class... A>
-void launch(LaunchKind kind, const LaunchSite& site, SharedSection shared, void (*kernel)(P...), dim3 grid,
-            dim3 block, size_t dynamic_smem, cudaStream_t stream, A&&... args) {
+// Each launch site instantiates only the runner its kind uses (run_thread for a fiber launch,
+// run_block for a flat one): the other would be compiled for nothing, once per kernel.
+template <LaunchKind kKind, class... P, class... A>
+void launch(const LaunchSite& site, SharedSection shared, void (*kernel)(P...), dim3 grid, dim3 block,
+            size_t dynamic_smem, cudaStream_t stream, A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "EMBER_LAUNCH: wrong number of kernel arguments");
   using Tuple = std::tuple<std::decay_t<P>...>;
   using Call = KernelCall<void (*)(P...), Tuple>;
-  LaunchRequest r{kind,   site, reinterpret_cast<const void*>(kernel), grid, block, dynamic_smem, stream, shared,
-                  nullptr, &Call::run_thread, &Call::run_block};
+  LaunchRequest r{kKind,  site, reinterpret_cast<const void*>(kernel), grid, block, dynamic_smem, stream, shared,
+                  nullptr, nullptr, nullptr};
+  if constexpr (kKind == LaunchKind::Fiber) r.run_thread = &Call::run_thread;
+  else r.run_block = &Call::run_block;
   if (defer_enabled()) {
     auto call = std::make_shared<Call>(Call{kernel, Tuple(std::forward<A>(args)...)});
     check_pointer_arguments(call->args, site, std::index_sequence_for<P...>{});
@@ -142,6 +146,6 @@ inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int va
 }
 
 #define EMBER_SIMT_LAUNCH(kind, kernel, grid, block, smem, stream, ...)                                 \
-  ::ember::simt::detail::launch(kind, ::ember::simt::detail::LaunchSite{#kernel, __FILE__, __LINE__},   \
+  ::ember::simt::detail::launch<kind>(::ember::simt::detail::LaunchSite{#kernel, __FILE__, __LINE__},   \
                                 ::ember::simt::detail::module_shared_section(), kernel, dim3(grid),     \
                                 dim3(block), static_cast<size_t>(smem), (stream) __VA_OPT__(, ) __VA_ARGS__)
