@@ -14,7 +14,6 @@
 #include <ember/kernels/cpu/bf16/gemm_bf16.h>
 #include <ember/train/config.h>
 #include <ember/train/trainer.h>
-#include <ember/train/trainer.h>
 
 #include "bench_util.h"
 

@@ -12,7 +12,6 @@
 #include <ember/core/error.h>
 #include <ember/io/safetensors.h>
 #include <ember/train/checkpoint.h>
-#include <ember/train/checkpoint.h>
 
 namespace ember::fuzz {
 

@@ -15,7 +15,6 @@
 #include <ember/ember.h>
 #include <ember/train/config.h>
 #include <ember/train/trainer.h>
-#include <ember/train/trainer.h>
 
 #include "test_util.h"
 

@@ -12,7 +12,6 @@
 #include <ember/ember.h>
 #include <ember/train/config.h>
 #include <ember/train/trainer.h>
-#include <ember/train/trainer.h>
 
 using namespace ember;
 namespace fs = std::filesystem;

@@ -13,7 +13,6 @@
 #include <ember/train/config.h>
 #include <ember/train/inference.h>
 #include <ember/train/trainer.h>
-#include <ember/train/checkpoint.h>
 
 using namespace ember;
 namespace fs = std::filesystem;
@@ -476,4 +475,29 @@ TEST_CASE("train: --amp takes bf16, fp16 or off, and a resumed run keeps its own
   r.explicitly_set = {"amp"};
   CHECK_THROWS_WITH(train::run_training(r), "--resume: --amp bf16 conflicts with the saved run's fp16; a resumed run "
                                             "keeps its configuration (start a new run with --save to change it)");
+}
+
+TEST_CASE("train: a manifest names step-<N>/ files only, and says which name it refuses", "[train]") {
+  const auto manifest = [](const std::string& weights) {
+    const nlohmann::json f = {{"path", weights}, {"bytes", 10}, {"crc32", "crc32:00000000"}};
+    const nlohmann::json s = {{"path", "step-00000008/state.safetensors"}, {"bytes", 10}, {"crc32", "crc32:00000000"}};
+    const std::string text = nlohmann::json{{"format", "ember.checkpoint.v1"}, {"run", "r"}, {"step", 8},
+                                            {"epoch", 1}, {"weights", f}, {"state", s}}
+                                 .dump();
+    return std::vector<uint8_t>(text.begin(), text.end());
+  };
+  const train::Manifest ok = train::parse_manifest(manifest("step-00000008/model.safetensors"), "d/checkpoint.json");
+  CHECK(ok.weights.path == "step-00000008/model.safetensors");
+  CHECK(ok.step == 8);
+  const auto refused = [&](const std::string& name, const std::string& shown) {
+    CHECK_THROWS_WITH(train::parse_manifest(manifest(name), "d/checkpoint.json"),
+                      "d/checkpoint.json: names the weights file '" + shown +
+                          "', which is not step-<N>/model.safetensors inside the checkpoint directory");
+  };
+  refused("../../etc/passwd", "../../etc/passwd");
+  refused("model.safetensors", "model.safetensors");
+  refused("step-00000008/../../model.safetensors", "step-00000008/../../model.safetensors");
+  refused("notes/step-00000008/model.safetensors", "notes/step-00000008/model.safetensors");
+  refused("/tmp/step-00000008/model.safetensors", "/tmp/step-00000008/model.safetensors");
+  refused(std::string("step-00000008/model.safetensors\0x", 33), "step-00000008/model.safetensors\\0x");
 }

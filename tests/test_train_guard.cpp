@@ -14,7 +14,6 @@
 #include <ember/train/step_guard.h>
 #include <ember/train/config.h>
 #include <ember/train/trainer.h>
-#include <ember/train/trainer.h>
 
 using namespace ember;
 namespace fs = std::filesystem;

@@ -25,7 +25,6 @@
 #include "../models/zoo.h"
 #include "checkpoint.h"
 #include "data_setup.h"
-#include "checkpoint.h"
 #include "finetune.h"
 #include "weights.h"
 

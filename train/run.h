@@ -21,7 +21,6 @@
 #include "config.h"
 #include "data_setup.h"
 #include "trainer.h"
-#include "checkpoint.h"
 #include "graph_step.h"
 #include "report.h"
 #include "step_guard.h"

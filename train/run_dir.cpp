@@ -16,7 +16,6 @@
 #include "../core/error.h"
 #include "../io/atomic_file.h"
 #include "checkpoint.h"
-#include "checkpoint.h"
 #include "run_report.h"
 
 namespace ember::train {

@@ -112,10 +112,7 @@ struct Resumed {
   std::optional<Manifest> manifest;
   std::optional<io::TrainingState> state;
   std::vector<std::string> changed;  // the options given that change the saved configuration
-  // Whether the run saves into the directory it resumes from.
-  bool continuing(const TrainConfig& cfg) const {
-    return manifest && fs::exists(cfg.save_dir) && fs::equivalent(cfg.save_dir, cfg.resume_dir);
-  }
+  bool continuing = false;            // the run saves into the directory it resumes from
 };
 
 // With --resume, the run continues with the configuration it was started with (--epochs may extend
@@ -136,6 +133,7 @@ void open_resume(Run& r, TrainConfig& cfg, Resumed& res) {
   r.run_id = res.manifest->run;
   // Resuming keeps saving into the same directory.
   if (cfg.save_dir.empty()) cfg.save_dir = cfg.resume_dir;
+  res.continuing = fs::exists(cfg.save_dir) && fs::equivalent(cfg.save_dir, cfg.resume_dir);
 }
 
 // The --save and --save-weights checks that need no data, before the data is read
@@ -144,12 +142,11 @@ void check_before_data(const Run& r, const TrainConfig& cfg, const Resumed& res)
   if (r.lead && !cfg.save_dir.empty()) {
     EMBER_CHECK(!fs::exists(cfg.save_dir) || fs::is_directory(cfg.save_dir), "--save: '", cfg.save_dir,
                 "' is a file, not a directory");
-    const bool continuing = res.continuing(cfg);
-    EMBER_CHECK(continuing || cfg.overwrite || !has_checkpoint(cfg.save_dir), "--save: '", cfg.save_dir,
+    EMBER_CHECK(res.continuing || cfg.overwrite || !has_checkpoint(cfg.save_dir), "--save: '", cfg.save_dir,
                 "' already holds a checkpoint; continue it with --resume ", cfg.save_dir,
                 ", or pass --overwrite to replace it with this run");
     // What ember may not touch there is refused now; CheckpointWriter looks again under the lock.
-    survey_run_dir(cfg.save_dir, continuing       ? RunDirUse::continuing
+    survey_run_dir(cfg.save_dir, res.continuing   ? RunDirUse::continuing
                                  : cfg.overwrite  ? RunDirUse::overwrite
                                                   : RunDirUse::new_run);
   }
@@ -281,15 +278,13 @@ void open_outputs(Run& r, TrainConfig& cfg, const Resumed& res) {
   if (!cfg.metrics_path.empty() && !cfg.save_dir.empty() && same_path(cfg.metrics_path, stream.string()))
     cfg.metrics_path.clear();
   if (r.lead && !cfg.metrics_path.empty()) check_output_path("--metrics", cfg.metrics_path, run_dirs);
-  const bool continuing = res.continuing(cfg);
   if (r.lead && !cfg.save_dir.empty())
-    r.checkpoint = std::make_unique<CheckpointWriter>(cfg.save_dir, r.run_id, cfg.overwrite, continuing);
+    r.checkpoint = std::make_unique<CheckpointWriter>(cfg.save_dir, r.run_id, cfg.overwrite, res.continuing);
 }
 
 // The metrics streams, and the run's config event in them.
 void open_metrics(Run& r, const TrainConfig& cfg, const Resumed& res) {
   const fs::path stream = fs::path(cfg.save_dir) / kMetricsFileName;
-  const bool continuing = res.continuing(cfg);
   r.metrics = std::make_unique<MetricsWriter>(cfg.metrics_path);
   if (r.lead && !cfg.save_dir.empty()) {
     // The run directory's own metrics stream, for `ember report` (train/run_report.h), opened
@@ -299,7 +294,7 @@ void open_metrics(Run& r, const TrainConfig& cfg, const Resumed& res) {
     std::error_code ec;
     const bool earlier = fs::symlink_status(stream, ec).type() != fs::file_type::not_found;
     r.run_metrics = std::make_unique<MetricsWriter>(
-        stream.string(), continuing ? MetricsOpen::append : earlier ? MetricsOpen::replace : MetricsOpen::truncate);
+        stream.string(), res.continuing ? MetricsOpen::append : earlier ? MetricsOpen::replace : MetricsOpen::truncate);
   }
   r.metrics_enabled = r.metrics->enabled() || r.run_metrics != nullptr;
   json config = config_json(cfg, r.d, r.steps_per_epoch);

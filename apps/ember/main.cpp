@@ -28,7 +28,6 @@
 #include <ember/train/data_setup.h>
 #include <ember/train/inference.h>
 #include <ember/train/trainer.h>
-#include <ember/train/checkpoint.h>
 #include <ember/train/run_report.h>
 #include <ember/train/terminal_text.h>
 

@@ -49,7 +49,6 @@
 #include <ember/models/zoo.h>
 #include <ember/train/config.h>
 #include <ember/train/trainer.h>
-#include <ember/train/trainer.h>
 
 #include "../bench_util.h"
 

@@ -217,7 +217,7 @@ hostile "m-fifo/checkpoint.json: is a FIFO (named pipe), $not_regular" train --r
 hostile "m-zero/checkpoint.json: is a character device, $not_regular" predict m-zero idx/t10k-images-idx3-ubyte:0
 hostile "m-big/checkpoint.json: $(stat -c %s m-big/checkpoint.json) bytes is more than the 1048576-byte limit for a checkpoint manifest (docs/data.md, \"Limits\"): the file is not what its name says, or damaged" \
   eval m-big
-hostile "m-escape/checkpoint.json: names the file '../../etc/passwd', which is not inside the checkpoint directory" eval m-escape
+hostile "m-escape/checkpoint.json: names the weights file '../../etc/passwd', which is not step-<N>/model.safetensors inside the checkpoint directory" eval m-escape
 
 # ---- 5. option values ----------------------------------------------------------------------------
 expect_error "--resume: the value is empty (give one, or leave the option out)" train --resume ""
