@@ -21,6 +21,7 @@ namespace ember::profiler {
 
 namespace detail {
 std::atomic<bool> g_enabled{false};
+std::atomic<bool> g_scopes_open{false};
 }
 
 namespace {
@@ -83,6 +84,20 @@ ThreadBuffer& buffer() {
   return b;
 }
 
+// Scope tracking (track_scopes): how many asked for it, and each thread's stack of open scopes.
+std::atomic<int> g_tracking{0};
+struct TrackedScope {
+  std::string name;
+  Phase phase;  // Phase::none unless the scope is a phase scope
+};
+std::vector<TrackedScope>& tracked_stack() {
+  thread_local std::vector<TrackedScope> stack;
+  return stack;
+}
+void update_scopes_open() {
+  detail::g_scopes_open.store(detail::g_enabled.load() || g_tracking.load() > 0);
+}
+
 int64_t now_ns(const Registry& r) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - r.start).count();
 }
@@ -121,6 +136,11 @@ const char* phase_name(Phase p) {
 }
 
 void Scope::begin(const char* name, double flops, Phase phase) {
+  if (g_tracking.load(std::memory_order_relaxed) > 0) {
+    tracked_stack().push_back({name ? name : "?", phase});
+    tracked_ = true;
+  }
+  if (!enabled()) return;
   const Begin g = begin_under_lock(name);
   ThreadBuffer& b = buffer();
   b.sync(g.generation, g.start);
@@ -139,6 +159,11 @@ void Scope::begin(const char* name, double flops, Phase phase) {
 }
 
 void Scope::end() {
+  if (tracked_) {
+    tracked_ = false;
+    if (!tracked_stack().empty()) tracked_stack().pop_back();
+  }
+  if (!open_) return;
   ThreadBuffer& b = buffer();
   open_ = false;
   // A profile started or stopped since begin(): the event is not this profile's.
@@ -147,6 +172,27 @@ void Scope::end() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - b.start).count();
   if (b.open.back().second) b.phases.pop_back();
   b.open.pop_back();
+}
+
+void track_scopes(bool on) {
+  g_tracking.fetch_add(on ? 1 : -1);
+  update_scopes_open();
+}
+
+ScopeContext current_scope() {
+  ScopeContext c;
+  const std::vector<TrackedScope>& stack = tracked_stack();
+  c.op = stack.empty() ? "-" : stack.back().name;
+  if (in_backward()) {
+    c.phase = Phase::backward;
+    return c;
+  }
+  for (auto it = stack.rbegin(); it != stack.rend(); ++it)
+    if (it->phase != Phase::none) {
+      c.phase = it->phase;
+      break;
+    }
+  return c;
 }
 
 void wait_for_device_if_profiling() {
@@ -163,6 +209,7 @@ Profiler::Profiler() {
   r.start = Clock::now();
   r.retired.clear();
   detail::g_enabled.store(true);
+  update_scopes_open();
   running_ = true;
 }
 
@@ -174,6 +221,7 @@ void Profiler::stop() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   detail::g_enabled.store(false);
+  update_scopes_open();
   const int64_t end = now_ns(r);
   wall_ms_ = static_cast<double>(end) * 1e-6;
   events_ = r.retired;

@@ -39,6 +39,7 @@ namespace ember::profiler {
 
 namespace detail {
 extern std::atomic<bool> g_enabled;
+extern std::atomic<bool> g_scopes_open;  // a Profiler records, or scope tracking is on
 }
 
 // Whether a Profiler is recording.
@@ -52,15 +53,15 @@ const char* phase_name(Phase p);
 class Scope {
  public:
   explicit Scope(const char* name, double flops = 0) {
-    if (enabled()) begin(name, flops, Phase::none);
+    if (detail::g_scopes_open.load(std::memory_order_relaxed)) begin(name, flops, Phase::none);
   }
   Scope(const std::string& name, double flops = 0) : Scope(name.c_str(), flops) {}
   // A phase scope: everything inside it belongs to `phase` (the trainer's step parts).
   Scope(const char* name, Phase phase) {
-    if (enabled()) begin(name, 0, phase);
+    if (detail::g_scopes_open.load(std::memory_order_relaxed)) begin(name, 0, phase);
   }
   ~Scope() {
-    if (open_) end();
+    if (open_ || tracked_) end();
   }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
@@ -68,9 +69,21 @@ class Scope {
  private:
   void begin(const char* name, double flops, Phase phase);
   void end();
-  bool open_ = false;
+  bool open_ = false;     // recorded by a Profiler
+  bool tracked_ = false;  // on this thread's scope stack (scope tracking)
   int64_t index_ = 0;  // this scope's event in the thread's buffer
 };
+
+// Scope tracking: while on, every Scope on every thread also keeps its name and phase on a stack
+// of its thread, which current_scope() reads. The launch ledger (core/cuda/ledger.h) turns it on
+// to name the op each launch belongs to; a Profiler need not be recording. Counted: tracking
+// stays on until as many track_scopes(false) as track_scopes(true).
+void track_scopes(bool on);
+struct ScopeContext {
+  std::string op;  // the innermost open scope's name, "-" when none is open
+  Phase phase = Phase::none;  // the nearest enclosing phase ("backward" inside the autograd engine)
+};
+ScopeContext current_scope();
 
 // Called by EMBER_CUDA_CALL after an op's kernels were launched: with the profiler on, waits for
 // the current CUDA device (Note [Profiler]); off, does nothing.

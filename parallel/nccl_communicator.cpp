@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "../core/autograd.h"
+#include "../core/cuda/ledger.h"
 #include "../core/cuda/runtime.h"
 #endif
 
@@ -237,12 +238,21 @@ class NcclCommunicator : public Communicator {
     return t.to(Device::cuda(device_)).contiguous();
   }
 
+  // Records a collective of `bytes` (the buffer's size, each rank's) in the running launch ledger
+  // (Note [Launch ledger]); returns whether to run it.
+  static bool record_collective(const char* function, int64_t bytes, cudaStream_t s) {
+    if (!cuda::ledger_on()) return true;
+    const double b = static_cast<double>(bytes);
+    return cuda::ledger_call(cuda::CallKind::nccl, function, cuda::cost(b, b), s);
+  }
+
   void move_data(Collective& c, Clock::time_point deadline, double timeout_s) {
     cudaStream_t s = stream_.get();
     switch (c.header.kind) {
       case CollectiveKind::all_reduce: {
         Tensor buf = on_device(c.tensor);
         const bool avg = c.op == ReduceOp::avg;
+        if (!record_collective("ncclAllReduce", buf.nbytes(), s)) break;
         issue(comm_,
               ncclAllReduce(buf.data(), buf.data(), static_cast<size_t>(buf.numel()), nccl_type(buf.dtype()),
                             avg ? ncclAvg : ncclSum, comm_, s),
@@ -252,6 +262,7 @@ class NcclCommunicator : public Communicator {
       }
       case CollectiveKind::broadcast: {
         Tensor buf = on_device(c.tensor);
+        if (!record_collective("ncclBroadcast", buf.nbytes(), s)) break;
         issue(comm_,
               ncclBroadcast(buf.data(), buf.data(), static_cast<size_t>(buf.numel()), nccl_type(buf.dtype()),
                             static_cast<int>(c.header.root), comm_, s),
@@ -263,6 +274,7 @@ class NcclCommunicator : public Communicator {
         Tensor in = on_device(c.tensor);
         const int64_t n = in.numel();
         Tensor gathered = empty({world_size() * n}, {.dtype = in.dtype(), .device = Device::cuda(device_)});
+        if (!record_collective("ncclAllGather", gathered.nbytes(), s)) break;
         issue(comm_, ncclAllGather(in.data(), gathered.data(), static_cast<size_t>(n), nccl_type(in.dtype()), comm_, s),
               "ncclAllGather", deadline, timeout_s);
         for (int r = 0; r < world_size(); ++r) c.outputs[r].copy_(gathered.narrow(0, r * n, n).view(in.shape()));

@@ -74,6 +74,9 @@ struct TrainConfig {
   // --profile: print a table of every op's time (forward, backward, optimizer, data) at the end;
   // --profile-trace FILE: write the same as a Chrome/Perfetto trace (core/profiler.h).
   bool profile = false;
+  // --explain GPU: record one step of the run's first batch and print its launch ledger priced on
+  // that GPU ("h100", "h200"; train/explain.h), then stop without training.
+  std::string explain;
   std::string profile_trace;
   bool quiet = false;
   int64_t log_every = 1;  // metrics "step" events every N steps

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "gpu_model.h"
 #include "../core/error.h"
 #include "../models/zoo.h"
 #include "config.h"
@@ -169,6 +170,13 @@ void validate(const TrainConfig& c) {
   EMBER_CHECK(!c.cuda_graphs || (!c.profile && c.profile_trace.empty()), "--cuda-graphs cannot be combined with "
               "--profile or --profile-trace: the profiler times each op as it runs, and a graph replays them all "
               "in one launch");
+  if (!c.explain.empty()) {
+    (void)gpu_spec(c.explain);  // names the GPUs the step model knows
+    EMBER_CHECK(c.save_dir.empty() && c.resume_dir.empty() && c.metrics_path.empty() && !c.profile &&
+                    c.profile_trace.empty(),
+                "--explain records one step and trains nothing: it takes no --save, --resume, --metrics, --profile "
+                "or --profile-trace");
+  }
   const std::vector<std::string> names = models::model_names();
   EMBER_CHECK(std::find(names.begin(), names.end(), c.model) != names.end(), "unknown model '", c.model,
               "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");

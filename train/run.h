@@ -79,6 +79,11 @@ struct Run {
 // Everything before the first step: the ranks, the configuration (resumed or resolved), data,
 // loaders, model, optimizer, schedule, checkpoint state, DDP, the metrics streams and the step.
 Run start_run(TrainConfig cfg);
+// Two of its parts, also used by `ember explain` (train/explain.h) on a Run with no data: the
+// model (from r.d's channels, image size and classes), optimizer, schedule and loss scaler; and
+// the step (criterion, guard, TrainStep, and with --cuda-graphs the GraphedStep).
+void build_model(Run& r, const TrainConfig& cfg);
+void build_step(Run& r);
 
 // The memory format the model's input is given in (--channels-last).
 inline MemoryFormat model_input_format(const TrainConfig& c) {

@@ -221,37 +221,6 @@ void open_loaders(Run& r, const TrainConfig& cfg, const Resumed& res, const std:
 
 // The model (the same seed gives the same initial weights), its starting weights, the optimizer,
 // the schedule and the loss scaler.
-void build_model(Run& r, const TrainConfig& cfg) {
-  const DataInfo& d = r.d;
-  manual_seed(cfg.seed);
-  models::ModelSpec spec{.name = cfg.model, .in_channels = d.channels, .image_size = d.image_size,
-                         .num_classes = static_cast<int64_t>(d.classes.size())};
-  r.model = models::create_model(spec);
-  if (!cfg.init_weights.empty() && cfg.finetune) {
-    // PyTorch weights without their classifier (Note [Fine-tuning] in train/finetune.h).
-    const int64_t loaded = load_pytorch_weights(*r.model, cfg.model, cfg.init_weights, true);
-    if (!cfg.quiet && r.lead)
-      std::fprintf(stderr, "ember train: fine-tuning from %s (%lld tensors); a new classifier '%s' for %zu classes%s\n",
-                   printable(cfg.init_weights).c_str(), static_cast<long long>(loaded), models::classifier_name(cfg.model).c_str(),
-                   d.classes.size(), cfg.freeze_backbone ? ", the backbone frozen" : "");
-  } else if (!cfg.init_weights.empty()) {
-    load_weights_into(*r.model, cfg.init_weights);
-  }
-  // Initialized on the CPU and then moved, so a seed gives the same weights on every device.
-  r.model->to(r.device);
-  // Before the optimizer takes the parameters: to(MemoryFormat) replaces the 4-D ones.
-  if (cfg.channels_last) r.model->to(MemoryFormat::channels_last);
-  if (cfg.freeze_backbone) freeze_backbone(*r.model, cfg.model);
-  r.optimizer = make_optimizer(cfg, param_groups(cfg, *r.model));
-  r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
-  if (cfg.amp != "off") r.amp_dtype = cfg.amp == "fp16" ? DType::f16 : DType::bf16;
-  optim::GradScalerOptions scaling{.enabled = cfg.amp == "fp16"};
-  // EMBER_FAULT=amp-growth-interval:N (a testing hook): S doubles after N clean steps instead of
-  // 2000, so that a short fp16 run overflows, and skips steps, again and again.
-  if (const int64_t n = io::fault_value("amp-growth-interval"); n > 0) scaling.growth_interval = n;
-  r.scaler = std::make_unique<optim::GradScaler>(scaling);
-}
-
 // One evaluation batch before the first step, so that an evaluation that does not fit fails or
 // shrinks now, not after an epoch of work.
 void try_one_eval_batch(Run& r) {
@@ -302,6 +271,39 @@ void open_metrics(Run& r, const TrainConfig& cfg, const Resumed& res) {
   write_metrics(r, config.dump());
 }
 
+}  // namespace
+
+void build_model(Run& r, const TrainConfig& cfg) {
+  const DataInfo& d = r.d;
+  manual_seed(cfg.seed);
+  models::ModelSpec spec{.name = cfg.model, .in_channels = d.channels, .image_size = d.image_size,
+                         .num_classes = static_cast<int64_t>(d.classes.size())};
+  r.model = models::create_model(spec);
+  if (!cfg.init_weights.empty() && cfg.finetune) {
+    // PyTorch weights without their classifier (Note [Fine-tuning] in train/finetune.h).
+    const int64_t loaded = load_pytorch_weights(*r.model, cfg.model, cfg.init_weights, true);
+    if (!cfg.quiet && r.lead)
+      std::fprintf(stderr, "ember train: fine-tuning from %s (%lld tensors); a new classifier '%s' for %zu classes%s\n",
+                   printable(cfg.init_weights).c_str(), static_cast<long long>(loaded), models::classifier_name(cfg.model).c_str(),
+                   d.classes.size(), cfg.freeze_backbone ? ", the backbone frozen" : "");
+  } else if (!cfg.init_weights.empty()) {
+    load_weights_into(*r.model, cfg.init_weights);
+  }
+  // Initialized on the CPU and then moved, so a seed gives the same weights on every device.
+  r.model->to(r.device);
+  // Before the optimizer takes the parameters: to(MemoryFormat) replaces the 4-D ones.
+  if (cfg.channels_last) r.model->to(MemoryFormat::channels_last);
+  if (cfg.freeze_backbone) freeze_backbone(*r.model, cfg.model);
+  r.optimizer = make_optimizer(cfg, param_groups(cfg, *r.model));
+  r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
+  if (cfg.amp != "off") r.amp_dtype = cfg.amp == "fp16" ? DType::f16 : DType::bf16;
+  optim::GradScalerOptions scaling{.enabled = cfg.amp == "fp16"};
+  // EMBER_FAULT=amp-growth-interval:N (a testing hook): S doubles after N clean steps instead of
+  // 2000, so that a short fp16 run overflows, and skips steps, again and again.
+  if (const int64_t n = io::fault_value("amp-growth-interval"); n > 0) scaling.growth_interval = n;
+  r.scaler = std::make_unique<optim::GradScaler>(scaling);
+}
+
 // The step, eager and captured alike (Note [One training step] in train/train_step.h). The
 // objects it uses are owned through pointers, so they stay where they are when the Run is moved.
 void build_step(Run& r) {
@@ -318,8 +320,6 @@ void build_step(Run& r) {
     r.graphed = std::make_unique<GraphedStep>(r.device, static_cast<int64_t>(r.d.classes.size()), *r.train_step);
   }
 }
-
-}  // namespace
 
 Run start_run(TrainConfig cfg) {
   Run r;

@@ -1,6 +1,7 @@
 // The training loop: the epochs of a run that start_run (train/run_start.cpp) built, with
 // progress, metrics, evaluation, checkpoints and exact resume, and the run's end.
 
+#include "explain.h"
 #include "checkpoint.h"
 #include "config.h"
 #include "inference.h"
@@ -435,8 +436,15 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
 TrainSummary run_training(TrainConfig cfg) {
   const auto t_start = std::chrono::steady_clock::now();
   const InterruptHandlers handlers(!cfg.quiet);
+  if (!cfg.explain.empty()) prepare_emulator_for_explain(cfg.explain);
   Run run = start_run(std::move(cfg));
   run.model->train();
+  if (!run.cfg.explain.empty()) {
+    const data::Batch batch = run.loader->load_batch(0, 0);
+    std::fputs(explain_step(run, batch.images, batch.labels, ExplainOptions{.gpu = run.cfg.explain}).text.c_str(),
+               stdout);
+    return run.summary;
+  }
   if (run.start_epoch >= run.cfg.epochs) {
     if (!run.cfg.quiet && run.lead)
       std::fprintf(stderr, "ember train: the run in %s is complete (step %lld, %d epochs); give --epochs above %d "

@@ -35,6 +35,7 @@
 #include "data_commands.h"
 #include "export_command.h"
 #include "info_command.h"
+#include "explain_command.h"
 #include "lab_command.h"
 #include "option_values.h"
 #include "predict_command.h"
@@ -111,6 +112,8 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
                "under mpirun/srun: BatchNorm statistics over every process's batch "
                "(SyncBatchNorm); no effect on one process");
   app.add_flag("--quiet", c.quiet, "no progress output");
+  app.add_option("--explain", c.explain, "h100 | h200: record one step of the first batch on the CUDA device, print "
+                 "its launches, bytes and predicted time on that GPU (docs/cuda.md), and stop without training");
 
   // The help's sections; CLI11 lists a section where its first option was added.
   const std::pair<const char*, std::vector<const char*>> sections[] = {
@@ -123,7 +126,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
       {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--finetune", "--freeze-backbone",
                                    "--backbone-lr-scale", "--save-weights"}},
       {"Evaluation and output", {"--eval-every", "--eval-limit", "--metrics", "--log-every", "--quiet", "--profile",
-                                 "--profile-trace"}},
+                                 "--profile-trace", "--explain"}},
       {"Distributed (mpirun / srun)", {"--sync-bn"}},
   };
   for (const auto& [section, names] : sections)
@@ -190,6 +193,37 @@ Command train_command(CLI::App& app) {
             train::check_options(*cfg);  // every value in its range before anything is read or written
             return train::run_training(*cfg).interrupted ? 130 : 0;
           }};
+}
+
+Command explain_command(CLI::App& app) {
+  auto o = std::make_shared<app::ExplainCli>();
+  o->cfg.model = "resnet18";
+  o->cfg.batch_size = 256;
+  o->cfg.image_size = 224;
+  o->cfg.device = "cuda";
+  CLI::App* cmd = app.add_subcommand("explain", "one training step's GPU launches, bytes and FLOPs, and its time "
+                                     "predicted on an H100 or H200 (on the emulator: without running a kernel)");
+  cmd->add_option("--model", o->cfg.model, "simple_cnn | cnn | resnet18 | resnet18_cifar | resnet_small")
+      ->capture_default_str();
+  cmd->add_option("--batch-size", o->cfg.batch_size, "images per step")->capture_default_str();
+  cmd->add_option("--image-size", o->cfg.image_size, "input images of N x N pixels")->capture_default_str();
+  cmd->add_option("--channels", o->channels, "input channels")->capture_default_str();
+  cmd->add_option("--classes", o->classes, "classes of the classifier")->capture_default_str();
+  cmd->add_option("--optimizer", o->cfg.optimizer, "adam | adamw | sgd (default: the recipe's)");
+  cmd->add_option("--amp", o->cfg.amp, "off | bf16 | fp16")->capture_default_str();
+  cmd->add_flag("--channels-last", o->cfg.channels_last, "NHWC activations and weights");
+  cmd->add_flag("--cuda-graphs", o->cfg.cuda_graphs, "price the step as a replayed CUDA graph");
+  cmd->add_option("--clip-grad-norm", o->cfg.clip_grad_norm, "gradient clipping at this norm (0: off)");
+  cmd->add_option("--device", o->cfg.device, "the CUDA device to record on")->capture_default_str();
+  cmd->add_option("--gpu", o->options.gpu, "h100 | h200: the GPU to predict for")->capture_default_str();
+  cmd->add_option("--world-size", o->options.world_sizes,
+                  "data-parallel GPUs to predict the scaling for (repeatable; e.g. --world-size 2 8 64)");
+  cmd->add_option("--calibration", o->options.calibration, "a GPU calibration file (default: calibration/gpu.json, "
+                  "compiled in)");
+  cmd->add_option("--rows", o->options.rows, "table rows (largest first; -1: all)")->capture_default_str();
+  cmd->add_flag("--json", o->options.json, "one JSON object: launches, host_syncs, bytes, flops, predicted_ms, "
+                "floor_ms, ops, ...");
+  return {cmd, [o] { return app::run_explain(*o); }};
 }
 
 struct EvalOptions {
@@ -464,6 +498,7 @@ int main(int argc, char** argv) {
                                    info_command(app),    bench_loader_command(app)};
   for (Command& c : lab_commands(app)) commands.push_back(std::move(c));
   commands.push_back(augment_command(app));
+  commands.push_back(explain_command(app));
   app::make_values_strict(app);  // Note [Strict option values]
 
   if (const std::optional<int> parse_failed = parse_arguments(app, argc, argv)) return *parse_failed;

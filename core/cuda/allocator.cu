@@ -17,6 +17,7 @@
 #include "caching_allocator.h"
 #include "../error.h"
 #include "graph.h"
+#include "ledger.h"
 #include "runtime.h"
 
 namespace ember {
@@ -53,6 +54,7 @@ class CudaBackend final : public cuda::DeviceMemoryBackend {
       (void)cudaGetLastError();  // out of memory is answered with nullptr, not a sticky error
       return nullptr;
     }
+    cuda::ledger_alloc(bytes);
     return p;
   }
   void free(void* p) override {

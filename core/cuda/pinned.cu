@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../error.h"
+#include "ledger.h"
 #include "runtime.h"
 
 namespace ember::cuda {
@@ -128,8 +129,13 @@ void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_
   EMBER_CHECK(is_pinned(host), "non_blocking copy: the host memory is not pinned (use pin_memory())");
   const DeviceGuard guard(dst_device.is_cuda() ? dst_device.index : src_device.index);
   const Stream s = current_stream();
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, dst_device.is_cpu() ? cudaMemcpyDeviceToHost
-                                                                         : cudaMemcpyHostToDevice, s));
+  recorded_call(
+      CallKind::copy, dst_device.is_cpu() ? "cudaMemcpyAsync DtoH" : "cudaMemcpyAsync HtoD", s,
+      [&] { return dst_device.is_cpu() ? cost(static_cast<double>(bytes), 0) : cost(0, static_cast<double>(bytes)); },
+      [&] {
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes,
+                                         dst_device.is_cpu() ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s));
+      });
   pinned_pool().record_use(host, s);
 }
 

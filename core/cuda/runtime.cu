@@ -11,6 +11,7 @@
 
 #include "../allocator.h"
 #include "../error.h"
+#include "ledger.h"
 #include "runtime.h"
 
 namespace ember::cuda {
@@ -114,9 +115,15 @@ void check_launch(const char* op) {
                 cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
 }
 
-void synchronize() { EMBER_CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize() {
+  ledger_host_sync("cudaDeviceSynchronize");
+  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
-void synchronize_stream(Stream s) { EMBER_CUDA_CHECK(cudaStreamSynchronize(s)); }
+void synchronize_stream(Stream s) {
+  ledger_host_sync("cudaStreamSynchronize");
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+}
 
 const DeviceProperties& properties(int device) {
   static std::mutex mu;
@@ -155,7 +162,32 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     synchronize_stream(current_stream());
   }
   const Stream s = current_stream();
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+  const char* what = kind == cudaMemcpyHostToDevice   ? "cudaMemcpy HtoD"
+                     : kind == cudaMemcpyDeviceToHost ? "cudaMemcpy DtoH"
+                     : kind == cudaMemcpyHostToHost   ? "cudaMemcpy HtoH"
+                                                      : "cudaMemcpy DtoD";
+  recorded_call(
+      CallKind::copy, what, s,
+      [&] {
+        const double b = static_cast<double>(bytes);
+        return cost(src_device.is_cuda() ? b : 0, dst_device.is_cuda() ? b : 0);
+      },
+      [&] { EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s)); });
+  ledger_host_sync(what);
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void memset_async(void* p, int value, size_t bytes, Stream s) {
+  recorded_call(
+      CallKind::memset, "cudaMemsetAsync", s, [&] { return cost(0, static_cast<double>(bytes)); },
+      [&] { EMBER_CUDA_CHECK(cudaMemsetAsync(p, value, bytes, s)); });
+}
+
+void read_to_host(void* host, const void* device, size_t bytes, Stream s, const char* why) {
+  recorded_call(
+      CallKind::copy, "cudaMemcpy DtoH", s, [&] { return cost(static_cast<double>(bytes), 0); },
+      [&] { EMBER_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s)); });
+  ledger_host_sync(why);
   EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 

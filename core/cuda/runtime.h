@@ -94,6 +94,11 @@ const DeviceProperties& properties(int device);
 // Copies `bytes` between any two of: host memory, CUDA device memory (on any device). Runs on the
 // current stream of the CUDA device involved (the destination's when both are) and waits for it.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// cudaMemsetAsync of `bytes` at device pointer p on stream s, recorded in the launch ledger.
+void memset_async(void* p, int value, size_t bytes, Stream s);
+// Copies `bytes` from device memory to the host and waits for stream s: a host sync, recorded in
+// the launch ledger with `why` (what the host needed to know).
+void read_to_host(void* host, const void* device, size_t bytes, Stream s, const char* why);
 
 // Pinned host memory (see Note [Pinned host memory] in pinned.cu): page-locked, cached, and
 // reused only after the asynchronous copies that touched a block have finished.

@@ -10,6 +10,7 @@
 
 #include "augment.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "../../core/error.h"
@@ -54,6 +55,35 @@ __global__ void gather_kernel(const uint8_t* images, const int64_t* indices, int
   }
 }
 
+// ---- declared costs (Note [Launch ledger] in core/cuda/ledger.h) -------------------------------
+
+// The source rows (or columns) one sample's window reads, on average over its draw: the window's
+// `out` positions start at top - padding, top uniform in [0, size + 2 padding - out] (rng.below),
+// and those in the padding read nothing. Without a crop the window is the image (top = padding).
+double expected_inside(int64_t size, int64_t out, int64_t padding, bool crop) {
+  if (!crop) return static_cast<double>(std::min(size, out));
+  const int64_t tops = size + 2 * padding - out + 1;
+  double sum = 0;
+  for (int64_t t = 0; t < tops; ++t) {
+    const int64_t first = std::max<int64_t>(t - padding, 0), end = std::min(t - padding + out, size);
+    sum += static_cast<double>(std::max<int64_t>(0, end - first));
+  }
+  return sum / static_cast<double>(tops);
+}
+
+// gather_kernel: the draws and indices, the source bytes the windows cover (the expectation over
+// the draws: the real crops are drawn on the device), the table entries (at most one per value, at
+// most the whole table) -> the float values. A gather: no flops.
+cuda::Cost gather_cost(int64_t n, const CropFlip& p) {
+  const double values = static_cast<double>(n) * p.channels * p.out_height * p.out_width;
+  const double rows = expected_inside(p.height, p.out_height, p.padding, p.crop);
+  const double columns = expected_inside(p.width, p.out_width, p.padding, p.crop);
+  const double source = static_cast<double>(n) * p.channels * rows * columns;
+  const double lut = std::min(static_cast<double>(p.channels) * 256, values) * sizeof(float);
+  return cuda::cost(3.0 * n * sizeof(int32_t) + static_cast<double>(n) * sizeof(int64_t) + source + lut,
+                    values * sizeof(float));
+}
+
 }  // namespace
 
 void crop_flip_lut(const uint8_t* images, const int64_t* indices, int64_t n, const CropFlip& p, const float* lut,
@@ -65,10 +95,14 @@ void crop_flip_lut(const uint8_t* images, const int64_t* indices, int64_t n, con
               "crop_flip_lut: the window is larger than the padded image");
   if (n == 0) return;
   const cuda::Stream stream = cuda::current_stream();
-  EMBER_LAUNCH_FLAT(draw_kernel, grid_for(n, kThreads), kThreads, stream, indices, n, p, seed, epoch, draws);
+  // The indices read, three int32 draws per sample written; the flip's uniform is a multiply.
+  EMBER_LAUNCH_FLAT(draw_kernel, grid_for(n, kThreads), kThreads, stream,
+                    cuda::cost(static_cast<double>(n) * sizeof(int64_t), 3.0 * n * sizeof(int32_t), p.flip ? n : 0),
+                    indices, n, p, seed, epoch, draws);
   cuda::check_launch("crop_flip_lut");
   const int64_t values = n * p.channels * p.out_height * p.out_width;
-  EMBER_LAUNCH_FLAT(gather_kernel, grid_for(values, kThreads), kThreads, stream, images, indices, n, p, lut, draws, out);
+  EMBER_LAUNCH_FLAT(gather_kernel, grid_for(values, kThreads), kThreads, stream, gather_cost(n, p), images, indices, n,
+                    p, lut, draws, out);
   cuda::check_launch("crop_flip_lut");
 }
 

@@ -225,7 +225,8 @@ void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
   const int64_t splits = channel_splits(sh);
   if (splits == 1) {
     // n * s == 0 gives 0 / 0 = NaN statistics, as on the CPU.
-    EMBER_LAUNCH((stats_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, stream, sh, x, mean, var);
+    EMBER_LAUNCH((stats_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, stream, stats_cost(sh, x, mean), sh, x,
+                 mean, var);
     cuda::check_launch("batch_norm stats");
     return;
   }
@@ -234,16 +235,18 @@ void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
   const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
   const unsigned fin_blocks = detail::grid_stride_blocks(sh.c, kThreads);
   const A count = static_cast<A>(sh.n * sh.s);
-  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const A*>(nullptr),
-               partial.as<A>());
+  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, stats_partial_cost(sh, x, splits, false), sh, x,
+               static_cast<const A*>(nullptr), partial.as<A>());
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream, sh.c, splits, count,
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream,
+                    stats_finalize_cost(sh, x, mean, splits, true), sh.c, splits, count,
                     static_cast<const A*>(partial.as<A>()), mean_d.as<A>(), mean);
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, sh, x, static_cast<const A*>(mean_d.as<A>()),
-               partial.as<A>());
+  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, stats_partial_cost(sh, x, splits, true), sh, x,
+               static_cast<const A*>(mean_d.as<A>()), partial.as<A>());
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream, sh.c, splits, count,
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream,
+                    stats_finalize_cost(sh, x, var, splits, false), sh.c, splits, count,
                     static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), var);
   cuda::check_launch("batch_norm stats");
 }
@@ -257,8 +260,8 @@ void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* in
   if (!sh.relu) residual = nullptr;  // Note [Batch norm with a fused ReLU]: a residual goes with the ReLU
   if (sh.channels_last) return apply_channels_last<T, P>(sh, x, mean, invstd, weight, bias, y, residual);
   const PlaneGrid pg(sh);
-  EMBER_LAUNCH_FLAT((apply_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(), sh, x, mean, invstd, weight,
-                    bias, y, residual);
+  EMBER_LAUNCH_FLAT((apply_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(),
+                    apply_cost(sh, residual, weight, bias), sh, x, mean, invstd, weight, bias, y, residual);
   cuda::check_launch("batch_norm apply");
 }
 
@@ -277,24 +280,27 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   const int64_t splits = channel_splits(sh);
   if ((gw || gb || need_sums) && splits == 1) {
     EMBER_LAUNCH((backward_reduce_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, cuda::current_stream(),
-                 sh, x, gy, mask, mean, invstd, gw, gb, sums.as<A>());
+                 backward_sums_cost(sh, mask, mean, backward_outputs_bytes(sh, gw, gb, sums.as<A>())), sh, x, gy, mask,
+                 mean, invstd, gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   } else if (gw || gb || need_sums) {
     cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(A));
     const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
-    EMBER_LAUNCH((backward_partial_kernel<T, P>), grid, kThreads, 0, cuda::current_stream(), sh, x, gy, mask,
-                 mean, invstd, partial.as<A>());
+    EMBER_LAUNCH((backward_partial_kernel<T, P>), grid, kThreads, 0, cuda::current_stream(),
+                 backward_sums_cost(sh, mask, mean, static_cast<double>(partial.size())), sh, x, gy, mask, mean, invstd,
+                 partial.as<A>());
     cuda::check_launch("batch_norm backward");
     EMBER_LAUNCH_FLAT((backward_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
-                      cuda::current_stream(), sh.c, splits, static_cast<const A*>(partial.as<A>()),
-                      gw, gb, sums.as<A>());
+                      cuda::current_stream(), backward_finalize_cost(sh, splits, gw, gb, sums.as<A>()), sh.c, splits,
+                      static_cast<const A*>(partial.as<A>()), gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   }
   const int64_t total = sh.n * sh.c * sh.s;
   if (!gx || total == 0) return;
   const PlaneGrid pg(sh);
-  EMBER_LAUNCH_FLAT((backward_input_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(), sh, x, gy, mask,
-                    mean, invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
+  EMBER_LAUNCH_FLAT((backward_input_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(),
+                    backward_input_cost(sh, mask, weight, sums.as<A>()), sh, x, gy, mask, mean, invstd, weight,
+                    static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 
@@ -310,11 +316,12 @@ void channel_sums_impl(const BatchNormShape& sh, const T* x, T* out) {
   const int64_t splits = channel_splits(sh);
   cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(A));
   EMBER_LAUNCH(stats_partial_kernel<T>, dim3(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits)), kThreads,
-               0, cuda::current_stream(), sh, x, static_cast<const A*>(nullptr), partial.as<A>());
+               0, cuda::current_stream(), stats_partial_cost(sh, x, splits, false), sh, x,
+               static_cast<const A*>(nullptr), partial.as<A>());
   cuda::check_launch("channel sums");
   EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, T>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
-                    cuda::current_stream(), sh.c, splits, A(1), static_cast<const A*>(partial.as<A>()),
-                    static_cast<A*>(nullptr), out);
+                    cuda::current_stream(), stats_finalize_cost(sh, x, out, splits, false), sh.c, splits, A(1),
+                    static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), out);
   cuda::check_launch("channel sums");
 }
 

@@ -258,16 +258,18 @@ void stats_cl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
   const dim3 grid(cb.chunks, static_cast<unsigned>(slices));
   const unsigned fin_blocks = detail::grid_stride_blocks(sh.c, kThreads);
   const A count = static_cast<A>(sh.n * sh.s);  // 0 rows: 0 / 0 = NaN statistics, as on the CPU
-  EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), grid, cb.block, 0, stream, sh, x, static_cast<const A*>(nullptr),
-               partial.as<A>());
+  EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), grid, cb.block, 0, stream, stats_partial_cost(sh, x, slices, false), sh,
+               x, static_cast<const A*>(nullptr), partial.as<A>());
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream, sh.c, slices, count,
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream,
+                    stats_finalize_cost(sh, x, mean, slices, true), sh.c, slices, count,
                     static_cast<const A*>(partial.as<A>()), mean_d.as<A>(), mean);
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), grid, cb.block, 0, stream, sh, x,
-               static_cast<const A*>(mean_d.as<A>()), partial.as<A>());
+  EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), grid, cb.block, 0, stream, stats_partial_cost(sh, x, slices, true), sh,
+               x, static_cast<const A*>(mean_d.as<A>()), partial.as<A>());
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream, sh.c, slices, count,
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream,
+                    stats_finalize_cost(sh, x, var, slices, false), sh.c, slices, count,
                     static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), var);
   cuda::check_launch("batch_norm stats");
 }
@@ -276,8 +278,8 @@ template <typename T, typename P, int V>
 void apply_cl(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight, const P* bias,
               T* y, const T* residual) {
   const ColumnBlock cb(sh, V);
-  EMBER_LAUNCH_FLAT((apply_cl_kernel<T, P, V>), cb.elementwise_grid(sh), cb.block, cuda::current_stream(), sh, x,
-                    mean, invstd, weight, bias, y, residual);
+  EMBER_LAUNCH_FLAT((apply_cl_kernel<T, P, V>), cb.elementwise_grid(sh), cb.block, cuda::current_stream(),
+                    apply_cost(sh, residual, weight, bias), sh, x, mean, invstd, weight, bias, y, residual);
   cuda::check_launch("batch_norm apply");
 }
 
@@ -293,15 +295,18 @@ void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* g
     const int64_t slices = cb.slices(sh);
     cuda::Scratch partial(2 * static_cast<size_t>(sh.c * slices) * sizeof(A));
     EMBER_LAUNCH((backward_partial_cl_kernel<T, P, V>), dim3(cb.chunks, static_cast<unsigned>(slices)), cb.block, 0,
-                 stream, sh, x, gy, mask, mean, invstd, partial.as<A>());
+                 stream, backward_sums_cost(sh, mask, mean, static_cast<double>(partial.size())), sh, x, gy, mask, mean,
+                 invstd, partial.as<A>());
     cuda::check_launch("batch_norm backward");
     EMBER_LAUNCH_FLAT((backward_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads, stream,
-                      sh.c, slices, static_cast<const A*>(partial.as<A>()), gw, gb, sums.as<A>());
+                      backward_finalize_cost(sh, slices, gw, gb, sums.as<A>()), sh.c, slices,
+                      static_cast<const A*>(partial.as<A>()), gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   }
   if (!gx || sh.n * sh.s == 0) return;
-  EMBER_LAUNCH_FLAT((backward_input_cl_kernel<T, P, V>), cb.elementwise_grid(sh), cb.block, stream, sh, x, gy, mask,
-                    mean, invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
+  EMBER_LAUNCH_FLAT((backward_input_cl_kernel<T, P, V>), cb.elementwise_grid(sh), cb.block, stream,
+                    backward_input_cost(sh, mask, weight, sums.as<A>()), sh, x, gy, mask, mean, invstd, weight,
+                    static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 
@@ -313,11 +318,12 @@ void channel_sums_cl(const BatchNormShape& sh, const T* x, T* out) {
   const int64_t slices = cb.slices(sh);
   cuda::Scratch partial(static_cast<size_t>(sh.c * slices) * sizeof(A));
   EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), dim3(cb.chunks, static_cast<unsigned>(slices)), cb.block, 0,
-               cuda::current_stream(), sh, x, static_cast<const A*>(nullptr), partial.as<A>());
+               cuda::current_stream(), stats_partial_cost(sh, x, slices, false), sh, x, static_cast<const A*>(nullptr),
+               partial.as<A>());
   cuda::check_launch("channel sums");
   EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, T>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
-                    cuda::current_stream(), sh.c, slices, A(1), static_cast<const A*>(partial.as<A>()),
-                    static_cast<A*>(nullptr), out);
+                    cuda::current_stream(), stats_finalize_cost(sh, x, out, slices, false), sh.c, slices, A(1),
+                    static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), out);
   cuda::check_launch("channel sums");
 }
 

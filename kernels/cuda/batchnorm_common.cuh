@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "../../core/cuda/ledger.h"
+#include "../../core/dtype.h"
 #include "../../core/error.h"
 #include "batchnorm.h"
 
@@ -79,5 +81,76 @@ void backward_channels_last(const BatchNormShape& sh, bool training, const T* x,
                             const P* mean, const P* invstd, const P* weight, T* gx, P* gw, P* gb);
 template <typename T>
 void channel_sums_channels_last(const BatchNormShape& sh, const T* x, T* out);
+
+// ---- declared costs (Note [Launch ledger] in core/cuda/ledger.h) -------------------------------
+// Footprints of one launch: activations (x, grad_y, the ReLU mask y, residual, y, grad_x) of T, the
+// per-channel vectors of P, the partials and sums of acc_t<T>. grad_y is counted whole under a fused
+// ReLU, though masked_grad reads it only where y > 0. The pointers are given for their types and
+// for which optional vectors are present.
+
+inline double bn_elements(const BatchNormShape& sh) { return static_cast<double>(sh.n) * sh.c * sh.s; }
+
+// stats_kernel: x (read by both passes, counted once) -> mean and var; a sum, then (x - m)^2 summed.
+template <typename T, typename P>
+inline cuda::Cost stats_cost(const BatchNormShape& sh, const T*, const P*) {
+  return cuda::cost(bn_elements(sh) * sizeof(T), 2.0 * sh.c * sizeof(P), 4 * bn_elements(sh));
+}
+
+// stats_partial_kernel / stats_partial_cl_kernel: x, and the acc_t mean when centred -> c * parts partials.
+template <typename T>
+inline cuda::Cost stats_partial_cost(const BatchNormShape& sh, const T*, int64_t parts, bool centred) {
+  using A = acc_t<T>;
+  return cuda::cost(bn_elements(sh) * sizeof(T) + (centred ? static_cast<double>(sh.c) * sizeof(A) : 0.0),
+                    static_cast<double>(sh.c) * parts * sizeof(A), (centred ? 3 : 1) * bn_elements(sh));
+}
+
+// stats_finalize_kernel: c * parts partials -> out (P), and the acc_t mean when wanted.
+template <typename T, typename P>
+inline cuda::Cost stats_finalize_cost(const BatchNormShape& sh, const T*, const P*, int64_t parts, bool mean_out) {
+  using A = acc_t<T>;
+  const double c = static_cast<double>(sh.c);
+  return cuda::cost(c * parts * sizeof(A), c * (sizeof(P) + (mean_out ? sizeof(A) : 0)), c * (parts + 1));
+}
+
+// apply_kernel / apply_cl_kernel: x (and residual), mean, invstd (and weight, bias) -> y;
+// (x - m) * scale + shift per element, and the residual's add.
+template <typename T, typename P>
+inline cuda::Cost apply_cost(const BatchNormShape& sh, const T* residual, const P* weight, const P* bias) {
+  const double vectors = 2 + (weight ? 1 : 0) + (bias ? 1 : 0), acts = residual ? 2 : 1;
+  return cuda::cost(bn_elements(sh) * acts * sizeof(T) + vectors * sh.c * sizeof(P), bn_elements(sh) * sizeof(T),
+                    bn_elements(sh) * (residual ? 4 : 3));
+}
+
+// backward_reduce_kernel / backward_partial(_cl)_kernel: x, grad_y (and the mask), mean, invstd ->
+// `written` bytes of sums; sum(g) and sum(g (x - m) invstd) per element.
+template <typename T, typename P>
+inline cuda::Cost backward_sums_cost(const BatchNormShape& sh, const T* mask, const P*, double written) {
+  const double acts = mask ? 3 : 2;  // x, grad_y (, the mask)
+  return cuda::cost(bn_elements(sh) * acts * sizeof(T) + 2.0 * sh.c * sizeof(P), written, 5 * bn_elements(sh));
+}
+
+// The per-channel results of the backward's sums that are wanted: grad_weight, grad_bias (P) and
+// the two acc_t<T> sums for the input gradient.
+template <typename P, typename A>
+double backward_outputs_bytes(const BatchNormShape& sh, const P* gw, const P* gb, const A* sums) {
+  return static_cast<double>(sh.c) * ((gw ? sizeof(P) : 0) + (gb ? sizeof(P) : 0) + (sums ? 2 * sizeof(A) : 0));
+}
+
+// backward_finalize_kernel: 2 c parts partials -> the wanted outputs.
+template <typename P, typename A>
+inline cuda::Cost backward_finalize_cost(const BatchNormShape& sh, int64_t parts, const P* gw, const P* gb, const A* sums) {
+  const double c = static_cast<double>(sh.c);
+  return cuda::cost(2 * c * parts * sizeof(A), backward_outputs_bytes(sh, gw, gb, sums), 2 * c * parts);
+}
+
+// backward_input_kernel / backward_input_cl_kernel: x, grad_y (and the mask), mean, invstd (and
+// weight, the acc_t sums) -> grad_x; xhat, then w * is * (g - mean_g - xhat * mean_gx) per element.
+template <typename T, typename P, typename A>
+inline cuda::Cost backward_input_cost(const BatchNormShape& sh, const T* mask, const P* weight, const A* sums) {
+  const double c = static_cast<double>(sh.c);
+  return cuda::cost(bn_elements(sh) * (mask ? 3 : 2) * sizeof(T) + c * (2 + (weight ? 1 : 0)) * sizeof(P) +
+                        (sums ? 2 * c * sizeof(A) : 0.0),
+                    bn_elements(sh) * sizeof(T), 7 * bn_elements(sh));
+}
 
 }  // namespace ember::kernels::gpu::batchnorm_detail

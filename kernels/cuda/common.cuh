@@ -112,6 +112,14 @@ struct StridedIndexer {
       ++ndim;
     }
   }
+  // The elements operand k touches, each counted once: a broadcast (stride 0) dimension adds none
+  // (the declared costs of Note [Launch ledger]).
+  int64_t distinct_elements(int k) const {
+    int64_t e = 1;
+    for (int d = 0; d < ndim; ++d)
+      if (strides[k][d] != 0) e *= sizes[d];
+    return e;
+  }
   // Whether every operand walks memory with stride 1 (after coalescing: one dim, stride 1).
   bool contiguous() const {
     if (ndim == 0) return true;

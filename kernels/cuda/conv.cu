@@ -139,11 +139,15 @@ void launch_im2col(const Conv2dGeometry& g, int64_t images, const T* x, T* col) 
   const int64_t total = images * g.c_in * g.kh * g.kw * g.out_h * g.out_w;
   if (total == 0) return;
   const dim3 grid = detail::grid_stride_blocks(total, kThreads);
+  // Declared (Note [Launch ledger]): the images read once, every column element written.
+  const double pixels = static_cast<double>(images * g.c_in * g.h * g.w);
+  auto declared = [&] { return cuda::cost(pixels * sizeof(T), static_cast<double>(total) * sizeof(T)); };
   if (fits_int32(g, images))
-    EMBER_LAUNCH_FLAT((im2col_kernel<T, int32_t>), grid, kThreads, cuda::current_stream(), g,
+    EMBER_LAUNCH_FLAT((im2col_kernel<T, int32_t>), grid, kThreads, cuda::current_stream(), declared(), g,
                       static_cast<int32_t>(images), x, col);
   else
-    EMBER_LAUNCH_FLAT((im2col_kernel<T, int64_t>), grid, kThreads, cuda::current_stream(), g, images, x, col);
+    EMBER_LAUNCH_FLAT((im2col_kernel<T, int64_t>), grid, kThreads, cuda::current_stream(), declared(), g, images, x,
+                      col);
   cuda::check_launch("im2col");
 }
 
@@ -152,12 +156,18 @@ void launch_col2im(const Conv2dGeometry& g, int64_t images, const T* col, T* x, 
   const int64_t total = images * g.c_in * g.h * g.w;
   if (total == 0) return;
   const dim3 grid = detail::grid_stride_blocks(total, kThreads);
+  // Declared (Note [Launch ledger]): every column element read once (plus x when accumulating),
+  // x written once, one add per column element.
+  const double cols = static_cast<double>(images * g.c_in * g.kh * g.kw * g.out_h * g.out_w);
+  auto declared = [&] {
+    return cuda::cost((cols + (accumulate ? total : 0)) * sizeof(T), static_cast<double>(total) * sizeof(T), cols);
+  };
   if (fits_int32(g, images))
-    EMBER_LAUNCH_FLAT((col2im_kernel<T, int32_t>), grid, kThreads, cuda::current_stream(), g,
+    EMBER_LAUNCH_FLAT((col2im_kernel<T, int32_t>), grid, kThreads, cuda::current_stream(), declared(), g,
                       static_cast<int32_t>(images), col, x, accumulate);
   else
-    EMBER_LAUNCH_FLAT((col2im_kernel<T, int64_t>), grid, kThreads, cuda::current_stream(), g, images, col, x,
-                      accumulate);
+    EMBER_LAUNCH_FLAT((col2im_kernel<T, int64_t>), grid, kThreads, cuda::current_stream(), declared(), g, images, col,
+                      x, accumulate);
   cuda::check_launch("col2im");
 }
 
@@ -204,7 +214,8 @@ void forward_impl(const Conv2dGeometry& g, const T* x, const T* w, const T* bias
   if (bias) {
     const int64_t total = g.n * g.c_out * ohw;
     EMBER_LAUNCH_FLAT(fill_bias_kernel<T>, detail::grid_stride_blocks(total, kThreads), kThreads,
-                      cuda::current_stream(), g.n, g.c_out, ohw, bias, y);
+                      cuda::current_stream(),
+                      cuda::cost(double(g.c_out) * sizeof(T), double(total) * sizeof(T)), g.n, g.c_out, ohw, bias, y);
     cuda::check_launch("conv2d bias");
   }
   const bool pointwise = is_pointwise(g);

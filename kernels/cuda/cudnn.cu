@@ -329,7 +329,10 @@ const Ranking& rank(const char* op, Pass pass, DType dt, Layout layout, const Co
   }
   PerfT perf[kMax];
   int count = 0;
-  if (benchmark()) {
+  // A record-only ledger runs nothing, so it cannot time candidates: it takes the heuristic's
+  // ranking and keeps it out of the cache (Note [Launch ledger]).
+  const bool record_only = cuda::ledger_record_only();
+  if (benchmark() && !record_only) {
     // Find runs every algorithm; give it a workspace of up to 1 GiB, halved while the allocator
     // cannot provide it. The size it settles on is where the device's next Find starts, so a
     // device short of memory is not asked again (and its cache flushed) for every new shape.
@@ -338,12 +341,18 @@ const Ranking& rank(const char* op, Pass pass, DType dt, Layout layout, const Co
     void* ws = nullptr;
     while (ws_bytes >= (size_t{1} << 20) && (ws = workspace(ws_bytes)) == nullptr) ws_bytes /= 2;
     if (ws) cap = ws_bytes;
-    find(perf, kMax, &count, ws, ws ? ws_bytes : 0);
+    cuda::recorded_call(cuda::CallKind::cudnn, "cudnnFindConvolution*AlgorithmEx", cuda::current_stream(),
+                        [] { return cuda::Declared(cuda::Cost{}); }, [&] { find(perf, kMax, &count, ws, ws ? ws_bytes : 0); });
   } else {
     get(perf, kMax, &count);
   }
   Ranking r = ranking_from(perf, count);
   EMBER_CHECK(!r.empty(), op, ": cuDNN offers no algorithm for this convolution");
+  if (record_only && benchmark()) {
+    thread_local Ranking unranked;
+    unranked = std::move(r);
+    return unranked;
+  }
   std::lock_guard<std::mutex> lock(g_cache_mu);
   return algorithm_cache().emplace(key, std::move(r)).first->second;
 }
@@ -357,6 +366,36 @@ Blend blend(DType dt) {
   static const double d1 = 1, d0 = 0;
   static const float f1 = 1, f0 = 0;
   return dt == DType::f64 ? Blend{&d1, &d0} : Blend{&f1, &f0};
+}
+
+// ---- declared costs (Note [Launch ledger] in core/cuda/ledger.h) ---------------------------------
+
+// The units a convolution of dt runs on: tensor cores for f16/bf16, and for f32 when TF32 is on.
+cuda::Math conv_math(DType dt) {
+  if (dt == DType::f16 || dt == DType::bf16) return cuda::Math::tensor_16;
+  if (dt == DType::f64) return cuda::Math::fp64;
+  return allow_tf32() ? cuda::Math::tensor_tf32 : cuda::Math::cuda_core;
+}
+
+// One convolution pass: its two operands read once (and y when a bias was blended in first), its
+// result written once, 2 flops per multiply-add; the shape is the calibration key.
+cuda::Declared conv_declared(Pass pass, DType dt, Layout layout, const Conv2dGeometry& g, bool reads_result) {
+  const double e = dtype_size(dt);
+  const double x = double(g.n) * g.c_in * g.h * g.w * e, y = double(g.n) * g.c_out * g.out_h * g.out_w * e;
+  const double w = double(g.c_out) * (g.c_in / g.groups) * g.kh * g.kw * e;
+  const double flops = 2.0 * g.n * g.c_out * g.out_h * g.out_w * (g.c_in / g.groups) * g.kh * g.kw;
+  const char* name = pass == Pass::Forward ? "fwd" : pass == Pass::BackwardData ? "dgrad" : "wgrad";
+  cuda::Cost c;
+  switch (pass) {
+    case Pass::Forward: c = cuda::math_cost(x + w + (reads_result ? y : 0), y, flops, conv_math(dt)); break;
+    case Pass::BackwardData: c = cuda::math_cost(y + w, x, flops, conv_math(dt)); break;
+    case Pass::BackwardFilter: c = cuda::math_cost(x + y, w, flops, conv_math(dt)); break;
+  }
+  auto i = [](int64_t v) { return std::to_string(v); };
+  return {c, std::string("conv ") + name + " " + dtype_name(dt) + (layout == Layout::NHWC ? " NHWC" : " NCHW") +
+                 " n=" + i(g.n) + " c=" + i(g.c_in) + " " + i(g.h) + "x" + i(g.w) + " k=" + i(g.c_out) + " " +
+                 i(g.kh) + "x" + i(g.kw) + " s" + i(g.stride_h) + " p" + i(g.pad_h) +
+                 (g.dil_h > 1 ? " d" + i(g.dil_h) : "") + (g.groups > 1 ? " g" + i(g.groups) : "")};
 }
 
 }  // namespace
@@ -387,12 +426,23 @@ void conv2d_forward(DType dt, Layout layout, const Conv2dGeometry& g, const void
   // convolution blends onto it with beta = 1, so y = round(conv + bias) with one rounding.
   if (bias != nullptr) {
     TensorDesc b(dt, layout, 1, g.c_out, 1, 1);
-    EMBER_CUDNN_CHECK(cudnnAddTensor(h, one, b.d, bias, zero, p.y.d, y));
+    cuda::recorded_call(
+        cuda::CallKind::cudnn, "cudnnAddTensor", cuda::current_stream(),
+        [&] {
+          const double e = dtype_size(dt);
+          return cuda::cost(g.c_out * e, double(g.n) * g.c_out * g.out_h * g.out_w * e);
+        },
+        [&] { EMBER_CUDNN_CHECK(cudnnAddTensor(h, one, b.d, bias, zero, p.y.d, y)); });
   }
   run_ranked("conv2d", r, [&](int algo, void* ws, size_t bytes) {
-    EMBER_CUDNN_CHECK(cudnnConvolutionForward(h, one, p.x.d, x, p.w.d, w, p.conv.d,
-                                              static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes,
-                                              bias != nullptr ? one : zero, p.y.d, y));
+    cuda::recorded_call(
+        cuda::CallKind::cudnn, "cudnnConvolutionForward", cuda::current_stream(),
+        [&] { return conv_declared(Pass::Forward, dt, layout, g, bias != nullptr); },
+        [&] {
+          EMBER_CUDNN_CHECK(cudnnConvolutionForward(h, one, p.x.d, x, p.w.d, w, p.conv.d,
+                                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes,
+                                                    bias != nullptr ? one : zero, p.y.d, y));
+        });
   });
 }
 
@@ -413,9 +463,14 @@ void conv2d_backward_data(DType dt, Layout layout, const Conv2dGeometry& g, cons
       });
   const auto [one, zero] = blend(dt);
   run_ranked("conv2d backward data", r, [&](int algo, void* ws, size_t bytes) {
-    EMBER_CUDNN_CHECK(cudnnConvolutionBackwardData(h, one, p.w.d, w, p.y.d, gy, p.conv.d,
-                                                   static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, bytes, zero,
-                                                   p.x.d, gx));
+    cuda::recorded_call(
+        cuda::CallKind::cudnn, "cudnnConvolutionBackwardData", cuda::current_stream(),
+        [&] { return conv_declared(Pass::BackwardData, dt, layout, g, false); },
+        [&] {
+          EMBER_CUDNN_CHECK(cudnnConvolutionBackwardData(h, one, p.w.d, w, p.y.d, gy, p.conv.d,
+                                                         static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, bytes,
+                                                         zero, p.x.d, gx));
+        });
   });
 }
 
@@ -424,7 +479,7 @@ namespace {
 // The weight and bias gradients of an empty batch are sums over nothing: zeros (cuDNN takes no
 // tensor with a zero dimension).
 void zero_fill(void* p, size_t elems, DType dt) {
-  EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, elems * static_cast<size_t>(dtype_size(dt)), cuda::current_stream()));
+  cuda::memset_async(p, 0, elems * static_cast<size_t>(dtype_size(dt)), cuda::current_stream());
 }
 
 }  // namespace
@@ -449,9 +504,14 @@ void conv2d_backward_weight(DType dt, Layout layout, const Conv2dGeometry& g, co
           });
   const auto [one, zero] = blend(dt);
   run_ranked("conv2d backward weight", r, [&](int algo, void* ws, size_t bytes) {
-    EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, one, p.x.d, x, p.y.d, gy, p.conv.d,
-                                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes,
-                                                     zero, p.w.d, gw));
+    cuda::recorded_call(
+        cuda::CallKind::cudnn, "cudnnConvolutionBackwardFilter", cuda::current_stream(),
+        [&] { return conv_declared(Pass::BackwardFilter, dt, layout, g, false); },
+        [&] {
+          EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, one, p.x.d, x, p.y.d, gy, p.conv.d,
+                                                           static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws,
+                                                           bytes, zero, p.w.d, gw));
+        });
   });
 }
 
@@ -469,7 +529,13 @@ void conv2d_backward_bias(DType dt, Layout layout, const Conv2dGeometry& g, cons
   cudnnHandle_t h = handle();
   TensorDesc y(dt, layout, g.n, g.c_out, g.out_h, g.out_w), b(dt, layout, 1, g.c_out, 1, 1);
   const auto [one, zero] = blend(dt);
-  EMBER_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, one, y.d, gy, zero, b.d, gb));
+  cuda::recorded_call(
+      cuda::CallKind::cudnn, "cudnnConvolutionBackwardBias", cuda::current_stream(),
+      [&] {
+        const double e = dtype_size(dt), n = double(g.n) * g.c_out * g.out_h * g.out_w;
+        return cuda::cost(n * e, g.c_out * e, n);
+      },
+      [&] { EMBER_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, one, y.d, gy, zero, b.d, gb)); });
 }
 
 // ---- pooling and activations -------------------------------------------------------------------
@@ -529,7 +595,13 @@ void pool_forward(const char* op, cudnnPoolingMode_t mode, DType dt, Layout layo
   PoolDesc pd(g, mode);
   TensorDesc xd(dt, layout, im.n, im.c, g.in_h, g.in_w), yd(dt, layout, im.n, im.c, g.out_h, g.out_w);
   const auto [one, zero] = blend(dt);
-  EMBER_CUDNN_CHECK(cudnnPoolingForward(h, pd.d, one, xd.d, x, zero, yd.d, out));
+  cuda::recorded_call(
+      cuda::CallKind::cudnn, "cudnnPoolingForward", cuda::current_stream(),
+      [&] {
+        const double e = dtype_size(dt), in = double(g.planes) * g.in_h * g.in_w, out_n = double(g.planes) * g.out_h * g.out_w;
+        return cuda::cost(in * e, out_n * e, out_n * g.kernel_h * g.kernel_w);
+      },
+      [&] { EMBER_CUDNN_CHECK(cudnnPoolingForward(h, pd.d, one, xd.d, x, zero, yd.d, out)); });
 }
 
 void pool_backward(const char* op, cudnnPoolingMode_t mode, DType dt, Layout layout, int64_t channels,
@@ -540,7 +612,15 @@ void pool_backward(const char* op, cudnnPoolingMode_t mode, DType dt, Layout lay
   PoolDesc pd(g, mode);
   TensorDesc xd(dt, layout, im.n, im.c, g.in_h, g.in_w), yd(dt, layout, im.n, im.c, g.out_h, g.out_w);
   const auto [one, zero] = blend(dt);
-  EMBER_CUDNN_CHECK(cudnnPoolingBackward(h, pd.d, one, yd.d, out, yd.d, grad_out, xd.d, x, zero, xd.d, grad_in));
+  cuda::recorded_call(
+      cuda::CallKind::cudnn, "cudnnPoolingBackward", cuda::current_stream(),
+      [&] {
+        const double e = dtype_size(dt), in = double(g.planes) * g.in_h * g.in_w, out_n = double(g.planes) * g.out_h * g.out_w;
+        return cuda::cost((in + 2 * out_n) * e, in * e, out_n * g.kernel_h * g.kernel_w);
+      },
+      [&] {
+        EMBER_CUDNN_CHECK(cudnnPoolingBackward(h, pd.d, one, yd.d, out, yd.d, grad_out, xd.d, x, zero, xd.d, grad_in));
+      });
 }
 
 }  // namespace
@@ -573,7 +653,10 @@ void activation_forward(Activation a, DType dt, int64_t n, const void* x, void* 
   ActDesc ad(a);
   TensorDesc td(dt, Layout::NCHW, 1, 1, 1, n);
   const auto [one, zero] = blend(dt);
-  EMBER_CUDNN_CHECK(cudnnActivationForward(h, ad.d, one, td.d, x, zero, td.d, y));
+  cuda::recorded_call(
+      cuda::CallKind::cudnn, "cudnnActivationForward", cuda::current_stream(),
+      [&] { return cuda::cost(double(n) * dtype_size(dt), double(n) * dtype_size(dt), double(n)); },
+      [&] { EMBER_CUDNN_CHECK(cudnnActivationForward(h, ad.d, one, td.d, x, zero, td.d, y)); });
 }
 
 void activation_backward(Activation a, DType dt, int64_t n, const void* x, const void* y, const void* grad_y,
@@ -583,7 +666,12 @@ void activation_backward(Activation a, DType dt, int64_t n, const void* x, const
   ActDesc ad(a);
   TensorDesc td(dt, Layout::NCHW, 1, 1, 1, n);
   const auto [one, zero] = blend(dt);
-  EMBER_CUDNN_CHECK(cudnnActivationBackward(h, ad.d, one, td.d, y, td.d, grad_y, td.d, x, zero, td.d, grad_x));
+  cuda::recorded_call(
+      cuda::CallKind::cudnn, "cudnnActivationBackward", cuda::current_stream(),
+      [&] { return cuda::cost(3.0 * n * dtype_size(dt), double(n) * dtype_size(dt), double(n)); },
+      [&] {
+        EMBER_CUDNN_CHECK(cudnnActivationBackward(h, ad.d, one, td.d, y, td.d, grad_y, td.d, x, zero, td.d, grad_x));
+      });
 }
 
 #endif  // EMBER_HAVE_CUDNN

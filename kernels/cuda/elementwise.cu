@@ -220,9 +220,16 @@ void launch(const char* op, const IterShape& shape, Operand out, const std::arra
   for (int k = 1; k < N; ++k) in.p[k - 1] = ins[k - 1].data;
   Out* o = static_cast<Out*>(out.data);
   const cudaStream_t stream = cuda::current_stream();
+  const size_t sizes[] = {sizeof(In)..., 1};
+  // The declared cost (Note [Launch ledger]): each input's distinct elements read once (a
+  // broadcast operand's repeats are cache hits), the output written once, one operation per element.
+  auto declared = [&] {
+    double read = 0;
+    for (int k = 1; k < N; ++k) read += static_cast<double>(ix.distinct_elements(k) * static_cast<int64_t>(sizes[k - 1]));
+    return cuda::cost(read, static_cast<double>(ix.distinct_elements(0)) * sizeof(Out), static_cast<double>(n));
+  };
   if (ix.contiguous()) {
     // Vector loads need every operand aligned to its own pack size (16 bytes for 4 floats).
-    const size_t sizes[] = {sizeof(In)..., 1};
     auto all_aligned = [&](int k_elems) {
       bool ok = aligned(out.data, sizeof(Out) * k_elems);
       for (int k = 0; k < N - 1; ++k) ok = ok && aligned(in.p[k], sizes[k] * k_elems);
@@ -230,18 +237,18 @@ void launch(const char* op, const IterShape& shape, Operand out, const std::arra
     };
     constexpr bool has_16bit = is_low_precision_v<Out> || (is_low_precision_v<In> || ...);
     if (all_aligned(4)) {
-      EMBER_LAUNCH_FLAT((contiguous_kernel<4, Out, F, In...>), grid_for(n / 4 + 1, kThreads), kThreads, stream, n, o,
+      EMBER_LAUNCH_FLAT((contiguous_kernel<4, Out, F, In...>), grid_for(n / 4 + 1, kThreads), kThreads, stream, declared(), n, o,
                         in, f);
     } else if (has_16bit && all_aligned(2)) {
       if constexpr (has_16bit) {  // instantiated only for launches with a 16-bit operand
-        EMBER_LAUNCH_FLAT((contiguous_kernel<2, Out, F, In...>), grid_for(n / 2 + 1, kThreads), kThreads, stream, n,
+        EMBER_LAUNCH_FLAT((contiguous_kernel<2, Out, F, In...>), grid_for(n / 2 + 1, kThreads), kThreads, stream, declared(), n,
                           o, in, f);
       }
     } else {
-      EMBER_LAUNCH_FLAT((contiguous_kernel<1, Out, F, In...>), grid_for(n, kThreads), kThreads, stream, n, o, in, f);
+      EMBER_LAUNCH_FLAT((contiguous_kernel<1, Out, F, In...>), grid_for(n, kThreads), kThreads, stream, declared(), n, o, in, f);
     }
   } else {
-    EMBER_LAUNCH_FLAT((strided_kernel<Out, F, In...>), grid_for(n, kThreads), kThreads, stream, n, ix, o, in, f);
+    EMBER_LAUNCH_FLAT((strided_kernel<Out, F, In...>), grid_for(n, kThreads), kThreads, stream, declared(), n, ix, o, in, f);
   }
   cuda::check_launch(op);
 }
@@ -389,7 +396,7 @@ bool try_transpose_copy(DType dtype, const IterShape& shape, Operand out, Operan
   const cudaStream_t stream = cuda::current_stream();
   auto run = [&](auto tag) {
     using U = decltype(tag);
-    EMBER_LAUNCH(transpose_kernel<U>, grid, block, 0, stream, rows, cols, static_cast<U*>(out.data), ld_out,
+    EMBER_LAUNCH(transpose_kernel<U>, grid, block, 0, stream, cuda::cost(double(rows) * cols * sizeof(U), double(rows) * cols * sizeof(U)), rows, cols, static_cast<U*>(out.data), ld_out,
                  static_cast<const U*>(in.data), ld_in);
   };
   switch (dtype_size(dtype)) {

@@ -177,6 +177,20 @@ __global__ void sgemm_tiled(TiledArgs<T> args) {
   }
 }
 
+// The declared cost of `batch` products C = A B, m x n x k (Note [Launch ledger]): A and B read
+// once, C read when beta != 0 and written once, 2 m n k flops each; the shape names the problem for
+// the calibration (train/gpu_model.h).
+template <typename T>
+cuda::Declared gemm_declared(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, bool reads_c,
+                             cuda::Math math) {
+  const double b = static_cast<double>(batch), e = sizeof(T);
+  const double mn = double(m) * n, mk = double(m) * k, kn = double(k) * n;
+  cuda::Cost c = cuda::math_cost(b * e * (mk + kn + (reads_c ? mn : 0)), b * e * mn, b * 2 * mn * k, math);
+  return {c, "gemm " + std::string(dtype_name(dtype_of<T>::value)) + " " + (ta ? "T" : "N") + (tb ? "T" : "N") + " m=" +
+                 std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                 (batch > 1 ? " batch=" + std::to_string(batch) : "")};
+}
+
 // The launcher: grid math, batches of at most 65535 products per launch (gridDim.z's limit).
 template <typename T>
 void launch_tiled(TiledArgs<T> args, int64_t batch) {
@@ -187,7 +201,11 @@ void launch_tiled(TiledArgs<T> args, int64_t batch) {
     args.z0 = z0;
     const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
                     static_cast<unsigned>(std::min<int64_t>(65535, batch - z0)));
-    EMBER_LAUNCH((sgemm_tiled<T>), grid, dim3(kThreads), 0, cuda::current_stream(), args);
+    EMBER_LAUNCH((sgemm_tiled<T>), grid, dim3(kThreads), 0, cuda::current_stream(),
+                 gemm_declared<T>(args.ta, args.tb, args.m, args.n, args.k, grid.z, args.beta != acc_t<T>(0),
+                                  std::is_same_v<T, double> ? cuda::Math::fp64 : cuda::Math::cuda_core)
+                     .cost,
+                 args);
     cuda::check_launch("gemm_tiled");
   }
 }
@@ -282,6 +300,14 @@ cublasComputeType_t compute_type_of() {
   return CUBLAS_COMPUTE_32F;
 }
 
+// The units a product of T runs on: tensor cores for f16/bf16 (and f32 when TF32 is allowed).
+template <typename T>
+cuda::Math math_of() {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return cuda::Math::tensor_16;
+  else if constexpr (std::is_same_v<T, double>) return cuda::Math::fp64;
+  else return g_allow_tf32.load() ? cuda::Math::tensor_tf32 : cuda::Math::cuda_core;
+}
+
 // One product through cuBLAS (Note [Row-major through column-major cuBLAS]: b first, m and n
 // swapped). Returns false when cuBLAS is unavailable (the caller runs the tiled kernel).
 template <typename T>
@@ -293,12 +319,22 @@ bool cublas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, ac
   const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
   if constexpr (!std::is_same_v<T, double>) {
     constexpr cudaDataType type = data_type_of<T>();
-    EMBER_CUBLAS_CHECK(cublasGemmEx(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, type, static_cast<int>(ldb), a, type,
-                                    static_cast<int>(lda), &beta, c, type, static_cast<int>(ldc), compute_type_of<T>(),
-                                    CUBLAS_GEMM_DEFAULT));
+    cuda::recorded_call(
+        cuda::CallKind::cublas, "cublasGemmEx", cuda::current_stream(),
+        [&] { return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, 1, beta != 0, math_of<T>()); },
+        [&] {
+          EMBER_CUBLAS_CHECK(cublasGemmEx(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, type, static_cast<int>(ldb), a,
+                                          type, static_cast<int>(lda), &beta, c, type, static_cast<int>(ldc),
+                                          compute_type_of<T>(), CUBLAS_GEMM_DEFAULT));
+        });
   } else {
-    EMBER_CUBLAS_CHECK(cublasDgemm(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
-                                   static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
+    cuda::recorded_call(
+        cuda::CallKind::cublas, "cublasDgemm", cuda::current_stream(),
+        [&] { return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, 1, beta != 0, math_of<T>()); },
+        [&] {
+          EMBER_CUBLAS_CHECK(cublasDgemm(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
+                                         static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
+        });
   }
   return true;
 }
@@ -313,14 +349,28 @@ bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64
   const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
   if constexpr (!std::is_same_v<T, double>) {
     constexpr cudaDataType type = data_type_of<T>();
-    EMBER_CUBLAS_CHECK(cublasGemmBatchedEx(h, op_of(tb), op_of(ta), M, N, K, &alpha,
-                                           reinterpret_cast<const void* const*>(b), type, static_cast<int>(ldb),
-                                           reinterpret_cast<const void* const*>(a), type, static_cast<int>(lda),
-                                           &beta, reinterpret_cast<void* const*>(c), type, static_cast<int>(ldc),
-                                           batch, compute_type_of<T>(), CUBLAS_GEMM_DEFAULT));
+    cuda::recorded_call(
+        cuda::CallKind::cublas, "cublasGemmBatchedEx", cuda::current_stream(),
+        [&] {
+          return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>());
+        },
+        [&] {
+          EMBER_CUBLAS_CHECK(cublasGemmBatchedEx(h, op_of(tb), op_of(ta), M, N, K, &alpha,
+                                                 reinterpret_cast<const void* const*>(b), type, static_cast<int>(ldb),
+                                                 reinterpret_cast<const void* const*>(a), type, static_cast<int>(lda),
+                                                 &beta, reinterpret_cast<void* const*>(c), type, static_cast<int>(ldc),
+                                                 batch, compute_type_of<T>(), CUBLAS_GEMM_DEFAULT));
+        });
   } else {
-    EMBER_CUBLAS_CHECK(cublasDgemmBatched(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
-                                          static_cast<int>(lda), &beta, c, static_cast<int>(ldc), batch));
+    cuda::recorded_call(
+        cuda::CallKind::cublas, "cublasDgemmBatched", cuda::current_stream(),
+        [&] {
+          return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>());
+        },
+        [&] {
+          EMBER_CUBLAS_CHECK(cublasDgemmBatched(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
+                                                static_cast<int>(lda), &beta, c, static_cast<int>(ldc), batch));
+        });
   }
   return true;
 }

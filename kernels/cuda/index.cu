@@ -90,7 +90,8 @@ void gather(DType dtype, const IterShape& shape, int dim, Operand out, Operand x
       const int64_t n = shape.numel();
       if (n == 0) return;
       const Operand ops[3] = {without_dim(x, dim), out, index};
-      EMBER_LAUNCH_FLAT((gather_kernel<T, I>), grid_for(n, kThreads), kThreads, cuda::current_stream(), n,
+      EMBER_LAUNCH_FLAT((gather_kernel<T, I>), grid_for(n, kThreads), kThreads, cuda::current_stream(),
+                        cuda::cost(double(n) * (sizeof(T) + sizeof(I)), double(n) * sizeof(T)), n,
                         StridedIndexer<3>(shape, ops), static_cast<T*>(out.data), static_cast<const T*>(x.data),
                         x.strides[dim], static_cast<const I*>(index.data));
       cuda::check_launch("gather");
@@ -107,7 +108,8 @@ void scatter_add(DType dtype, const IterShape& shape, int dim, Operand out, Oper
       const int64_t n = shape.numel();
       if (n == 0) return;
       const Operand ops[3] = {without_dim(out, dim), src, index};
-      EMBER_LAUNCH_FLAT((scatter_add_kernel<T, I>), grid_for(n, kThreads), kThreads, cuda::current_stream(), n,
+      EMBER_LAUNCH_FLAT((scatter_add_kernel<T, I>), grid_for(n, kThreads), kThreads, cuda::current_stream(),
+                        cuda::cost(double(n) * (2 * sizeof(T) + sizeof(I)), double(n) * sizeof(T), double(n)), n,
                         StridedIndexer<3>(shape, ops), static_cast<T*>(out.data), out.strides[dim],
                         static_cast<const T*>(src.data), static_cast<const I*>(index.data));
       cuda::check_launch("scatter_add");
@@ -121,25 +123,24 @@ bool indices_in_range(DType index_dtype, const IterShape& shape, Operand index, 
   const cudaStream_t stream = cuda::current_stream();
   const StridedIndexer<1> ix(shape, &index);
   cuda::Scratch first(sizeof(unsigned long long));
-  EMBER_CUDA_CHECK(cudaMemsetAsync(first.get(), 0xFF, sizeof(unsigned long long), stream));  // "none yet"
+  cuda::memset_async(first.get(), 0xFF, sizeof(unsigned long long), stream);  // "none yet"
   EMBER_DISPATCH_INDEX(index_dtype, "index", [&] {
-    EMBER_LAUNCH_FLAT((find_out_of_range_kernel<scalar_t>), grid_for(n, kThreads), kThreads, stream, n, ix,
-                      static_cast<const scalar_t*>(index.data), size, first.as<unsigned long long>());
+    EMBER_LAUNCH_FLAT((find_out_of_range_kernel<scalar_t>), grid_for(n, kThreads), kThreads, stream,
+                      cuda::cost(double(n) * sizeof(scalar_t), 0), n, ix, static_cast<const scalar_t*>(index.data), size,
+                      first.as<unsigned long long>());
   });
   cuda::check_launch("index range check");
   // The answer is a host bool: copy the position back and wait for the stream; in the bad
   // case, fetch the offending value too.
   unsigned long long pos = 0;
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(&pos, first.get(), sizeof(pos), cudaMemcpyDeviceToHost, stream));
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cuda::read_to_host(&pos, first.get(), sizeof(pos), stream, "index range check");
   if (pos == ~0ULL) return true;
   int64_t off[1];
   ix.offsets(static_cast<int64_t>(pos), off);
   EMBER_DISPATCH_INDEX(index_dtype, "index", [&] {
     scalar_t v{};
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(&v, static_cast<const scalar_t*>(index.data) + off[0], sizeof(v),
-                                     cudaMemcpyDeviceToHost, stream));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+    cuda::read_to_host(&v, static_cast<const scalar_t*>(index.data) + off[0], sizeof(v), stream,
+                       "index range check: the offending index");
     *bad = static_cast<int64_t>(v);
   });
   return false;
@@ -148,12 +149,13 @@ bool indices_in_range(DType index_dtype, const IterShape& shape, Operand index, 
 void one_hot(DType out_dtype, DType label_dtype, int64_t n, const void* labels, int64_t num_classes, void* out) {
   if (n == 0 || num_classes == 0) return;
   const cudaStream_t stream = cuda::current_stream();
-  EMBER_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(n * num_classes * dtype_size(out_dtype)), stream));
+  cuda::memset_async(out, 0, static_cast<size_t>(n * num_classes * dtype_size(out_dtype)), stream);
   EMBER_DISPATCH_INDEX(label_dtype, "one_hot", [&] {
     using I = scalar_t;
     EMBER_DISPATCH_ALL(out_dtype, "one_hot", [&] {
       using T = scalar_t;
-      EMBER_LAUNCH_FLAT((one_hot_kernel<T, I>), grid_for(n, kThreads), kThreads, stream, n, static_cast<const I*>(labels),
+      EMBER_LAUNCH_FLAT((one_hot_kernel<T, I>), grid_for(n, kThreads), kThreads, stream,
+                        cuda::cost(double(n) * sizeof(I), double(n) * sizeof(T)), n, static_cast<const I*>(labels),
                         num_classes, static_cast<T*>(out));
     });
   });

@@ -158,6 +158,25 @@ __global__ void nll_loss_backward_kernel(int64_t total, int64_t C, int64_t S, T*
   }
 }
 
+// The declared costs (Note [Launch ledger]). Forward: cross entropy reads every logit (nll_loss
+// one log-probability per sample), the targets and the class weights, and writes the loss, the
+// target weight and (cross entropy) the log-sum-exp per sample, as doubles.
+cuda::Cost loss_forward_cost(int64_t samples, int64_t C, size_t elem, bool weighted, bool cross_entropy) {
+  const double s = static_cast<double>(samples);
+  const double read = (cross_entropy ? s * C : s) * elem + s * sizeof(int64_t) + (weighted ? double(C) * elem : 0);
+  return cuda::cost(read, s * sizeof(double) * (cross_entropy ? 3 : 2), cross_entropy ? 4 * s * C : s);
+}
+// Backward: cross entropy reads every logit, the targets, the log-sum-exps and the incoming
+// gradient (one value when its stride is 0) and writes every logit's gradient; nll_loss reads no
+// logits and no log-sum-exps.
+cuda::Cost loss_backward_cost(const ClassLayout& layout, size_t elem, bool weighted, int64_t grad_stride,
+                              bool cross_entropy) {
+  const double s = static_cast<double>(layout.samples()), total = s * layout.c;
+  double read = s * sizeof(int64_t) + (grad_stride == 0 ? 1 : s) * elem + (weighted ? double(layout.c) * elem : 0);
+  if (cross_entropy) read += total * elem + s * sizeof(double);
+  return cuda::cost(read, total * elem, cross_entropy ? 6 * total : s);
+}
+
 }  // namespace
 
 int64_t find_invalid_target(const int64_t* target, int64_t count, int64_t num_classes, int64_t ignore_index) {
@@ -166,16 +185,17 @@ int64_t find_invalid_target(const int64_t* target, int64_t count, int64_t num_cl
   cuda::Scratch answer(2 * sizeof(unsigned long long));
   // All-ones bytes = the largest unsigned value: "no invalid target yet" for atomicMin; then 0:
   // "no target ignored yet".
-  EMBER_CUDA_CHECK(cudaMemsetAsync(answer.get(), 0xFF, sizeof(unsigned long long), stream));
-  EMBER_CUDA_CHECK(cudaMemsetAsync(answer.as<unsigned long long>() + 1, 0, sizeof(unsigned long long), stream));
-  EMBER_LAUNCH_FLAT(find_invalid_target_kernel, grid_for(count, kThreads), kThreads, stream, target, count, num_classes,
-                    ignore_index, answer.as<unsigned long long>());
+  cuda::memset_async(answer.get(), 0xFF, sizeof(unsigned long long), stream);
+  cuda::memset_async(answer.as<unsigned long long>() + 1, 0, sizeof(unsigned long long), stream);
+  // Declared: the targets read; the answer is written only for an invalid or ignored target.
+  EMBER_LAUNCH_FLAT(find_invalid_target_kernel, grid_for(count, kThreads), kThreads, stream,
+                    cuda::cost(double(count) * sizeof(int64_t), 0), target, count, num_classes, ignore_index,
+                    answer.as<unsigned long long>());
   cuda::check_launch("find_invalid_target");
   // The answer is needed on the host (the caller throws on a bad target): copy it back and
   // wait for the stream. This is the one synchronization of the loss kernels.
   unsigned long long host[2] = {0, 0};
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(host, answer.get(), sizeof(host), cudaMemcpyDeviceToHost, stream));
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cuda::read_to_host(host, answer.get(), sizeof(host), stream, "cross_entropy's target check");
   if (host[0] != ~0ULL) return static_cast<int64_t>(host[0]);
   return host[1] != 0 ? kTargetsValidSomeIgnored : kTargetsValid;
 }
@@ -190,7 +210,8 @@ void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* l
     const int g = S > 1 || C <= 8 ? 1 : (C <= 1024 ? detail::kWarp : kThreads);
     detail::with_group(g, [&]<int G>() {
       EMBER_LAUNCH((cross_entropy_forward_kernel<G, T>), detail::grid_for_groups<G>(samples), kThreads, 0,
-                   cuda::current_stream(), samples, C, S, static_cast<const T*>(logits), target,
+                   cuda::current_stream(), loss_forward_cost(samples, C, sizeof(T), weight != nullptr, true),
+                   samples, C, S, static_cast<const T*>(logits), target,
                    static_cast<const T*>(weight), ignore_index, label_smoothing, loss, target_weight, lse);
     });
     cuda::check_launch("cross_entropy");
@@ -209,10 +230,13 @@ void cross_entropy_backward(DType dtype, const ClassLayout& layout, void* grad_l
     // W = sum of the weights, needed only with label smoothing (without weights it is C).
     cuda::Scratch w_total(w && label_smoothing > 0 ? sizeof(acc_t<T>) : 0);
     if (w && label_smoothing > 0) {
-      EMBER_LAUNCH((weight_total_kernel<T>), 1, kThreads, 0, stream, layout.c, w, w_total.as<acc_t<T>>());
+      EMBER_LAUNCH((weight_total_kernel<T>), 1, kThreads, 0, stream,
+                   cuda::cost(double(layout.c) * sizeof(T), sizeof(acc_t<T>), double(layout.c)), layout.c, w,
+                   w_total.as<acc_t<T>>());
       cuda::check_launch("cross_entropy backward (weight total)");
     }
-    EMBER_LAUNCH_FLAT((cross_entropy_backward_kernel<T>), grid_for(total, kThreads), kThreads, stream, total, layout.c,
+    EMBER_LAUNCH_FLAT((cross_entropy_backward_kernel<T>), grid_for(total, kThreads), kThreads, stream,
+                      loss_backward_cost(layout, sizeof(T), w != nullptr, grad_stride, true), total, layout.c,
                       layout.s, static_cast<T*>(grad_logits), static_cast<const T*>(logits), target, w, ignore_index,
                       label_smoothing, lse, static_cast<const T*>(grad_loss), grad_stride, grad_factor,
                       w && label_smoothing > 0 ? w_total.as<const acc_t<T>>() : nullptr);
@@ -227,7 +251,8 @@ void nll_loss_forward(DType dtype, const ClassLayout& layout, const void* log_pr
     const int64_t samples = layout.samples();
     if (samples == 0) return;
     EMBER_LAUNCH_FLAT((nll_loss_forward_kernel<T>), grid_for(samples, kThreads), kThreads,
-                      cuda::current_stream(), samples, layout.c, layout.s, static_cast<const T*>(log_probs),
+                      cuda::current_stream(), loss_forward_cost(samples, layout.c, sizeof(T), weight != nullptr, false),
+                      samples, layout.c, layout.s, static_cast<const T*>(log_probs),
                       target, static_cast<const T*>(weight), ignore_index, loss, target_weight);
     cuda::check_launch("nll_loss");
   });
@@ -241,7 +266,9 @@ void nll_loss_backward(DType dtype, const ClassLayout& layout, void* grad_input,
     const int64_t total = layout.samples() * layout.c;
     if (total == 0) return;
     EMBER_LAUNCH_FLAT((nll_loss_backward_kernel<T>), grid_for(total, kThreads), kThreads,
-                      cuda::current_stream(), total, layout.c, layout.s, static_cast<T*>(grad_input), target,
+                      cuda::current_stream(),
+                      loss_backward_cost(layout, sizeof(T), weight != nullptr, grad_stride, false), total, layout.c,
+                      layout.s, static_cast<T*>(grad_input), target,
                       static_cast<const T*>(weight), ignore_index, static_cast<const T*>(grad_loss), grad_stride,
                       grad_factor);
     cuda::check_launch("nll_loss backward");

@@ -149,14 +149,48 @@ struct MultiLaunch {
     return reinterpret_cast<const Job*>(buffer.as<const char>() + count * sizeof(Ref));
   }
 
+  double elements = 0;     // the records' elements, for the declared cost
+  double table_bytes = 0;  // the records and the job table, all read (every block its job and its record)
+
   MultiLaunch(const std::vector<Ref>& host_refs, const std::vector<Job>& host_jobs)
       : buffer(pack_launch(host_refs, host_jobs).data(), host_refs.size() * sizeof(Ref) + host_jobs.size() * sizeof(Job)),
-        jobs(static_cast<int64_t>(host_jobs.size())) {}
+        jobs(static_cast<int64_t>(host_jobs.size())),
+        table_bytes(static_cast<double>(host_refs.size() * sizeof(Ref) + host_jobs.size() * sizeof(Job))) {
+    for (const Ref& r : host_refs) elements += static_cast<double>(r.n);
+  }
 };
 
 template <typename Ref>
 void add_jobs(std::vector<Job>& jobs, int64_t tensor, int64_t n) {
   for (int64_t s = 0; s < n; s += kChunk) jobs.push_back({tensor, s});
+}
+
+// ---- declared costs (Note [Launch ledger] in core/cuda/ledger.h) -------------------------------
+
+// The skip flag every thread reads when a step can be cancelled on the device (AdamHyper::skip).
+double skip_bytes(const float* skip) { return skip ? sizeof(float) : 0.0; }
+
+// Adam over n elements of `elem` bytes: p, g, m, v (and vmax) read, p, m, v (and vmax) written;
+// `extra_read`: coefficients, records and flags read from device memory. adam_update's 14
+// operations per element (sqrt counted 1), plus the decay's multiply (AdamW) or multiply-add (L2).
+cuda::Cost adam_cost(double n, size_t elem, WeightDecayMode decay, bool amsgrad, double extra_read) {
+  const double state = amsgrad ? 4 : 3;  // p, m, v (, vmax): read and written
+  const double flops = 14 + (decay == WeightDecayMode::Decoupled ? 1 : decay == WeightDecayMode::L2 ? 2 : 0);
+  return cuda::cost(n * elem * (state + 1) + extra_read, n * elem * state, n * flops);
+}
+
+// SGD over n elements of `elem` bytes: p and g read, p written; the momentum buffer read (after the
+// first step) and written. sgd_update's operations per element for the flags.
+cuda::Cost sgd_cost(double n, size_t elem, bool l2, bool momentum, bool nesterov, bool first, double extra_read) {
+  const bool reads_buf = momentum && !first;
+  const double flops = 3 + (l2 ? 2 : 0) + (reads_buf ? 3 : 0) + (nesterov ? 2 : 0);
+  return cuda::cost(n * elem * (reads_buf ? 3 : 2) + extra_read, n * elem * (momentum ? 2 : 1), n * flops);
+}
+
+// The gradient norm's first pass: n elements of `elem` bytes -> `blocks` partials of `acc` bytes;
+// |g|^p and an add per element (|g| and an add or a max for p = 1 and p = inf).
+cuda::Cost norm_partial_cost(double n, size_t elem, int64_t blocks, size_t acc, double p, bool p_is_inf) {
+  return cuda::cost(n * elem, static_cast<double>(blocks) * acc, n * (p_is_inf || p == 1 ? 1 : 2));
 }
 
 // ---- dispatch on the template flags ----------------------------------------------------------
@@ -173,11 +207,12 @@ template <WeightDecayMode Decay, typename T>
 void adam_launch(const AdamArrays<T>& a, const AdamCoeffs<T>& c, bool amsgrad) {
   const unsigned grid = detail::grid_stride_blocks(a.n, kThreads);
   if (amsgrad) {
-    EMBER_LAUNCH_FLAT((adam_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(), a.n, a.p, a.g,
-                      a.m, a.v, a.vmax, c);
+    EMBER_LAUNCH_FLAT((adam_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(),
+                      adam_cost(a.n, sizeof(T), Decay, true, skip_bytes(c.skip)), a.n, a.p, a.g, a.m, a.v, a.vmax, c);
   } else {
-    EMBER_LAUNCH_FLAT((adam_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(), a.n, a.p, a.g,
-                      a.m, a.v, static_cast<T*>(nullptr), c);
+    EMBER_LAUNCH_FLAT((adam_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(),
+                      adam_cost(a.n, sizeof(T), Decay, false, skip_bytes(c.skip)), a.n, a.p, a.g, a.m, a.v,
+                      static_cast<T*>(nullptr), c);
   }
   cuda::check_launch("adam_step");
 }
@@ -186,10 +221,12 @@ template <WeightDecayMode Decay, typename T>
 void adam_multi_launch(const MultiLaunch<AdamRef<T>>& ml, size_t count, const AdamCoeffs<T>& c, bool amsgrad) {
   const unsigned grid = static_cast<unsigned>(ml.jobs);
   if (amsgrad) {
-    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(), ml.refs(),
+    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(),
+                      adam_cost(ml.elements, sizeof(T), Decay, true, ml.table_bytes + skip_bytes(c.skip)), ml.refs(),
                       ml.job_table(count), c);
   } else {
-    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(), ml.refs(),
+    EMBER_LAUNCH_FLAT((adam_multi_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(),
+                      adam_cost(ml.elements, sizeof(T), Decay, false, ml.table_bytes + skip_bytes(c.skip)), ml.refs(),
                       ml.job_table(count), c);
   }
   cuda::check_launch("adam_step_multi");
@@ -364,8 +401,9 @@ void sgd_step(DType dtype, int64_t n, void* param, const void* grad, void* momen
     const SgdCoeffs<T> c = make_sgd_coeffs<T>(h);
     const unsigned grid = detail::grid_stride_blocks(n, kThreads);
     sgd_flags(h, init_buffer, [&]<bool L2, bool Momentum, bool Nesterov, bool First>() {
-      EMBER_LAUNCH_FLAT((sgd_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads,
-                        cuda::current_stream(), n, p, g, Momentum ? buf : static_cast<T*>(nullptr), c);
+      EMBER_LAUNCH_FLAT((sgd_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads, cuda::current_stream(),
+                        sgd_cost(n, sizeof(T), L2, Momentum, Nesterov, First, skip_bytes(c.skip)), n, p, g,
+                        Momentum ? buf : static_cast<T*>(nullptr), c);
     });
     cuda::check_launch("sgd_step");
   });
@@ -416,8 +454,10 @@ void sgd_step_multi(DType dtype, const SgdTensor* tensors, int64_t count, bool i
     const SgdCoeffs<T> c = make_sgd_coeffs<T>(h);
     const unsigned grid = static_cast<unsigned>(ml.jobs);
     sgd_flags(h, init_buffer, [&]<bool L2, bool Momentum, bool Nesterov, bool First>() {
-      EMBER_LAUNCH_FLAT((sgd_multi_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads,
-                        cuda::current_stream(), ml.refs(), ml.job_table(refs.size()), c);
+      EMBER_LAUNCH_FLAT((sgd_multi_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads, cuda::current_stream(),
+                        sgd_cost(ml.elements, sizeof(T), L2, Momentum, Nesterov, First,
+                                 ml.table_bytes + skip_bytes(c.skip)),
+                        ml.refs(), ml.job_table(refs.size()), c);
     });
     cuda::check_launch("sgd_step_multi");
   });
@@ -442,8 +482,10 @@ void adam_coeffs_on_device(DType dtype, const void* hyper, const double* skipped
   EMBER_CHECK(hyper != nullptr && skipped != nullptr && coeffs != nullptr, "adam_coeffs_on_device: null pointer");
   EMBER_DISPATCH_FLOAT(dtype, "adam_coeffs_on_device", [&] {
     using T = scalar_t;
-    EMBER_LAUNCH_FLAT((adam_coeffs_kernel<T>), 1, 1, cuda::current_stream(), static_cast<const AdamHyper*>(hyper),
-                      skipped, static_cast<AdamCoeffs<T>*>(coeffs));
+    // make_adam_coeffs: about 12 double operations (two pows, a sqrt, a division).
+    EMBER_LAUNCH_FLAT((adam_coeffs_kernel<T>), 1, 1, cuda::current_stream(),
+                      cuda::cost(sizeof(AdamHyper) + sizeof(double), sizeof(AdamCoeffs<T>), 12),
+                      static_cast<const AdamHyper*>(hyper), skipped, static_cast<AdamCoeffs<T>*>(coeffs));
     cuda::check_launch("adam_coeffs_on_device");
   });
 }
@@ -463,11 +505,13 @@ void adam_step_device_coeffs(DType dtype, int64_t n, void* param, const void* gr
     adam_decay(h.decay, [&](auto d) {
       constexpr WeightDecayMode Decay = decltype(d)::value;
       if (h.amsgrad) {
-        EMBER_LAUNCH_FLAT((adam_device_coeffs_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(), n, p,
-                          g, m, v, vmax, c);
+        EMBER_LAUNCH_FLAT((adam_device_coeffs_kernel<Decay, true, T>), grid, kThreads, cuda::current_stream(),
+                          adam_cost(n, sizeof(T), Decay, true, sizeof(*c) + skip_bytes(h.skip)), n, p, g, m, v,
+                          vmax, c);
       } else {
-        EMBER_LAUNCH_FLAT((adam_device_coeffs_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(), n,
-                          p, g, m, v, static_cast<T*>(nullptr), c);
+        EMBER_LAUNCH_FLAT((adam_device_coeffs_kernel<Decay, false, T>), grid, kThreads, cuda::current_stream(),
+                          adam_cost(n, sizeof(T), Decay, false, sizeof(*c) + skip_bytes(h.skip)), n, p, g, m, v,
+                          static_cast<T*>(nullptr), c);
       }
     });
     cuda::check_launch("adam_step");
@@ -501,7 +545,9 @@ void sgd_step_device_coeffs(DType dtype, int64_t n, void* param, const void* gra
     const unsigned grid = detail::grid_stride_blocks(n, kThreads);
     sgd_flags(h, /*first=*/false, [&]<bool L2, bool Momentum, bool Nesterov, bool First>() {
       EMBER_LAUNCH_FLAT((sgd_device_coeffs_kernel<L2, Momentum, Nesterov, First, T>), grid, kThreads,
-                        cuda::current_stream(), n, p, g, Momentum ? buf : static_cast<T*>(nullptr), c);
+                        cuda::current_stream(),
+                        sgd_cost(n, sizeof(T), L2, Momentum, Nesterov, First, sizeof(*c) + skip_bytes(h.skip)), n, p,
+                        g, Momentum ? buf : static_cast<T*>(nullptr), c);
     });
     cuda::check_launch("sgd_step");
   });
@@ -520,11 +566,15 @@ void grad_norm(DType dtype, int64_t n, const void* grad, double p, double* norm)
     cuda::Scratch partial(static_cast<size_t>(std::max<int64_t>(blocks, 1)) * sizeof(A));
     A* d = partial.as<A>();
     if (blocks > 0) {
-      EMBER_LAUNCH(norm_partial_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, s, n,
+      EMBER_LAUNCH(norm_partial_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, s,
+                   norm_partial_cost(static_cast<double>(n), sizeof(T), blocks, sizeof(A), p, p_is_inf), n,
                    static_cast<const T*>(grad), op, d);
       cuda::check_launch("grad_norm");
     }
-    EMBER_LAUNCH((norm_final_kernel<T, A>), 1, kThreads, 0, s, blocks, static_cast<const A*>(d), op, p, p_is_inf, norm);
+    // The partials combined (an add or a max each), then the root.
+    EMBER_LAUNCH((norm_final_kernel<T, A>), 1, kThreads, 0, s,
+                 cuda::cost(static_cast<double>(blocks) * sizeof(A), sizeof(double), static_cast<double>(blocks) + 1),
+                 blocks, static_cast<const A*>(d), op, p, p_is_inf, norm);
     cuda::check_launch("grad_norm");
   });
 }
@@ -533,8 +583,11 @@ void clip_coefficient(const double* norms, int64_t count, double p, DType norm_d
                       double* total_and_coef) {
   EMBER_CHECK(count >= 0 && (count == 0 || norms != nullptr) && total_and_coef != nullptr,
               "clip_coefficient: bad arguments");
-  EMBER_LAUNCH_FLAT(clip_coefficient_kernel, 1, 1, cuda::current_stream(), norms, count, p, std::isinf(p),
-                    norm_dtype == DType::f32, max_norm, total_and_coef);
+  // The norms read; the total and the coefficient written; |norm|^p and an add per norm, then the
+  // root and the coefficient's four operations.
+  EMBER_LAUNCH_FLAT(clip_coefficient_kernel, 1, 1, cuda::current_stream(),
+                    cuda::cost(static_cast<double>(count) * sizeof(double), 2 * sizeof(double), 2.0 * count + 5), norms,
+                    count, p, std::isinf(p), norm_dtype == DType::f32, max_norm, total_and_coef);
   cuda::check_launch("clip_coefficient");
 }
 
@@ -545,7 +598,10 @@ void scale_grads(DType dtype, const UnscaleTensor* tensors, int64_t count, const
     const GradList<T> list(tensors, count, "scale_grads");
     if (list.jobs.empty()) return;
     const MultiLaunch<UnscaleRef<T>> ml(list.refs, list.jobs);
+    // The gradients read and scaled in place (one multiply each), the records and *coef read.
     EMBER_LAUNCH_FLAT((scale_multi_kernel<T>), static_cast<unsigned>(ml.jobs), kThreads, cuda::current_stream(),
+                      cuda::cost(ml.elements * sizeof(T) + ml.table_bytes + sizeof(double), ml.elements * sizeof(T),
+                                 ml.elements),
                       ml.refs(), ml.job_table(list.refs.size()), coef);
     cuda::check_launch("scale_grads");
   });
@@ -561,7 +617,11 @@ void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int
     const GradList<T> list(tensors, count, "non_finite_check_and_unscale");
     if (list.jobs.empty()) return;
     const MultiLaunch<UnscaleRef<T>> ml(list.refs, list.jobs);
+    // The gradients read and unscaled in place (the finiteness test's subtraction and a multiply
+    // each), the records and *inv_scale read; *found_inf counted written (an atomic target).
     EMBER_LAUNCH_FLAT((unscale_multi_kernel<T>), static_cast<unsigned>(ml.jobs), kThreads, cuda::current_stream(),
+                      cuda::cost(ml.elements * sizeof(T) + ml.table_bytes + sizeof(float),
+                                 ml.elements * sizeof(T) + sizeof(float), 2 * ml.elements),
                       ml.refs(), ml.job_table(list.refs.size()), found_inf, inv_scale);
     cuda::check_launch("non_finite_check_and_unscale");
   });
@@ -570,8 +630,10 @@ void non_finite_check_and_unscale(DType dtype, const UnscaleTensor* tensors, int
 void update_scale(float* scale, int32_t* growth_tracker, const float* found_inf, double growth_factor,
                   double backoff_factor, int64_t growth_interval) {
   EMBER_CHECK(scale != nullptr && growth_tracker != nullptr && found_inf != nullptr, "update_scale: null pointer");
-  EMBER_LAUNCH_FLAT(update_scale_kernel, 1, 1, cuda::current_stream(), scale, growth_tracker, found_inf, growth_factor,
-                    backoff_factor, growth_interval);
+  // scale, growth_tracker and found_inf read; scale and growth_tracker written; one product.
+  EMBER_LAUNCH_FLAT(update_scale_kernel, 1, 1, cuda::current_stream(),
+                    cuda::cost(2 * sizeof(float) + sizeof(int32_t), sizeof(float) + sizeof(int32_t), 1), scale,
+                    growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
   cuda::check_launch("update_scale");
 }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <vector>
 
 #include "../../core/error.h"
 #include "block_reduce.cuh"
@@ -339,12 +340,78 @@ __global__ void adaptive_backward_kernel(Pool2dGeometry g, const T* grad_out, T*
 
 // ---- launchers -------------------------------------------------------------------------------
 
-// Every pooling launch: one (grid-stride) thread per cell of `total`, nothing when empty.
-template <typename Kernel, typename... Args>
-void launch_cells(const char* op, int64_t total, Kernel kernel, Args... args) {
+// Every pooling launch: one (grid-stride) thread per cell of `total`, nothing when empty;
+// declared() is the launch's cost (Note [Launch ledger] in core/cuda/ledger.h).
+template <typename Declared, typename Kernel, typename... Args>
+void launch_cells(const char* op, int64_t total, const Declared& declared, Kernel kernel, Args... args) {
   if (total <= 0) return;
-  EMBER_LAUNCH_FLAT(kernel, detail::grid_stride_blocks(total, kThreads), kThreads, cuda::current_stream(), args...);
+  EMBER_LAUNCH_FLAT(kernel, detail::grid_stride_blocks(total, kThreads), kThreads, cuda::current_stream(), declared(),
+                    args...);
   cuda::check_launch(op);
+}
+
+// ---- declared costs --------------------------------------------------------------------------
+
+// One axis of a pooling geometry as a launch's footprint sees it.
+struct AxisCover {
+  int64_t inputs = 0;   // input positions some window's tap reads
+  int64_t outputs = 0;  // output positions whose window's span meets the input (the gathers read them)
+  int64_t taps = 0;     // (output, input) pairs: the taps that fall inside the input
+};
+
+// Windows of k taps `dilation` apart from o * stride - pad (max pooling; average pooling with
+// dilation 1, its window clipped to the input the same way).
+AxisCover window_cover(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  AxisCover a;
+  std::vector<char> seen(static_cast<size_t>(std::max<int64_t>(in, 0)), 0);
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t first = o * stride - pad;
+    if (first < in && first + (k - 1) * dilation >= 0) ++a.outputs;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = first + j * dilation;
+      if (i < 0 || i >= in) continue;
+      ++a.taps;
+      if (!seen[static_cast<size_t>(i)]) seen[static_cast<size_t>(i)] = 1, ++a.inputs;
+    }
+  }
+  return a;
+}
+
+// Adaptive windows [floor(o in / out), ceil((o + 1) in / out)): they cover the input, each meets it.
+AxisCover adaptive_cover(int64_t in, int64_t out) {
+  AxisCover a{out > 0 ? in : 0, out, 0};
+  for (int64_t o = 0; o < out; ++o) a.taps += ((o + 1) * in + out - 1) / out - (o * in) / out;
+  return a;
+}
+
+// A pooling launch's cost from its axes' coverage; values of `elem` bytes, max pooling's indices of
+// `index` bytes (0: an average). Forward: the covered input read; the output (and indices)
+// written; a comparison per tap (max) or an add per tap and a division per output (average).
+// Backward (a gather): the gradient (and indices) of the outputs whose windows meet the input
+// read; grad_in written whole; an add per output's gradient at its argmax (max), or a division
+// and an add per tap (average).
+cuda::Cost pool_cost(const Pool2dGeometry& g, const AxisCover& h, const AxisCover& w, bool forward, size_t elem,
+                     size_t index) {
+  const double planes = static_cast<double>(g.planes), taps = planes * h.taps * w.taps;
+  const double in = planes * g.in_h * g.in_w, out = planes * g.out_h * g.out_w;
+  if (forward)
+    return cuda::cost(planes * h.inputs * w.inputs * elem, out * (elem + index), index ? taps : taps + out);
+  const double reached = planes * h.outputs * w.outputs;
+  return cuda::cost(reached * (elem + index), in * elem, index ? reached : 2 * taps);
+}
+
+cuda::Cost max_pool_cost(const Pool2dGeometry& g, bool forward, size_t elem, size_t index) {
+  return pool_cost(g, window_cover(g.in_h, g.out_h, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h),
+                   window_cover(g.in_w, g.out_w, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w), forward, elem, index);
+}
+
+cuda::Cost avg_pool_cost(const Pool2dGeometry& g, bool forward, size_t elem) {
+  return pool_cost(g, window_cover(g.in_h, g.out_h, g.kernel_h, g.stride_h, g.pad_h, 1),
+                   window_cover(g.in_w, g.out_w, g.kernel_w, g.stride_w, g.pad_w, 1), forward, elem, 0);
+}
+
+cuda::Cost adaptive_pool_cost(const Pool2dGeometry& g, bool forward, size_t elem) {
+  return pool_cost(g, adaptive_cover(g.in_h, g.out_h), adaptive_cover(g.in_w, g.out_w), forward, elem, 0);
 }
 
 int64_t in_cells(const Pool2dGeometry& g) { return g.planes * g.in_h * g.in_w; }
@@ -413,8 +480,9 @@ void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g,
   dispatch_max_pool("max_pool2d", dtype, index_dtype, g, 0, [&](auto t, auto i, auto j) {
     using T = decltype(t);
     using I = decltype(i);
-    launch_cells("max_pool2d", out_cells(g), max_forward_kernel<T, I, decltype(j)>, g, static_cast<const T*>(x),
-                 static_cast<T*>(out), static_cast<I*>(indices));
+    launch_cells("max_pool2d", out_cells(g), [&] { return max_pool_cost(g, true, sizeof(T), sizeof(I)); },
+                 max_forward_kernel<T, I, decltype(j)>, g, static_cast<const T*>(x), static_cast<T*>(out),
+                 static_cast<I*>(indices));
   });
 }
 
@@ -423,8 +491,9 @@ void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g
   dispatch_max_pool("max_pool2d backward", dtype, index_dtype, g, 0, [&](auto t, auto i, auto j) {
     using T = decltype(t);
     using I = decltype(i);
-    launch_cells("max_pool2d backward", in_cells(g), max_backward_kernel<T, I, decltype(j)>, g,
-                 static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
+    launch_cells("max_pool2d backward", in_cells(g), [&] { return max_pool_cost(g, false, sizeof(T), sizeof(I)); },
+                 max_backward_kernel<T, I, decltype(j)>, g, static_cast<const T*>(grad_out),
+                 static_cast<const I*>(indices), static_cast<T*>(grad_in));
   });
 }
 
@@ -435,11 +504,12 @@ void max_pool2d_forward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometr
     using T = decltype(t);
     using I = decltype(i);
     using J = decltype(j);
+    const auto declared = [&] { return max_pool_cost(g, true, sizeof(T), sizeof(I)); };  // the same for any V
     if (fits_lanes<T, I>(channels, {x, out}, indices))
-      launch_cells("max_pool2d", out_cells(g) / kLanes16<T>, max_forward_nhwc_kernel<kLanes16<T>, T, I, J>, g, channels,
-                   static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
+      launch_cells("max_pool2d", out_cells(g) / kLanes16<T>, declared, max_forward_nhwc_kernel<kLanes16<T>, T, I, J>,
+                   g, channels, static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
     else
-      launch_cells("max_pool2d", out_cells(g), max_forward_nhwc_kernel<1, T, I, J>, g, channels,
+      launch_cells("max_pool2d", out_cells(g), declared, max_forward_nhwc_kernel<1, T, I, J>, g, channels,
                    static_cast<const T*>(x), static_cast<T*>(out), static_cast<I*>(indices));
   });
 }
@@ -451,12 +521,13 @@ void max_pool2d_backward_nhwc(DType dtype, DType index_dtype, const Pool2dGeomet
     using T = decltype(t);
     using I = decltype(i);
     using J = decltype(j);
+    const auto declared = [&] { return max_pool_cost(g, false, sizeof(T), sizeof(I)); };  // the same for any V
     if (fits_lanes<T, I>(channels, {grad_out, grad_in}, indices))
-      launch_cells("max_pool2d backward", in_cells(g) / kLanes16<T>, max_backward_nhwc_kernel<kLanes16<T>, T, I, J>, g,
-                   channels, static_cast<const T*>(grad_out), static_cast<const I*>(indices),
-                   static_cast<T*>(grad_in));
+      launch_cells("max_pool2d backward", in_cells(g) / kLanes16<T>, declared,
+                   max_backward_nhwc_kernel<kLanes16<T>, T, I, J>, g, channels, static_cast<const T*>(grad_out),
+                   static_cast<const I*>(indices), static_cast<T*>(grad_in));
     else
-      launch_cells("max_pool2d backward", in_cells(g), max_backward_nhwc_kernel<1, T, I, J>, g, channels,
+      launch_cells("max_pool2d backward", in_cells(g), declared, max_backward_nhwc_kernel<1, T, I, J>, g, channels,
                    static_cast<const T*>(grad_out), static_cast<const I*>(indices), static_cast<T*>(grad_in));
   });
 }
@@ -465,8 +536,8 @@ void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include
   check_pool("avg_pool2d", g);
   EMBER_DISPATCH_FLOATING(dtype, "avg_pool2d", [&] {
     using T = scalar_t;
-    launch_cells("avg_pool2d", out_cells(g), avg_forward_kernel<T>, g, count_include_pad, static_cast<const T*>(x),
-                 static_cast<T*>(out));
+    launch_cells("avg_pool2d", out_cells(g), [&] { return avg_pool_cost(g, true, sizeof(T)); }, avg_forward_kernel<T>,
+                 g, count_include_pad, static_cast<const T*>(x), static_cast<T*>(out));
   });
 }
 
@@ -475,8 +546,9 @@ void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_includ
   check_pool("avg_pool2d backward", g);
   EMBER_DISPATCH_FLOATING(dtype, "avg_pool2d backward", [&] {
     using T = scalar_t;
-    launch_cells("avg_pool2d backward", in_cells(g), avg_backward_kernel<T>, g, count_include_pad,
-                 static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
+    launch_cells("avg_pool2d backward", in_cells(g), [&] { return avg_pool_cost(g, false, sizeof(T)); },
+                 avg_backward_kernel<T>, g, count_include_pad, static_cast<const T*>(grad_out),
+                 static_cast<T*>(grad_in));
   });
 }
 
@@ -484,8 +556,8 @@ void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const voi
   check_pool("adaptive_avg_pool2d", g);
   EMBER_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d", [&] {
     using T = scalar_t;
-    launch_cells("adaptive_avg_pool2d", out_cells(g), adaptive_forward_kernel<T>, g, static_cast<const T*>(x),
-                 static_cast<T*>(out));
+    launch_cells("adaptive_avg_pool2d", out_cells(g), [&] { return adaptive_pool_cost(g, true, sizeof(T)); },
+                 adaptive_forward_kernel<T>, g, static_cast<const T*>(x), static_cast<T*>(out));
   });
 }
 
@@ -493,8 +565,8 @@ void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const vo
   check_pool("adaptive_avg_pool2d backward", g);
   EMBER_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d backward", [&] {
     using T = scalar_t;
-    launch_cells("adaptive_avg_pool2d backward", in_cells(g), adaptive_backward_kernel<T>, g,
-                 static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
+    launch_cells("adaptive_avg_pool2d backward", in_cells(g), [&] { return adaptive_pool_cost(g, false, sizeof(T)); },
+                 adaptive_backward_kernel<T>, g, static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
   });
 }
 

@@ -97,6 +97,15 @@ __global__ void dropout_kernel(int64_t n, const T* x, T* y, T* mask, uint64_t se
 
 unsigned grid_blocks(int64_t n, int k) { return grid_for((n + k - 1) / k, kThreads); }
 
+// The declared cost of a fill (Note [Launch ledger] in core/cuda/ledger.h): n elements of `elem`
+// bytes written, nothing read, `flops` per element (the Philox rounds are integer work): 3 for a
+// uniform (the word's scaling, then lo + width u), 11 for a normal (two scalings, 1 - u1, the log,
+// -2 *, the sqrt, 2 pi *, the cos and the product, then mean + std z), 1 for a bernoulli (the
+// scaling), 0 for randint.
+cuda::Cost fill_cost(int64_t n, size_t elem, double flops) {
+  return cuda::cost(0, static_cast<double>(n) * elem, static_cast<double>(n) * flops);
+}
+
 }  // namespace
 
 uint64_t philox_blocks_uniform(DType dtype, int64_t n) {
@@ -114,11 +123,11 @@ void fill_uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t off
   if (n == 0) return;
   const cudaStream_t stream = cuda::current_stream();
   if (dtype == DType::f32)
-    EMBER_LAUNCH_FLAT(uniform_f32_kernel, grid_blocks(n, 4), kThreads, stream, n, static_cast<float*>(out), seed,
-                      offset, static_cast<float>(lo), static_cast<float>(hi - lo));
+    EMBER_LAUNCH_FLAT(uniform_f32_kernel, grid_blocks(n, 4), kThreads, stream, fill_cost(n, sizeof(float), 3), n,
+                      static_cast<float*>(out), seed, offset, static_cast<float>(lo), static_cast<float>(hi - lo));
   else
-    EMBER_LAUNCH_FLAT(uniform_f64_kernel, grid_blocks(n, 2), kThreads, stream, n, static_cast<double*>(out), seed,
-                      offset, lo, hi - lo);
+    EMBER_LAUNCH_FLAT(uniform_f64_kernel, grid_blocks(n, 2), kThreads, stream, fill_cost(n, sizeof(double), 3), n,
+                      static_cast<double*>(out), seed, offset, lo, hi - lo);
   cuda::check_launch("uniform_");
 }
 
@@ -127,11 +136,11 @@ void fill_normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offs
   if (n == 0) return;
   const cudaStream_t stream = cuda::current_stream();
   if (dtype == DType::f32)
-    EMBER_LAUNCH_FLAT(normal_f32_kernel, grid_blocks(n, 2), kThreads, stream, n, static_cast<float*>(out), seed,
-                      offset, static_cast<float>(mean), static_cast<float>(std));
+    EMBER_LAUNCH_FLAT(normal_f32_kernel, grid_blocks(n, 2), kThreads, stream, fill_cost(n, sizeof(float), 11), n,
+                      static_cast<float*>(out), seed, offset, static_cast<float>(mean), static_cast<float>(std));
   else
-    EMBER_LAUNCH_FLAT(normal_f64_kernel, grid_blocks(n, 1), kThreads, stream, n, static_cast<double*>(out), seed,
-                      offset, mean, std);
+    EMBER_LAUNCH_FLAT(normal_f64_kernel, grid_blocks(n, 1), kThreads, stream, fill_cost(n, sizeof(double), 11), n,
+                      static_cast<double*>(out), seed, offset, mean, std);
   cuda::check_launch("normal_");
 }
 
@@ -139,8 +148,9 @@ void fill_bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t o
   EMBER_CHECK(p >= 0 && p <= 1, "bernoulli: probability ", p, " is not in [0, 1]");
   if (n == 0) return;
   EMBER_DISPATCH_ALL(dtype, "bernoulli", [&] {
-    EMBER_LAUNCH_FLAT((bernoulli_kernel<scalar_t>), grid_blocks(n, 4), kThreads, cuda::current_stream(), n,
-                      static_cast<scalar_t*>(out), seed, offset, static_cast<float>(p));
+    EMBER_LAUNCH_FLAT((bernoulli_kernel<scalar_t>), grid_blocks(n, 4), kThreads, cuda::current_stream(),
+                      fill_cost(n, sizeof(scalar_t), 1), n, static_cast<scalar_t*>(out), seed, offset,
+                      static_cast<float>(p));
   });
   cuda::check_launch("bernoulli");
 }
@@ -150,8 +160,8 @@ void fill_randint(int64_t n, int64_t* out, uint64_t seed, uint64_t offset, int64
   const uint64_t range = static_cast<uint64_t>(high - low);
   EMBER_CHECK(range <= (1ULL << 32), "randint: range ", range, " is larger than 2^32");
   if (n == 0) return;
-  EMBER_LAUNCH_FLAT(randint_kernel, grid_blocks(n, 4), kThreads, cuda::current_stream(), n, out, seed, offset,
-                    low, range);
+  EMBER_LAUNCH_FLAT(randint_kernel, grid_blocks(n, 4), kThreads, cuda::current_stream(),
+                    fill_cost(n, sizeof(int64_t), 0), n, out, seed, offset, low, range);
   cuda::check_launch("randint");
 }
 
@@ -161,9 +171,12 @@ void dropout_forward(DType dtype, int64_t n, const void* x, void* y, void* mask,
   if (n == 0) return;
   EMBER_DISPATCH_FLOAT(dtype, "dropout", [&] {
     using T = scalar_t;
-    EMBER_LAUNCH_FLAT((dropout_kernel<T>), grid_blocks(n, 4), kThreads, cuda::current_stream(), n,
-                      static_cast<const T*>(x), static_cast<T*>(y), static_cast<T*>(mask), seed, offset,
-                      static_cast<float>(1.0 - p), static_cast<T>(1.0 / (1.0 - p)));
+    // x read; y (and the mask) written; the bernoulli's scaling, the mask's and y's products.
+    const double bytes = static_cast<double>(n) * sizeof(T);
+    EMBER_LAUNCH_FLAT((dropout_kernel<T>), grid_blocks(n, 4), kThreads, cuda::current_stream(),
+                      cuda::cost(bytes, mask ? 2 * bytes : bytes, 3.0 * n), n, static_cast<const T*>(x),
+                      static_cast<T*>(y), static_cast<T*>(mask), seed, offset, static_cast<float>(1.0 - p),
+                      static_cast<T>(1.0 / (1.0 - p)));
   });
   cuda::check_launch("dropout");
 }

@@ -220,15 +220,27 @@ __global__ void extremum_kernel(Indexer ix, Operand in, Operand values, Operand 
   }
 }
 
+// The declared cost of a reduction launch (Note [Launch ledger]): `in_bytes` per reduced element
+// (every element of every output: n_out * n_red of them) and `out_bytes` per output position
+// read and written, one `flops` per reduced element.
+cuda::Cost reduce_cost(const Indexer& ix, double in_read, double out_read, double in_written, double out_written,
+                       double flops = 1) {
+  const double n = static_cast<double>(ix.n_out) * static_cast<double>(ix.n_red), o = static_cast<double>(ix.n_out);
+  return cuda::cost(n * in_read + o * out_read, n * in_written + o * out_written, n * flops);
+}
+
 template <typename T>
 void launch_extremum(Extremum kind, const Indexer& ix, Operand in, Operand values, Operand indices, const char* op) {
   with_group(group_size(ix, in), [&]<int G>() {
     const unsigned grid = detail::grid_for_groups<G>(ix.n_out);
     const cudaStream_t stream = cuda::current_stream();
+    const double out_bytes = (values.data ? sizeof(T) : 0) + (indices.data ? sizeof(int64_t) : 0);
     if (kind == Extremum::Max)
-      EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Max>), grid, kThreads, 0, stream, ix, in, values, indices);
+      EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Max>), grid, kThreads, 0, stream,
+                   reduce_cost(ix, sizeof(T), 0, 0, out_bytes), ix, in, values, indices);
     else
-      EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Min>), grid, kThreads, 0, stream, ix, in, values, indices);
+      EMBER_LAUNCH((extremum_kernel<G, T, Extremum::Min>), grid, kThreads, 0, stream,
+                   reduce_cost(ix, sizeof(T), 0, 0, out_bytes), ix, in, values, indices);
   });
   cuda::check_launch(op);
 }
@@ -277,16 +289,18 @@ void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
       cuda::Scratch partial(static_cast<size_t>(ix.n_out * splits) * sizeof(A));
       const int64_t slice = (ix.n_red + splits - 1) / splits;
       const dim3 grid(static_cast<unsigned>(ix.n_out), static_cast<unsigned>(splits));
-      EMBER_LAUNCH((sum_partial_kernel<T>), grid, kThreads, 0, cuda::current_stream(), ix, in, slice, partial.as<A>());
+      EMBER_LAUNCH((sum_partial_kernel<T>), grid, kThreads, 0, cuda::current_stream(),
+                   reduce_cost(ix, sizeof(T), 0, 0, double(splits) * sizeof(A)), ix, in, slice, partial.as<A>());
       cuda::check_launch("sum");
       EMBER_LAUNCH((sum_finalize_kernel<T>), detail::grid_for(ix.n_out, kThreads), kThreads, 0, cuda::current_stream(),
+                   cuda::cost(double(ix.n_out) * splits * sizeof(A), double(ix.n_out) * sizeof(T), double(ix.n_out) * splits),
                    ix, splits, partial.as<A>(), out);
       cuda::check_launch("sum");
       return;
     }
     with_group(group, [&]<int G>() {
-      EMBER_LAUNCH((sum_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(), ix,
-                   in, out);
+      EMBER_LAUNCH((sum_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(),
+                   reduce_cost(ix, sizeof(T), 0, 0, sizeof(T)), ix, in, out);
     });
     cuda::check_launch("sum");
   });
@@ -300,8 +314,8 @@ void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const 
     if (ix.n_out == 0) return;
     const auto divisor = static_cast<acc_t<T>>(ix.n_red - correction > 0 ? ix.n_red - correction : 0);
     with_group(group_size(ix, in), [&]<int G>() {
-      EMBER_LAUNCH((var_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(), ix,
-                   in, out, divisor);
+      EMBER_LAUNCH((var_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0, cuda::current_stream(),
+                   reduce_cost(ix, sizeof(T), 0, 0, sizeof(T), 4), ix, in, out, divisor);
     });
     cuda::check_launch("var");
   });
@@ -326,7 +340,8 @@ void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, 
     if (ix.n_out == 0) return;
     with_group(group_size(ix, x), [&]<int G>() {
       EMBER_LAUNCH((extremum_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads, 0,
-                   cuda::current_stream(), ix, grad_in, x, value, grad_out);
+                   cuda::current_stream(), reduce_cost(ix, sizeof(T), 2 * sizeof(T), sizeof(T), 0, 2), ix, grad_in, x,
+                   value, grad_out);
     });
     cuda::check_launch("amax backward");
   });
@@ -352,7 +367,8 @@ void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Ope
     with_group(group_size(ix, grad_in), [&]<int G>() {
       // No barrier and no shuffle: the emulator may run it as plain loops.
       EMBER_LAUNCH_FLAT((index_backward_kernel<G, T>), detail::grid_for_groups<G>(ix.n_out), kThreads,
-                        cuda::current_stream(), ix, grad_in, grad_out, indices);
+                        cuda::current_stream(), reduce_cost(ix, 0, sizeof(T) + sizeof(int64_t), sizeof(T), 0, 0), ix,
+                        grad_in, grad_out, indices);
     });
     cuda::check_launch("max backward");
   });

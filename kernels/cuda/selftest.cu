@@ -40,13 +40,15 @@ void launch_axpy(int64_t n, float a, const float* x, float* y) {
   if (n == 0) return;
   const int threads = 256;
   const auto blocks = static_cast<unsigned>((n + threads - 1) / threads);
-  EMBER_LAUNCH_FLAT(axpy_kernel, blocks, threads, current_stream(), n, a, x, y);
+  EMBER_LAUNCH_FLAT(axpy_kernel, blocks, threads, current_stream(), ::ember::cuda::cost(8.0 * n, 4.0 * n, 2.0 * n), n, a, x,
+                    y);
   check_launch("selftest_axpy");
 }
 
 void launch_block_sum(int64_t n, int block_size, const float* x, float* out) {
   if (n == 0) return;
-  EMBER_LAUNCH(block_sum_kernel, static_cast<unsigned>(n / block_size), block_size, 0, current_stream(), x, out);
+  EMBER_LAUNCH(block_sum_kernel, static_cast<unsigned>(n / block_size), block_size, 0, current_stream(),
+               ::ember::cuda::cost(4.0 * n, 4.0 * (n / block_size), double(n)), x, out);
   check_launch("selftest_block_sum");
 }
 

@@ -89,14 +89,17 @@ void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, in
     if (lines == 0 || n == 0) return;
     const auto* xs = static_cast<const T*>(x);
     auto* ys = static_cast<T*>(y);
+    // Declared (Note [Launch ledger]): x read once, y written once, ~4 operations per element.
+    const double bytes = static_cast<double>(lines) * static_cast<double>(n) * sizeof(T);
+    auto declared = [&] { return cuda::cost(bytes, bytes, 4 * bytes / sizeof(T)); };
     detail::with_group(line_group(n, inner), [&]<int G>() {
       const unsigned grid = detail::grid_for_groups<G>(lines);
       const cudaStream_t stream = cuda::current_stream();
       if (kind == SoftmaxKind::Softmax)
-        EMBER_LAUNCH((softmax_forward_kernel<G, T, SoftmaxKind::Softmax>), grid, kThreads, 0, stream, lines, n, inner,
+        EMBER_LAUNCH((softmax_forward_kernel<G, T, SoftmaxKind::Softmax>), grid, kThreads, 0, stream, declared(), lines, n, inner,
                      xs, ys);
       else
-        EMBER_LAUNCH((softmax_forward_kernel<G, T, SoftmaxKind::LogSoftmax>), grid, kThreads, 0, stream, lines, n,
+        EMBER_LAUNCH((softmax_forward_kernel<G, T, SoftmaxKind::LogSoftmax>), grid, kThreads, 0, stream, declared(), lines, n,
                      inner, xs, ys);
     });
     cuda::check_launch(op);
@@ -113,14 +116,17 @@ void softmax_backward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, i
     auto* gx = static_cast<T*>(grad_x);
     const auto* gy = static_cast<const T*>(grad_y);
     const auto* ys = static_cast<const T*>(y);
+    // Declared (Note [Launch ledger]): grad_y and y read once, grad_x written once.
+    const double bytes = static_cast<double>(lines) * static_cast<double>(n) * sizeof(T);
+    auto declared = [&] { return cuda::cost(2 * bytes, bytes, 3 * bytes / sizeof(T)); };
     detail::with_group(line_group(n, inner), [&]<int G>() {
       const unsigned grid = detail::grid_for_groups<G>(lines);
       const cudaStream_t stream = cuda::current_stream();
       if (kind == SoftmaxKind::Softmax)
-        EMBER_LAUNCH((softmax_backward_kernel<G, T, SoftmaxKind::Softmax>), grid, kThreads, 0, stream, lines, n, inner,
+        EMBER_LAUNCH((softmax_backward_kernel<G, T, SoftmaxKind::Softmax>), grid, kThreads, 0, stream, declared(), lines, n, inner,
                      gx, gy, ys);
       else
-        EMBER_LAUNCH((softmax_backward_kernel<G, T, SoftmaxKind::LogSoftmax>), grid, kThreads, 0, stream, lines, n,
+        EMBER_LAUNCH((softmax_backward_kernel<G, T, SoftmaxKind::LogSoftmax>), grid, kThreads, 0, stream, declared(), lines, n,
                      inner, gx, gy, ys);
     });
     cuda::check_launch(op);

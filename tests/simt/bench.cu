@@ -87,24 +87,24 @@ float* dev(size_t n, float v) {
 int main() {
   const int n = 1 << 20;
   float *x = dev(n, 1.0f), *y = dev(n, 2.0f), *out = dev(n / 256, 0.0f);
-  double ms = best_ms([&] { EMBER_LAUNCH_FLAT(saxpy, n / 256, 256, 0, n, 2.0f, x, y); });
+  double ms = best_ms([&] { EMBER_LAUNCH_FLAT(saxpy, n / 256, 256, 0, ::ember::cuda::Cost{}, n, 2.0f, x, y); });
   std::printf("saxpy 1M, EMBER_LAUNCH_FLAT (4096x256)        %8.2f ms  %6.1f ns/element\n", ms, ms * 1e6 / n);
-  ms = best_ms([&] { EMBER_LAUNCH(saxpy, n / 256, 256, 0, 0, n, 2.0f, x, y); });
+  ms = best_ms([&] { EMBER_LAUNCH(saxpy, n / 256, 256, 0, 0, ::ember::cuda::Cost{}, n, 2.0f, x, y); });
   std::printf("saxpy 1M, EMBER_LAUNCH (fibers, 4096x256)    %8.2f ms  %6.1f ns/element\n", ms, ms * 1e6 / n);
-  ms = best_ms([&] { EMBER_LAUNCH(block_reduce, n / 256, 256, 0, 0, x, out); });
+  ms = best_ms([&] { EMBER_LAUNCH(block_reduce, n / 256, 256, 0, 0, ::ember::cuda::Cost{}, x, out); });
   std::printf("block reduce 1M (smem, 9 barriers, 4096x256)  %8.2f ms  %6.1f ns/element\n", ms, ms * 1e6 / n);
-  ms = best_ms([&] { EMBER_LAUNCH(shuffle_reduce, n / 256, 256, 0, 0, x, out); });
+  ms = best_ms([&] { EMBER_LAUNCH(shuffle_reduce, n / 256, 256, 0, 0, ::ember::cuda::Cost{}, x, out); });
   std::printf("shuffle reduce 1M (10 shuffles, 1 barrier)    %8.2f ms  %6.1f ns/element\n", ms, ms * 1e6 / n);
   for (int block : {32, 256, 1024}) {
     const int rounds = 200;
-    const double base = best_ms([&] { EMBER_LAUNCH(barriers, 8, block, 0, 0, 0, out); });
-    ms = best_ms([&] { EMBER_LAUNCH(barriers, 8, block, 0, 0, rounds, out); });
+    const double base = best_ms([&] { EMBER_LAUNCH(barriers, 8, block, 0, 0, ::ember::cuda::Cost{}, 0, out); });
+    ms = best_ms([&] { EMBER_LAUNCH(barriers, 8, block, 0, 0, ::ember::cuda::Cost{}, rounds, out); });
     std::printf("__syncthreads, block %4d                      %8.1f ns per thread per barrier\n", block,
                 (ms - base) * 1e6 / (8.0 * block * rounds));
   }
   const int m = 256;
   float *a = dev(m * m, 1.0f), *b = dev(m * m, 0.5f), *c = dev(m * m, 0.0f);
-  ms = best_ms([&] { EMBER_LAUNCH(sgemm32, dim3(m / 32, m / 32), dim3(32, 32), 0, 0, a, b, c, m); });
+  ms = best_ms([&] { EMBER_LAUNCH(sgemm32, dim3(m / 32, m / 32), dim3(32, 32), 0, 0, ::ember::cuda::Cost{}, a, b, c, m); });
   std::printf("tiled SGEMM 256^3 (32x32 tiles, 1024 thr/blk) %8.2f ms  %6.2f GFLOP/s\n", ms, 2.0 * m * m * m / ms / 1e6);
   return 0;
 }

@@ -164,28 +164,28 @@ const std::map<std::string, std::function<void()>> cases = {
     {"missing_barrier",
      [] {
        float *in = device_array(256, 1.0f), *out = device_array(1, 0.0f);
-       EMBER_LAUNCH(missing_barrier, 1, 256, 0, 0, in, out);
+       EMBER_LAUNCH(missing_barrier, 1, 256, 0, 0, ::ember::cuda::Cost{}, in, out);
        const float got = host_array(out, 1)[0];
        std::printf("result %g, want 256: %s\n", got, got == 256.0f ? "correct (bug NOT detected)" : "bug detected");
      }},
     {"divergent_barrier",
-     [] { EMBER_LAUNCH(divergent_barrier, 1, 64, 0, 0, device_array(64, 0.0f)); }},
+     [] { EMBER_LAUNCH(divergent_barrier, 1, 64, 0, 0, ::ember::cuda::Cost{}, device_array(64, 0.0f)); }},
     {"exit_at_barrier",
      [] {
        const int n = 1000;
-       EMBER_LAUNCH(exit_at_barrier, 4, 256, 0, 0, device_array(n, 1.0f), device_array(n, 0.0f), n);
+       EMBER_LAUNCH(exit_at_barrier, 4, 256, 0, 0, ::ember::cuda::Cost{}, device_array(n, 1.0f), device_array(n, 0.0f), n);
      }},
     {"oob_dynamic_shared",
      [] {
        float* out = device_array(64, 0.0f);
        // The plain build's guard check knows the launch, not the writing line (ASan knows that).
-       EMBER_LAUNCH(oob_dynamic_shared, 1, 64, 64 * sizeof(float), 0, out);  // BUG(oob_dynamic_shared_launch)
+       EMBER_LAUNCH(oob_dynamic_shared, 1, 64, 64 * sizeof(float), 0, ::ember::cuda::Cost{}, out);  // BUG(oob_dynamic_shared_launch)
      }},
-    {"oob_static_shared", [] { EMBER_LAUNCH(oob_static_shared, 1, 64, 0, 0, device_array(64, 0.0f)); }},
+    {"oob_static_shared", [] { EMBER_LAUNCH(oob_static_shared, 1, 64, 0, 0, ::ember::cuda::Cost{}, device_array(64, 0.0f)); }},
     {"race_neighbour",
      [] {
        float* out = device_array(64, 0.0f);
-       EMBER_LAUNCH(race_neighbour, 1, 64, 0, 0, out);
+       EMBER_LAUNCH(race_neighbour, 1, 64, 0, 0, ::ember::cuda::Cost{}, out);
        double sum = 0;
        for (float v : host_array(out, 64)) sum += v;
        std::printf("sum %g (race-free: 2016)\n", sum);
@@ -193,23 +193,23 @@ const std::map<std::string, std::function<void()>> cases = {
     {"race_counter",
      [] {
        int* out = device_array(1, 0);
-       EMBER_LAUNCH(race_counter, 1, 64, 0, 0, out);
+       EMBER_LAUNCH(race_counter, 1, 64, 0, 0, ::ember::cuda::Cost{}, out);
        std::printf("count %d\n", host_array(out, 1)[0]);
      }},
-    {"lane_not_in_mask", [] { EMBER_LAUNCH(lane_not_in_mask, 1, 32, 0, 0, device_array(32, 0.0f)); }},
-    {"bad_width", [] { EMBER_LAUNCH(bad_width, 1, 32, 0, 0, device_array(32, 0.0f)); }},
-    {"divergent_warp_op", [] { EMBER_LAUNCH(divergent_warp_op, 1, 32, 0, 0, device_array(32, 0.0f)); }},
-    {"deadlock", [] { EMBER_LAUNCH(deadlock, 1, 32, 0, 0, device_array(32, 0.0f)); }},
-    {"mma_partial_warp", [] { EMBER_LAUNCH(mma_partial_warp, 1, 32, 0, 0, device_array(32, 0.0f)); }},
-    {"ldmatrix_misaligned", [] { EMBER_LAUNCH(ldmatrix_misaligned, 1, 32, 0, 0, device_array(32, 0.0f)); }},
+    {"lane_not_in_mask", [] { EMBER_LAUNCH(lane_not_in_mask, 1, 32, 0, 0, ::ember::cuda::Cost{}, device_array(32, 0.0f)); }},
+    {"bad_width", [] { EMBER_LAUNCH(bad_width, 1, 32, 0, 0, ::ember::cuda::Cost{}, device_array(32, 0.0f)); }},
+    {"divergent_warp_op", [] { EMBER_LAUNCH(divergent_warp_op, 1, 32, 0, 0, ::ember::cuda::Cost{}, device_array(32, 0.0f)); }},
+    {"deadlock", [] { EMBER_LAUNCH(deadlock, 1, 32, 0, 0, ::ember::cuda::Cost{}, device_array(32, 0.0f)); }},
+    {"mma_partial_warp", [] { EMBER_LAUNCH(mma_partial_warp, 1, 32, 0, 0, ::ember::cuda::Cost{}, device_array(32, 0.0f)); }},
+    {"ldmatrix_misaligned", [] { EMBER_LAUNCH(ldmatrix_misaligned, 1, 32, 0, 0, ::ember::cuda::Cost{}, device_array(32, 0.0f)); }},
     {"vector_misaligned",
-     [] { EMBER_LAUNCH_FLAT(vector_misaligned, 1, 32, 0, device_array(129, 1.0f), device_array(32, 0.0f)); }},
+     [] { EMBER_LAUNCH_FLAT(vector_misaligned, 1, 32, 0, ::ember::cuda::Cost{}, device_array(129, 1.0f), device_array(32, 0.0f)); }},
     {"host_pointer",
      [] {
        std::vector<float> host(64);
-       EMBER_LAUNCH(nop, 1, 64, 0, 0, host.data());  // BUG(host_pointer): a host pointer
+       EMBER_LAUNCH(nop, 1, 64, 0, 0, ::ember::cuda::Cost{}, host.data());  // BUG(host_pointer): a host pointer
      }},
-    {"barrier_in_flat", [] { EMBER_LAUNCH_FLAT(barrier_in_flat, 1, 64, 0, device_array(64, 0.0f)); }},
+    {"barrier_in_flat", [] { EMBER_LAUNCH_FLAT(barrier_in_flat, 1, 64, 0, ::ember::cuda::Cost{}, device_array(64, 0.0f)); }},
 };
 
 }  // namespace

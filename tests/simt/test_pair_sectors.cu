@@ -37,8 +37,8 @@ int main() {
   for (int i = 0; i < n; ++i) host[i] = __float2half(static_cast<float>(i % 2048));
   cudaMemcpy(in, host.data(), n * sizeof(__half), cudaMemcpyHostToDevice);
   ember::simt::counters_start();
-  EMBER_LAUNCH(copy_half, n / threads, threads, 0, 0, in, out, n);
-  EMBER_LAUNCH(copy_half2, n / 2 / threads, threads, 0, 0, reinterpret_cast<const __half2*>(in),
+  EMBER_LAUNCH(copy_half, n / threads, threads, 0, 0, ::ember::cuda::Cost{}, in, out, n);
+  EMBER_LAUNCH(copy_half2, n / 2 / threads, threads, 0, 0, ::ember::cuda::Cost{}, reinterpret_cast<const __half2*>(in),
                reinterpret_cast<__half2*>(out), n / 2);
   const std::vector<ember::simt::KernelCounters> k = ember::simt::counters_stop();
   cudaDeviceSynchronize();

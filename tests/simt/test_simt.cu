@@ -146,7 +146,7 @@ TEST_CASE("simt: shuffles follow PTX shfl.sync for every mode and width", "[simt
   for (int width : {1, 2, 4, 8, 16, 32})
     for (int mode = 0; mode < 4; ++mode)
       for (int b : {0, 1, 3, 5, 16, 31}) {
-        EMBER_LAUNCH(shuffles, 1, 32, 0, 0, out.p, mode, b, width);
+        EMBER_LAUNCH(shuffles, 1, 32, 0, 0, ::ember::cuda::Cost{}, out.p, mode, b, width);
         const auto got = out.get();
         for (int lane = 0; lane < 32; ++lane) {
           INFO("width " << width << " mode " << mode << " b " << b << " lane " << lane);
@@ -157,7 +157,7 @@ TEST_CASE("simt: shuffles follow PTX shfl.sync for every mode and width", "[simt
 
 TEST_CASE("simt: votes, reductions and the active mask", "[simt]") {
   Dev<unsigned> out(48 * 6);
-  EMBER_LAUNCH(votes, 1, 48, 0, 0, out.p);  // the second warp has 16 lanes
+  EMBER_LAUNCH(votes, 1, 48, 0, 0, ::ember::cuda::Cost{}, out.p);  // the second warp has 16 lanes
   const auto got = out.get();
   for (unsigned t = 0; t < 48; ++t) {
     const unsigned lanes = t < 32 ? 32 : 16, exists = t < 32 ? 0xffffffffu : 0xffffu;
@@ -172,7 +172,7 @@ TEST_CASE("simt: votes, reductions and the active mask", "[simt]") {
 
 TEST_CASE("simt: __syncthreads_count/_and/_or over a 3-D block", "[simt]") {
   Dev<int> out(4);
-  EMBER_LAUNCH(block_votes, 1, dim3(8, 4, 3), 0, 0, out.p);
+  EMBER_LAUNCH(block_votes, 1, dim3(8, 4, 3), 0, 0, ::ember::cuda::Cost{}, out.p);
   const auto got = out.get();
   CHECK(got[0] == 32);  // t % 3 == 0 for t < 96
   CHECK(got[1] == 1);
@@ -185,8 +185,8 @@ TEST_CASE("simt: thread and block indices in 3-D, both launch kinds", "[simt]") 
   const size_t n = 12 * 24;
   for (int flat = 0; flat < 2; ++flat) {
     Dev<unsigned> out(n);
-    if (flat) EMBER_LAUNCH_FLAT(indices, grid, block, 0, out.p);
-    else EMBER_LAUNCH(indices, grid, block, 0, 0, out.p);
+    if (flat) EMBER_LAUNCH_FLAT(indices, grid, block, 0, ::ember::cuda::Cost{}, out.p);
+    else EMBER_LAUNCH(indices, grid, block, 0, 0, ::ember::cuda::Cost{}, out.p);
     const auto got = out.get();
     for (unsigned i = 0; i < n; ++i) REQUIRE(got[i] == i / 24 * 10000 + i % 24);
   }
@@ -199,7 +199,7 @@ TEST_CASE("simt: atomics on every type CUDA has them for", "[simt]") {
   Dev<float> f(1, 0.0f);
   Dev<double> d(1, 0.0);
   Dev<__half> h(1, __float2half(0.0f));
-  EMBER_LAUNCH_FLAT(atomics, 64, 256, 0, i.p, u.p, ull.p, f.p, d.p, h.p, mx.p);  // blocks run in parallel
+  EMBER_LAUNCH_FLAT(atomics, 64, 256, 0, ::ember::cuda::Cost{}, i.p, u.p, ull.p, f.p, d.p, h.p, mx.p);  // blocks run in parallel
   const int n = 64 * 256;
   CHECK(i.get() == std::vector<int>{n, -2 * n});
   CHECK(u.get() == std::vector<unsigned>{3u * n, static_cast<unsigned>(n % 10)});
@@ -214,15 +214,15 @@ TEST_CASE("simt: dynamic shared memory, the 48 KiB limit and cudaFuncSetAttribut
   std::vector<float> in(4 * 128);
   std::iota(in.begin(), in.end(), 0.0f);
   Dev<float> x(in), y(in.size());
-  EMBER_LAUNCH(dynamic_reverse, 4, 128, 128 * sizeof(float), 0, x.p, y.p);
+  EMBER_LAUNCH(dynamic_reverse, 4, 128, 128 * sizeof(float), 0, ::ember::cuda::Cost{}, x.p, y.p);
   REQUIRE(cudaGetLastError() == cudaSuccess);
   const auto got = y.get();
   for (size_t i = 0; i < in.size(); ++i) REQUIRE(got[i] == in[i / 128 * 128 + 127 - i % 128]);
 
-  EMBER_LAUNCH(dynamic_reverse, 4, 128, 64 * 1024, 0, x.p, y.p);
+  EMBER_LAUNCH(dynamic_reverse, 4, 128, 64 * 1024, 0, ::ember::cuda::Cost{}, x.p, y.p);
   CHECK(cudaGetLastError() == cudaErrorInvalidValue);
   REQUIRE(cudaFuncSetAttribute(dynamic_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) == cudaSuccess);
-  EMBER_LAUNCH(dynamic_reverse, 4, 128, 64 * 1024, 0, x.p, y.p);
+  EMBER_LAUNCH(dynamic_reverse, 4, 128, 64 * 1024, 0, ::ember::cuda::Cost{}, x.p, y.p);
   CHECK(cudaGetLastError() == cudaSuccess);
   CHECK(cudaFuncSetAttribute(dynamic_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024) ==
         cudaErrorInvalidValue);
@@ -231,23 +231,23 @@ TEST_CASE("simt: dynamic shared memory, the 48 KiB limit and cudaFuncSetAttribut
 
 TEST_CASE("simt: launch limits of sm_90 are CUDA errors", "[simt]") {
   Dev<unsigned> out(1);
-  EMBER_LAUNCH(indices, 1, 2048, 0, 0, out.p);
+  EMBER_LAUNCH(indices, 1, 2048, 0, 0, ::ember::cuda::Cost{}, out.p);
   CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
-  EMBER_LAUNCH(indices, 1, dim3(1, 1, 65), 0, 0, out.p);
+  EMBER_LAUNCH(indices, 1, dim3(1, 1, 65), 0, 0, ::ember::cuda::Cost{}, out.p);
   CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
-  EMBER_LAUNCH(indices, dim3(1, 65536), 1, 0, 0, out.p);
+  EMBER_LAUNCH(indices, dim3(1, 65536), 1, 0, 0, ::ember::cuda::Cost{}, out.p);
   CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
-  EMBER_LAUNCH(indices, 0, 32, 0, 0, out.p);
+  EMBER_LAUNCH(indices, 0, 32, 0, 0, ::ember::cuda::Cost{}, out.p);
   CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
   cudaStream_t bogus = reinterpret_cast<cudaStream_t>(0x1234);
-  EMBER_LAUNCH(indices, 1, 1, 0, bogus, out.p);
+  EMBER_LAUNCH(indices, 1, 1, 0, bogus, ::ember::cuda::Cost{}, out.p);
   CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
 }
 
 TEST_CASE("simt: shared and device memory start poisoned", "[simt]") {
   if (const char* p = std::getenv("EMBER_SIMT_POISON"); p && p[0] == '0') return;
   Dev<unsigned> out(1);
-  EMBER_LAUNCH(read_poisoned_shared, 1, 32, 0, 0, out.p);
+  EMBER_LAUNCH(read_poisoned_shared, 1, 32, 0, 0, ::ember::cuda::Cost{}, out.p);
 #if !defined(__SANITIZE_ADDRESS__)  // ASan builds keep static __shared__ out of the poisoned section
   CHECK(out.get()[0] == 0xFFFFFFFFu);
 #endif
@@ -261,7 +261,7 @@ TEST_CASE("simt: shared and device memory start poisoned", "[simt]") {
 
 TEST_CASE("simt: kernel parameters are per-thread copies", "[simt]") {
   Dev<int> out(64);
-  EMBER_LAUNCH(by_value, 1, 64, 0, 0, out.p, 100);
+  EMBER_LAUNCH(by_value, 1, 64, 0, 0, ::ember::cuda::Cost{}, out.p, 100);
   const auto got = out.get();
   for (int t = 0; t < 64; ++t) REQUIRE(got[static_cast<size_t>(t)] == 100 + t);
 }
@@ -278,7 +278,7 @@ TEST_CASE("simt: tiled SGEMM matches the CPU, square and ragged", "[simt]") {
         want[static_cast<size_t>(i * n + j)] = s;
       }
     Dev<float> da(a), db(b), dc(want.size());
-    EMBER_LAUNCH((sgemm_tiled<16>), dim3((n + 15) / 16, (m + 15) / 16), dim3(16, 16), 0, 0, da.p, db.p, dc.p, m, n, k);
+    EMBER_LAUNCH((sgemm_tiled<16>), dim3((n + 15) / 16, (m + 15) / 16), dim3(16, 16), 0, 0, ::ember::cuda::Cost{}, da.p, db.p, dc.p, m, n, k);
     REQUIRE(dc.get() == want);  // small integers: exact
   }
 }
@@ -288,7 +288,7 @@ TEST_CASE("simt: streams order work, deferred mode waits for synchronization", "
   Dev<float> x(static_cast<size_t>(n), 1.0f);
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
-  EMBER_LAUNCH_FLAT(flat_scale, n / 256, 256, s, x.p, n, 3.0f);
+  EMBER_LAUNCH_FLAT(flat_scale, n / 256, 256, s, ::ember::cuda::Cost{}, x.p, n, 3.0f);
   float* early = nullptr;  // pinned: a copy to pageable memory would return only when done
   REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&early), n * sizeof(float)) == cudaSuccess);
   early[0] = early[n - 1] = -1.0f;

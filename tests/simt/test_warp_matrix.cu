@@ -96,7 +96,7 @@ void check_ldmatrix() {
   for (size_t k = 0; k < m.size(); ++k) m[k] = static_cast<uint16_t>(1000 + k);
   Buf<uint16_t> in(m);
   Buf<uint32_t> out(32 * 4);
-  EMBER_LAUNCH((ldmatrix_kernel<Count, Trans>), 1, 32, 0, 0, in.p, out.p);
+  EMBER_LAUNCH((ldmatrix_kernel<Count, Trans>), 1, 32, 0, 0, ::ember::cuda::Cost{}, in.p, out.p);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const std::vector<uint32_t> got = out.get();
   // PTX ISA: register j of lane l holds row l / 4, elements 2 (l % 4), 2 (l % 4) + 1 of matrix j
@@ -152,7 +152,7 @@ void check_mma(std::mt19937& rng) {
   Buf<uint16_t> A(a), B(b);
   Buf<float> C(c), D(16 * 8);
   ember::simt::counters_start();
-  EMBER_LAUNCH(mma_kernel<Bf16>, 1, 32, 0, 0, A.p, B.p, C.p, D.p);
+  EMBER_LAUNCH(mma_kernel<Bf16>, 1, 32, 0, 0, ::ember::cuda::Cost{}, A.p, B.p, C.p, D.p);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const auto counts = ember::simt::counters_stop();
   REQUIRE(counts.size() == 1);
@@ -200,7 +200,7 @@ TEST_CASE("simt: ldmatrix fragments are mma.sync's operands (A by x4, B by x2.tr
   const std::vector<uint16_t> a = random_halves(256, true, rng), b = random_halves(128, true, rng);
   Buf<uint16_t> A(a), B(b);
   Buf<float> D(128);
-  EMBER_LAUNCH(ldmatrix_mma_kernel, 1, 32, 0, 0, A.p, B.p, D.p);
+  EMBER_LAUNCH(ldmatrix_mma_kernel, 1, 32, 0, 0, ::ember::cuda::Cost{}, A.p, B.p, D.p);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const std::vector<float> got = D.get();
   for (int i = 0; i < 16; ++i)
@@ -243,7 +243,7 @@ void check_wmma(std::mt19937& rng, bool c_row_major, bool d_row_major) {
   constexpr bool a_row = std::is_same_v<LayoutA, nvcuda::wmma::row_major>;
   constexpr bool b_row = std::is_same_v<LayoutB, nvcuda::wmma::row_major>;
   ember::simt::counters_start();
-  EMBER_LAUNCH((wmma_kernel<LayoutA, LayoutB>), 1, 32, 0, 0, A.p, B.p, C.p, D.p, ld, c_row_major, d_row_major);
+  EMBER_LAUNCH((wmma_kernel<LayoutA, LayoutB>), 1, 32, 0, 0, ::ember::cuda::Cost{}, A.p, B.p, C.p, D.p, ld, c_row_major, d_row_major);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const auto counts = ember::simt::counters_stop();
   REQUIRE(counts.size() == 1);

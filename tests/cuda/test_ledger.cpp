@@ -1,0 +1,116 @@
+// The launch ledger (Note [Launch ledger] in core/cuda/ledger.h): what one op records, with the
+// cost its launch site declares; record-only mode skips kernels and library calls but runs
+// copies; host syncs and library calls are entries too.
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <ember/core/cuda/ledger.h>
+#include <ember/ember.h>
+
+using namespace ember;
+
+namespace {
+
+std::vector<cuda::LedgerEntry> of_kind(const std::vector<cuda::LedgerEntry>& all, cuda::CallKind kind) {
+  std::vector<cuda::LedgerEntry> out;
+  for (const cuda::LedgerEntry& e : all)
+    if (e.kind == kind) out.push_back(e);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ledger: an add records one launch with the op's name and its declared bytes", "[cuda][ledger]") {
+  const Device d = Device::cuda(0);
+  const int64_t n = 1000;
+  Tensor a = full({n}, 1.5).to(d), b = full({n}, 2.0).to(d);
+  cuda::Ledger ledger;
+  Tensor c = a + b;
+  const std::vector<cuda::LedgerEntry> entries = ledger.stop();
+  const auto kernels = of_kind(entries, cuda::CallKind::kernel);
+  REQUIRE(kernels.size() == 1);
+  const cuda::LedgerEntry& k = kernels[0];
+  CHECK(k.op == "add");
+  CHECK(k.family == "elementwise");
+  CHECK(k.cost.read == 2 * n * 4);
+  CHECK(k.cost.written == n * 4);
+  CHECK(k.cost.flops == n);
+  CHECK(k.cost.math == cuda::Math::cuda_core);
+  CHECK(k.block[0] > 0);
+  CHECK_FALSE(k.skipped);
+  CHECK(c.cpu().item<float>() == 3.5f);  // it ran
+  // A broadcast operand's repeated elements are read once.
+  Tensor row = full({1, 8}, 1.0).to(d), m = full({16, 8}, 1.0).to(d);
+  cuda::Ledger again;
+  Tensor s = m * row;
+  const auto k2 = of_kind(again.stop(), cuda::CallKind::kernel);
+  REQUIRE(k2.size() == 1);
+  CHECK(k2[0].cost.read == (16 * 8 + 8) * 4);
+  CHECK(k2[0].cost.written == 16 * 8 * 4);
+}
+
+TEST_CASE("ledger: record-only skips kernels and runs copies", "[cuda][ledger]") {
+  const Device d = Device::cuda(0);
+  Tensor a = full({64}, 2.0).to(d);
+  Tensor out = zeros({64}).to(d);
+  {
+    cuda::Ledger ledger(cuda::LedgerMode::record_only);
+    out.add_(a);                        // recorded, not run
+    Tensor seen = a.cpu();              // a copy: runs
+    CHECK(seen.sum().item<double>() == 128);
+    const std::vector<cuda::LedgerEntry> entries = ledger.stop();
+    const auto kernels = of_kind(entries, cuda::CallKind::kernel);
+    REQUIRE(kernels.size() == 1);
+    CHECK(kernels[0].skipped);
+    CHECK(of_kind(entries, cuda::CallKind::copy).size() == 1);
+    CHECK(of_kind(entries, cuda::CallKind::host_sync).size() == 1);
+  }
+  CHECK(out.cpu().sum().item<double>() == 0);  // the add never ran
+  // Off again: nothing is recorded and kernels run.
+  out.add_(a);
+  CHECK(out.cpu().sum().item<double>() == 128);
+}
+
+TEST_CASE("ledger: cross_entropy's target check is a named host sync inside the op", "[cuda][ledger]") {
+  const Device d = Device::cuda(0);
+  Tensor logits = randn({4, 10}).to(d);
+  Tensor target = from_vector<int64_t>({1, 2, 3, 4}).to(d);
+  cuda::Ledger ledger;
+  (void)cross_entropy(logits, target);
+  const auto syncs = of_kind(ledger.stop(), cuda::CallKind::host_sync);
+  REQUIRE(syncs.size() == 1);
+  CHECK(syncs[0].note == "cross_entropy's target check");
+  CHECK(syncs[0].op == "cross_entropy");
+}
+
+TEST_CASE("ledger: a matrix product is a cuBLAS call declaring 2 m n k flops and its shape", "[cuda][ledger]") {
+  const Device d = Device::cuda(0);
+  Tensor a = randn({32, 48}).to(d), b = randn({48, 16}).to(d);
+  cuda::Ledger ledger;
+  (void)matmul(a, b);
+  const std::vector<cuda::LedgerEntry> entries = ledger.stop();
+  std::vector<cuda::LedgerEntry> products = of_kind(entries, cuda::CallKind::cublas);
+  if (products.empty()) products = of_kind(entries, cuda::CallKind::kernel);  // the tiled kernel without cuBLAS
+  REQUIRE(products.size() == 1);
+  CHECK(products[0].cost.flops == 2.0 * 32 * 16 * 48);
+  CHECK(products[0].cost.read == (32 * 48 + 48 * 16) * 4);
+  CHECK(products[0].cost.written == 32 * 16 * 4);
+}
+
+TEST_CASE("ledger: one at a time, and the phase comes from the enclosing scope", "[cuda][ledger]") {
+  const Device d = Device::cuda(0);
+  Tensor a = full({8}, 1.0).to(d);
+  cuda::Ledger ledger;
+  CHECK_THROWS_WITH(cuda::Ledger(), Catch::Contains("another ledger"));
+  {
+    const profiler::Scope phase("optimizer", profiler::Phase::optimizer);
+    a.mul_(2.0);
+  }
+  const auto kernels = of_kind(ledger.stop(), cuda::CallKind::kernel);
+  REQUIRE(kernels.size() == 1);
+  CHECK(kernels[0].phase == profiler::Phase::optimizer);
+  CHECK(ledger.stop().empty());
+}
