@@ -7,7 +7,9 @@
 // 32 x 4 = 128 bytes = 4 sectors for __half2; the __half2 copy makes half the requests for the
 // same sectors. Prints the counts and exits with 1 when one differs from these values.
 
-#include <ember/kernels/cuda/launch.h>
+// The emulator's own launch (EMBER_SIMT_LAUNCH): this program links the emulator alone, without
+// libember's launch ledger (kernels/cuda/launch.h).
+#include <ember/kernels/simt/simt.h>
 
 #include <cstdio>
 #include <vector>
@@ -37,8 +39,9 @@ int main() {
   for (int i = 0; i < n; ++i) host[i] = __float2half(static_cast<float>(i % 2048));
   cudaMemcpy(in, host.data(), n * sizeof(__half), cudaMemcpyHostToDevice);
   ember::simt::counters_start();
-  EMBER_LAUNCH(copy_half, n / threads, threads, 0, 0, ::ember::cuda::Cost{}, in, out, n);
-  EMBER_LAUNCH(copy_half2, n / 2 / threads, threads, 0, 0, ::ember::cuda::Cost{}, reinterpret_cast<const __half2*>(in),
+  EMBER_SIMT_LAUNCH(::ember::simt::detail::LaunchKind::Fiber, copy_half, n / threads, threads, 0, 0, in, out, n);
+  EMBER_SIMT_LAUNCH(::ember::simt::detail::LaunchKind::Fiber, copy_half2, n / 2 / threads, threads, 0, 0,
+                    reinterpret_cast<const __half2*>(in),
                reinterpret_cast<__half2*>(out), n / 2);
   const std::vector<ember::simt::KernelCounters> k = ember::simt::counters_stop();
   cudaDeviceSynchronize();
