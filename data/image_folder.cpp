@@ -6,18 +6,14 @@
 #include <set>
 #include <system_error>
 
+#include "quoted_path.h"
+
 namespace ember::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Appended piecewise: `"'" + s + "'"` trips GCC 12's false -Wrestrict (libstdc++ PR 105329).
-std::string quoted(const fs::path& p) {
-  std::string s = "'";
-  s.append(p.string());
-  s.push_back('\'');
-  return s;
-}
+using detail::quoted;
 
 bool hidden(const std::string& name) { return !name.empty() && name[0] == '.'; }
 
