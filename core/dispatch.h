@@ -11,7 +11,8 @@
 //   }
 //
 // and because most kernels take the same arguments on both backends (the contracts of
-// kernels/<family>.h), the ops write it once:
+// kernels/<family>.h, declared once for both: Note [Shared kernel declarations]), the ops write it
+// once:
 //
 //   EMBER_KERNEL_CALL(x.device(), "sum", sum, args...);
 //

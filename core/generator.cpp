@@ -108,22 +108,28 @@ Tensor& normal_(Tensor& t, double mean, double std, Generator& gen) {
   });
 }
 
-Tensor rand(const Shape& shape, TensorOptions opt, Generator& gen) {
+namespace {
+
+// A new tensor of `shape` and `opt`, filled by fill(t) before it is marked as requiring grad
+// (when opt asks for that), so the fill is not an in-place op on a tensor that requires grad.
+template <typename F>
+Tensor new_random(const Shape& shape, TensorOptions opt, F fill) {
   const bool rg = opt.requires_grad;
   opt.requires_grad = false;
   Tensor t = empty(shape, opt);
-  uniform_(t, 0.0, 1.0, gen);
+  fill(t);
   if (rg) t.requires_grad_(true);
   return t;
 }
 
+}  // namespace
+
+Tensor rand(const Shape& shape, TensorOptions opt, Generator& gen) {
+  return new_random(shape, opt, [&](Tensor& t) { uniform_(t, 0.0, 1.0, gen); });
+}
+
 Tensor randn(const Shape& shape, TensorOptions opt, Generator& gen) {
-  const bool rg = opt.requires_grad;
-  opt.requires_grad = false;
-  Tensor t = empty(shape, opt);
-  normal_(t, 0.0, 1.0, gen);
-  if (rg) t.requires_grad_(true);
-  return t;
+  return new_random(shape, opt, [&](Tensor& t) { normal_(t, 0.0, 1.0, gen); });
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opt, Generator& gen) {

@@ -23,6 +23,20 @@ Tensor u8_image(const Tensor& image, const std::string& op) {
   return image.contiguous();
 }
 
+// A new u8 image of `image`'s shape whose every channel plane is f(in, out, plane): `in` points to
+// that plane of the checked image (u8_image), `out` to the same plane of the result, each of
+// `plane` = H * W values.
+template <typename F>
+Tensor map_planes(const Tensor& image, const std::string& op, F&& f) {
+  const Tensor in = u8_image(image, op);
+  const int64_t c = in.size(0), plane = in.size(1) * in.size(2);
+  Tensor out = empty(in.shape(), {.dtype = DType::u8});
+  const uint8_t* src = in.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  for (int64_t ch = 0; ch < c; ++ch) f(src + ch * plane, dst + ch * plane, plane);
+  return out;
+}
+
 // torchvision's _blend on u8: trunc(clamp(f * a + (1 - f) * b, 0, 255)), each product and the
 // sum in float32 (the same operations as adjust_brightness & co. in image_transforms.cpp).
 uint8_t blend(float f, float g, float a, float b) {
@@ -221,44 +235,28 @@ Tensor posterize(const Tensor& image, int bits) {
 }
 
 Tensor solarize(const Tensor& image, double threshold) {
-  const Tensor in = u8_image(image, "solarize");
-  Tensor out = empty(in.shape(), {.dtype = DType::u8});
-  const uint8_t* src = in.data_ptr<uint8_t>();
-  uint8_t* dst = out.data_ptr<uint8_t>();
   // img >= threshold compares in float32 (a u8 tensor against a Python float).
   const auto t = static_cast<float>(threshold);
-  for (int64_t i = 0; i < in.numel(); ++i) dst[i] = static_cast<float>(src[i]) >= t ? static_cast<uint8_t>(255 - src[i]) : src[i];
-  return out;
+  return map_planes(image, "solarize", [t](const uint8_t* p, uint8_t* q, int64_t plane) {
+    for (int64_t i = 0; i < plane; ++i) q[i] = static_cast<float>(p[i]) >= t ? static_cast<uint8_t>(255 - p[i]) : p[i];
+  });
 }
 
 Tensor autocontrast(const Tensor& image) {
-  const Tensor in = u8_image(image, "autocontrast");
-  const int64_t c = in.size(0), plane = in.size(1) * in.size(2);
-  Tensor out = empty(in.shape(), {.dtype = DType::u8});
-  const uint8_t* src = in.data_ptr<uint8_t>();
-  uint8_t* dst = out.data_ptr<uint8_t>();
-  for (int64_t ch = 0; ch < c; ++ch) {
-    const uint8_t* p = src + ch * plane;
+  return map_planes(image, "autocontrast", [](const uint8_t* p, uint8_t* q, int64_t plane) {
     const auto [lo_it, hi_it] = std::minmax_element(p, p + plane);
     float minimum = plane ? static_cast<float>(*lo_it) : 0.0f, maximum = plane ? static_cast<float>(*hi_it) : 0.0f;
     float scale = 255.0f / (maximum - minimum);
     if (!std::isfinite(scale)) minimum = 0.0f, scale = 1.0f;  // a flat channel
     for (int64_t i = 0; i < plane; ++i) {
       volatile float v = (static_cast<float>(p[i]) - minimum) * scale;
-      dst[ch * plane + i] = static_cast<uint8_t>(std::clamp(static_cast<float>(v), 0.0f, 255.0f));
+      q[i] = static_cast<uint8_t>(std::clamp(static_cast<float>(v), 0.0f, 255.0f));
     }
-  }
-  return out;
+  });
 }
 
 Tensor equalize(const Tensor& image) {
-  const Tensor in = u8_image(image, "equalize");
-  const int64_t c = in.size(0), plane = in.size(1) * in.size(2);
-  Tensor out = empty(in.shape(), {.dtype = DType::u8});
-  const uint8_t* src = in.data_ptr<uint8_t>();
-  uint8_t* dst = out.data_ptr<uint8_t>();
-  for (int64_t ch = 0; ch < c; ++ch) {
-    const uint8_t* p = src + ch * plane;
+  return map_planes(image, "equalize", [](const uint8_t* p, uint8_t* q, int64_t plane) {
     std::array<int64_t, 256> hist{};
     for (int64_t i = 0; i < plane; ++i) ++hist[p[i]];
     // The sum of the non-zero bins but the last non-zero one.
@@ -268,8 +266,8 @@ Tensor equalize(const Tensor& image) {
     for (int64_t v = 0; v < last; ++v) total += hist[static_cast<size_t>(v)];
     const int64_t step = total / 255;
     if (step == 0) {
-      std::copy(p, p + plane, dst + ch * plane);
-      continue;
+      std::copy(p, p + plane, q);
+      return;
     }
     std::array<uint8_t, 256> lut{};
     int64_t cum = 0;
@@ -278,9 +276,8 @@ Tensor equalize(const Tensor& image) {
       lut[static_cast<size_t>(v)] = static_cast<uint8_t>(std::min<int64_t>(255, v == 0 ? 0 : (cum + step / 2) / step));
       cum += hist[static_cast<size_t>(v)];
     }
-    for (int64_t i = 0; i < plane; ++i) dst[ch * plane + i] = lut[p[i]];
-  }
-  return out;
+    for (int64_t i = 0; i < plane; ++i) q[i] = lut[p[i]];
+  });
 }
 
 Tensor erase(const Tensor& image, int64_t top, int64_t left, int64_t height, int64_t width, float value) {

@@ -19,19 +19,14 @@
 #include <vector>
 
 #include "../io/atomic_file.h"
+#include "quoted_path.h"
 
 namespace ember::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Appended piecewise: `"'" + s + "'"` trips GCC 12's false -Wrestrict (libstdc++ PR 105329).
-std::string quoted(const fs::path& p) {
-  std::string s = "'";
-  s.append(p.string());
-  s.push_back('\'');
-  return s;
-}
+using detail::quoted;
 
 std::string hex_byte(uint8_t b) {
   std::ostringstream os;

@@ -6,18 +6,14 @@
 #include <set>
 #include <system_error>
 
+#include "quoted_path.h"
+
 namespace ember::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Appended piecewise: `"'" + s + "'"` trips GCC 12's false -Wrestrict (libstdc++ PR 105329).
-std::string quoted(const fs::path& p) {
-  std::string s = "'";
-  s.append(p.string());
-  s.push_back('\'');
-  return s;
-}
+using detail::quoted;
 
 bool hidden(const std::string& name) { return !name.empty() && name[0] == '.'; }
 
@@ -84,7 +80,7 @@ bool has_extension(const std::string& name, const std::vector<std::string>& exte
 }
 
 ImageFolder::ImageFolder(const fs::path& root, ImageFolderOptions options)
-    : root_(root), options_(std::move(options)) {
+    : ImageFileDataset("ImageFolder", options.decode, options.jpeg_draft), root_(root), options_(std::move(options)) {
   set_bad_images(options_.bad_images);
   std::error_code ec;
   const fs::file_status st = fs::status(root_, ec);
@@ -132,18 +128,17 @@ ImageFolder::ImageFolder(const fs::path& root, ImageFolderOptions options)
   }
 }
 
-const ImageSample& ImageFolder::sample(int64_t index) const {
-  EMBER_CHECK(index >= 0 && index < size(), "ImageFolder: index ", index, " is out of range for ", size(),
-              " samples");
+const ImageSample& ImageFileDataset::sample(int64_t index) const {
+  EMBER_CHECK(index >= 0 && index < size(), kind_, ": index ", index, " is out of range for ", size(), " samples");
   return samples_[static_cast<size_t>(index)];
 }
 
-Tensor ImageFolder::load_image(int64_t index, const DecodeHint& hint) const {
-  return decode_file(sample(index).path.string(), options_.decode, options_.jpeg_draft, hint);
+Tensor ImageFileDataset::load_image(int64_t index, const DecodeHint& hint) const {
+  return decode_file(sample(index).path.string(), decode_, jpeg_draft_, hint);
 }
 
-Tensor ImageFolder::load_native(int64_t index, const DecodeHint& hint) const {
-  return decode_file(sample(index).path.string(), options_.decode, options_.jpeg_draft, hint, ImageLayout::HWC);
+Tensor ImageFileDataset::load_native(int64_t index, const DecodeHint& hint) const {
+  return decode_file(sample(index).path.string(), decode_, jpeg_draft_, hint, ImageLayout::HWC);
 }
 
 }  // namespace ember::data

@@ -55,13 +55,10 @@ struct ImageSample {
   int64_t label = 0;
 };
 
-class ImageFolder : public ImageDataset {
+// A dataset of image files known up front (ImageFolder, ListFileDataset): the samples' paths and
+// labels in memory, each file decoded when its sample is loaded.
+class ImageFileDataset : public ImageDataset {
  public:
-  // Scans `root` (see Note [ImageFolder order]). Throws ember::Error naming the path when root is
-  // missing or not a directory, has no class directories, or a class has no image file (the
-  // message lists every such class, as torchvision's "Found no valid file for the classes ...").
-  explicit ImageFolder(const std::filesystem::path& root, ImageFolderOptions options = {});
-
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   // Decodes sample `index` now (u8 (3 or 1, H, W)); throws ember::Error "<path>: ..." when the
   // file cannot be decoded, and outside [0, size()). Thread-safe. (get() is load_image(i, {}).)
@@ -71,22 +68,42 @@ class ImageFolder : public ImageDataset {
   Tensor load_native(int64_t index, const DecodeHint& hint) const override;
   int64_t label(int64_t index) const override { return sample(index).label; }
   std::string path(int64_t index) const override { return sample(index).path.string(); }
-  int64_t channels() const override { return options_.decode.mode == ImageMode::Gray ? 1 : 3; }
+  int64_t channels() const override { return decode_.mode == ImageMode::Gray ? 1 : 3; }
+  const std::vector<ImageSample>& samples() const { return samples_; }
+
+ protected:
+  // `kind` names the dataset in errors ("ImageFolder: index 9 is out of range for 4 samples").
+  ImageFileDataset(const char* kind, const DecodeOptions& decode, JpegDraft jpeg_draft)
+      : kind_(kind), decode_(decode), jpeg_draft_(jpeg_draft) {}
+  // Filled by the derived constructor.
+  std::vector<ImageSample> samples_;
+
+ private:
+  const ImageSample& sample(int64_t index) const;
+  const char* kind_;
+  DecodeOptions decode_;
+  JpegDraft jpeg_draft_;
+};
+
+class ImageFolder : public ImageFileDataset {
+ public:
+  // Scans `root` (see Note [ImageFolder order]). Throws ember::Error naming the path when root is
+  // missing or not a directory, has no class directories, or a class has no image file (the
+  // message lists every such class, as torchvision's "Found no valid file for the classes ...").
+  explicit ImageFolder(const std::filesystem::path& root, ImageFolderOptions options = {});
+
   const ImageFolderOptions& options() const { return options_; }
   // Class names by label: the sorted class directory names.
   const std::vector<std::string>& classes() const override { return classes_; }
 
   const std::map<std::string, int64_t>& class_to_idx() const { return class_to_idx_; }
-  const std::vector<ImageSample>& samples() const { return samples_; }
   const std::filesystem::path& root() const { return root_; }
 
  private:
-  const ImageSample& sample(int64_t index) const;
   std::filesystem::path root_;
   ImageFolderOptions options_;
   std::vector<std::string> classes_;
   std::map<std::string, int64_t> class_to_idx_;
-  std::vector<ImageSample> samples_;
 };
 
 // Whether `name` ends with one of `extensions`, ASCII case-insensitively (Python's

@@ -12,14 +12,6 @@ namespace ember::data {
 
 namespace {
 
-void flatten(const Transform& t, std::vector<const Transform*>& out) {
-  if (const auto* c = dynamic_cast<const Compose*>(&t)) {
-    for (const AnyTransform& inner : c->transforms()) flatten(*inner, out);
-    return;
-  }
-  out.push_back(&t);
-}
-
 // Tries to read the fused form from chain[start..]; fills p's suffix fields on success.
 bool match_suffix(const std::vector<const Transform*>& chain, size_t start, ImagePipeline& p) {
   ImagePipeline q;
@@ -106,8 +98,7 @@ void store_row(const uint8_t* vals, int64_t stride, const float* table, float ze
 ImagePipeline plan_image_pipeline(const AnyTransform& transform) {
   ImagePipeline p;
   if (!transform) return p;
-  std::vector<const Transform*> chain;
-  flatten(*transform, chain);
+  const std::vector<const Transform*> chain = detail::flatten(*transform);
   // The longest fusable suffix: try every start, the earliest that matches wins.
   size_t start = 0;
   for (; start < chain.size(); ++start)

@@ -21,7 +21,7 @@ std::string trim(const std::string& s) {
 }  // namespace
 
 ListFileDataset::ListFileDataset(const std::filesystem::path& list_path, DecodeOptions decode)
-    : decode_(decode) {
+    : ImageFileDataset("ListFileDataset", decode, JpegDraft::off) {
   const std::string name = list_path.string();
   std::error_code ec;
   EMBER_CHECK(!std::filesystem::is_directory(list_path, ec), name, ": is a directory, not a list file");
@@ -53,20 +53,6 @@ ListFileDataset::ListFileDataset(const std::filesystem::path& list_path, DecodeO
   }
   EMBER_CHECK(!in.bad(), name, ": read error");
   EMBER_CHECK(!samples_.empty(), name, ": the list names no sample");
-}
-
-const ImageSample& ListFileDataset::sample(int64_t index) const {
-  EMBER_CHECK(index >= 0 && index < size(), "ListFileDataset: index ", index, " is out of range for ", size(),
-              " samples");
-  return samples_[static_cast<size_t>(index)];
-}
-
-Tensor ListFileDataset::load_image(int64_t index, const DecodeHint& hint) const {
-  return decode_file(sample(index).path.string(), decode_, JpegDraft::off, hint);
-}
-
-Tensor ListFileDataset::load_native(int64_t index, const DecodeHint& hint) const {
-  return decode_file(sample(index).path.string(), decode_, JpegDraft::off, hint, ImageLayout::HWC);
 }
 
 }  // namespace ember::data

@@ -234,13 +234,23 @@ std::vector<float> detail::to_tensor_lut(const Normalize* normalize, int64_t cha
 
 namespace {
 
-void flatten(const Transform& t, std::vector<const Transform*>& out) {
+void append_flattened(const Transform& t, std::vector<const Transform*>& out) {
   if (const auto* c = dynamic_cast<const Compose*>(&t)) {
-    for (const AnyTransform& inner : c->transforms()) flatten(*inner, out);
+    for (const AnyTransform& inner : c->transforms()) append_flattened(*inner, out);
     return;
   }
   out.push_back(&t);
 }
+
+}  // namespace
+
+std::vector<const Transform*> detail::flatten(const Transform& transform) {
+  std::vector<const Transform*> chain;
+  append_flattened(transform, chain);
+  return chain;
+}
+
+namespace {
 
 using detail::FusedPlan;
 
@@ -346,14 +356,8 @@ Tensor apply_per_sample(const Transform& transform, const Tensor& batch, std::sp
 }  // namespace
 
 std::optional<detail::FusedPlan> detail::fused_plan(const AnyTransform& transform) {
-  std::vector<const Transform*> chain;
   static const ToTensor kToTensor;
-  if (transform) {
-    flatten(*transform, chain);
-  } else {
-    chain.push_back(&kToTensor);
-  }
-  return plan_fused(chain);
+  return plan_fused(transform ? flatten(*transform) : std::vector<const Transform*>{&kToTensor});
 }
 
 Tensor apply_batch(const AnyTransform& transform, const Tensor& batch, std::span<const int64_t> sample_indices,
@@ -369,7 +373,7 @@ Tensor apply_batch(const AnyTransform& transform, const Tensor& batch, std::span
   std::vector<const Transform*> chain;
   static const ToTensor kToTensor;
   if (transform) {
-    flatten(*transform, chain);
+    chain = detail::flatten(*transform);
   } else if (batch.dtype() == DType::u8) {
     chain.push_back(&kToTensor);
   } else {

@@ -152,6 +152,11 @@ Tensor apply_batch(const AnyTransform& transform, const Tensor& batch, std::span
                    uint64_t seed, int64_t epoch);
 
 namespace detail {
+// The transforms that `transform` applies, in order, with every Compose (nested ones too) opened
+// into its parts: the chain that the fused paths match (fused_plan, and plan_image_pipeline in
+// image_pipeline.h). The pointers point into `transform`.
+std::vector<const Transform*> flatten(const Transform& transform);
+
 // A transform of the form [RandomCrop] [RandomHorizontalFlip] ToTensor [Normalize], the one
 // apply_batch runs fused on u8 batches (an empty transform is ToTensor alone). The pointers
 // point into `transform`.

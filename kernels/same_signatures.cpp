@@ -1,9 +1,17 @@
-// A compile-time check that every kernel both backends implement has the same signature in
-// kernels::cpu and kernels::gpu: the contract lives once, in the backend-neutral header
-// kernels/<family>.h, and this file fails to compile the moment a cpu/*.h or cuda/*.h
-// declaration drifts from its twin — which would also break EMBER_KERNEL_CALL (core/dispatch.h),
-// which passes one argument list to both. The CUDA headers include no CUDA header, so this check
-// is compiled in every build flavour, a CPU-only one included. Nothing here generates code.
+// Note [Shared kernel declarations]
+// Every kernel that both backends implement takes the same arguments in kernels::cpu and
+// kernels::gpu: the contract lives once, in the backend-neutral header kernels/<family>.h, and
+// EMBER_KERNEL_CALL (core/dispatch.h) passes one argument list to both. So the declarations are
+// written once too: kernels/<family>_decls.h lists them, with no includes and no #pragma once,
+// and kernels/cpu/<family>.h and kernels/cuda/<family>.h each include that list inside their own
+// namespace, after the includes that give it its types. A backend header then adds only what is
+// its own (the CPU's *_reference functions, the GPU's 16-bit gemm overloads and multi-tensor
+// optimizer steps) and the comments on how it runs them. The CUDA headers include no CUDA header,
+// so both lists are read in every build flavour, a CPU-only one included.
+//
+// This file is the compile-time check behind that: it fails to compile the moment a kernel named
+// below is missing on one side or has another signature there (a declaration moved out of a
+// shared list, an overload added beside it). Nothing here generates code.
 //
 // Kernels that exist on one side only are deliberately absent: the CPU's *_reference functions
 // and BlasSingleThreadGuard, the GPU's gemm_tiled, the multi-tensor optimizer steps, the random

@@ -141,41 +141,32 @@ void Adam::step_captured(size_t group, size_t index, Tensor& p, const Tensor& gr
 void Adam::step() {
   NoGradGuard no_grad;
   fold_device_skips();  // after replays with loss scaling: continue from the true counts
-  size_t index = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    Group& group = groups_[g];
-    for (Tensor& p : group.params) {
-      const size_t i = index++;
-      ParamState& s = state_[i];
-      const Tensor grad = prepared_grad(p);
-      if (!grad.defined()) continue;  // no gradient: skipped, as in PyTorch
-      if (detail::capturing_graph(p.device())) {
-        step_captured(g, i, p, grad);
-        continue;
-      }
-      if (s.empty()) {
-        s.scalars["step"] = 0;
-        s.tensors["exp_avg"] = zeros_like_param(p);
-        s.tensors["exp_avg_sq"] = zeros_like_param(p);
-        if (options_.amsgrad) s.tensors["max_exp_avg_sq"] = zeros_like_param(p);
-      }
-      double& step = s.scalars.at("step");
-      step += 1;
-      const kernels::AdamHyper h = hyper(group, step);
+  const auto captured = [this](size_t g, size_t i, Tensor& p, const Tensor& grad) { step_captured(g, i, p, grad); };
+  for_each_update(
+      [this](const Group& group, ParamState& s, Tensor& p, const Tensor& grad) {
+        if (s.empty()) {
+          s.scalars["step"] = 0;
+          s.tensors["exp_avg"] = zeros_like_param(p);
+          s.tensors["exp_avg_sq"] = zeros_like_param(p);
+          if (options_.amsgrad) s.tensors["max_exp_avg_sq"] = zeros_like_param(p);
+        }
+        double& step = s.scalars.at("step");
+        step += 1;
+        const kernels::AdamHyper h = hyper(group, step);
 
-      Tensor& m = s.tensors.at("exp_avg");
-      Tensor& v = s.tensors.at("exp_avg_sq");
-      Tensor* vmax = options_.amsgrad ? &s.tensors.at("max_exp_avg_sq") : nullptr;
-      update_in_place(p, [&](Tensor& q) {
-        void* vm = vmax ? vmax->data() : nullptr;
-        EMBER_KERNEL_CALL(q.device(), "Adam.step", adam_step, q.dtype(), q.numel(), q.data(), grad.data(), m.data(),
-                          v.data(), vm, h);
-      });
-      m.bump_version();
-      v.bump_version();
-      if (vmax) vmax->bump_version();
-    }
-  }
+        Tensor& m = s.tensors.at("exp_avg");
+        Tensor& v = s.tensors.at("exp_avg_sq");
+        Tensor* vmax = options_.amsgrad ? &s.tensors.at("max_exp_avg_sq") : nullptr;
+        update_in_place(p, [&](Tensor& q) {
+          void* vm = vmax ? vmax->data() : nullptr;
+          EMBER_KERNEL_CALL(q.device(), "Adam.step", adam_step, q.dtype(), q.numel(), q.data(), grad.data(), m.data(),
+                            v.data(), vm, h);
+        });
+        m.bump_version();
+        v.bump_version();
+        if (vmax) vmax->bump_version();
+      },
+      captured);
 }
 
 }  // namespace ember::optim

@@ -180,6 +180,21 @@ Tensor Optimizer::prepared_grad(const Tensor& p) const {
   return g.contiguous(update_format(p));
 }
 
+void Optimizer::for_each_update(const EagerUpdate& eager, const CapturedUpdate& captured) {
+  size_t index = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (Tensor& p : groups_[g].params) {
+      const size_t i = index++;
+      const Tensor grad = prepared_grad(p);
+      if (!grad.defined()) continue;
+      if (detail::capturing_graph(p.device()))
+        captured(g, i, p, grad);
+      else
+        eager(groups_[g], state_[i], p, grad);
+    }
+  }
+}
+
 MemoryFormat Optimizer::update_format(const Tensor& p) {
   return !p.is_contiguous() && p.is_contiguous(MemoryFormat::channels_last) ? MemoryFormat::channels_last
                                                                              : MemoryFormat::contiguous;

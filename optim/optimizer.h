@@ -19,6 +19,7 @@
 // shapes) before it changes anything, and throws ember::Error naming the first mismatch.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -183,6 +184,12 @@ class Optimizer {
     }
     p.bump_version();
   }
+  // One step's walk over the parameters, in group order: for each one that has a gradient
+  // (prepared_grad; the others are skipped, as in PyTorch), eager(its group, its state, p, grad),
+  // or captured(group index, parameter index, p, grad) when p's device is capturing a CUDA graph.
+  using EagerUpdate = std::function<void(const Group& group, ParamState& state, Tensor& p, const Tensor& grad)>;
+  using CapturedUpdate = std::function<void(size_t group, size_t index, Tensor& p, const Tensor& grad)>;
+  void for_each_update(const EagerUpdate& eager, const CapturedUpdate& captured);
   // A zero-filled tensor like `p`, dense in update_format(p) (for new state).
   static Tensor zeros_like_param(const Tensor& p);
   // The skip flag's address for AdamHyper::skip / SgdHyper::skip (null without one). A captured

@@ -87,31 +87,23 @@ void SGD::step_captured(size_t group, size_t index, Tensor& p, const Tensor& gra
 void SGD::step() {
   NoGradGuard no_grad;
   const bool use_momentum = options_.momentum != 0;
-  size_t index = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    Group& group = groups_[g];
-    for (Tensor& p : group.params) {
-      const size_t i = index++;
-      ParamState& s = state_[i];
-      const Tensor grad = prepared_grad(p);
-      if (!grad.defined()) continue;
-      if (detail::capturing_graph(p.device())) {
-        step_captured(g, i, p, grad);
-        continue;
-      }
-      // torch clones d_p into a new buffer on the first step; the kernel writes it in place.
-      const bool first = use_momentum && !s.tensors.count("momentum_buffer");
-      if (first) s.tensors["momentum_buffer"] = zeros_like_param(p);
-      Tensor* buf = use_momentum ? &s.tensors.at("momentum_buffer") : nullptr;
+  const auto captured = [this](size_t g, size_t i, Tensor& p, const Tensor& grad) { step_captured(g, i, p, grad); };
+  for_each_update(
+      [&](const Group& group, ParamState& s, Tensor& p, const Tensor& grad) {
+        // torch clones d_p into a new buffer on the first step; the kernel writes it in place.
+        const bool first = use_momentum && !s.tensors.count("momentum_buffer");
+        if (first) s.tensors["momentum_buffer"] = zeros_like_param(p);
+        Tensor* buf = use_momentum ? &s.tensors.at("momentum_buffer") : nullptr;
 
-      const kernels::SgdHyper h = hyper(group);
-      update_in_place(p, [&](Tensor& q) {
-        void* b = buf ? buf->data() : nullptr;
-        EMBER_KERNEL_CALL(q.device(), "SGD.step", sgd_step, q.dtype(), q.numel(), q.data(), grad.data(), b, first, h);
-      });
-      if (buf) buf->bump_version();
-    }
-  }
+        const kernels::SgdHyper h = hyper(group);
+        update_in_place(p, [&](Tensor& q) {
+          void* b = buf ? buf->data() : nullptr;
+          EMBER_KERNEL_CALL(q.device(), "SGD.step", sgd_step, q.dtype(), q.numel(), q.data(), grad.data(), b, first,
+                            h);
+        });
+        if (buf) buf->bump_version();
+      },
+      captured);
 }
 
 }  // namespace ember::optim

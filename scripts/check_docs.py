@@ -27,9 +27,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from repo_files import repo_files
 
 SOURCE_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".c", ".cmake", ".sh", ".py", ".in", ".txt"}
 SOURCE_NAMES = {"CMakeLists.txt", "run"}
@@ -51,24 +52,6 @@ SELF = {"scripts/check_docs.py", "tests/docs/check_docs_planted.sh"}
 BARE_SOURCE = re.compile(r"(?<![\w./*<>-])([A-Za-z_][\w-]*\.(?:cpp|cu))\b")
 # A comment in a source file: // or /* ... */ continuation lines in C++/CUDA, # in the rest.
 CPP_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".c"}
-
-
-def list_files(root: Path) -> list[Path]:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            check=True, capture_output=True,
-        ).stdout.decode()
-        names = [n for n in out.split("\0") if n]
-        if names:
-            return sorted({root / n for n in names if (root / n).is_file()})
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and not d.startswith("build")]
-        files.extend(Path(dirpath) / f for f in filenames)
-    return sorted(files)
 
 
 def comment_text(path: Path, line: str) -> str | None:
@@ -95,8 +78,8 @@ def expand_braces(p: str) -> list[str]:
 class Checker:
     def __init__(self, root: Path):
         self.root = root
-        self.files = [f for f in list_files(root) if self.kind(f)]
-        rel = [f.relative_to(root).as_posix() for f in list_files(root)]
+        rel = repo_files(root)
+        self.files = [root / n for n in rel if self.kind(root / n)]
         self.all_paths = set(rel)
         self.basenames = {p.rsplit("/", 1)[-1] for p in rel}
         self.all_dirs = {"/".join(p.split("/")[:i]) for p in rel for i in range(1, p.count("/") + 1)}

@@ -26,9 +26,10 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from repo_files import repo_files
 
 FILE_BUDGET = 800
 FUNCTION_BUDGET = 120
@@ -44,24 +45,6 @@ TENSOR_FREE = "(Tensor-free)"
 IN_SOURCES = "(in sources)"
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
-
-
-def list_files(root: Path) -> list[str]:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            check=True, capture_output=True,
-        ).stdout.decode()
-        names = sorted(n for n in out.split("\0") if n and (root / n).is_file())
-        if names:
-            return names
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    names = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and not d.startswith("build")]
-        names.extend(os.path.relpath(os.path.join(dirpath, f), root) for f in filenames)
-    return sorted(names)
 
 
 def glob_match(path: str, pattern: str) -> bool:
@@ -303,7 +286,7 @@ def check_sizes(root: Path, files: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     root = Path(argv[1]).resolve() if len(argv) > 1 else Path(__file__).resolve().parent.parent
-    files = list_files(root)
+    files = repo_files(root)
     rules, errors = read_table(root)
     if rules:
         errors += check_includes(root, files, rules)

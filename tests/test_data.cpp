@@ -694,32 +694,17 @@ TEST_CASE("loader: resume from a saved position gives the same remaining batches
   // The reference run: 3 epochs straight through.
   data::DataLoader ref(ds, opt);
   CHECK(ref.size() == 6);
-  std::vector<data::Batch> all;
-  for (int e = 0; e < 3; ++e)
-    for (auto& batch : ref) all.push_back(batch);
+  const std::vector<data::Batch> all = testing::run_epochs(ref, 3);
   REQUIRE(all.size() == 18);
 
   // A run that checkpoints inside the loop body after batch 2 of epoch 1, then "crashes".
-  data::LoaderPosition saved;
-  {
-    data::DataLoader run(ds, opt);
-    for (auto& batch : run) (void)batch;  // epoch 0
-    for (auto& batch : run) {
-      (void)batch;
-      if (run.position() == data::LoaderPosition{1, 3}) {
-        saved = run.position();
-        break;
-      }
-    }
-  }
+  const data::LoaderPosition saved = testing::position_at_crash(ds, opt, {1, 3});
   CHECK(saved == data::LoaderPosition{1, 3});
 
   // A fresh process: a new loader set to the saved position continues exactly.
   data::DataLoader resumed(ds, opt);
   resumed.set_position(saved);
-  std::vector<data::Batch> rest;
-  for (int e = 1; e < 3; ++e)
-    for (auto& batch : resumed) rest.push_back(batch);
+  const std::vector<data::Batch> rest = testing::run_epochs(resumed, 2);
   REQUIRE(rest.size() == 18 - 9);
   for (size_t i = 0; i < rest.size(); ++i) {
     CHECK(rest[i].labels.to_vector<int64_t>() == all[9 + i].labels.to_vector<int64_t>());

@@ -22,6 +22,8 @@
 #include "test_util.h"
 
 using namespace ember;
+using testing::position_at_crash;
+using testing::run_epochs;
 
 namespace {
 
@@ -59,13 +61,6 @@ double seconds_of(const std::chrono::steady_clock::time_point& t0) {
 
 data::AnyTransform augment() {
   return data::Compose{data::RandomCrop(3, 1), data::RandomHorizontalFlip(), data::ToTensor()};
-}
-
-std::vector<data::Batch> run_epochs(data::DataLoader& loader, int epochs) {
-  std::vector<data::Batch> out;
-  for (int e = 0; e < epochs; ++e)
-    for (auto& batch : loader) out.push_back(batch);
-  return out;
 }
 
 void check_same(const std::vector<data::Batch>& a, const std::vector<data::Batch>& b) {
@@ -172,26 +167,12 @@ TEST_CASE("loader threads: resume from a saved position with workers", "[data]")
   REQUIRE(all.size() == 18);
 
   opt.num_workers = 2;
-  data::LoaderPosition saved;
-  {
-    data::DataLoader run(ds, opt);
-    for (auto& batch : run) (void)batch;  // epoch 0
-    for (auto& batch : run) {
-      (void)batch;
-      if (run.position() == data::LoaderPosition{1, 3}) {
-        saved = run.position();
-        break;
-      }
-    }
-  }
+  const data::LoaderPosition saved = position_at_crash(ds, opt, {1, 3});
   REQUIRE(saved == data::LoaderPosition{1, 3});
   opt.num_workers = 3;
   data::DataLoader resumed(ds, opt);
   resumed.set_position(saved);
-  std::vector<data::Batch> rest;
-  for (int e = 1; e < 3; ++e)
-    for (auto& batch : resumed) rest.push_back(batch);
-  check_same(rest, std::vector<data::Batch>(all.begin() + 9, all.end()));
+  check_same(run_epochs(resumed, 2), std::vector<data::Batch>(all.begin() + 9, all.end()));
 
   // An early break leaves the cursor on the next batch: the next loop continues the epoch.
   data::DataLoader cursor(ds, opt);

@@ -137,4 +137,26 @@ inline void write_text(const std::filesystem::path& p, const std::string& text) 
   f << text;
 }
 
+// Every batch of `epochs` passes over `loader`, in order.
+inline std::vector<data::Batch> run_epochs(data::DataLoader& loader, int epochs) {
+  std::vector<data::Batch> out;
+  for (int e = 0; e < epochs; ++e)
+    for (auto& batch : loader) out.push_back(batch);
+  return out;
+}
+
+// A run that saves its loader's position inside the loop body once it stands at `at`, then
+// "crashes" (the loader is destroyed mid-epoch): the position saved (where the run ended when it
+// never stood at `at`).
+inline data::LoaderPosition position_at_crash(const data::Dataset& dataset, const data::LoaderOptions& options,
+                                              data::LoaderPosition at) {
+  data::DataLoader run(dataset, options);
+  for (int64_t e = 0; e <= at.epoch; ++e)
+    for (auto& batch : run) {
+      (void)batch;
+      if (run.position() == at) return run.position();
+    }
+  return run.position();
+}
+
 }  // namespace ember::testing

@@ -9,6 +9,7 @@
 #include "../models/zoo.h"
 #include "weights.h"
 #include "checkpoint.h"
+#include "run_dir.h"
 
 namespace ember::train {
 
@@ -23,13 +24,6 @@ bool in_classifier(const std::string& name, const std::string& classifier) {
 }
 
 }  // namespace
-
-std::string name_list(const std::vector<std::string>& names, size_t limit) {
-  std::string s;
-  for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
-  if (names.size() > limit) s += " and " + std::to_string(names.size() - limit) + " more";
-  return s;
-}
 
 int64_t load_pytorch_weights(nn::Module& model, const std::string& model_name, const std::string& path,
                              bool skip_classifier) {
@@ -62,9 +56,9 @@ int64_t load_pytorch_weights(nn::Module& model, const std::string& model_name, c
   for (const auto& [name, t] : file.tensors)
     if (!mine.count(name) && !(skip_classifier && in_classifier(name, classifier))) unexpected.push_back(name);
   std::string problems;
-  if (!wrong.empty()) problems += "; wrong shape: " + name_list(wrong, 3);
-  if (!missing.empty()) problems += "; missing: " + name_list(missing);
-  if (!unexpected.empty()) problems += "; not in " + model_name + ": " + name_list(unexpected);
+  if (!wrong.empty()) problems += "; wrong shape: " + join_names(wrong, 3);
+  if (!missing.empty()) problems += "; missing: " + join_names(missing, 6);
+  if (!unexpected.empty()) problems += "; not in " + model_name + ": " + join_names(unexpected, 6);
   EMBER_CHECK(problems.empty(), path, " is not a ", model_name, " state_dict", skip_classifier ? " (classifier aside)" : "",
               problems, model_name.rfind("resnet18", 0) == 0 ? " (docs/training.md shows how to save torchvision's)" : "");
   NoGradGuard g;

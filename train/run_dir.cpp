@@ -73,7 +73,7 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
 std::string join_names(const std::vector<std::string>& names, size_t at_most) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < at_most; ++i) s += (i ? ", " : "") + names[i];
-  if (names.size() > at_most) s += ", and " + std::to_string(names.size() - at_most) + " more";
+  if (names.size() > at_most) s += " and " + std::to_string(names.size() - at_most) + " more";
   return s;
 }
 

@@ -90,7 +90,7 @@ std::vector<std::string> remove_step_dir(const std::string& dir, const std::stri
 void check_output_path(const std::string& option, const std::string& path,
                        const std::vector<std::string>& run_dirs = {}, const std::string& allowed = "");
 
-// "a, b, c, and 4 more": names for a message, at most `at_most` of them.
+// "a, b, c and 4 more": names for a message (it stays one line), at most `at_most` of them.
 std::string join_names(const std::vector<std::string>& names, size_t at_most = 12);
 
 // Whether `a` and `b` name the same place (existing or not).

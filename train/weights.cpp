@@ -23,6 +23,7 @@
 #include "../layers/nn_functional.h"
 #include "../layers/reduce.h"
 #include "../models/zoo.h"
+#include "run_dir.h"
 
 namespace ember::train {
 
@@ -122,8 +123,8 @@ void check_same_names(const nn::Module& model, const std::string& model_name, co
   std::sort(unexpected.begin(), unexpected.end());
   if (missing.empty() && unexpected.empty()) return;
   std::string problems;
-  if (!missing.empty()) problems += "missing keys: " + name_list(missing);
-  if (!unexpected.empty()) problems += (problems.empty() ? "" : "; ") + std::string("unexpected keys: ") + name_list(unexpected);
+  if (!missing.empty()) problems += "missing keys: " + join_names(missing, 6);
+  if (!unexpected.empty()) problems += (problems.empty() ? "" : "; ") + std::string("unexpected keys: ") + join_names(unexpected, 6);
   EMBER_THROW(f.path, ": the tensors do not match the model ", model_name, ": ", problems);
 }
 

@@ -23,8 +23,6 @@ void save_weights(const std::string& path, const nn::Module& model, const TrainC
 void load_weights_into(nn::Module& model, const std::string& path);
 // Throws when a file's ember.checksum (if any) does not match its tensors.
 void verify_weights_checksum(const io::SafetensorsFile& f);
-// "a, b, c and 7 more": at most `limit` names, then how many more (messages stay one line).
-std::string name_list(const std::vector<std::string>& names, size_t limit = 6);
 // Throws "<path>: the tensors do not match the model <name>: missing keys: ...; unexpected keys:
 // ..." (at most a few names each) unless the file holds exactly the model's state_dict names.
 // Before Module::load_state_dict, whose message lists every name (100,000 of a hostile file).

@@ -10,13 +10,7 @@
 
 namespace ember::kernels::cpu {
 
-void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var);
-void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, const void* mean,
-                      const void* invstd, const void* weight, const void* bias, void* y,
-                      const void* residual = nullptr);
-void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
-                         const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias, const void* y = nullptr);
+#include "../batchnorm_decls.h"
 
 // The loops run as AVX-512 code where the CPU has AVX-512 F, BW, VL and DQ (Note [Batch norm's
 // loops with AVX-512] in batchnorm.cpp), with the same bits as the plain build.

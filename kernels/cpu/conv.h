@@ -18,15 +18,7 @@
 
 namespace ember::kernels::cpu {
 
-void im2col(const Conv2dGeometry& g, const float* x, float* col);
-void im2col(const Conv2dGeometry& g, const double* x, double* col);
-void col2im(const Conv2dGeometry& g, const float* col, float* x);
-void col2im(const Conv2dGeometry& g, const double* col, double* x);
-
-void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y);
-void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx);
-void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw);
-void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
+#include "../conv_decls.h"
 
 // Direct references: the seven loops (n, oc, oy, ox, ic, i, j) written out, accumulating in
 // double. Same contracts; slow, single-threaded, for tests.

@@ -9,21 +9,11 @@
 
 namespace ember::kernels::cpu {
 
-// Through OpenBLAS (single-threaded), large products split across ember's threads (Note [One thread pool]).
-void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-          const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
-
-// Threading: when batch >= get_num_threads(), the batch is split across threads and each BLAS
-// call runs on one thread (no fork/join inside each small product); otherwise the products run
-// one after another, each with BLAS's own threading.
-void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a,
-                  int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc,
-                  int64_t batch);
-void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a,
-                  int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
-                  int64_t batch);
+#include "../gemm_decls.h"
+// gemm runs through OpenBLAS (single-threaded), large products split across ember's threads
+// (Note [One thread pool]). gemm_batched: when batch >= get_num_threads(), the batch is split
+// across threads and each BLAS call runs on one thread (no fork/join inside each small product);
+// otherwise the products run one after another, each with BLAS's own threading.
 
 // The readable reference: three loops, accumulating in double. Same contract as gemm. Slow.
 void gemm_reference(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -10,15 +10,7 @@
 
 namespace ember::kernels::cpu {
 
-void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* x, void* out,
-                        void* indices);
-void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* grad_out,
-                         const void* indices, void* grad_in);
-void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out);
-void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* grad_out,
-                         void* grad_in);
-void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out);
-void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, void* grad_in);
+#include "../pool_decls.h"
 
 // The 2x2 stride-2 max pool (f32, and bf16 through its f32 planes) runs 16 outputs per step with
 // AVX-512 where the CPU has AVX-512F, otherwise 4 with SSE2; both give the scalar loop's bits.

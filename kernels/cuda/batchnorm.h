@@ -10,13 +10,7 @@
 
 namespace ember::kernels::gpu {
 
-void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var);
-void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, const void* mean,
-                      const void* invstd, const void* weight, const void* bias, void* y,
-                      const void* residual = nullptr);
-void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
-                         const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias, const void* y = nullptr);
+#include "../batchnorm_decls.h"
 
 // out[c] = the sum of channel c's n * s values of x ((n, c, s), or (n, s, c) when
 // sh.channels_last), summed in acc_t<T> and rounded to the dtype once: batch_norm_stats' first

@@ -12,15 +12,8 @@
 
 namespace ember::kernels::gpu {
 
-void im2col(const Conv2dGeometry& g, const float* x, float* col);
-void im2col(const Conv2dGeometry& g, const double* x, double* col);
-void col2im(const Conv2dGeometry& g, const float* col, float* x);
-void col2im(const Conv2dGeometry& g, const double* col, double* x);
+#include "../conv_decls.h"
 
-void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, const void* bias, void* y);
-void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* gy, const void* w, void* gx);
-void conv2d_backward_weight(DType dtype, const Conv2dGeometry& g, const void* gy, const void* x, void* gw);
-void conv2d_backward_bias(DType dtype, const Conv2dGeometry& g, const void* gy, void* gb);
 // The bias gradient of a channels-last gy ((n, out_h, out_w, c_out) in memory), any floating dtype:
 // the same sums as conv2d_backward_bias, added in another order (column sums; cuDNN's bf16 bias
 // gradient comes here for NHWC layers).

@@ -18,19 +18,9 @@
 
 namespace ember::kernels::gpu {
 
-void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-          const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
-
-// a, b, c are host arrays of `batch` device pointers (as on the CPU); they are copied to the device
-// before the call returns, so the caller may free them right away.
-void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a,
-                  int64_t lda, const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc,
-                  int64_t batch);
-void gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a,
-                  int64_t lda, const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc,
-                  int64_t batch);
+#include "../gemm_decls.h"
+// gemm_batched: a, b, c are host arrays of `batch` device pointers (as on the CPU); they are copied
+// to the device before the call returns, so the caller may free them right away.
 
 // f16 and bf16: A, B and C in the 16-bit type, alpha and beta float. Products and sums run in
 // float (acc_t) and each element of C is rounded to the 16-bit type once, when it is stored.

@@ -10,10 +10,8 @@
 
 namespace ember::kernels::gpu {
 
-void max_pool2d_forward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* x, void* out,
-                        void* indices);
-void max_pool2d_backward(DType dtype, DType index_dtype, const Pool2dGeometry& g, const void* grad_out,
-                         const void* indices, void* grad_in);
+#include "../pool_decls.h"
+
 // Max pooling of channels-last images (Note [Channels-last max pooling] in pool.cu): x, out,
 // indices, grad_out and grad_in are (N, H, W, C) in memory with C = channels and N = g.planes / C;
 // the values and indices are those of the (N, C, H, W) kernels above, bit for bit.
@@ -21,10 +19,5 @@ void max_pool2d_forward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometr
                              void* out, void* indices);
 void max_pool2d_backward_nhwc(DType dtype, DType index_dtype, const Pool2dGeometry& g, int64_t channels,
                               const void* grad_out, const void* indices, void* grad_in);
-void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* x, void* out);
-void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad, const void* grad_out,
-                         void* grad_in);
-void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* x, void* out);
-void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out, void* grad_in);
 
 }  // namespace ember::kernels::gpu

@@ -11,16 +11,6 @@
 
 namespace ember::kernels::gpu {
 
-void sum(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape);
-void var(DType dtype, const IterShape& in_shape, Operand in, Operand out, const IterShape& out_shape,
-         int64_t correction);
-void extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in, Operand out,
-              const IterShape& out_shape);
-void extremum_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand x, Operand value,
-                       Operand grad_out, const IterShape& out_shape);
-void arg_extremum(Extremum kind, DType dtype, const IterShape& in_shape, Operand in, Operand values,
-                  Operand indices, const IterShape& out_shape);
-void index_backward(DType dtype, const IterShape& in_shape, Operand grad_in, Operand grad_out, Operand indices,
-                    const IterShape& out_shape);
+#include "../reduce_decls.h"
 
 }  // namespace ember::kernels::gpu

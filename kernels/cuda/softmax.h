@@ -9,8 +9,6 @@
 
 namespace ember::kernels::gpu {
 
-void softmax_forward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, int64_t inner, const void* x, void* y);
-void softmax_backward(SoftmaxKind kind, DType dtype, int64_t outer, int64_t n, int64_t inner, void* grad_x,
-                      const void* grad_y, const void* y);
+#include "../softmax_decls.h"
 
 }  // namespace ember::kernels::gpu

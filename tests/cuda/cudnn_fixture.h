@@ -1,8 +1,8 @@
 #pragma once
 // What the cuDNN tests share (test_cudnn.cpp, test_cudnn_16bit.cpp, test_cudnn_16bit_pool.cpp): the
 // text of an ember error, pooling geometries, 16-bit data and the bound of a float sum rounded
-// once to 16 bits, the emulator's cuDNN call counters, and a set of cuDNN objects for the tests
-// that call cuDNN directly.
+// once to 16 bits, the activations with the ember op each matches, the emulator's cuDNN call
+// counters, and a set of cuDNN objects for the tests that call cuDNN directly.
 
 #include <cudnn.h>
 #include <ember/ember.h>
@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "../../core/error.h"
+#include "../../kernels/cuda/cudnn.h"
+#include "../../kernels/elementwise.h"
 #include "../../kernels/pool.h"
 #include "device_buffer.h"
 #include "random_data.h"
@@ -86,6 +88,17 @@ using ember::simt::cudnn_shim::Pass;
 inline ember::simt::cudnn_shim::Calls shim() { return ember::simt::cudnn_shim::calls(); }
 inline int pass(Pass p) { return static_cast<int>(p); }
 #endif
+
+// cuDNN's activations, each with the ember elementwise op whose forward and backward it must match.
+struct ActivationCase {
+  ember::kernels::gpu::cudnn::Activation a;
+  ember::kernels::UnaryOp op;
+  const char* name;
+};
+inline constexpr ActivationCase kActivations[] = {
+    {ember::kernels::gpu::cudnn::Activation::Relu, ember::kernels::UnaryOp::Relu, "relu"},
+    {ember::kernels::gpu::cudnn::Activation::Sigmoid, ember::kernels::UnaryOp::Sigmoid, "sigmoid"},
+    {ember::kernels::gpu::cudnn::Activation::Tanh, ember::kernels::UnaryOp::Tanh, "tanh"}};
 
 // cuDNN objects of a test that calls cuDNN directly, destroyed at the end.
 struct Objects {

@@ -360,13 +360,6 @@ TEMPLATE_TEST_CASE("cudnn activations equal the CPU kernels (ReLU, sigmoid, tanh
   x[6] = -std::numeric_limits<T>::infinity();
   const std::vector<T> gy = random_vector<T>(n, 12);
   DeviceBuffer<T> dx(x), dy(n), dgy(gy), dgx(n);
-  const struct {
-    cudnn::Activation a;
-    ember::kernels::UnaryOp op;
-    const char* name;
-  } acts[] = {{cudnn::Activation::Relu, ember::kernels::UnaryOp::Relu, "relu"},
-              {cudnn::Activation::Sigmoid, ember::kernels::UnaryOp::Sigmoid, "sigmoid"},
-              {cudnn::Activation::Tanh, ember::kernels::UnaryOp::Tanh, "tanh"}};
   ember::kernels::IterShape shape;
   shape.ndim = 1;
   shape.sizes[0] = static_cast<int64_t>(n);
@@ -376,7 +369,7 @@ TEMPLATE_TEST_CASE("cudnn activations equal the CPU kernels (ReLU, sigmoid, tanh
     o.strides[0] = 1;
     return o;
   };
-  for (const auto& act : acts) {
+  for (const ActivationCase& act : kActivations) {
     INFO(act.name);
     cudnn::activation_forward(act.a, dt, static_cast<int64_t>(n), dx.data(), dy.data());
     std::vector<T> want(n), want_gx(n);

@@ -190,17 +190,10 @@ TEMPLATE_TEST_CASE("cudnn activations in f16/bf16 equal the hand-written kernels
   const auto n = static_cast<int64_t>(x.size());
   std::vector<H> gy = random_16bit<H>(x.size(), 9);
   DeviceBuffer<H> dx(x), dgy(gy), dy(x.size()), dgx(x.size()), hy(x.size()), hgx(x.size());
-  const struct {
-    cudnn::Activation a;
-    ember::kernels::UnaryOp op;
-    const char* name;
-  } acts[] = {{cudnn::Activation::Relu, ember::kernels::UnaryOp::Relu, "relu"},
-              {cudnn::Activation::Sigmoid, ember::kernels::UnaryOp::Sigmoid, "sigmoid"},
-              {cudnn::Activation::Tanh, ember::kernels::UnaryOp::Tanh, "tanh"}};
 #if EMBER_SIMT
   const auto s0 = shim();
 #endif
-  for (const auto& act : acts) {
+  for (const ActivationCase& act : kActivations) {
     INFO(act.name);
     cudnn::activation_forward(act.a, dt, n, dx.data(), dy.data());
     gpu::unary(act.op, dt, flat(n), operand(hy.data()), operand(dx.data()), 0.0);

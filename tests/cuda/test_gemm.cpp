@@ -12,36 +12,13 @@
 #include "../../kernels/cpu/gemm.h"
 #include "../../kernels/cuda/gemm.h"
 #include "device_buffer.h"
+#include "gemm_problems.h"
 #include "random_data.h"
 
 namespace {
 
 using ember::kernels::Transpose;
-using ember::testing::DeviceBuffer;
-using ember::testing::random_vector;
-
-struct Case {
-  int64_t m, n, k;
-  Transpose ta, tb;
-  int64_t pad;  // extra elements per stored row (lda = stored columns + pad, likewise ldb, ldc)
-};
-
-template <typename T>
-struct Problem {
-  Case cs;
-  int64_t lda, ldb, ldc;
-  std::vector<T> a, b, c;
-  Problem(const Case& c_, uint64_t seed) : cs(c_) {
-    const int64_t a_rows = cs.ta == Transpose::No ? cs.m : cs.k, a_cols = cs.ta == Transpose::No ? cs.k : cs.m;
-    const int64_t b_rows = cs.tb == Transpose::No ? cs.k : cs.n, b_cols = cs.tb == Transpose::No ? cs.n : cs.k;
-    lda = std::max<int64_t>(1, a_cols + cs.pad);
-    ldb = std::max<int64_t>(1, b_cols + cs.pad);
-    ldc = std::max<int64_t>(1, cs.n + cs.pad);
-    a = random_vector<T>(static_cast<size_t>(std::max<int64_t>(1, a_rows * lda)), seed);
-    b = random_vector<T>(static_cast<size_t>(std::max<int64_t>(1, b_rows * ldb)), seed + 1);
-    c = random_vector<T>(static_cast<size_t>(std::max<int64_t>(1, cs.m * ldc)), seed + 2);
-  }
-};
+using namespace ember::testing;  // DeviceBuffer, random_vector, the GEMM problems (gemm_problems.h)
 
 // Every element within the classic bound for a k-term dot product computed in T in any order:
 // |got - want| <= gamma * |alpha| * sum_p |a_ip b_pj| + 2 eps (|want| + |beta c_ij|), with
@@ -50,7 +27,7 @@ struct Problem {
 // sum |a||b| is the reference gemm of the absolute values. NaN must match NaN, inf match exactly.
 template <typename T>
 void require_within_bound(const std::vector<T>& got, const std::vector<T>& want, const std::vector<T>& abs_sum,
-                          const std::vector<T>& c0, const Case& cs, T alpha, T beta, int64_t ldc) {
+                          const std::vector<T>& c0, const GemmCase& cs, T alpha, T beta, int64_t ldc) {
   const double eps = std::numeric_limits<T>::epsilon();
   for (int64_t i = 0; i < cs.m; ++i) {
     for (int64_t j = 0; j < cs.n; ++j) {
@@ -71,20 +48,12 @@ void require_within_bound(const std::vector<T>& got, const std::vector<T>& want,
   }
 }
 
-enum class Path { Gemm, Tiled };
-
 template <typename T>
-void check_case(const Case& cs, Path path, T alpha, T beta, uint64_t seed) {
-  Problem<T> p(cs, seed);
+void check_case(const GemmCase& cs, GemmPath path, T alpha, T beta, uint64_t seed) {
+  GemmProblem<T> p(cs, seed);
   if (beta == T(0)) std::fill(p.c.begin(), p.c.end(), std::numeric_limits<T>::quiet_NaN());  // must be overwritten
   DeviceBuffer<T> da(p.a), db(p.b), dc(p.c);
-  if (path == Path::Gemm) {
-    ember::kernels::gpu::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, da.data(), p.lda, db.data(), p.ldb, beta,
-                               dc.data(), p.ldc);
-  } else {
-    ember::kernels::gpu::gemm_tiled(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, da.data(), p.lda, db.data(), p.ldb, beta,
-                                     dc.data(), p.ldc);
-  }
+  run_gemm(path, p, alpha, da, db, beta, dc);
   std::vector<T> want = p.c;
   ember::kernels::cpu::gemm_reference(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, p.a.data(), p.lda, p.b.data(), p.ldb,
                                       beta, want.data(), p.ldc);
@@ -104,16 +73,8 @@ void check_case(const Case& cs, Path path, T alpha, T beta, uint64_t seed) {
   dc.check_guards();
 }
 
-const std::vector<Case>& cases() {
-  static const std::vector<Case> all = [] {
-    std::vector<Case> v;
-    const int64_t shapes[][3] = {{1, 1, 1}, {31, 33, 17}, {64, 64, 16}, {65, 1, 130}, {3, 70, 1025}, {100, 37, 64}};
-    uint64_t i = 0;
-    for (auto& s : shapes)
-      for (Transpose ta : {Transpose::No, Transpose::Yes})
-        for (Transpose tb : {Transpose::No, Transpose::Yes}) v.push_back({s[0], s[1], s[2], ta, tb, int64_t(i++ % 3)});
-    return v;
-  }();
+const std::vector<GemmCase>& cases() {
+  static const std::vector<GemmCase> all = gemm_cases({100, 37, 64});
   return all;
 }
 
@@ -122,10 +83,10 @@ const std::vector<Case>& cases() {
 TEMPLATE_TEST_CASE("cuda gemm and gemm_tiled match the CPU reference (all transposes, ragged, padded ld)",
                    "[cuda][gemm]", float, double) {
   using T = TestType;
-  const Path path = GENERATE(Path::Gemm, Path::Tiled);
+  const GemmPath path = GENERATE(GemmPath::Gemm, GemmPath::Tiled);
   uint64_t seed = 100;
-  for (const Case& cs : cases()) {
-    INFO("path " << (path == Path::Gemm ? "gemm" : "tiled") << " ta=" << int(cs.ta) << " tb=" << int(cs.tb));
+  for (const GemmCase& cs : cases()) {
+    INFO("path " << (path == GemmPath::Gemm ? "gemm" : "tiled") << " ta=" << int(cs.ta) << " tb=" << int(cs.tb));
     check_case<T>(cs, path, T(1), T(0), seed++);
     check_case<T>(cs, path, T(-1.5), T(0.5), seed++);
   }
@@ -133,7 +94,7 @@ TEMPLATE_TEST_CASE("cuda gemm and gemm_tiled match the CPU reference (all transp
 
 TEMPLATE_TEST_CASE("cuda gemm: empty products and k == 0", "[cuda][gemm]", float, double) {
   using T = TestType;
-  const Path path = GENERATE(Path::Gemm, Path::Tiled);
+  const GemmPath path = GENERATE(GemmPath::Gemm, GemmPath::Tiled);
   // m == 0 / n == 0: nothing is touched (guards and contents intact).
   check_case<T>({0, 5, 3, Transpose::No, Transpose::No, 0}, path, T(1), T(0.5), 1);
   check_case<T>({4, 0, 3, Transpose::Yes, Transpose::No, 1}, path, T(1), T(0.5), 2);
@@ -141,7 +102,7 @@ TEMPLATE_TEST_CASE("cuda gemm: empty products and k == 0", "[cuda][gemm]", float
   check_case<T>({7, 9, 0, Transpose::No, Transpose::Yes, 2}, path, T(2), T(0.5), 3);
   check_case<T>({7, 9, 0, Transpose::No, Transpose::No, 0}, path, T(2), T(0), 4);
   // As on the CPU, operands that are not read need no valid leading dimension (nor a pointer).
-  if (path == Path::Gemm) {
+  if (path == GemmPath::Gemm) {
     DeviceBuffer<T> c(4);
     const T* none = nullptr;  // typed: a bare nullptr would match the f16/bf16 overloads too
     ember::kernels::gpu::gemm(Transpose::No, Transpose::No, 0, 3, 5, T(1), none, 0, none, 0, T(0), nullptr, 0);
@@ -153,20 +114,14 @@ TEMPLATE_TEST_CASE("cuda gemm: empty products and k == 0", "[cuda][gemm]", float
 
 TEMPLATE_TEST_CASE("cuda gemm: NaN and Inf in A propagate like the reference", "[cuda][gemm]", float, double) {
   using T = TestType;
-  const Path path = GENERATE(Path::Gemm, Path::Tiled);
-  const Case cs{9, 40, 70, Transpose::No, Transpose::No, 0};
-  Problem<T> p(cs, 7);
+  const GemmPath path = GENERATE(GemmPath::Gemm, GemmPath::Tiled);
+  const GemmCase cs{9, 40, 70, Transpose::No, Transpose::No, 0};
+  GemmProblem<T> p(cs, 7);
   p.a[2 * p.lda + 5] = std::numeric_limits<T>::quiet_NaN();     // row 2 of C: NaN
   p.a[6 * p.lda + 9] = std::numeric_limits<T>::infinity();      // row 6: +-inf (or NaN where signs mix)
   for (int64_t j = 0; j < cs.n; ++j) p.b[9 * p.ldb + j] = T(1);  // ...all +inf: B row 9 is positive
   DeviceBuffer<T> da(p.a), db(p.b), dc(p.c);
-  if (path == Path::Gemm) {
-    ember::kernels::gpu::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, T(1), da.data(), p.lda, db.data(), p.ldb, T(0),
-                               dc.data(), p.ldc);
-  } else {
-    ember::kernels::gpu::gemm_tiled(cs.ta, cs.tb, cs.m, cs.n, cs.k, T(1), da.data(), p.lda, db.data(), p.ldb, T(0),
-                                     dc.data(), p.ldc);
-  }
+  run_gemm(path, p, T(1), da, db, T(0), dc);
   const std::vector<T> got = dc.download();
   for (int64_t j = 0; j < cs.n; ++j) {
     REQUIRE(std::isnan(got[static_cast<size_t>(2 * p.ldc + j)]));
@@ -183,34 +138,24 @@ TEMPLATE_TEST_CASE("cuda gemm_batched matches per-product references, with a bro
   const Transpose ta = GENERATE(Transpose::No, Transpose::Yes);
   const Transpose tb = GENERATE(Transpose::No, Transpose::Yes);
   const int64_t lda = ta == Transpose::No ? k : m, ldb = tb == Transpose::No ? n : k, ldc = n;
-  // One shared A (broadcast), a B and a C per product, all in single allocations.
-  const std::vector<T> a = random_vector<T>(static_cast<size_t>(m * k), 11);
-  const std::vector<T> b = random_vector<T>(static_cast<size_t>(batch * k * n), 12);
-  const std::vector<T> c = random_vector<T>(static_cast<size_t>(batch * m * n), 13);
-  DeviceBuffer<T> da(a), db(b), dc(c);
-  std::vector<const T*> ap(batch), bp(batch);
-  std::vector<T*> cp(batch);
-  for (int64_t i = 0; i < batch; ++i) {
-    ap[static_cast<size_t>(i)] = da.data();
-    bp[static_cast<size_t>(i)] = db.data() + i * k * n;
-    cp[static_cast<size_t>(i)] = dc.data() + i * m * n;
-  }
-  ember::kernels::gpu::gemm_batched(ta, tb, m, n, k, T(0.75), ap.data(), lda, bp.data(), ldb, T(-1), cp.data(), ldc,
-                                     batch);
-  const std::vector<T> got = dc.download();
+  BroadcastBatch<T> x(m, n, k, batch);
+  ember::kernels::gpu::gemm_batched(ta, tb, m, n, k, T(0.75), x.ap.data(), lda, x.bp.data(), ldb, T(-1), x.cp.data(),
+                                     ldc, batch);
+  const std::vector<T> got = x.dc.download();
   const double eps = std::numeric_limits<T>::epsilon();
   for (int64_t i = 0; i < batch; ++i) {
-    std::vector<T> want(c.begin() + i * m * n, c.begin() + (i + 1) * m * n);
-    ember::kernels::cpu::gemm_reference(ta, tb, m, n, k, T(0.75), a.data(), lda, b.data() + i * k * n, ldb, T(-1),
+    std::vector<T> want(x.c.begin() + i * m * n, x.c.begin() + (i + 1) * m * n);
+    ember::kernels::cpu::gemm_reference(ta, tb, m, n, k, T(0.75), x.a.data(), lda, x.b.data() + i * k * n, ldb, T(-1),
                                         want.data(), ldc);
     std::vector<T> g(got.begin() + i * m * n, got.begin() + (i + 1) * m * n);
     // |a|, |b|, |c| <= 1: sum |a b| <= k, so the bound of the test above is at most 2 k^2 eps.
     ember::testing::require_close(g, want, 2.0 * k * k * eps, 4 * eps, "batch " + std::to_string(i));
   }
-  dc.check_guards();
+  x.dc.check_guards();
   // An empty batch is a no-op.
-  ember::kernels::gpu::gemm_batched(ta, tb, m, n, k, T(1), ap.data(), lda, bp.data(), ldb, T(0), cp.data(), ldc, 0);
-  REQUIRE(dc.download() == got);
+  ember::kernels::gpu::gemm_batched(ta, tb, m, n, k, T(1), x.ap.data(), lda, x.bp.data(), ldb, T(0), x.cp.data(), ldc,
+                                     0);
+  REQUIRE(x.dc.download() == got);
 }
 
 TEST_CASE("cuda gemm: allow_tf32 switch (TF32 inputs: ~1e-3 relative per product)", "[cuda][gemm]") {

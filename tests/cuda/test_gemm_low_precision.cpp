@@ -26,6 +26,7 @@
 #include "../../core/dtype.h"
 #include "../../kernels/cuda/gemm.h"
 #include "device_buffer.h"
+#include "gemm_problems.h"
 #include "random_data.h"
 
 #if EMBER_SIMT
@@ -37,8 +38,7 @@ namespace {
 using ember::BFloat16;
 using ember::Half;
 using ember::kernels::Transpose;
-using ember::testing::DeviceBuffer;
-using ember::testing::random_vector;
+using namespace ember::testing;  // DeviceBuffer, random_vector, the GEMM problems (gemm_problems.h)
 
 template <typename T>
 double unit_roundoff() {
@@ -52,18 +52,12 @@ double element(const std::vector<T>& x, Transpose t, int64_t r, int64_t c, int64
                                                : x[static_cast<size_t>(c * ld + r)]);
 }
 
-struct Case {
-  int64_t m, n, k;
-  Transpose ta, tb;
-  int64_t pad;
-};
-
 // One product checked against the double reference within the bound above. c0 is C before the
 // call (NaN-filled when beta == 0: it must not be read).
 template <typename T>
 void require_within_bound(const std::vector<T>& got, const std::vector<T>& a, const std::vector<T>& b,
-                          const std::vector<T>& c0, const Case& cs, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                          float beta, const std::string& what) {
+                          const std::vector<T>& c0, const GemmCase& cs, int64_t lda, int64_t ldb, int64_t ldc,
+                          float alpha, float beta, const std::string& what) {
   const double u16 = unit_roundoff<T>(), u32 = std::ldexp(1.0, -24), tiny = std::ldexp(1.0, -25);
   for (int64_t i = 0; i < cs.m; ++i) {
     for (int64_t j = 0; j < cs.n; ++j) {
@@ -90,39 +84,16 @@ void require_within_bound(const std::vector<T>& got, const std::vector<T>& a, co
   }
 }
 
-enum class Path { Gemm, Tiled };
-
 template <typename T>
-void check_case(const Case& cs, Path path, float alpha, float beta, uint64_t seed) {
-  const int64_t a_rows = cs.ta == Transpose::No ? cs.m : cs.k, a_cols = cs.ta == Transpose::No ? cs.k : cs.m;
-  const int64_t b_rows = cs.tb == Transpose::No ? cs.k : cs.n, b_cols = cs.tb == Transpose::No ? cs.n : cs.k;
-  const int64_t lda = std::max<int64_t>(1, a_cols + cs.pad), ldb = std::max<int64_t>(1, b_cols + cs.pad);
-  const int64_t ldc = std::max<int64_t>(1, cs.n + cs.pad);
-  const std::vector<T> a = random_vector<T>(static_cast<size_t>(std::max<int64_t>(1, a_rows * lda)), seed);
-  const std::vector<T> b = random_vector<T>(static_cast<size_t>(std::max<int64_t>(1, b_rows * ldb)), seed + 1);
-  std::vector<T> c = random_vector<T>(static_cast<size_t>(std::max<int64_t>(1, cs.m * ldc)), seed + 2);
+void check_case(const GemmCase& cs, GemmPath path, float alpha, float beta, uint64_t seed) {
+  GemmProblem<T> p(cs, seed);
   if (beta == 0.0f)
-    for (auto& x : c) x = T(std::numeric_limits<float>::quiet_NaN());  // must be overwritten, never read
-  DeviceBuffer<T> da(a), db(b), dc(c);
-  if (path == Path::Gemm)
-    ember::kernels::gpu::gemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, da.data(), lda, db.data(), ldb, beta, dc.data(),
-                              ldc);
-  else
-    ember::kernels::gpu::gemm_tiled(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, da.data(), lda, db.data(), ldb, beta,
-                                    dc.data(), ldc);
-  require_within_bound(dc.download(), a, b, c, cs, lda, ldb, ldc, alpha, beta,
-                       path == Path::Gemm ? "gemm" : "gemm_tiled");
+    for (auto& x : p.c) x = T(std::numeric_limits<float>::quiet_NaN());  // must be overwritten, never read
+  DeviceBuffer<T> da(p.a), db(p.b), dc(p.c);
+  run_gemm(path, p, alpha, da, db, beta, dc);
+  require_within_bound(dc.download(), p.a, p.b, p.c, cs, p.lda, p.ldb, p.ldc, alpha, beta,
+                       path == GemmPath::Gemm ? "gemm" : "gemm_tiled");
   dc.check_guards();
-}
-
-std::vector<Case> cases() {
-  std::vector<Case> v;
-  const int64_t shapes[][3] = {{1, 1, 1}, {31, 33, 17}, {64, 64, 16}, {65, 1, 130}, {3, 70, 1025}, {37, 29, 64}};
-  int64_t i = 0;
-  for (auto& s : shapes)
-    for (Transpose ta : {Transpose::No, Transpose::Yes})
-      for (Transpose tb : {Transpose::No, Transpose::Yes}) v.push_back({s[0], s[1], s[2], ta, tb, i++ % 3});
-  return v;
 }
 
 }  // namespace
@@ -130,9 +101,9 @@ std::vector<Case> cases() {
 TEMPLATE_TEST_CASE("cuda gemm and gemm_tiled in f16/bf16: f32 accumulation, one rounding (all transposes, ragged)",
                    "[cuda][gemm][low_precision]", Half, BFloat16) {
   using T = TestType;
-  const Path path = GENERATE(Path::Gemm, Path::Tiled);
+  const GemmPath path = GENERATE(GemmPath::Gemm, GemmPath::Tiled);
   uint64_t seed = 500;
-  for (const Case& cs : cases()) {
+  for (const GemmCase& cs : gemm_cases({37, 29, 64})) {
     check_case<T>(cs, path, 1.0f, 0.0f, seed++);
     check_case<T>(cs, path, -1.5f, 0.5f, seed++);
   }
@@ -149,28 +120,18 @@ TEMPLATE_TEST_CASE("cuda gemm_batched in f16/bf16 matches the double reference p
   const Transpose ta = GENERATE(Transpose::No, Transpose::Yes);
   const Transpose tb = GENERATE(Transpose::No, Transpose::Yes);
   const int64_t lda = ta == Transpose::No ? k : m, ldb = tb == Transpose::No ? n : k, ldc = n;
-  const std::vector<T> a = random_vector<T>(static_cast<size_t>(m * k), 11);
-  const std::vector<T> b = random_vector<T>(static_cast<size_t>(batch * k * n), 12);
-  const std::vector<T> c = random_vector<T>(static_cast<size_t>(batch * m * n), 13);
-  DeviceBuffer<T> da(a), db(b), dc(c);
-  std::vector<const T*> ap(batch), bp(batch);
-  std::vector<T*> cp(batch);
+  BroadcastBatch<T> x(m, n, k, batch);
+  ember::kernels::gpu::gemm_batched(ta, tb, m, n, k, 0.75f, x.ap.data(), lda, x.bp.data(), ldb, -1.0f, x.cp.data(),
+                                    ldc, batch);
+  const std::vector<T> got = x.dc.download();
   for (int64_t i = 0; i < batch; ++i) {
-    ap[static_cast<size_t>(i)] = da.data();
-    bp[static_cast<size_t>(i)] = db.data() + i * k * n;
-    cp[static_cast<size_t>(i)] = dc.data() + i * m * n;
-  }
-  ember::kernels::gpu::gemm_batched(ta, tb, m, n, k, 0.75f, ap.data(), lda, bp.data(), ldb, -1.0f, cp.data(), ldc,
-                                    batch);
-  const std::vector<T> got = dc.download();
-  for (int64_t i = 0; i < batch; ++i) {
-    const std::vector<T> bi(b.begin() + i * k * n, b.begin() + (i + 1) * k * n);
-    const std::vector<T> ci(c.begin() + i * m * n, c.begin() + (i + 1) * m * n);
+    const std::vector<T> bi(x.b.begin() + i * k * n, x.b.begin() + (i + 1) * k * n);
+    const std::vector<T> ci(x.c.begin() + i * m * n, x.c.begin() + (i + 1) * m * n);
     const std::vector<T> gi(got.begin() + i * m * n, got.begin() + (i + 1) * m * n);
-    require_within_bound(gi, a, bi, ci, {m, n, k, ta, tb, 0}, lda, ldb, ldc, 0.75f, -1.0f,
+    require_within_bound(gi, x.a, bi, ci, {m, n, k, ta, tb, 0}, lda, ldb, ldc, 0.75f, -1.0f,
                          "batch " + std::to_string(i));
   }
-  dc.check_guards();
+  x.dc.check_guards();
 }
 
 // Straight at the library: cuBLAS's cublasGemmEx type table has 16F and 16BF inputs with C of the

@@ -72,16 +72,22 @@ inline std::vector<Tensor> snapshot(nn::Module& m) {
   return out;
 }
 
+// `steps` steps of SGD with momentum (lr 0.1, momentum 0.9) of `model` on the full batch `b`, in
+// one process: what the distributed runs are compared with.
+template <typename Model>
+void train_full_batch(Model& model, const Batch& b, int steps) {
+  optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    cross_entropy(model.forward(b.x), b.y).backward();
+    opt.step();
+  }
+}
+
 // `steps` SGD-with-momentum steps on the full batch, one process.
 inline std::vector<Tensor> train_reference(DType dt, int steps, int64_t n, uint64_t seed) {
   auto m = make_model(seed, dt);
-  const Batch b = make_batch(n, dt, seed + 1000);
-  optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
-  for (int s = 0; s < steps; ++s) {
-    opt.zero_grad();
-    cross_entropy(m->forward(b.x), b.y).backward();
-    opt.step();
-  }
+  train_full_batch(*m, make_batch(n, dt, seed + 1000), steps);
   return snapshot(*m);
 }
 

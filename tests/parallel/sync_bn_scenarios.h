@@ -68,13 +68,7 @@ inline std::vector<Tensor> state_of(nn::Module& m) {
 // `steps` SGD-with-momentum steps on the full batch, one process, plain BatchNorm2d.
 inline std::vector<Tensor> train_bn_reference(DType dt, int steps, int64_t n, uint64_t seed) {
   auto m = make_bn_model(seed, dt);
-  const ember::testing::ddp::Batch b = make_images(n, dt, seed + 1000);
-  optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
-  for (int s = 0; s < steps; ++s) {
-    opt.zero_grad();
-    cross_entropy(m->forward(b.x), b.y).backward();
-    opt.step();
-  }
+  ember::testing::ddp::train_full_batch(*m, make_images(n, dt, seed + 1000), steps);
   return state_of(*m);
 }
 
