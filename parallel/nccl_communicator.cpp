@@ -222,8 +222,12 @@ class NcclCommunicator : public Communicator {
     int64_t* all = headers_dev_ + words;
     EMBER_CUDA_CHECK(
         cudaMemcpyAsync(mine, host.data(), words * sizeof(int64_t), cudaMemcpyHostToDevice, stream_.get()));
+    // Recorded in a launch ledger like the data's collective, and made in every mode: the headers
+    // must agree before any data moves.
+    (void)record_collective("ncclAllGather (headers)", static_cast<int64_t>(words * n * sizeof(int64_t)), stream_.get());
     issue(comm_, ncclAllGather(mine, all, words, ncclInt64, comm_, stream_.get()), "exchanging headers (ncclAllGather)",
           deadline, timeout_s);
+    cuda::ledger_host_sync("NCCL header exchange");
     EMBER_CUDA_CHECK(
         cudaMemcpyAsync(host.data() + words, all, words * n * sizeof(int64_t), cudaMemcpyDeviceToHost, stream_.get()));
     wait_for_stream("while exchanging headers", deadline, timeout_s);

@@ -11,6 +11,10 @@
 #      as a user would: `ember info` and `ember train --device cuda --amp fp16 --max-steps 300`;
 #   5. run bench_cuda (ember) and bench/cuda/torch_gpu.py (PyTorch eager on the same GPU): the same
 #      measurements on both sides, one JSON line each;
+#   5a. the launch ledger: `ember explain --json` for the four workloads of the CI gate
+#      (tests/explain/baseline.json), every launch timed with CUDA events (predicted beside
+#      measured), and bench/cuda/fit_calibration.py fits the step model's efficiencies from them
+#      (explain-*.json, gpu-calibration.json: copy it over calibration/gpu.json back here);
 #   5b. with GPU_CHECK_CPU=1: the machine's CPU, pinned to 2 cores (a 2-vCPU machine's share):
 #      `ember info`, bench_gemm and bench_train against torch.mm and PyTorch's cnn training, and a
 #      short `ember train --device cpu` run of the default recipe (cpu*.jsonl, cpu.txt);
@@ -76,8 +80,8 @@ bundle() {
 # The build estimate: CI's nvcc build of the same targets takes about 9 minutes on 2 cores
 # (.ci/run step 3 prints it); nvcc and g++ scale almost linearly with cores, so 16 cores need
 # about 70 s if no single file is a long pole; the budget leaves nearly three times that.
-declare -A budget=([deps]=20 [build]=200 [cuda_tests]=80 [cli]=25 [bench_ember]=110 [bench_torch]=95 [cpu]=0 [summary]=10)
-plan_order=(deps build cuda_tests cli bench_ember bench_torch cpu summary)
+declare -A budget=([deps]=20 [build]=180 [cuda_tests]=80 [cli]=25 [bench_ember]=110 [bench_torch]=95 [explain]=20 [cpu]=0 [summary]=10)
+plan_order=(deps build cuda_tests cli bench_ember bench_torch explain cpu summary)
 plan_total=0
 for s in "${plan_order[@]}"; do plan_total=$((plan_total + budget[$s])); done
 {
@@ -225,6 +229,32 @@ bundle
 [ $ember_rc -eq 0 ] || { echo "gpu-check: bench_cuda failed (rc $ember_rc):"; tail -5 "$out/ember.err"; }
 [ $torch_rc -eq 0 ] || { echo "gpu-check: torch_gpu.py failed (rc $torch_rc):"; tail -5 "$out/torch.err"; }
 
+# ---- 5a. the launch ledger, timed, and the calibration fitted from it ---------------------------
+# The dry run records tiny sizes on the emulator (predicted only: the fit then has nothing to do).
+explain_gpu=h200
+[ $dry_run -eq 0 ] && ! grep -qi "h200" "$out/gpu.txt" && explain_gpu=h100
+if [ $dry_run -eq 1 ]; then
+  explain_workloads=("cnn_f32:--model cnn --batch-size 8 --image-size 28 --channels 1 --classes 10"
+                     "resnet18_amp_bf16_channels_last:--model resnet18 --batch-size 2 --image-size 32 --amp bf16 --channels-last")
+else
+  explain_workloads=("cnn_f32:--model cnn --batch-size 64 --image-size 28 --channels 1 --classes 10"
+                     "cnn_amp_bf16:--model cnn --batch-size 64 --image-size 28 --channels 1 --classes 10 --amp bf16"
+                     "resnet18_amp_bf16_channels_last:--model resnet18 --batch-size 256 --image-size 224 --amp bf16 --channels-last"
+                     "resnet18_f32_nchw:--model resnet18 --batch-size 256 --image-size 224")
+fi
+log "ember explain --gpu $explain_gpu (${#explain_workloads[@]} workloads)"
+explain_rc=0
+explain_files=()
+for w in "${explain_workloads[@]}"; do
+  name=${w%%:*}
+  # shellcheck disable=SC2086
+  within explain "$build_dir"/bin/ember explain ${w#*:} --gpu "$explain_gpu" --json > "$out/explain-$name.json" 2>> "$out/explain.err" || explain_rc=1
+  explain_files+=("$out/explain-$name.json")
+done
+py bench/cuda/fit_calibration.py "$out/gpu-calibration.json" "$explain_gpu" "${explain_files[@]}" | tee -a "$out/explain.err"
+bundle
+[ $explain_rc -eq 0 ] || { echo "gpu-check: ember explain failed:"; tail -5 "$out/explain.err"; }
+
 # ---- 5b. the CPU, with GPU_CHECK_CPU=1 -----------------------------------------------------------
 # The GPU machines have carried CPUs that the development machines were not lent (an Intel Xeon
 # of family 6 model 207, newer than Debian's OpenBLAS): ember's CPU paths measured there side by
@@ -329,4 +359,4 @@ if [ $dry_run -eq 1 ]; then
   done
   log "labs_gpu_report.py on a copy of the READMEs: $([ $readme_rc -eq 0 ] && echo ok || echo FAILED)"
 fi
-[ $cuda_rc -eq 0 ] && [ $cli_rc -eq 0 ] && [ $cpu_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ] && [ $readme_rc -eq 0 ]
+[ $cuda_rc -eq 0 ] && [ $cli_rc -eq 0 ] && [ $cpu_rc -eq 0 ] && [ $ember_rc -eq 0 ] && [ $explain_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $summary_rc -eq 0 ] && [ $readme_rc -eq 0 ]

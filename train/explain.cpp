@@ -111,7 +111,7 @@ ExplainResult explain_step(Run& r, const Tensor& images, const Tensor& labels, c
     if (p.requires_grad()) gradient_bytes += static_cast<double>(p.nbytes());
   for (int world : o.world_sizes)
     out.scaling.push_back(predict_scaling(out.prediction, out.ledger, gpu, gradient_bytes, world));
-  out.text = o.json ? explain_json(out.prediction, out.scaling) + "\n" : explain_table(out.prediction, out.scaling, o.rows);
+  out.text = o.json ? explain_json(out.prediction, out.scaling, out.ledger) + "\n" : explain_table(out.prediction, out.scaling, o.rows);
   return out;
 }
 

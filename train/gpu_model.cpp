@@ -178,6 +178,8 @@ StepPrediction predict_step(const std::vector<cuda::LedgerEntry>& ledger, const 
         }
         const double peak = peak_tflops(gpu, e.cost.math) * 1e6;  // flops per µs
         const double t_mem = bytes / (gpu.hbm_gbs * 1e3), t_flop = e.cost.flops / peak;
+        pe.mem_us = t_mem;
+        pe.flop_us = t_flop;
         pe.floor_us = std::max(t_mem, t_flop);
         const double t_mem_e = t_mem / e_mem, t_flop_e = t_flop / e_flop;
         pe.us = std::max(t_mem_e, t_flop_e) + launch;
@@ -237,6 +239,17 @@ StepPrediction predict_step(const std::vector<cuda::LedgerEntry>& ledger, const 
     if (n >= 16)
       p.findings.push_back(std::to_string(n) + " launches of " + kernel +
                            " in the optimizer: one per parameter tensor (a multi-tensor launch would do them at once)");
+  // A launch that moves many bytes on fewer blocks than the GPU has SMs leaves most of its memory
+  // bandwidth idle (the full `sum` of the H200 run: one block, 2.4 GB/s).
+  for (const cuda::LedgerEntry& e : ledger) {
+    const double blocks = double(e.grid[0]) * e.grid[1] * e.grid[2];
+    if (e.kind == cuda::CallKind::kernel && blocks < gpu.sms && e.cost.read + e.cost.written > 16e6) {
+      char line[256];
+      std::snprintf(line, sizeof line, "%s (op %s) moves %.0f MB on %.0f blocks, fewer than the GPU's %d SMs",
+                    e.kernel.c_str(), e.op.c_str(), (e.cost.read + e.cost.written) * 1e-6, blocks, gpu.sms);
+      p.findings.push_back(line);
+    }
+  }
   if (p.allocations > 0)
     p.findings.push_back(std::to_string(p.allocations) + " cudaMalloc calls in the step (the caching allocator was not warm)");
   return p;
@@ -331,7 +344,8 @@ std::string explain_table(const StepPrediction& p, const std::vector<Scaling>& s
   return out;
 }
 
-std::string explain_json(const StepPrediction& p, const std::vector<Scaling>& scaling) {
+std::string explain_json(const StepPrediction& p, const std::vector<Scaling>& scaling,
+                         const std::vector<cuda::LedgerEntry>& ledger) {
   json j;
   j["gpu"] = p.gpu;
   j["cuda_graphs"] = p.graphs;
@@ -352,6 +366,20 @@ std::string explain_json(const StepPrediction& p, const std::vector<Scaling>& sc
                         {"measured_us", r.measured ? json(r.measured_us) : json(nullptr)},
                         {"uncalibrated", r.uncalibrated}, {"lab", r.lab}});
   j["findings"] = p.findings;
+  // Every entry, for the calibration fit (bench/cuda/fit_calibration.py) and for reading.
+  j["entries"] = json::array();
+  for (size_t i = 0; i < p.entries.size() && i < ledger.size(); ++i) {
+    const cuda::LedgerEntry& e = ledger[i];
+    const PredictedEntry& pe = p.entries[i];
+    j["entries"].push_back({{"kind", cuda::call_kind_name(e.kind)}, {"op", e.op},
+                            {"phase", profiler::phase_name(e.phase)}, {"kernel", e.kernel}, {"family", e.family},
+                            {"shape", e.shape}, {"math", cuda::math_name(e.cost.math)},
+                            {"grid", {e.grid[0], e.grid[1], e.grid[2]}}, {"block", {e.block[0], e.block[1], e.block[2]}},
+                            {"read", e.cost.read}, {"written", e.cost.written}, {"flops", e.cost.flops},
+                            {"mem_us", pe.mem_us}, {"flop_us", pe.flop_us}, {"predicted_us", pe.us},
+                            {"measured_us", e.measured_us >= 0 ? json(e.measured_us) : json(nullptr)},
+                            {"note", e.note}});
+  }
   j["scaling"] = json::array();
   for (const Scaling& s : scaling)
     j["scaling"].push_back({{"world", s.world}, {"link", s.link}, {"allreduce_ms", s.allreduce_ms},

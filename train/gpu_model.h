@@ -70,6 +70,7 @@ const char* bound_name(Bound b);
 struct PredictedEntry {
   double us = 0;        // predicted time of this entry, launch cost included
   double floor_us = 0;  // its roofline: e = 1, no launch cost
+  double mem_us = 0, flop_us = 0;  // the two terms of the roofline (bytes at full bandwidth, flops at peak)
   Bound bound = Bound::memory;
   bool uncalibrated = false;  // a convolution / GEMM shape the calibration does not hold
 };
@@ -110,6 +111,8 @@ Scaling predict_scaling(const StepPrediction& step, const std::vector<cuda::Ledg
 
 // The text table `ember explain` prints, and its --json object.
 std::string explain_table(const StepPrediction& p, const std::vector<Scaling>& scaling, int rows = 25);
-std::string explain_json(const StepPrediction& p, const std::vector<Scaling>& scaling);
+// --json: the step, its ops, findings, scaling, and every ledger entry with its prediction.
+std::string explain_json(const StepPrediction& p, const std::vector<Scaling>& scaling,
+                         const std::vector<cuda::LedgerEntry>& ledger);
 
 }  // namespace ember::train

@@ -229,8 +229,42 @@ def train_cnn(o, data, steps, amp):
             "images_per_sec": round(64 * steps / (time.perf_counter() - t0), 1)})
 
 
-def resnet18_step(o, batch, size, steps, amp):
-    torch.backends.cudnn.benchmark = True
+def profile_step(o, step):
+    """torch.profiler's per-op table of one step (the counterpart of `ember explain`'s rows):
+    the 25 ops with the most device time (CPU time on the dry run's CPU), one JSON line."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if o.dev.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            step()
+            sync(o.dev)
+        attr = "cuda_time_total" if o.dev.type == "cuda" else "cpu_time_total"
+        rows = sorted(prof.key_averages(), key=lambda e: getattr(e, attr, 0), reverse=True)[:25]
+        o.line({"bench": "resnet18_profile", "time": attr,
+                "ops": [{"op": e.key, "calls": e.count, "us": round(getattr(e, attr, 0), 1)} for e in rows]})
+    except Exception as e:  # the profiler is informative: its failure must not cost the run
+        o.line({"bench": "resnet18_profile", "error": str(e)[:200]})
+
+
+def batch_norm_backend(o, model):
+    """Which batch-norm implementation PyTorch picks for this model's first BN under AMP bf16
+    (cuDNN, MIOpen or its native kernels), where this PyTorch can say."""
+    bn = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    x = torch.randn(2, bn.num_features, 8, 8, device=o.dev, dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    try:
+        backend = torch._C._select_batch_norm_backend(x, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                                                      True, bn.eps)
+        o.line({"bench": "batch_norm_backend", "dtype": "bf16", "backend": str(backend)})
+    except Exception as e:
+        o.line({"bench": "batch_norm_backend", "dtype": "bf16", "error": str(e)[:200]})
+
+
+def resnet18_step(o, batch, size, steps, amp, benchmark=False):
+    """One ResNet-18 training step. benchmark=False is PyTorch's default (cuDNN's heuristics),
+    compared with ember's default; benchmark=True is cuDNN benchmark mode on both sides (ember's
+    --cudnn-benchmark line), so that each mode is compared with the same mode."""
+    torch.backends.cudnn.benchmark = benchmark
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(1)
@@ -250,9 +284,16 @@ def resnet18_step(o, batch, size, steps, amp):
         opt.step()
 
     t = timed(o.dev, steps, step)
-    o.line({"bench": "resnet18_step", "batch": batch, "image_size": size,
+    if amp and not benchmark:
+        profile_step(o, step)
+        batch_norm_backend(o, model)
+    line = {"bench": "resnet18_step", "batch": batch, "image_size": size,
             "precision": "amp_bf16" if amp else "f32", "channels_last": amp, "steps": steps,
-            "ms": round(t * 1e3, 2), "images_per_sec": round(batch / t, 1)})
+            "ms": round(t * 1e3, 2), "images_per_sec": round(batch / t, 1)}
+    if benchmark:
+        line["mode"] = "cudnn_benchmark"
+    o.line(line)
+    torch.backends.cudnn.benchmark = False  # what follows (recipe_to_93) runs PyTorch's default
 
 
 def recipe_to_93(o, data, tiny):
@@ -339,6 +380,8 @@ def main():
     if "resnet18_step" in only:
         for amp in (False, True):
             resnet18_step(o, *((2, 32, 1) if tiny else (256, 224, 10)), amp)
+        # AMP again in cuDNN benchmark mode, against ember's benchmark-mode line.
+        resnet18_step(o, *((2, 32, 1) if tiny else (256, 224, 10)), True, benchmark=True)
     if "recipe_to_93" in only:
         recipe_to_93(o, data, tiny)
 

@@ -78,7 +78,11 @@ cuda::Cost gather_cost(int64_t n, const CropFlip& p) {
   const double values = static_cast<double>(n) * p.channels * p.out_height * p.out_width;
   const double rows = expected_inside(p.height, p.out_height, p.padding, p.crop);
   const double columns = expected_inside(p.width, p.out_width, p.padding, p.crop);
-  const double source = static_cast<double>(n) * p.channels * rows * columns;
+  // The u8 rows a window covers are one contiguous run when the columns it skips are fewer than
+  // a 32-byte sector: whole rows, and about one sector of rounding at the run's ends.
+  const bool whole_rows = static_cast<double>(p.width) - columns < 32;
+  const double plane = whole_rows ? rows * static_cast<double>(p.width) + 32 : rows * columns;
+  const double source = static_cast<double>(n) * p.channels * plane;
   const double lut = std::min(static_cast<double>(p.channels) * 256, values) * sizeof(float);
   return cuda::cost(3.0 * n * sizeof(int32_t) + static_cast<double>(n) * sizeof(int64_t) + source + lut,
                     values * sizeof(float));

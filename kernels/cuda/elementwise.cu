@@ -222,10 +222,16 @@ void launch(const char* op, const IterShape& shape, Operand out, const std::arra
   const cudaStream_t stream = cuda::current_stream();
   const size_t sizes[] = {sizeof(In)..., 1};
   // The declared cost (Note [Launch ledger]): each input's distinct elements read once (a
-  // broadcast operand's repeats are cache hits), the output written once, one operation per element.
+  // broadcast operand's repeats are cache hits, and so is an input given twice, as in x * x), the
+  // output written once, one operation per element.
   auto declared = [&] {
     double read = 0;
-    for (int k = 1; k < N; ++k) read += static_cast<double>(ix.distinct_elements(k) * static_cast<int64_t>(sizes[k - 1]));
+    for (int k = 1; k < N; ++k) {
+      bool repeated = false;
+      for (int j = 1; j < k; ++j)
+        repeated = repeated || (in.p[j - 1] == in.p[k - 1] && std::equal(ix.strides[j], ix.strides[j] + ix.ndim, ix.strides[k]));
+      if (!repeated) read += static_cast<double>(ix.distinct_elements(k) * static_cast<int64_t>(sizes[k - 1]));
+    }
     return cuda::cost(read, static_cast<double>(ix.distinct_elements(0)) * sizeof(Out), static_cast<double>(n));
   };
   if (ix.contiguous()) {

@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -177,15 +178,25 @@ __global__ void sgemm_tiled(TiledArgs<T> args) {
   }
 }
 
+// A batch's operands as the footprint sees them: a matrix that several products share (a
+// convolution's weight for every image) is read once; the device arrays of pointers are read too.
+struct BatchOperands {
+  int64_t a_mats = 0, b_mats = 0;  // distinct A and B matrices (0: one per product)
+  double list_bytes = 0;           // the pointer arrays
+};
+
 // The declared cost of `batch` products C = A B, m x n x k (Note [Launch ledger]): A and B read
 // once, C read when beta != 0 and written once, 2 m n k flops each; the shape names the problem for
 // the calibration (train/gpu_model.h).
 template <typename T>
 cuda::Declared gemm_declared(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, bool reads_c,
-                             cuda::Math math) {
+                             cuda::Math math, const BatchOperands& ops = {}) {
   const double b = static_cast<double>(batch), e = sizeof(T);
+  const double a_mats = ops.a_mats > 0 ? std::min<double>(ops.a_mats, b) : b;
+  const double b_mats = ops.b_mats > 0 ? std::min<double>(ops.b_mats, b) : b;
   const double mn = double(m) * n, mk = double(m) * k, kn = double(k) * n;
-  cuda::Cost c = cuda::math_cost(b * e * (mk + kn + (reads_c ? mn : 0)), b * e * mn, b * 2 * mn * k, math);
+  cuda::Cost c = cuda::math_cost(e * (a_mats * mk + b_mats * kn + (reads_c ? b * mn : 0)) + ops.list_bytes,
+                                 b * e * mn, b * 2 * mn * k, math);
   return {c, "gemm " + std::string(dtype_name(dtype_of<T>::value)) + " " + (ta ? "T" : "N") + (tb ? "T" : "N") + " m=" +
                  std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                  (batch > 1 ? " batch=" + std::to_string(batch) : "")};
@@ -193,7 +204,7 @@ cuda::Declared gemm_declared(bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 
 // The launcher: grid math, batches of at most 65535 products per launch (gridDim.z's limit).
 template <typename T>
-void launch_tiled(TiledArgs<T> args, int64_t batch) {
+void launch_tiled(TiledArgs<T> args, int64_t batch, const BatchOperands& ops = {}) {
   if (args.m == 0 || args.n == 0 || batch == 0) return;
   const int64_t grid_x = (args.n + kTileN - 1) / kTileN, grid_y = (args.m + kTileM - 1) / kTileM;
   EMBER_CHECK(grid_y <= 65535, "gemm_tiled: m = ", args.m, " needs more than 65535 row tiles");
@@ -203,7 +214,7 @@ void launch_tiled(TiledArgs<T> args, int64_t batch) {
                     static_cast<unsigned>(std::min<int64_t>(65535, batch - z0)));
     EMBER_LAUNCH((sgemm_tiled<T>), grid, dim3(kThreads), 0, cuda::current_stream(),
                  gemm_declared<T>(args.ta, args.tb, args.m, args.n, args.k, grid.z, args.beta != acc_t<T>(0),
-                                  std::is_same_v<T, double> ? cuda::Math::fp64 : cuda::Math::cuda_core)
+                                  std::is_same_v<T, double> ? cuda::Math::fp64 : cuda::Math::cuda_core, ops)
                      .cost,
                  args);
     cuda::check_launch("gemm_tiled");
@@ -342,7 +353,7 @@ bool cublas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, ac
 template <typename T>
 bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, acc_t<T> alpha,
                          const T* const* a, int64_t lda, const T* const* b, int64_t ldb, acc_t<T> beta, T* const* c,
-                         int64_t ldc, int batch) {
+                         int64_t ldc, int batch, const BatchOperands& ops) {
   std::lock_guard<std::mutex> lock(g_cublas_mutex);
   cublasHandle_t h = bound_handle();
   if (!h) return false;
@@ -352,7 +363,8 @@ bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64
     cuda::recorded_call(
         cuda::CallKind::cublas, "cublasGemmBatchedEx", cuda::current_stream(),
         [&] {
-          return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>());
+          return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>(),
+                                  ops);
         },
         [&] {
           EMBER_CUBLAS_CHECK(cublasGemmBatchedEx(h, op_of(tb), op_of(ta), M, N, K, &alpha,
@@ -365,7 +377,8 @@ bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64
     cuda::recorded_call(
         cuda::CallKind::cublas, "cublasDgemmBatched", cuda::current_stream(),
         [&] {
-          return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>());
+          return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>(),
+                                  ops);
         },
         [&] {
           EMBER_CUBLAS_CHECK(cublasDgemmBatched(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
@@ -410,17 +423,21 @@ void gemm_batched_impl(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
     host[static_cast<size_t>(batch + i)] = b[i];
     host[static_cast<size_t>(2 * batch + i)] = c[i];
   }
+  BatchOperands ops;
+  ops.a_mats = static_cast<int64_t>(std::set<const T*>(a, a + batch).size());
+  ops.b_mats = static_cast<int64_t>(std::set<const T*>(b, b + batch).size());
+  ops.list_bytes = static_cast<double>(bytes);
   const detail::LaunchRecords records(host.data(), bytes);
   void* lists = records.get();
   const T* const* a_dev = static_cast<const T* const*>(lists);
   const T* const* b_dev = a_dev + batch;
   T* const* c_dev = static_cast<T* const*>(lists) + 2 * batch;
   if (k > 0 && !tiled_forced() &&
-      cublas_gemm_batched(ta, tb, m, n, k, alpha, a_dev, lda, b_dev, ldb, beta, c_dev, ldc, static_cast<int>(batch)))
+      cublas_gemm_batched(ta, tb, m, n, k, alpha, a_dev, lda, b_dev, ldb, beta, c_dev, ldc, static_cast<int>(batch), ops))
     return;
   TiledArgs<T> args = make_args<T>(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
   args.a_list = a_dev, args.b_list = b_dev, args.c_list = c_dev;
-  launch_tiled(args, batch);
+  launch_tiled(args, batch, ops);
 }
 
 }  // namespace

@@ -74,6 +74,10 @@ __global__ void one_hot_kernel(int64_t n, const I* labels, int64_t num_classes, 
   EMBER_THREAD_LOOP(i, n) out[i * num_classes + static_cast<int64_t>(labels[i])] = static_cast<T>(1.0f);
 }
 
+// What one element written into each row of `row_bytes` costs: a whole 32-byte sector (the unit
+// DRAM moves) when rows are at least that long, else the row (neighbouring rows share sectors).
+double scattered_bytes(size_t row_bytes) { return static_cast<double>(std::min<size_t>(32, row_bytes)); }
+
 // The indexed operand as the offset calculator sees it: stride 0 along dim.
 Operand without_dim(Operand op, int dim) {
   op.strides[dim] = 0;
@@ -109,7 +113,7 @@ void scatter_add(DType dtype, const IterShape& shape, int dim, Operand out, Oper
       if (n == 0) return;
       const Operand ops[3] = {without_dim(out, dim), src, index};
       EMBER_LAUNCH_FLAT((scatter_add_kernel<T, I>), grid_for(n, kThreads), kThreads, cuda::current_stream(),
-                        cuda::cost(double(n) * (2 * sizeof(T) + sizeof(I)), double(n) * sizeof(T), double(n)), n,
+                        cuda::cost(double(n) * (sizeof(T) + sizeof(I)), double(n) * sizeof(T), double(n)), n,
                         StridedIndexer<3>(shape, ops), static_cast<T*>(out.data), out.strides[dim],
                         static_cast<const T*>(src.data), static_cast<const I*>(index.data));
       cuda::check_launch("scatter_add");
@@ -155,7 +159,8 @@ void one_hot(DType out_dtype, DType label_dtype, int64_t n, const void* labels, 
     EMBER_DISPATCH_ALL(out_dtype, "one_hot", [&] {
       using T = scalar_t;
       EMBER_LAUNCH_FLAT((one_hot_kernel<T, I>), grid_for(n, kThreads), kThreads, stream,
-                        cuda::cost(double(n) * sizeof(I), double(n) * sizeof(T)), n, static_cast<const I*>(labels),
+                        cuda::cost(double(n) * sizeof(I), double(n) * scattered_bytes(num_classes * sizeof(T))), n,
+                        static_cast<const I*>(labels),
                         num_classes, static_cast<T*>(out));
     });
   });

@@ -161,9 +161,12 @@ __global__ void nll_loss_backward_kernel(int64_t total, int64_t C, int64_t S, T*
 // The declared costs (Note [Launch ledger]). Forward: cross entropy reads every logit (nll_loss
 // one log-probability per sample), the targets and the class weights, and writes the loss, the
 // target weight and (cross entropy) the log-sum-exp per sample, as doubles.
-cuda::Cost loss_forward_cost(int64_t samples, int64_t C, size_t elem, bool weighted, bool cross_entropy) {
+cuda::Cost loss_forward_cost(int64_t samples, int64_t C, int64_t S, size_t elem, bool weighted, bool cross_entropy) {
   const double s = static_cast<double>(samples);
-  const double read = (cross_entropy ? s * C : s) * elem + s * sizeof(int64_t) + (weighted ? double(C) * elem : 0);
+  // nll_loss gathers one log-probability per sample: a 32-byte sector each when the samples are
+  // rows of at least that many bytes (S == 1), neighbours otherwise.
+  const double gathered = S > 1 ? s * elem : s * std::min<double>(32, double(C) * elem);
+  const double read = (cross_entropy ? s * C * elem : gathered) + s * sizeof(int64_t) + (weighted ? double(C) * elem : 0);
   return cuda::cost(read, s * sizeof(double) * (cross_entropy ? 3 : 2), cross_entropy ? 4 * s * C : s);
 }
 // Backward: cross entropy reads every logit, the targets, the log-sum-exps and the incoming
@@ -210,7 +213,7 @@ void cross_entropy_forward(DType dtype, const ClassLayout& layout, const void* l
     const int g = S > 1 || C <= 8 ? 1 : (C <= 1024 ? detail::kWarp : kThreads);
     detail::with_group(g, [&]<int G>() {
       EMBER_LAUNCH((cross_entropy_forward_kernel<G, T>), detail::grid_for_groups<G>(samples), kThreads, 0,
-                   cuda::current_stream(), loss_forward_cost(samples, C, sizeof(T), weight != nullptr, true),
+                   cuda::current_stream(), loss_forward_cost(samples, C, S, sizeof(T), weight != nullptr, true),
                    samples, C, S, static_cast<const T*>(logits), target,
                    static_cast<const T*>(weight), ignore_index, label_smoothing, loss, target_weight, lse);
     });
@@ -251,7 +254,7 @@ void nll_loss_forward(DType dtype, const ClassLayout& layout, const void* log_pr
     const int64_t samples = layout.samples();
     if (samples == 0) return;
     EMBER_LAUNCH_FLAT((nll_loss_forward_kernel<T>), grid_for(samples, kThreads), kThreads,
-                      cuda::current_stream(), loss_forward_cost(samples, layout.c, sizeof(T), weight != nullptr, false),
+                      cuda::current_stream(), loss_forward_cost(samples, layout.c, layout.s, sizeof(T), weight != nullptr, false),
                       samples, layout.c, layout.s, static_cast<const T*>(log_probs),
                       target, static_cast<const T*>(weight), ignore_index, loss, target_weight);
     cuda::check_launch("nll_loss");

@@ -394,8 +394,10 @@ cuda::Cost pool_cost(const Pool2dGeometry& g, const AxisCover& h, const AxisCove
                      size_t index) {
   const double planes = static_cast<double>(g.planes), taps = planes * h.taps * w.taps;
   const double in = planes * g.in_h * g.in_w, out = planes * g.out_h * g.out_w;
-  if (forward)
-    return cuda::cost(planes * h.inputs * w.inputs * elem, out * (elem + index), index ? taps : taps + out);
+  // A covered row whose uncovered cells are fewer than a 32-byte sector's worth is read whole: the
+  // sectors holding its covered cells hold the others too.
+  const double row = static_cast<double>((g.in_w - w.inputs) * static_cast<int64_t>(elem) < 32 ? g.in_w : w.inputs);
+  if (forward) return cuda::cost(planes * h.inputs * row * elem, out * (elem + index), index ? taps : taps + out);
   const double reached = planes * h.outputs * w.outputs;
   return cuda::cost(reached * (elem + index), in * elem, index ? reached : 2 * taps);
 }

@@ -53,6 +53,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "internal.h"
 
@@ -360,11 +361,108 @@ void record_access(const void* p, size_t size, bool write, bool atomic, const vo
 }
 }  // namespace
 
+// ---- footprints (counters.h) ----
+// One launch at a time is measured (launches run one after another on the launching thread);
+// its flat blocks may run on several OS threads, hence the lock.
+std::atomic<bool> g_footprint{false};
+// A warp request of a footprint: (block, warp, instruction, k-th execution by each lane).
+struct WarpRequest {
+  uint64_t block;
+  uint32_t warp, k;
+  uintptr_t pc;
+  bool operator==(const WarpRequest& o) const { return block == o.block && warp == o.warp && k == o.k && pc == o.pc; }
+};
+struct WarpRequestHash {
+  size_t operator()(const WarpRequest& r) const {
+    return std::hash<uintptr_t>()(r.pc) ^ (r.block * 0x9E3779B97F4A7C15ull) ^ (static_cast<size_t>(r.warp) << 32) ^
+           (static_cast<size_t>(r.k) * 0xC2B2AE3D27D4EB4Full);
+  }
+};
+struct RequestSectors {
+  std::vector<uintptr_t> sectors;  // distinct
+  uint64_t bytes = 0;              // what the lanes asked for
+};
+struct FootprintState {
+  std::mutex mutex;
+  bool in_launch = false;
+  Footprint current;
+  std::unordered_set<uintptr_t> read, written;
+  // (block, thread, pc) -> executions so far; then the requests they form.
+  std::unordered_map<WarpRequest, uint32_t, WarpRequestHash> executions;
+  std::unordered_map<WarpRequest, RequestSectors, WarpRequestHash> requests;
+  std::vector<Footprint> results;
+};
+FootprintState& footprint_state() {
+  static FootprintState* s = new FootprintState;
+  return *s;
+}
+
+void footprint_launch_begin(const LaunchRequest& r) {
+  if (!g_footprint.load(std::memory_order_relaxed)) return;
+  FootprintState& s = footprint_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.in_launch = true;
+  s.current = Footprint{};
+  s.current.kernel = r.site.kernel;
+  s.current.grid[0] = r.grid.x, s.current.grid[1] = r.grid.y, s.current.grid[2] = r.grid.z;
+  s.current.block[0] = r.block.x, s.current.block[1] = r.block.y, s.current.block[2] = r.block.z;
+  s.read.clear();
+  s.written.clear();
+  s.executions.clear();
+  s.requests.clear();
+}
+
+void footprint_launch_end() {
+  if (!g_footprint.load(std::memory_order_relaxed)) return;
+  FootprintState& s = footprint_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.in_launch) return;
+  s.in_launch = false;
+  s.current.read_sectors = s.read.size();
+  s.current.written_sectors = s.written.size();
+  for (const auto& [key, r] : s.requests) {
+    s.current.requests += 1;
+    s.current.request_sectors += r.sectors.size();
+    s.current.ideal_sectors += (r.bytes + 31) / 32;
+  }
+  s.executions.clear();
+  s.requests.clear();
+  s.results.push_back(std::move(s.current));
+}
+
+namespace {
+void footprint_access(const void* p, size_t size, bool write, const void* pc) {
+  if (!g_footprint.load(std::memory_order_relaxed) || size == 0) return;
+  if (tls_exec.mode != Mode::Fiber && tls_exec.mode != Mode::Flat) return;  // host code of the program
+  Allocation a;
+  if (!find_allocation(p, false, &a) || a.kind != MemoryKind::Device) return;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  const ExecContext& x = tls_exec;
+  const uint64_t block = x.block_idx.x + uint64_t{x.grid_dim.x} * (x.block_idx.y + uint64_t{x.grid_dim.y} * x.block_idx.z);
+  const uint32_t thread = x.thread_idx.x + x.block_dim.x * (x.thread_idx.y + x.block_dim.y * x.thread_idx.z);
+  const auto at = reinterpret_cast<uintptr_t>(pc);
+  FootprintState& s = footprint_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.in_launch) return;
+  const uint32_t k = s.executions[WarpRequest{block, thread, 0, at}]++;
+  RequestSectors& r = s.requests[WarpRequest{block, thread / 32, k, at}];
+  r.bytes += size;
+  for (uintptr_t sector = addr / 32; sector <= (addr + size - 1) / 32; ++sector) {
+    (write ? s.written : s.read).insert(sector);
+    if (std::find(r.sectors.begin(), r.sectors.end(), sector) == r.sectors.end()) r.sectors.push_back(sector);
+  }
+}
+}  // namespace
+
 void counters_access(const void* p, size_t size, bool write, const void* pc) {
+  footprint_access(p, size, write, pc);
   record_access(p, size, write, false, pc);
 }
 
-void counters_atomic_access(const void* p, size_t size, const void* pc) { record_access(p, size, true, true, pc); }
+void counters_atomic_access(const void* p, size_t size, const void* pc) {
+  footprint_access(p, size, true, pc);
+  record_access(p, size, true, true, pc);
+}
 
 }  // namespace detail
 
@@ -381,5 +479,19 @@ std::vector<KernelCounters> counters_stop() {
 }
 
 bool counters_see_memory() { return detail::g_memory_hooks_linked.load(); }
+
+void footprint_start() {
+  detail::FootprintState& s = detail::footprint_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.results.clear();
+  detail::g_footprint.store(true);
+}
+
+std::vector<Footprint> footprint_stop() {
+  detail::FootprintState& s = detail::footprint_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  detail::g_footprint.store(false);
+  return std::move(s.results);
+}
 
 }  // namespace ember::simt

@@ -64,4 +64,25 @@ std::vector<KernelCounters> counters_stop();
 // Whether this program's loads and stores reach the counters (a lab linked with the hooks).
 bool counters_see_memory();
 
+// The device-memory footprint of a launch: the distinct 32-byte sectors its threads read and
+// wrote (an atomic read-modify-write counts as a write), each counted once however many threads
+// and requests touched it — the DRAM traffic of a launch whose data a perfect cache would keep.
+// Unlike the counters above, footprints are taken for every launch, fiber and flat alike, in
+// launch order. What the launch ledger's declared bytes are checked against (Note [Launch
+// ledger] in core/cuda/ledger.h; tests/ledger/footprint.cpp). Needs the access hooks like the
+// counters: without them every footprint is zero.
+struct Footprint {
+  std::string kernel;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  uint64_t read_sectors = 0, written_sectors = 0;
+  // Coalescing, for fiber and flat launches alike: the warp requests (the lanes of one warp at the
+  // k-th execution of one instruction), the 32-byte sectors they touched summed over requests,
+  // and what the same requests would need with their lanes' bytes packed and aligned.
+  uint64_t requests = 0, request_sectors = 0, ideal_sectors = 0;
+  uint64_t read_bytes() const { return read_sectors * 32; }
+  uint64_t written_bytes() const { return written_sectors * 32; }
+};
+void footprint_start();
+std::vector<Footprint> footprint_stop();
+
 }  // namespace ember::simt

@@ -188,8 +188,10 @@ void run_grid(const LaunchRequest& r) {
     make_order(order.data(), nblocks, cfg.block_order, rng);
   }
   const unsigned* block_order = order.empty() ? nullptr : order.data();
+  footprint_launch_begin(r);
   if (r.kind == LaunchKind::Flat) run_flat_grid(r, block_order, nblocks);
   else run_fiber_grid(r, block_order, nblocks);
+  footprint_launch_end();
 }
 
 void submit_launch(const LaunchRequest& r, std::shared_ptr<void> keep_alive) {

@@ -166,6 +166,9 @@ void counters_on_warp_op(unsigned warp, unsigned lanes);
 void counters_access(const void* p, size_t size, bool write, const void* pc);
 // An atomic read-modify-write: counted as a store, and never a race with another atomic.
 void counters_atomic_access(const void* p, size_t size, const void* pc);
+// Called by run_grid around every launch (footprint_start in counters.h).
+void footprint_launch_begin(const LaunchRequest& r);
+void footprint_launch_end();
 // Set when the access hooks are linked into the program (kernels/simt/lab_support/access_hooks.cpp).
 extern std::atomic<bool> g_memory_hooks_linked;
 
