@@ -30,8 +30,8 @@ struct ExplainResult {
   std::string text;  // the table or the JSON object, as `ember explain` prints it
 };
 
-// Runs a warm-up step and then one step under a ledger on r's CUDA device, on `images` (N, C, H,
-// W) and `labels` (N,) already on the host: on the SIMT emulator both steps are record-only (the
+// Runs two warm-up steps and then one step under a ledger on r's CUDA device, on `images` (N, C, H,
+// W) and `labels` (N,) already on the host: on the SIMT emulator every step is record-only (the
 // kernels are recorded and skipped), on a real GPU the warm-up runs and the step is timed with
 // CUDA events. r must hold a model, optimizer and step (start_run, or explain_run below).
 ExplainResult explain_step(Run& r, const Tensor& images, const Tensor& labels, const ExplainOptions& o);
