@@ -223,7 +223,11 @@ log "bench_cuda ${tiny[*]}"
 within bench_ember "$build_dir"/bench/bench_cuda "${tiny[@]}" > "$out/ember.jsonl" 2> "$out/ember.err"
 ember_rc=$?
 log "torch_gpu.py ${tiny[*]} ($python)"
-within bench_torch env LD_LIBRARY_PATH="$orig_ld_path" "$python" bench/cuda/torch_gpu.py "${tiny[@]}" > "$out/torch.jsonl" 2> "$out/torch.err"
+# GPU_CHECK_COMPILE=1: PyTorch's ResNet-18 step under torch.compile(max-autotune) too (minutes of
+# autotuning: give the run the time, GPU_CHECK_SECONDS, before asking). The dry run always
+# rehearses it (Debian's PyTorch 1.13 answers that it has no torch.compile).
+compile_flag=(); { [ "${GPU_CHECK_COMPILE:-0}" = 1 ] || [ $dry_run -eq 1 ]; } && compile_flag=(--compile)
+within bench_torch env LD_LIBRARY_PATH="$orig_ld_path" "$python" bench/cuda/torch_gpu.py "${tiny[@]}" "${compile_flag[@]}" > "$out/torch.jsonl" 2> "$out/torch.err"
 torch_rc=$?
 bundle
 [ $ember_rc -eq 0 ] || { echo "gpu-check: bench_cuda failed (rc $ember_rc):"; tail -5 "$out/ember.err"; }

@@ -296,6 +296,39 @@ def resnet18_step(o, batch, size, steps, amp, benchmark=False):
     torch.backends.cudnn.benchmark = False  # what follows (recipe_to_93) runs PyTorch's default
 
 
+def resnet18_compiled(o, batch, size, steps):
+    """The AMP bf16 channels-last ResNet-18 step under torch.compile(mode="max-autotune"): a further
+    PyTorch column (--compile; gpu-check passes it with GPU_CHECK_COMPILE=1, since autotuning takes
+    minutes the 9-minute plan does not hold). The compile happens in the untimed first steps."""
+    if not hasattr(torch, "compile"):
+        o.line({"bench": "resnet18_step", "precision": "amp_bf16", "mode": "torch_compile", "channels_last": True,
+                "error": f"torch {torch.__version__} has no torch.compile"})
+        return
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(1)
+    model = ResNet18().to(o.dev).to(memory_format=torch.channels_last)
+    x = torch.randn(batch, 3, size, size, device=o.dev).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device=o.dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    compiled = torch.compile(model, mode="max-autotune")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(o.dev.type, dtype=torch.bfloat16):
+            loss = F.cross_entropy(compiled(x), y)
+        loss.backward()
+        opt.step()
+
+    t0 = time.perf_counter()
+    step()
+    sync(o.dev)
+    compile_seconds = time.perf_counter() - t0
+    t = timed(o.dev, steps, step)
+    o.line({"bench": "resnet18_step", "batch": batch, "image_size": size, "precision": "amp_bf16",
+            "mode": "torch_compile", "channels_last": True, "steps": steps, "compile_seconds": round(compile_seconds, 1),
+            "ms": round(t * 1e3, 2), "images_per_sec": round(batch / t, 1)})
+
+
 def recipe_to_93(o, data, tiny):
     """ember's default recipe (train/recipe.cpp) with the data on the device."""
     xtr, ytr, xte, yte = data
@@ -352,6 +385,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--only", default=",".join(ALL))
+    p.add_argument("--compile", action="store_true", help="also the ResNet-18 step under torch.compile (max-autotune)")
     p.add_argument("--data-dir", default=os.environ.get("EMBER_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
     a = p.parse_args()
     only = a.only.split(",")
@@ -382,6 +416,8 @@ def main():
             resnet18_step(o, *((2, 32, 1) if tiny else (256, 224, 10)), amp)
         # AMP again in cuDNN benchmark mode, against ember's benchmark-mode line.
         resnet18_step(o, *((2, 32, 1) if tiny else (256, 224, 10)), True, benchmark=True)
+        if a.compile:
+            resnet18_compiled(o, *((2, 32, 1) if tiny else (256, 224, 10)))
     if "recipe_to_93" in only:
         recipe_to_93(o, data, tiny)
 
