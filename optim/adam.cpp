@@ -5,7 +5,9 @@
 #include "../core/autograd.h"
 #include "../core/dispatch.h"
 #include "../core/error.h"
+#include "../core/profiler.h"
 #include "../kernels/cpu/optim.h"
+#include "multi_tensor.h"
 #if EMBER_CUDA_BACKEND
 #include "../core/cuda/graph.h"
 #include "../kernels/cuda/optim.h"
@@ -138,12 +140,26 @@ void Adam::step_captured(size_t group, size_t index, Tensor& p, const Tensor& gr
 #endif
 }
 
+#if EMBER_CUDA_BACKEND
+namespace {
+// Whether two parameters' Adam updates use the same coefficients (Note [One launch per optimizer step]).
+bool same_adam_update(const kernels::AdamHyper& a, const kernels::AdamHyper& b) {
+  return a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+         a.weight_decay == b.weight_decay && a.step == b.step && a.decay == b.decay && a.amsgrad == b.amsgrad &&
+         a.maximize == b.maximize && a.skip == b.skip;
+}
+}  // namespace
+#endif
+
 void Adam::step() {
   NoGradGuard no_grad;
   fold_device_skips();  // after replays with loss scaling: continue from the true counts
   const auto captured = [this](size_t g, size_t i, Tensor& p, const Tensor& grad) { step_captured(g, i, p, grad); };
+#if EMBER_CUDA_BACKEND
+  detail::MultiTensorBatches<kernels::gpu::AdamTensor, kernels::AdamHyper> batches(same_adam_update);
+#endif
   for_each_update(
-      [this](const Group& group, ParamState& s, Tensor& p, const Tensor& grad) {
+      [&](const Group& group, ParamState& s, Tensor& p, const Tensor& grad) {
         if (s.empty()) {
           s.scalars["step"] = 0;
           s.tensors["exp_avg"] = zeros_like_param(p);
@@ -157,16 +173,31 @@ void Adam::step() {
         Tensor& m = s.tensors.at("exp_avg");
         Tensor& v = s.tensors.at("exp_avg_sq");
         Tensor* vmax = options_.amsgrad ? &s.tensors.at("max_exp_avg_sq") : nullptr;
-        update_in_place(p, [&](Tensor& q) {
-          void* vm = vmax ? vmax->data() : nullptr;
-          EMBER_KERNEL_CALL(q.device(), "Adam.step", adam_step, q.dtype(), q.numel(), q.data(), grad.data(), m.data(),
-                            v.data(), vm, h);
-        });
+        void* vm = vmax ? vmax->data() : nullptr;
+#if EMBER_CUDA_BACKEND
+        if (p.device().is_cuda() && p.is_contiguous(update_format(p))) {
+          batches.add(p.device(), p.dtype(), h,
+                      kernels::gpu::AdamTensor{p.data(), grad.data(), m.data(), v.data(), vm, p.numel()}, {grad});
+          p.bump_version();
+        } else
+#endif
+          update_in_place(p, [&](Tensor& q) {
+            EMBER_KERNEL_CALL(q.device(), "Adam.step", adam_step, q.dtype(), q.numel(), q.data(), grad.data(),
+                              m.data(), v.data(), vm, h);
+          });
         m.bump_version();
         v.bump_version();
         if (vmax) vmax->bump_version();
       },
       captured);
+#if EMBER_CUDA_BACKEND
+  batches.launch_all([](Device device, DType dtype, const kernels::AdamHyper& h,
+                        const std::vector<kernels::gpu::AdamTensor>& tensors) {
+    const profiler::Scope scope("Adam.step");
+    EMBER_CUDA_CALL(device, "Adam.step",
+                    kernels::gpu::adam_step_multi(dtype, tensors.data(), static_cast<int64_t>(tensors.size()), h));
+  });
+#endif
 }
 
 }  // namespace ember::optim

@@ -2,10 +2,15 @@
 
 #include "sgd.h"
 
+#include "../core/profiler.h"
+#include "multi_tensor.h"
+
 #include "../core/autograd.h"
 #include "../core/dispatch.h"
 #include "../core/error.h"
+#include "../core/profiler.h"
 #include "../kernels/cpu/optim.h"
+#include "multi_tensor.h"
 #if EMBER_CUDA_BACKEND
 #include "../core/cuda/graph.h"
 #include "../kernels/cuda/optim.h"
@@ -84,10 +89,30 @@ void SGD::step_captured(size_t group, size_t index, Tensor& p, const Tensor& gra
 #endif
 }
 
+#if EMBER_CUDA_BACKEND
+namespace {
+// A batch's SGD update: the hyperparameters, and whether it initializes the momentum buffers.
+struct SgdUpdate {
+  kernels::SgdHyper h;
+  bool first = false;
+};
+// Whether two parameters' SGD updates are the same (Note [One launch per optimizer step] in
+// optim/multi_tensor.h).
+bool same_sgd_update(const SgdUpdate& a, const SgdUpdate& b) {
+  return a.first == b.first && a.h.lr == b.h.lr && a.h.momentum == b.h.momentum && a.h.dampening == b.h.dampening &&
+         a.h.weight_decay == b.h.weight_decay && a.h.nesterov == b.h.nesterov && a.h.maximize == b.h.maximize &&
+         a.h.skip == b.h.skip;
+}
+}  // namespace
+#endif
+
 void SGD::step() {
   NoGradGuard no_grad;
   const bool use_momentum = options_.momentum != 0;
   const auto captured = [this](size_t g, size_t i, Tensor& p, const Tensor& grad) { step_captured(g, i, p, grad); };
+#if EMBER_CUDA_BACKEND
+  detail::MultiTensorBatches<kernels::gpu::SgdTensor, SgdUpdate> batches(same_sgd_update);
+#endif
   for_each_update(
       [&](const Group& group, ParamState& s, Tensor& p, const Tensor& grad) {
         // torch clones d_p into a new buffer on the first step; the kernel writes it in place.
@@ -96,14 +121,30 @@ void SGD::step() {
         Tensor* buf = use_momentum ? &s.tensors.at("momentum_buffer") : nullptr;
 
         const kernels::SgdHyper h = hyper(group);
-        update_in_place(p, [&](Tensor& q) {
-          void* b = buf ? buf->data() : nullptr;
-          EMBER_KERNEL_CALL(q.device(), "SGD.step", sgd_step, q.dtype(), q.numel(), q.data(), grad.data(), b, first,
-                            h);
-        });
+        void* b = buf ? buf->data() : nullptr;
+#if EMBER_CUDA_BACKEND
+        if (p.device().is_cuda() && p.is_contiguous(update_format(p))) {
+          batches.add(p.device(), p.dtype(), SgdUpdate{h, first},
+                      kernels::gpu::SgdTensor{p.data(), grad.data(), b, p.numel()}, {grad});
+          p.bump_version();
+        } else
+#endif
+          update_in_place(p, [&](Tensor& q) {
+            EMBER_KERNEL_CALL(q.device(), "SGD.step", sgd_step, q.dtype(), q.numel(), q.data(), grad.data(), b, first,
+                              h);
+          });
         if (buf) buf->bump_version();
       },
       captured);
+#if EMBER_CUDA_BACKEND
+  batches.launch_all([](Device device, DType dtype, const SgdUpdate& u,
+                        const std::vector<kernels::gpu::SgdTensor>& tensors) {
+    const profiler::Scope scope("SGD.step");
+    EMBER_CUDA_CALL(device, "SGD.step",
+                    kernels::gpu::sgd_step_multi(dtype, tensors.data(), static_cast<int64_t>(tensors.size()), u.first,
+                                                 u.h));
+  });
+#endif
 }
 
 }  // namespace ember::optim

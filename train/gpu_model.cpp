@@ -167,6 +167,7 @@ StepPrediction predict_step(const std::vector<cuda::LedgerEntry>& ledger, const 
           pe.floor_us = bytes / (gpu.pcie_gbs * 1e3);
           pe.us = pe.floor_us + launch;
           pe.bound = Bound::copy;
+          ++p.launches;  // a copy occupies the stream like a kernel
           break;
         }
         const double e_mem = lookup(cal.e_mem, e.family, cal.default_e_mem);

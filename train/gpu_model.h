@@ -88,7 +88,7 @@ struct OpRow {
 struct StepPrediction {
   std::string gpu;
   bool graphs = false;
-  int64_t launches = 0, host_syncs = 0, allocations = 0;
+  int64_t launches = 0, host_syncs = 0, allocations = 0;  // launches: kernels, library calls, copies, memsets
   double bytes = 0;  // memory-bound bytes (declared reads + writes of every launch)
   double flops = 0;
   double predicted_ms = 0, floor_ms = 0, uncalibrated_ms = 0, measured_ms = -1;

@@ -9,6 +9,7 @@
 
 #include <ember/core/cuda/ledger.h>
 #include <ember/ember.h>
+#include <ember/train/gpu_model.h>
 
 using namespace ember;
 
@@ -113,4 +114,42 @@ TEST_CASE("ledger: one at a time, and the phase comes from the enclosing scope",
   REQUIRE(kernels.size() == 1);
   CHECK(kernels[0].phase == profiler::Phase::optimizer);
   CHECK(ledger.stop().empty());
+}
+
+TEST_CASE("ledger: the step model names per-tensor optimizer launches and host syncs", "[cuda][ledger]") {
+  // 62 launches of one kernel in the optimizer phase (ResNet-18's Adam before it became one
+  // multi-tensor launch) and one host sync, priced on an H200 with the compiled-in calibration.
+  std::vector<cuda::LedgerEntry> ledger(62);
+  for (cuda::LedgerEntry& e : ledger) {
+    e.kernel = "adam_kernel";
+    e.family = "optim";
+    e.op = "Adam.step";
+    e.phase = profiler::Phase::optimizer;
+    e.cost = cuda::cost(4096 * 16.0, 4096 * 12.0, 4096 * 14.0);
+  }
+  cuda::LedgerEntry sync;
+  sync.kind = cuda::CallKind::host_sync;
+  sync.op = "cross_entropy";
+  sync.note = "cross_entropy's target check";
+  ledger.push_back(sync);
+  const train::StepPrediction p =
+      train::predict_step(ledger, train::gpu_spec("h200"), train::default_calibration(), false);
+  CHECK(p.launches == 62);
+  CHECK(p.host_syncs == 1);
+  bool per_tensor = false, host_sync = false;
+  for (const std::string& f : p.findings) {
+    per_tensor = per_tensor || f.find("62 launches of adam_kernel in the optimizer") != std::string::npos;
+    host_sync = host_sync || f.find("cross_entropy's target check") != std::string::npos;
+  }
+  CHECK(per_tensor);
+  CHECK(host_sync);
+  // Each launch: 114,688 bytes at 4.8 TB/s x e_mem, or the launch cost, whichever bounds it, plus
+  // the launch cost; the sync costs sync_us.
+  const train::Calibration cal = train::default_calibration();
+  const double e_mem = cal.e_mem.count("optim") ? cal.e_mem.at("optim") : cal.default_e_mem;
+  const double one = 4096 * 28.0 / (4800e3 * e_mem) + cal.launch_us;
+  CHECK(p.predicted_ms == Approx((62 * one + cal.sync_us) * 1e-3).epsilon(1e-9));
+  // Under a CUDA graph: the graph's launch cost and no sync.
+  const train::StepPrediction g = train::predict_step(ledger, train::gpu_spec("h200"), cal, true);
+  CHECK(g.predicted_ms == Approx(62 * (4096 * 28.0 / (4800e3 * e_mem) + cal.graph_launch_us) * 1e-3).epsilon(1e-9));
 }
