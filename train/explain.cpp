@@ -55,9 +55,8 @@ bool on_emulator() {
 void prepare_emulator_for_explain(const std::string& gpu) {
   if (!on_emulator()) return;
   const GpuSpec& g = gpu_spec(gpu);
-  const double gib = g.name == "h200" ? 141 : 80;
   setenv("EMBER_SIMT_POISON", "0", 1);
-  setenv("EMBER_SIMT_DEVICE_MEMORY", std::to_string(static_cast<long long>(gib * (1LL << 30))).c_str(), 1);
+  setenv("EMBER_SIMT_DEVICE_MEMORY", std::to_string(static_cast<long long>(g.memory_gib * (1LL << 30))).c_str(), 1);
 }
 
 namespace {

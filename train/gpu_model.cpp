@@ -25,8 +25,8 @@ namespace {
 // GPU both directions; one NDR InfiniBand port per GPU: 400 Gb/s.
 const std::vector<GpuSpec>& gpus() {
   static const std::vector<GpuSpec> table = {
-      {"h100", "NVIDIA H100 SXM5 80 GB", 3350, 989, 494, 67, 67, 132, 25, 450, 50},
-      {"h200", "NVIDIA H200 SXM 141 GB", 4800, 989, 494, 67, 67, 132, 25, 450, 50},
+      {"h100", "NVIDIA H100 SXM5 80 GB", 3350, 989, 494, 67, 67, 132, 80, 25, 450, 50},
+      {"h200", "NVIDIA H200 SXM 141 GB", 4800, 989, 494, 67, 67, 132, 141, 25, 450, 50},
   };
   return table;
 }
@@ -379,7 +379,7 @@ std::string explain_json(const StepPrediction& p, const std::vector<Scaling>& sc
                             {"read", e.cost.read}, {"written", e.cost.written}, {"flops", e.cost.flops},
                             {"mem_us", pe.mem_us}, {"flop_us", pe.flop_us}, {"predicted_us", pe.us},
                             {"measured_us", e.measured_us >= 0 ? json(e.measured_us) : json(nullptr)},
-                            {"note", e.note}});
+                            {"skipped", e.skipped}, {"stub_answer", e.stub_answer}, {"note", e.note}});
   }
   j["scaling"] = json::array();
   for (const Scaling& s : scaling)

@@ -42,6 +42,7 @@ struct GpuSpec {
   double hbm_gbs = 0;       // memory bandwidth, GB/s (datasheet)
   double tensor16_tflops = 0, tf32_tflops = 0, fp32_tflops = 0, fp64_tflops = 0;  // dense peaks
   int sms = 0;
+  double memory_gib = 0;   // device memory
   double pcie_gbs = 0;     // host <-> device, one direction
   double nvlink_gbs = 0;   // per GPU, one direction, inside one machine
   double network_gbs = 0;  // per GPU across machines (one 400 Gb/s InfiniBand port)

@@ -43,13 +43,18 @@ std::string file_stem(const char* file) {
   return dot == std::string::npos ? s : s.substr(0, dot);
 }
 
+// What a record_only ledger skips: the device work (kernels and library calls), never the copies
+// and memsets through which the host sees device memory.
+bool skipped_when_recording(CallKind kind) {
+  return kind == CallKind::kernel || kind == CallKind::cublas || kind == CallKind::cudnn || kind == CallKind::nccl;
+}
+
 size_t add_entry(LedgerEntry e, const void* stream) {
   const profiler::ScopeContext c = profiler::current_scope();
   e.op = c.op;
   e.phase = c.phase;
   e.stream = reinterpret_cast<uintptr_t>(stream);
-  e.skipped = ledger_record_only() && (e.kind == CallKind::kernel || e.kind == CallKind::cublas ||
-                                       e.kind == CallKind::cudnn || e.kind == CallKind::nccl);
+  e.skipped = ledger_record_only() && skipped_when_recording(e.kind);
   void* start = nullptr;
 #if EMBER_CUDA_BACKEND
   if (ledger_mode() == LedgerMode::timed && e.kind != CallKind::host_sync && e.kind != CallKind::alloc)
@@ -152,9 +157,8 @@ bool ledger_call(CallKind kind, const char* function, const Cost& cost, const vo
   e.family = call_kind_name(kind);
   e.shape = std::move(shape);
   e.cost = cost;
-  const bool skip = ledger_record_only() && kind != CallKind::copy && kind != CallKind::memset;
   t_open_entry = add_entry(std::move(e), stream);
-  return !skip;
+  return !(ledger_record_only() && skipped_when_recording(kind));
 }
 
 void ledger_launched(const void* stream) {

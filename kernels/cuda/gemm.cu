@@ -328,21 +328,20 @@ bool cublas_gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, ac
   cublasHandle_t h = bound_handle();
   if (!h) return false;
   const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
+  const auto declared = [&] {
+    return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, 1, beta != 0, math_of<T>());
+  };
   if constexpr (!std::is_same_v<T, double>) {
     constexpr cudaDataType type = data_type_of<T>();
     cuda::recorded_call(
-        cuda::CallKind::cublas, "cublasGemmEx", cuda::current_stream(),
-        [&] { return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, 1, beta != 0, math_of<T>()); },
-        [&] {
+        cuda::CallKind::cublas, "cublasGemmEx", cuda::current_stream(), declared, [&] {
           EMBER_CUBLAS_CHECK(cublasGemmEx(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, type, static_cast<int>(ldb), a,
                                           type, static_cast<int>(lda), &beta, c, type, static_cast<int>(ldc),
                                           compute_type_of<T>(), CUBLAS_GEMM_DEFAULT));
         });
   } else {
     cuda::recorded_call(
-        cuda::CallKind::cublas, "cublasDgemm", cuda::current_stream(),
-        [&] { return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, 1, beta != 0, math_of<T>()); },
-        [&] {
+        cuda::CallKind::cublas, "cublasDgemm", cuda::current_stream(), declared, [&] {
           EMBER_CUBLAS_CHECK(cublasDgemm(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
                                          static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
         });
@@ -358,15 +357,13 @@ bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64
   cublasHandle_t h = bound_handle();
   if (!h) return false;
   const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
+  const auto declared = [&] {
+    return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>(), ops);
+  };
   if constexpr (!std::is_same_v<T, double>) {
     constexpr cudaDataType type = data_type_of<T>();
     cuda::recorded_call(
-        cuda::CallKind::cublas, "cublasGemmBatchedEx", cuda::current_stream(),
-        [&] {
-          return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>(),
-                                  ops);
-        },
-        [&] {
+        cuda::CallKind::cublas, "cublasGemmBatchedEx", cuda::current_stream(), declared, [&] {
           EMBER_CUBLAS_CHECK(cublasGemmBatchedEx(h, op_of(tb), op_of(ta), M, N, K, &alpha,
                                                  reinterpret_cast<const void* const*>(b), type, static_cast<int>(ldb),
                                                  reinterpret_cast<const void* const*>(a), type, static_cast<int>(lda),
@@ -375,12 +372,7 @@ bool cublas_gemm_batched(Transpose ta, Transpose tb, int64_t m, int64_t n, int64
         });
   } else {
     cuda::recorded_call(
-        cuda::CallKind::cublas, "cublasDgemmBatched", cuda::current_stream(),
-        [&] {
-          return gemm_declared<T>(ta == Transpose::Yes, tb == Transpose::Yes, m, n, k, batch, beta != 0, math_of<T>(),
-                                  ops);
-        },
-        [&] {
+        cuda::CallKind::cublas, "cublasDgemmBatched", cuda::current_stream(), declared, [&] {
           EMBER_CUBLAS_CHECK(cublasDgemmBatched(h, op_of(tb), op_of(ta), M, N, K, &alpha, b, static_cast<int>(ldb), a,
                                                 static_cast<int>(lda), &beta, c, static_cast<int>(ldc), batch));
         });

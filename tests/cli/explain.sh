@@ -26,6 +26,10 @@ assert {"forward", "backward", "optimizer"} <= phases, phases
 assert sum(o["launches"] for o in s["ops"]) == s["launches"], "row launches do not add up to the step's"
 assert sum(o["host_syncs"] for o in s["ops"]) == s["host_syncs"], "row host syncs do not add up to the step's"
 assert len(s["entries"]) == s["launches"] + s["host_syncs"] + s["allocations"], "entries are not the step's"
+# Record-only on the emulator: device work skipped, copies and memsets run, the host's read answered unrun.
+for e in s["entries"]:
+    assert e["skipped"] == (e["kind"] in ("kernel", "cublas", "cudnn", "nccl")), e
+    assert e["stub_answer"] == (e["kind"] == "host_sync"), e
 assert abs(sum(o["bytes"] for o in s["ops"]) - s["bytes"]) < 1, "row bytes do not add up"
 assert any("cross_entropy's target check" in f for f in s["findings"]), s["findings"]
 # cnn's convolutions: 2 * N * K * OH * OW * C * 3 * 3 per conv, three passes each (forward, data, weight)

@@ -145,15 +145,23 @@ void index_ops() {
   }
 }
 
+// "NxCxHxW"
+std::string shape_name(const int64_t (&sh)[4]) {
+  return std::to_string(sh[0]) + "x" + std::to_string(sh[1]) + "x" + std::to_string(sh[2]) + "x" + std::to_string(sh[3]);
+}
+// A random (N, C, H, W) leaf on the GPU, channels-last when `last`.
+Tensor image_input(const int64_t (&sh)[4], bool last) {
+  Tensor x = rnd({sh[0], sh[1], sh[2], sh[3]});
+  if (last) x = x.contiguous(MemoryFormat::channels_last);
+  return x.detach().requires_grad_();
+}
+
 void batchnorm() {
   const int64_t shapes[][4] = {{4, 8, 8, 8}, {3, 16, 7, 9}, {16, 32, 16, 16}};
   for (const auto& sh : shapes) {
-    const std::string s = std::to_string(sh[0]) + "x" + std::to_string(sh[1]) + "x" + std::to_string(sh[2]) + "x" +
-                          std::to_string(sh[3]);
+    const std::string s = shape_name(sh);
     for (bool last : {false, true}) {
-      Tensor x = rnd({sh[0], sh[1], sh[2], sh[3]});
-      if (last) x = x.contiguous(MemoryFormat::channels_last);
-      x = x.detach().requires_grad_();
+      Tensor x = image_input(sh, last);
       Tensor rm = on_gpu(zeros({sh[1]})), rv = on_gpu(ones({sh[1]}));
       Tensor w = on_gpu(ones({sh[1]})).requires_grad_(), b = on_gpu(zeros({sh[1]})).requires_grad_();
       const std::string tag = (last ? "NHWC " : "NCHW ") + s;
@@ -167,12 +175,9 @@ void batchnorm() {
 void pool_and_conv() {
   const int64_t shapes[][4] = {{2, 4, 8, 8}, {3, 8, 13, 11}, {8, 16, 32, 32}};
   for (const auto& sh : shapes) {
-    const std::string s = std::to_string(sh[0]) + "x" + std::to_string(sh[1]) + "x" + std::to_string(sh[2]) + "x" +
-                          std::to_string(sh[3]);
+    const std::string s = shape_name(sh);
     for (bool last : {false, true}) {
-      Tensor x = rnd({sh[0], sh[1], sh[2], sh[3]});
-      if (last) x = x.contiguous(MemoryFormat::channels_last);
-      x = x.detach().requires_grad_();
+      Tensor x = image_input(sh, last);
       const std::string tag = (last ? "NHWC " : "NCHW ") + s;
       check("pool", "max_pool2d 3/2/1 fwd+bwd " + tag,
             [&] { max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}).sum().backward(); });
