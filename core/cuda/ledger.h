@@ -147,8 +147,8 @@ void recorded_call(CallKind kind, const char* function, const void* stream, Decl
   ledger_launched(stream);
 }
 
-// The host is about to wait for the device (`why`: what it reads). `stub` is set when the answer
-// comes from memory no skipped kernel wrote (record_only).
+// The host is about to wait for the device (`why`: what it reads). Under record_only the entry's
+// stub_answer is set: the answer comes from memory that the skipped kernels did not write.
 void ledger_host_sync(const char* why);
 // A device allocation that reached the driver (cudaMalloc), `bytes` long.
 void ledger_alloc(size_t bytes);
