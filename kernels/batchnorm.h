@@ -13,9 +13,14 @@
 // have `param_dtype`, which is dtype itself or, for an f16/bf16 x, f32 (Note [Mixed-precision
 // batch norm]). Sums accumulate in cpu_acc_t on the CPU, acc_t on CUDA (Note [Accumulation types]
 // in core/dtype.h). Outputs are overwritten.
-//   batch_norm_stats(dtype, param_dtype, sh, x, mean, var)
-//       mean[c] and the biased variance var[c] over the n * s elements of channel c (two passes:
-//       the mean first, then the centred squares)
+//   batch_norm_stats(dtype, param_dtype, sh, x, out)
+//       the mean and biased variance of the n * s elements of each channel c, and what `out`
+//       (BatchNormStats below) asks for besides: mean[c]; var[c], invstd[c] = 1 / sqrt(var[c] +
+//       eps), the running statistics' update (Note [Batch norm running statistics] in
+//       layers/batchnorm.cpp) and num_batches_tracked += 1, each when its pointer is given. The
+//       CPU sums twice (the mean, then the centred squares), the GPU once (Note [One-pass batch
+//       norm statistics] in kernels/cuda/batchnorm.cu); both finish a channel with
+//       finish_channel_stats below
 //   batch_norm_apply(dtype, param_dtype, sh, x, mean, invstd, weight, bias, y, residual = null)
 //       y = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; weight and bias may be null (1 and 0);
 //       y may not alias x. With sh.relu, y = relu(that [+ residual]), residual (x's layout and
@@ -44,6 +49,7 @@
 // Pointers are host memory for kernels::cpu, device memory of the current device for
 // kernels::gpu (queued on cuda::current_stream()).
 
+#include <cmath>
 #include <cstdint>
 
 #include "../core/dtype.h"
@@ -56,6 +62,39 @@ struct BatchNormShape {
   bool channels_last = false;   // the memory order of x, y, grad_y, grad_x (CUDA kernels only)
   bool relu = false;            // a ReLU fused after the normalization (and the residual add)
 };
+
+// Where batch_norm_stats writes. Every vector has C elements of param_dtype; mean is required, the
+// rest optional (null: not wanted). running_mean and running_var are read and updated in place,
+// both or neither, and need n * s > 1 (the unbiased variance divides by n * s - 1);
+// batches_tracked is one int64 on the same device, counted up by one.
+struct BatchNormStats {
+  void* mean = nullptr;
+  void* var = nullptr;     // the biased variance
+  void* invstd = nullptr;  // 1 / sqrt(var + eps)
+  double eps = 0;
+  void* running_mean = nullptr;
+  void* running_var = nullptr;
+  double momentum = 0;
+  int64_t* batches_tracked = nullptr;
+};
+
+// The last step of batch_norm_stats for channel c, shared by both backends: the channel's mean
+// and biased variance in A (acc_t on CUDA, double on the CPU) over `count` elements -> the wanted
+// outputs, each rounded to P once. Channel 0 also counts num_batches_tracked.
+template <typename A, typename P>
+EMBER_HD inline void finish_channel_stats(const BatchNormStats& out, int64_t c, A mean, A var, A count) {
+  static_cast<P*>(out.mean)[c] = static_cast<P>(mean);
+  if (out.var) static_cast<P*>(out.var)[c] = static_cast<P>(var);
+  if (out.invstd) static_cast<P*>(out.invstd)[c] = static_cast<P>(A(1) / std::sqrt(var + static_cast<A>(out.eps)));
+  if (out.running_mean) {
+    const A m = static_cast<A>(out.momentum), keep = A(1) - m;
+    P* rm = static_cast<P*>(out.running_mean);
+    P* rv = static_cast<P*>(out.running_var);
+    rm[c] = static_cast<P>(keep * static_cast<A>(rm[c]) + m * mean);
+    rv[c] = static_cast<P>(keep * static_cast<A>(rv[c]) + m * (var * count / (count - A(1))));
+  }
+  if (out.batches_tracked && c == 0) *out.batches_tracked += 1;
+}
 
 // Note [Batch norm with a fused ReLU]
 // Most batch norms of a ResNet are followed by a ReLU, and the last of each block by a residual

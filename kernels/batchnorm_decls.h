@@ -2,7 +2,8 @@
 // (Note [Shared kernel declarations] in kernels/same_signatures.cpp). Contracts: kernels/batchnorm.h.
 // Read only inside a backend's namespace, by kernels/cpu/batchnorm.h and kernels/cuda/batchnorm.h.
 
-void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var);
+void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x,
+                      const BatchNormStats& out);
 void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, const void* mean,
                       const void* invstd, const void* weight, const void* bias, void* y,
                       const void* residual = nullptr);

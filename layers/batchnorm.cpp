@@ -74,12 +74,36 @@ struct Fused {
   Tensor residual;  // x0's shape, dtype and device; only with relu
 };
 
+// The running statistics as batch_norm_stats updates them (kernels::BatchNormStats): in place
+// when they are contiguous vectors of the kernels' dtype, else through a copy in that dtype that
+// is written back.
+struct RunningStats {
+  Tensor mean, var;  // what the kernel updates: the buffers themselves, or their copies
+  RunningStats(const Tensor& running_mean, const Tensor& running_var, DType pdt) {
+    if (!running_mean.defined()) return;
+    mean = running_mean.detach().to(pdt).contiguous();
+    var = running_var.detach().to(pdt).contiguous();
+  }
+  void write_back(const Tensor& running_mean, const Tensor& running_var) const {
+    NoGradGuard no_grad;
+    if (mean.defined() && mean.data() != running_mean.data()) Tensor(running_mean).copy_(mean);
+    if (var.defined() && var.data() != running_var.data()) Tensor(running_var).copy_(var);
+  }
+};
+
+// The one-element int64 counter a BatchNorm2d keeps, when the statistics kernel can count it where
+// it lies (same device, contiguous); else undefined, and the caller counts it.
+bool countable(const Tensor& batches, const Tensor& x) {
+  return batches.defined() && batches.dtype() == DType::i64 && batches.numel() == 1 &&
+         batches.device() == x.device() && batches.is_contiguous();
+}
+
 // batch_norm on x0 as it is, with the per-channel vectors (weight, bias, the statistics, their
 // gradients) in pdt: x0's dtype, or f32 for a 16-bit x0 under autocast (Note
 // [Mixed-precision batch norm] in kernels/batchnorm.h). The output and grad x have x0's dtype.
 Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum, double eps, DType pdt,
-                       const Fused& fused) {
+                       const Fused& fused, const Tensor& batches) {
   const DType dt = x0.dtype();
   const int64_t channels = x0.size(1);
   EMBER_CHECK(training || running_mean.defined(),
@@ -104,16 +128,21 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
   {
     NoGradGuard no_grad;
     if (training) {
+      // One kernel call: the statistics, invstd, the running statistics' update (Note [Batch norm
+      // running statistics]) and the batch count (Note [One-pass batch norm statistics] in
+      // kernels/cuda/batchnorm.cu).
       mean = empty({channels}, {.dtype = pdt, .device = x.device()});
-      Tensor var = empty({channels}, {.dtype = pdt, .device = x.device()});
-      EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_stats, dt, pdt, sh, x.data(), mean.data(), var.data());
-      invstd = rsqrt(add(var, eps));
-      if (running_mean.defined()) {  // Note [Batch norm running statistics]
-        Tensor rm = running_mean, rv = running_var;
-        const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-        rm.mul_(1.0 - momentum).add_(mean, momentum);
-        rv.mul_(1.0 - momentum).add_(var, momentum * unbias);
-      }
+      invstd = empty({channels}, {.dtype = pdt, .device = x.device()});
+      const RunningStats running(running_mean, running_var, pdt);
+      const kernels::BatchNormStats out{.mean = mean.data(),
+                                        .invstd = invstd.data(),
+                                        .eps = eps,
+                                        .running_mean = data_or_null(running.mean),
+                                        .running_var = data_or_null(running.var),
+                                        .momentum = momentum,
+                                        .batches_tracked = batches.defined() ? batches.data_ptr<int64_t>() : nullptr};
+      EMBER_KERNEL_CALL(x.device(), "batch_norm", batch_norm_stats, dt, pdt, sh, x.data(), out);
+      running.write_back(running_mean, running_var);
     } else {
       mean = running_mean.detach().to(pdt).clone();
       invstd = rsqrt(add(running_var.detach().to(pdt), eps));
@@ -163,7 +192,7 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
 // batch_norm (and batch_norm_relu): the dtypes under autocast, then batch_norm_impl.
 Tensor batch_norm_dispatch(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var,
                            const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
-                           const Fused& fused) {
+                           const Fused& fused, const Tensor& batches) {
   // Under autocast: statistics and normalization in f32, the output in x's dtype (Note [Autocast]
   // in core/autocast.h). A 16-bit x is not cast: the kernels read it with f32 per-channel vectors,
   // so backward keeps the 16-bit x, not an f32 copy (Note [Mixed-precision batch norm] in
@@ -171,31 +200,48 @@ Tensor batch_norm_dispatch(const Tensor& x0, const Tensor& running_mean, const T
   if (const auto dt = autocast::op_dtype(autocast::CastPolicy::fp32, {&x0, &weight, &bias})) {
     const Tensor w = autocast::cast(weight, *dt), b = autocast::cast(bias, *dt);
     if (is_low_precision(x0.dtype()))
-      return batch_norm_impl(x0, running_mean, running_var, w, b, training, momentum, eps, *dt, fused);
+      return batch_norm_impl(x0, running_mean, running_var, w, b, training, momentum, eps, *dt, fused, batches);
     const Tensor x = autocast::cast(x0, *dt);  // x0 itself when it is f32 or f64
-    return batch_norm_impl(x, running_mean, running_var, w, b, training, momentum, eps, x.dtype(), fused);
+    return batch_norm_impl(x, running_mean, running_var, w, b, training, momentum, eps, x.dtype(), fused, batches);
   }
-  return batch_norm_impl(x0, running_mean, running_var, weight, bias, training, momentum, eps, x0.dtype(), fused);
+  return batch_norm_impl(x0, running_mean, running_var, weight, bias, training, momentum, eps, x0.dtype(), fused,
+                         batches);
+}
+
+// What batch_norm and batch_norm_relu do to num_batches_tracked: nothing outside training or
+// without running statistics; counted by the statistics kernel when it can reach it (countable),
+// else here.
+Tensor counted_batches(const Tensor& batches, const Tensor& x0, const Tensor& running_mean, bool training) {
+  if (!batches.defined() || !training || !running_mean.defined()) return Tensor();
+  if (countable(batches, x0)) return batches;
+  NoGradGuard no_grad;
+  Tensor(batches).copy_(add(batches.to(DType::f64), 1.0));
+  return Tensor();
 }
 
 }  // namespace
 
 Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
+                  const Tensor& bias, bool training, double momentum, double eps, const Tensor& num_batches_tracked) {
   detail::check_batch_norm_args("batch_norm", x0, running_mean, running_var, weight, bias, eps);
-  return batch_norm_dispatch(x0, running_mean, running_var, weight, bias, training, momentum, eps, Fused{});
+  const Tensor batches = counted_batches(num_batches_tracked, x0, running_mean, training);
+  return batch_norm_dispatch(x0, running_mean, running_var, weight, bias, training, momentum, eps, Fused{}, batches);
 }
 
 Tensor batch_norm_relu(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                       const Tensor& bias, bool training, double momentum, double eps, const Tensor& residual) {
+                       const Tensor& bias, bool training, double momentum, double eps, const Tensor& residual,
+                       const Tensor& num_batches_tracked) {
   detail::check_batch_norm_args("batch_norm_relu", x0, running_mean, running_var, weight, bias, eps);
   // The output's dtype is x0's: a residual in it fuses; any other runs the separate ops, whose
   // add promotes as add() does (Note [Batch norm with a fused ReLU] in kernels/batchnorm.h).
   if (residual.defined() && (residual.shape() != x0.shape() || residual.dtype() != x0.dtype() ||
                              residual.device() != x0.device()))
-    return relu(add(batch_norm(x0, running_mean, running_var, weight, bias, training, momentum, eps), residual));
+    return relu(add(batch_norm(x0, running_mean, running_var, weight, bias, training, momentum, eps,
+                               num_batches_tracked),
+                    residual));
+  const Tensor batches = counted_batches(num_batches_tracked, x0, running_mean, training);
   return batch_norm_dispatch(x0, running_mean, running_var, weight, bias, training, momentum, eps,
-                             Fused{.relu = true, .residual = residual});
+                             Fused{.relu = true, .residual = residual}, batches);
 }
 
 }  // namespace ember

@@ -117,26 +117,27 @@ Tensor BatchNorm2d::normalize(const Tensor& x, bool relu, const Tensor& residual
               ", H, W), got ", describe(x));
   // The replacement (set_training_function) runs in training mode only: in eval mode without
   // running statistics the batch's own statistics normalize it, as in PyTorch.
-  auto normalize = [&](const Tensor& rm, const Tensor& rv, bool training) {
+  // In training num_batches_tracked is counted by batch_norm's statistics kernel (no read back, so
+  // a CUDA graph can record it), or here, through float64 (exact below 2^53), for a replacement.
+  auto normalize = [&](const Tensor& rm, const Tensor& rv, bool training, const Tensor& batches) {
     if (is_training() && training_fn_) {
+      if (batches.defined()) {
+        NoGradGuard no_grad;
+        Tensor(batches).copy_(add(batches.to(DType::f64), 1.0));
+      }
       const Tensor y = training_fn_(x, rm, rv, weight, bias, training, options.momentum, options.eps);
       if (!relu) return y;
       return residual.defined() ? ember::relu(add(y, residual)) : ember::relu(y);
     }
-    if (relu) return batch_norm_relu(x, rm, rv, weight, bias, training, options.momentum, options.eps, residual);
-    return batch_norm(x, rm, rv, weight, bias, training, options.momentum, options.eps);
+    if (relu)
+      return batch_norm_relu(x, rm, rv, weight, bias, training, options.momentum, options.eps, residual, batches);
+    return batch_norm(x, rm, rv, weight, bias, training, options.momentum, options.eps, batches);
   };
   if (!options.track_running_stats) {
     // No running statistics: always normalize with the batch's own.
-    return normalize(Tensor(), Tensor(), /*training=*/true);
+    return normalize(Tensor(), Tensor(), /*training=*/true, Tensor());
   }
-  if (is_training()) {
-    // An integer buffer, counted where it lives, through float64 (exact below 2^53) since the
-    // arithmetic kernels are floating-point: no read back, so a CUDA graph can record it.
-    NoGradGuard no_grad;
-    num_batches_tracked.copy_(add(num_batches_tracked.to(DType::f64), 1.0));
-  }
-  return normalize(running_mean, running_var, is_training());
+  return normalize(running_mean, running_var, is_training(), is_training() ? num_batches_tracked : Tensor());
 }
 
 void BatchNorm2d::set_training_function(BatchNormFunction fn, std::string label) {

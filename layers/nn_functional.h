@@ -40,15 +40,18 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_s
 // running_mean/var are given, updates them in place:
 //   running = (1 - momentum) * running + momentum * batch_stat (running_var gets the unbiased var).
 // In eval, normalizes with the running statistics. weight/bias may be undefined.
+// num_batches_tracked (BatchNorm2d's one-element int64 buffer, or undefined) is counted up by one
+// whenever the running statistics are updated, in the same kernel when it lies on x's device.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
+                  const Tensor& num_batches_tracked = Tensor());
 // relu(batch_norm(x, ...) + residual), or relu(batch_norm(x, ...)) without a residual: equal to the
 // separate ops bit for bit, with the ReLU (and the add) done inside the batch norm's own passes
 // over the data, forward and backward (Note [Batch norm with a fused ReLU] in kernels/batchnorm.h).
 // A residual of another shape, dtype or device than the batch norm's output runs the separate ops.
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
-                       const Tensor& residual = Tensor());
+                       const Tensor& residual = Tensor(), const Tensor& num_batches_tracked = Tensor());
 
 // Zeroes each element with probability p (mask from Philox via `gen`) and scales the rest by
 // 1 / (1 - p). Identity when !training or p == 0.

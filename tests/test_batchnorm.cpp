@@ -119,7 +119,7 @@ TEST_CASE("batch_norm: the AVX-512 build of the CPU loops gives the plain build'
           auto run = [&](bool avx512) {
             REQUIRE(kernels::cpu::set_batch_norm_avx512(avx512));
             Tensor mean = empty({sh.c}, {.dtype = pr.p}), var = empty({sh.c}, {.dtype = pr.p});
-            kernels::cpu::batch_norm_stats(pr.t, pr.p, sh, x.data(), mean.data(), var.data());
+            kernels::cpu::batch_norm_stats(pr.t, pr.p, sh, x.data(), {.mean = mean.data(), .var = var.data()});
             const Tensor invstd = rsqrt(var.to(DType::f64) + 1e-5).to(pr.p);
             Tensor y = empty({count}, {.dtype = pr.t});
             kernels::cpu::batch_norm_apply(pr.t, pr.p, sh, x.data(), mean.data(), invstd.data(), w.data(), b.data(),

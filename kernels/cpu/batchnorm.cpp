@@ -101,10 +101,11 @@ template <int K, typename T, typename F>
 // builds with -ffp-contract=off, CMakeLists.txt) — so they give the same bits
 // (tests/test_batchnorm.cpp).
 
-// Statistics of channels [c0, c1).
+// Statistics of channels [c0, c1), finished as `out` asks (kernels/batchnorm.h). The P* argument
+// is out.mean with its type: it names P for the two compilations below, which deduce it.
 template <typename T, typename P>
-[[gnu::always_inline]] inline void stats_channels(const BatchNormShape& sh, const T* x, P* mean, P* var, int64_t c0,
-                                                  int64_t c1) {
+[[gnu::always_inline]] inline void stats_channels(const BatchNormShape& sh, const T* x, P*, const BatchNormStats& out,
+                                                  int64_t c0, int64_t c1) {
   using C = acc_t<P>;
   const double count = static_cast<double>(sh.n * sh.s);
   for (int64_t c = c0; c < c1; ++c) {
@@ -117,8 +118,7 @@ template <typename T, typename P>
       const double d = static_cast<double>(static_cast<C>(x[e])) - m;
       return std::array<double, 1>{d * d};
     })[0];
-    mean[c] = round_to<P, C>(m);
-    var[c] = round_to<P, C>(sq / count);
+    finish_channel_stats<double, P>(out, c, m, sq / count, count);
   }
 }
 
@@ -237,11 +237,11 @@ std::atomic<bool>& bn_avx512_flag() {
 bool bn_avx512() { return bn_avx512_flag().load(std::memory_order_relaxed); }
 
 template <typename T, typename P>
-void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
+void stats_impl(const BatchNormShape& sh, const T* x, const BatchNormStats& out) {
   const bool wide = bn_avx512();
   parallel_for(0, sh.c, channel_grain(sh), [&](int64_t c0, int64_t c1) {
-    if (wide) stats_channels_avx512(sh, x, mean, var, c0, c1);
-    else stats_channels_plain(sh, x, mean, var, c0, c1);
+    if (wide) stats_channels_avx512(sh, x, static_cast<P*>(out.mean), out, c0, c1);
+    else stats_channels_plain(sh, x, static_cast<P*>(out.mean), out, c0, c1);
   });
 }
 
@@ -302,12 +302,13 @@ bool set_batch_norm_avx512(bool on) {
   return true;
 }
 
-void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
+void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x,
+                      const BatchNormStats& out) {
   check_layout("batch_norm", sh);
   dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
-    stats_impl<T, P>(sh, static_cast<const T*>(x), static_cast<P*>(mean), static_cast<P*>(var));
+    stats_impl<T, P>(sh, static_cast<const T*>(x), out);
   });
 }
 

@@ -11,8 +11,8 @@
 // s >= 32 a warp reads 32 consecutive elements of one row (coalesced); each thread accumulates in
 // acc_t<T> (float for f16/bf16/f32, double for f64: Note [Accumulation types] in core/dtype.h),
 // then block_reduce (warp shuffles + one shared slot per warp) combines the 256 partial sums.
-// Two-pass variance: the block first reduces the sum, every thread gets the mean, then the block
-// reduces the squared deviations. The elementwise passes (apply, grad_x) walk planes: Note [Batch
+// The statistics take one pass (Note [One-pass batch norm statistics]). The elementwise passes
+// (apply, grad_x) walk planes: Note [Batch
 // norm without per-element division]. Channels-last (N, S, C) order has kernels of its own
 // (batchnorm_channels_last.cu, Note [Channels-last batch norm]).
 //
@@ -34,9 +34,30 @@
 // own). Then each channel is cut into `splits` contiguous slices, one block per (channel, slice)
 // (a 2-D grid: blockIdx.x = channel, blockIdx.y = slice), each writing one acc_t<T> partial sum; a
 // small finalize kernel (one thread per channel) adds a channel's partials in slice order. The
-// two-pass variance becomes partial sums -> mean -> partial squared deviations -> variance. The
 // slices and their order are fixed by the shape and the device's SM count, so results are
 // deterministic. With one slice (small problems) the fused one-block-per-channel kernels run.
+//
+// Note [One-pass batch norm statistics]
+// A training batch norm's statistics are three launches in all with its normalization: partial
+// sums, a finalize kernel, apply (two when a channel is one block: stats_kernel finishes the
+// channel itself). The two-pass variance (the mean, then the squared deviations about it) read x
+// twice and took a finalize kernel after each pass; the layer then found invstd and updated the
+// running statistics with six elementwise launches, and num_batches_tracked with three more. Now:
+//  - One pass of shifted sums. Every element of channel c is read once, as d = x - k with k the
+//    channel's first element, into s1 = sum(d) and s2 = sum(d^2); then mean = k + s1 / M and
+//    var = s2 / M - (s1 / M)^2, clamped at 0. Plain E[x^2] - E[x]^2 cancels catastrophically when
+//    the mean is large against the spread (an activation of mean 1000 and spread 0.01 loses every
+//    digit in float); the shift removes the mean's size from the sums, so what is left to cancel
+//    is (k - mean)^2 against var: k is a value of the channel, a few standard deviations from the
+//    mean at most for any bell-shaped channel, so the variance keeps nearly all of its digits. A k
+//    far in a tail (an outlier at z standard deviations) costs about z^2 ulps. Both sums are
+//    plain additions, so the split layout, the block trees and the slice order are the
+//    backward's (and a sum with k = 0 is channel_sums).
+//  - One finalize kernel per batch norm, one thread per channel (finish_channel_stats in
+//    kernels/batchnorm.h, the CPU's code too): mean, invstd = 1 / sqrt(var + eps), the running
+//    mean and variance updated in place, and channel 0 counts num_batches_tracked.
+// PyTorch's CUDA batch norm takes one pass too (Welford's update per element, merged with Chan's
+// formula); shifted sums cost two multiply-adds per element instead of a division.
 //
 
 #include "launch.h"
@@ -58,25 +79,23 @@ namespace {
 using namespace batchnorm_detail;
 using detail::ChannelWalk;
 
+// One block per channel: the shifted sums (Note [One-pass batch norm statistics]) and the
+// channel's outputs, in one pass over x.
 template <typename T, typename P>
-__global__ void stats_kernel(BatchNormShape sh, const T* x, P* mean, P* var) {
+__global__ void stats_kernel(BatchNormShape sh, const T* x, BatchNormStats out) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, count = sh.n * sh.s;
-  A sum = 0;
+  const A k = channel_shift(x, c, sh.s, count);
+  A s1 = 0, s2 = 0;
   ChannelWalk w(threadIdx.x, blockDim.x, sh.s);
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x, w.advance()) sum += static_cast<A>(x[w.offset(sh.c, c)]);
-  const A m = detail::block_sum(sum) / static_cast<A>(count);
-  A sq = 0;
-  w = ChannelWalk(threadIdx.x, blockDim.x, sh.s);
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x, w.advance()) {
-    const A d = static_cast<A>(x[w.offset(sh.c, c)]) - m;
-    sq += d * d;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x, w.advance()) {
+    const A d = static_cast<A>(x[w.offset(sh.c, c)]) - k;
+    s1 += d;
+    s2 += d * d;
   }
-  sq = detail::block_sum(sq);
-  if (threadIdx.x == 0) {
-    mean[c] = static_cast<P>(m);
-    var[c] = static_cast<P>(sq / static_cast<A>(count));
-  }
+  s1 = detail::block_sum(s1);
+  s2 = detail::block_sum(s2);
+  if (threadIdx.x == 0) finish_shifted<T, P>(out, c, k, s1, s2, static_cast<A>(count));
 }
 
 // The CPU's expression, element by element: centre first, then scale and shift.
@@ -148,22 +167,28 @@ __global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy
 
 // ---- split reductions (Note [Split channel reductions]) ----------------------------------------
 
-// Block (c, part): sum of x (mean == null) or of (x - mean[c])^2 over its slice -> partial[c * parts + part].
+// Block (c, part): over its slice, the shifted sums sum(x - k) and sum((x - k)^2) with k the
+// channel's first element (moments), or sum(x) and 0 -> partial[2 (c * parts + part) + {0, 1}].
 template <typename T>
-__global__ void stats_partial_kernel(BatchNormShape sh, const T* x, const acc_t<T>* mean, acc_t<T>* partial) {
+__global__ void stats_partial_kernel(BatchNormShape sh, const T* x, bool moments, acc_t<T>* partial) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   int64_t lo, hi;
   channel_slice(sh.n * sh.s, part, parts, &lo, &hi);
-  const A m = mean ? mean[c] : A(0);
-  A acc = 0;
+  const A k = moments ? channel_shift(x, c, sh.s, sh.n * sh.s) : A(0);
+  A s1 = 0, s2 = 0;
   ChannelWalk w(lo + threadIdx.x, blockDim.x, sh.s);
-  for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x, w.advance()) {
-    const A v = static_cast<A>(x[w.offset(sh.c, c)]);
-    acc += mean ? (v - m) * (v - m) : v;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x, w.advance()) {
+    const A d = static_cast<A>(x[w.offset(sh.c, c)]) - k;
+    s1 += d;
+    if (moments) s2 += d * d;
   }
-  acc = detail::block_sum(acc);
-  if (threadIdx.x == 0) partial[c * parts + part] = acc;
+  s1 = detail::block_sum(s1);
+  s2 = detail::block_sum(s2);
+  if (threadIdx.x == 0) {
+    partial[2 * (c * parts + part)] = s1;
+    partial[2 * (c * parts + part) + 1] = s2;
+  }
 }
 
 // Block (c, part): sum(grad_y) and sum(grad_y * xhat) over its slice -> partial[2 (c * parts + part) + {0, 1}].
@@ -216,38 +241,27 @@ struct PlaneGrid {
 };
 
 template <typename T, typename P>
-void stats_impl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
+void stats_impl(const BatchNormShape& sh, const T* x, const BatchNormStats& out) {
   using A = acc_t<T>;
   check_shape("batch_norm", sh);
   if (sh.c == 0) return;
-  if (sh.channels_last) return stats_channels_last<T, P>(sh, x, mean, var);
+  if (sh.channels_last) return stats_channels_last<T, P>(sh, x, out);
   const cuda::Stream stream = cuda::current_stream();
+  const P* const typed = static_cast<const P*>(out.mean);
   const int64_t splits = channel_splits(sh);
   if (splits == 1) {
-    // n * s == 0 gives 0 / 0 = NaN statistics, as on the CPU.
-    EMBER_LAUNCH((stats_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, stream, stats_cost(sh, x, mean), sh, x,
-                 mean, var);
+    EMBER_LAUNCH((stats_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, stream, stats_cost(sh, x, typed, out),
+                 sh, x, out);
     cuda::check_launch("batch_norm stats");
     return;
   }
-  cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(A));
-  cuda::Scratch mean_d(static_cast<size_t>(sh.c) * sizeof(A));
-  const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
-  const unsigned fin_blocks = detail::grid_stride_blocks(sh.c, kThreads);
-  const A count = static_cast<A>(sh.n * sh.s);
-  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, stats_partial_cost(sh, x, splits, false), sh, x,
-               static_cast<const A*>(nullptr), partial.as<A>());
+  cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(A));
+  EMBER_LAUNCH(stats_partial_kernel<T>, dim3(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits)), kThreads, 0,
+               stream, stats_partial_cost(sh, x, splits, true), sh, x, true, partial.as<A>());
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream,
-                    stats_finalize_cost(sh, x, mean, splits, true), sh.c, splits, count,
-                    static_cast<const A*>(partial.as<A>()), mean_d.as<A>(), mean);
-  cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH(stats_partial_kernel<T>, grid, kThreads, 0, stream, stats_partial_cost(sh, x, splits, true), sh, x,
-               static_cast<const A*>(mean_d.as<A>()), partial.as<A>());
-  cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream,
-                    stats_finalize_cost(sh, x, var, splits, false), sh.c, splits, count,
-                    static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), var);
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads, stream,
+                    stats_finalize_cost(sh, x, typed, splits, out), sh.c, splits, sh.n * sh.s,
+                    static_cast<const A*>(partial.as<A>()), x, sh.s, out);
   cuda::check_launch("batch_norm stats");
 }
 
@@ -290,8 +304,8 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
                  backward_sums_cost(sh, mask, mean, static_cast<double>(partial.size())), sh, x, gy, mask, mean, invstd,
                  partial.as<A>());
     cuda::check_launch("batch_norm backward");
-    EMBER_LAUNCH_FLAT((backward_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
-                      cuda::current_stream(), backward_finalize_cost(sh, splits, gw, gb, sums.as<A>()), sh.c, splits,
+    EMBER_LAUNCH_FLAT((finalize_sums_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
+                      cuda::current_stream(), finalize_sums_cost(sh, splits, gw, gb, sums.as<A>()), sh.c, splits,
                       static_cast<const A*>(partial.as<A>()), gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   }
@@ -304,9 +318,8 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   cuda::check_launch("batch_norm backward");
 }
 
-// The first pass of the statistics alone: out[c] = the sum of channel c's values, in the split
-// layouts' order (partials of slices, added in slice order by stats_finalize_kernel with a count
-// of 1), rounded to T once.
+// The statistics' partial sums unshifted: out[c] = the sum of channel c's values, the partials of
+// its slices added in slice order by finalize_sums_kernel, rounded to T once.
 template <typename T>
 void channel_sums_impl(const BatchNormShape& sh, const T* x, T* out) {
   using A = acc_t<T>;
@@ -314,24 +327,26 @@ void channel_sums_impl(const BatchNormShape& sh, const T* x, T* out) {
   if (sh.c == 0) return;
   if (sh.channels_last) return channel_sums_channels_last<T>(sh, x, out);
   const int64_t splits = channel_splits(sh);
-  cuda::Scratch partial(static_cast<size_t>(sh.c * splits) * sizeof(A));
+  cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(A));
   EMBER_LAUNCH(stats_partial_kernel<T>, dim3(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits)), kThreads,
-               0, cuda::current_stream(), stats_partial_cost(sh, x, splits, false), sh, x,
-               static_cast<const A*>(nullptr), partial.as<A>());
+               0, cuda::current_stream(), stats_partial_cost(sh, x, splits, false), sh, x, false, partial.as<A>());
   cuda::check_launch("channel sums");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, T>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
-                    cuda::current_stream(), stats_finalize_cost(sh, x, out, splits, false), sh.c, splits, A(1),
-                    static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), out);
+  EMBER_LAUNCH_FLAT((finalize_sums_kernel<T, T>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
+                    cuda::current_stream(), finalize_sums_cost(sh, splits, static_cast<T*>(nullptr), out,
+                                                               static_cast<A*>(nullptr)),
+                    sh.c, splits, static_cast<const A*>(partial.as<A>()), static_cast<T*>(nullptr), out,
+                    static_cast<A*>(nullptr));
   cuda::check_launch("channel sums");
 }
 
 }  // namespace
 
-void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x, void* mean, void* var) {
+void batch_norm_stats(DType dtype, DType param_dtype, const BatchNormShape& sh, const void* x,
+                      const BatchNormStats& out) {
   dispatch_batch_norm("batch_norm", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
-    stats_impl<T, P>(sh, static_cast<const T*>(x), static_cast<P*>(mean), static_cast<P*>(var));
+    stats_impl<T, P>(sh, static_cast<const T*>(x), out);
   });
 }
 

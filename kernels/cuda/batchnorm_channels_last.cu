@@ -18,8 +18,9 @@
 //    columns in acc_t<T>, one after another; the block then adds its by partial sums of each
 //    column in shared memory as a fixed tree of depth log2(by) (column_sums), and writes one
 //    partial per (channel, slice) in the split kernels' layout, so stats_finalize_kernel and
-//    backward_finalize_kernel add the slices in order. The statistics are the NCHW kernels' math
-//    — the mean, then the centred squares about it — and the backward's two sums likewise; only
+//    finalize_sums_kernel add the slices in order. The statistics are the NCHW kernels' math
+//    (the shifted sums of Note [One-pass batch norm statistics] in batchnorm.cu), and the
+//    backward's two sums likewise; only
 //    the order in which the sums are added differs, so results differ from the NCHW kernels' in
 //    the last bits of a float sum, and are the same from run to run (the slices depend on the
 //    shape, V and the SM count only).
@@ -95,29 +96,35 @@ __device__ inline void column_sums(A (&v)[K]) {
   __syncthreads();
 }
 
-// Block (chunk, part): for each of its columns c, the sum of x (mean == null) or of (x - mean[c])^2
-// over the rows of slice `part` -> partial[c * parts + part] (stats_partial_kernel's layout).
+// Block (chunk, part): for each of its columns c, over the rows of slice `part`, the shifted sums
+// sum(x - k) and sum((x - k)^2) with k the column's first element (moments), or sum(x) and 0 ->
+// partial[2 (c * parts + part) + {0, 1}] (stats_partial_kernel's layout; Note [One-pass batch norm
+// statistics] in batchnorm.cu).
 template <typename T, int V>
-__global__ void stats_partial_cl_kernel(BatchNormShape sh, const T* x, const acc_t<T>* mean, acc_t<T>* partial) {
+__global__ void stats_partial_cl_kernel(BatchNormShape sh, const T* x, bool moments, acc_t<T>* partial) {
   using A = acc_t<T>;
   const int64_t c0 = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * V, part = blockIdx.y, parts = gridDim.y;
   int64_t lo, hi;
   channel_slice(sh.n * sh.s, part, parts, &lo, &hi);  // a column's elements are the rows
-  A acc[V] = {}, m[V] = {};
+  A sums[2 * V] = {}, k[V] = {};  // sum(d) of column c0 + j in sums[j], sum(d^2) in sums[V + j]
   if (c0 < sh.c) {
-    if (mean)
-      for (int j = 0; j < V; ++j) m[j] = mean[c0 + j];
+    if (moments)
+      for (int j = 0; j < V; ++j) k[j] = channel_shift(x, c0 + j, 1, sh.n * sh.s);
     for (int64_t r = lo + threadIdx.y; r < hi; r += blockDim.y) {
       const Pack<T, V> v = vector_load<V>(x + r * sh.c + c0);
       for (int j = 0; j < V; ++j) {
-        const A e = static_cast<A>(v.v[j]);
-        acc[j] += mean ? (e - m[j]) * (e - m[j]) : e;
+        const A d = static_cast<A>(v.v[j]) - k[j];
+        sums[j] += d;
+        if (moments) sums[V + j] += d * d;
       }
     }
   }
-  column_sums(acc);  // outside the `if`: every thread reaches the barriers
+  column_sums(sums);  // outside the `if`: every thread reaches the barriers
   if (threadIdx.y == 0 && c0 < sh.c)
-    for (int j = 0; j < V; ++j) partial[(c0 + j) * parts + part] = acc[j];
+    for (int j = 0; j < V; ++j) {
+      partial[2 * ((c0 + j) * parts + part)] = sums[j];
+      partial[2 * ((c0 + j) * parts + part) + 1] = sums[V + j];
+    }
 }
 
 // Block (chunk, part): sum(grad_y) and sum(grad_y * xhat) of each of its columns over the rows of
@@ -248,29 +255,18 @@ bool fits_lanes(const BatchNormShape& sh, std::initializer_list<const void*> ten
 // Channels-last launchers: the same steps for every shape (split reductions with one or more
 // slices), sh.c > 0, V columns per thread (sh.c % V == 0, the tensors V * sizeof(T) aligned).
 template <typename T, typename P, int V>
-void stats_cl(const BatchNormShape& sh, const T* x, P* mean, P* var) {
+void stats_cl(const BatchNormShape& sh, const T* x, const BatchNormStats& out) {
   using A = acc_t<T>;
   const cuda::Stream stream = cuda::current_stream();
   const ColumnBlock cb(sh, V);
   const int64_t slices = cb.slices(sh);
-  cuda::Scratch partial(static_cast<size_t>(sh.c * slices) * sizeof(A));
-  cuda::Scratch mean_d(static_cast<size_t>(sh.c) * sizeof(A));
-  const dim3 grid(cb.chunks, static_cast<unsigned>(slices));
-  const unsigned fin_blocks = detail::grid_stride_blocks(sh.c, kThreads);
-  const A count = static_cast<A>(sh.n * sh.s);  // 0 rows: 0 / 0 = NaN statistics, as on the CPU
-  EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), grid, cb.block, 0, stream, stats_partial_cost(sh, x, slices, false), sh,
-               x, static_cast<const A*>(nullptr), partial.as<A>());
+  cuda::Scratch partial(2 * static_cast<size_t>(sh.c * slices) * sizeof(A));
+  EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), dim3(cb.chunks, static_cast<unsigned>(slices)), cb.block, 0, stream,
+               stats_partial_cost(sh, x, slices, true), sh, x, true, partial.as<A>());
   cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream,
-                    stats_finalize_cost(sh, x, mean, slices, true), sh.c, slices, count,
-                    static_cast<const A*>(partial.as<A>()), mean_d.as<A>(), mean);
-  cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), grid, cb.block, 0, stream, stats_partial_cost(sh, x, slices, true), sh,
-               x, static_cast<const A*>(mean_d.as<A>()), partial.as<A>());
-  cuda::check_launch("batch_norm stats");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), fin_blocks, kThreads, stream,
-                    stats_finalize_cost(sh, x, var, slices, false), sh.c, slices, count,
-                    static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), var);
+  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads, stream,
+                    stats_finalize_cost(sh, x, static_cast<const P*>(out.mean), slices, out), sh.c, slices,
+                    sh.n * sh.s, static_cast<const A*>(partial.as<A>()), x, int64_t{1}, out);
   cuda::check_launch("batch_norm stats");
 }
 
@@ -298,8 +294,8 @@ void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* g
                  stream, backward_sums_cost(sh, mask, mean, static_cast<double>(partial.size())), sh, x, gy, mask, mean,
                  invstd, partial.as<A>());
     cuda::check_launch("batch_norm backward");
-    EMBER_LAUNCH_FLAT((backward_finalize_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads, stream,
-                      backward_finalize_cost(sh, slices, gw, gb, sums.as<A>()), sh.c, slices,
+    EMBER_LAUNCH_FLAT((finalize_sums_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads, stream,
+                      finalize_sums_cost(sh, slices, gw, gb, sums.as<A>()), sh.c, slices,
                       static_cast<const A*>(partial.as<A>()), gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   }
@@ -310,29 +306,30 @@ void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* g
   cuda::check_launch("batch_norm backward");
 }
 
-// The first pass of the statistics alone, channels-last (as channel_sums_impl in batchnorm.cu).
+// channel_sums channels-last (as channel_sums_impl in batchnorm.cu).
 template <typename T, int V>
 void channel_sums_cl(const BatchNormShape& sh, const T* x, T* out) {
   using A = acc_t<T>;
   const ColumnBlock cb(sh, V);
   const int64_t slices = cb.slices(sh);
-  cuda::Scratch partial(static_cast<size_t>(sh.c * slices) * sizeof(A));
+  cuda::Scratch partial(2 * static_cast<size_t>(sh.c * slices) * sizeof(A));
   EMBER_LAUNCH((stats_partial_cl_kernel<T, V>), dim3(cb.chunks, static_cast<unsigned>(slices)), cb.block, 0,
-               cuda::current_stream(), stats_partial_cost(sh, x, slices, false), sh, x, static_cast<const A*>(nullptr),
-               partial.as<A>());
+               cuda::current_stream(), stats_partial_cost(sh, x, slices, false), sh, x, false, partial.as<A>());
   cuda::check_launch("channel sums");
-  EMBER_LAUNCH_FLAT((stats_finalize_kernel<T, T>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
-                    cuda::current_stream(), stats_finalize_cost(sh, x, out, slices, false), sh.c, slices, A(1),
-                    static_cast<const A*>(partial.as<A>()), static_cast<A*>(nullptr), out);
+  EMBER_LAUNCH_FLAT((finalize_sums_kernel<T, T>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
+                    cuda::current_stream(), finalize_sums_cost(sh, slices, static_cast<T*>(nullptr), out,
+                                                               static_cast<A*>(nullptr)),
+                    sh.c, slices, static_cast<const A*>(partial.as<A>()), static_cast<T*>(nullptr), out,
+                    static_cast<A*>(nullptr));
   cuda::check_launch("channel sums");
 }
 
 }  // namespace
 
 template <typename T, typename P>
-void stats_channels_last(const BatchNormShape& sh, const T* x, P* mean, P* var) {
-  if (fits_lanes<T>(sh, {x})) return stats_cl<T, P, kLanes16<T>>(sh, x, mean, var);
-  stats_cl<T, P, 1>(sh, x, mean, var);
+void stats_channels_last(const BatchNormShape& sh, const T* x, const BatchNormStats& out) {
+  if (fits_lanes<T>(sh, {x})) return stats_cl<T, P, kLanes16<T>>(sh, x, out);
+  stats_cl<T, P, 1>(sh, x, out);
 }
 
 template <typename T, typename P>
@@ -359,7 +356,7 @@ void channel_sums_channels_last(const BatchNormShape& sh, const T* x, T* out) {
 
 // The dtype pairs of dispatch_batch_norm: P = T, or float for a 16-bit T.
 #define EMBER_BATCH_NORM_CHANNELS_LAST(T, P)                                                                  \
-  template void stats_channels_last<T, P>(const BatchNormShape&, const T*, P*, P*);                           \
+  template void stats_channels_last<T, P>(const BatchNormShape&, const T*, const BatchNormStats&);          \
   template void apply_channels_last<T, P>(const BatchNormShape&, const T*, const P*, const P*, const P*,      \
                                           const P*, T*, const T*);                                            \
   template void backward_channels_last<T, P>(const BatchNormShape&, bool, const T*, const T*, const T*,       \

@@ -25,26 +25,46 @@ __device__ inline void channel_slice(int64_t count, int64_t part, int64_t parts,
 // kMinPerBlock elements per block (fewer and the partials cost more than they save).
 constexpr int64_t kMinPerBlock = int64_t{kThreads} * 16;
 
-// One thread per channel: out[c] = (sum of the channel's partials, in slice order) / count; the
-// acc_t<T> value also goes to mean_out when given (the mean for the second pass).
+// The channel's first element, the shift of Note [One-pass batch norm statistics]: x[c * stride]
+// (stride s in (N, C, S) order, 1 channels-last), or 0 for an empty channel.
+template <typename T>
+__device__ inline acc_t<T> channel_shift(const T* x, int64_t c, int64_t stride, int64_t count) {
+  return count > 0 ? static_cast<acc_t<T>>(x[c * stride]) : acc_t<T>(0);
+}
+
+// A channel's mean and biased variance from its shifted sums s1 = sum(x - k), s2 = sum((x - k)^2)
+// over `count` elements (Note [One-pass batch norm statistics]), then the outputs `out` asks for.
 template <typename T, typename P>
-__global__ void stats_finalize_kernel(int64_t channels, int64_t parts, acc_t<T> count, const acc_t<T>* partial,
-                                      acc_t<T>* mean_out, P* out) {
+__device__ inline void finish_shifted(const BatchNormStats& out, int64_t c, acc_t<T> k, acc_t<T> s1, acc_t<T> s2,
+                                      acc_t<T> count) {
+  using A = acc_t<T>;
+  const A d = s1 / count;  // mean - k; 0 / 0 = NaN statistics for an empty channel, as on the CPU
+  const A var = s2 / count - d * d;
+  finish_channel_stats<A, P>(out, c, k + d, var < A(0) ? A(0) : var, count);  // NaN stays NaN
+}
+
+// One thread per channel: the channel's two sums, its partials added in slice order, finished as
+// `out` asks. x is read for the shifts only.
+template <typename T, typename P>
+__global__ void stats_finalize_kernel(int64_t channels, int64_t parts, int64_t count, const acc_t<T>* partial,
+                                      const T* x, int64_t stride, BatchNormStats out) {
   using A = acc_t<T>;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
-    A sum = 0;
-    for (int64_t p = 0; p < parts; ++p) sum += partial[c * parts + p];
-    const A v = sum / count;
-    if (mean_out) mean_out[c] = v;
-    out[c] = static_cast<P>(v);
+    A s1 = 0, s2 = 0;
+    for (int64_t p = 0; p < parts; ++p) {
+      s1 += partial[2 * (c * parts + p)];
+      s2 += partial[2 * (c * parts + p) + 1];
+    }
+    finish_shifted<T, P>(out, c, channel_shift(x, c, stride, count), s1, s2, static_cast<A>(count));
   }
 }
 
-// One thread per channel: the two sums in slice order -> grad_weight, grad_bias, sums (as the
-// one-block backward_reduce_kernel writes them).
+// One thread per channel: the two sums of the split layout (partial[2 (c * parts + p) + {0, 1}]),
+// added in slice order -> first and second (P, each optional) and sums (2 C acc_t<T>: all firsts,
+// then all seconds). The backward's sum(grad_y) and sum(grad_y * xhat); channel_sums' sums.
 template <typename T, typename P>
-__global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const acc_t<T>* partial, P* gw, P* gb,
-                                         acc_t<T>* sums) {
+__global__ void finalize_sums_kernel(int64_t channels, int64_t parts, const acc_t<T>* partial, P* second, P* first,
+                                     acc_t<T>* sums) {
   using A = acc_t<T>;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
     A sg = 0, sgx = 0;
@@ -52,8 +72,8 @@ __global__ void backward_finalize_kernel(int64_t channels, int64_t parts, const 
       sg += partial[2 * (c * parts + p)];
       sgx += partial[2 * (c * parts + p) + 1];
     }
-    if (gw) gw[c] = static_cast<P>(sgx);
-    if (gb) gb[c] = static_cast<P>(sg);
+    if (second) second[c] = static_cast<P>(sgx);
+    if (first) first[c] = static_cast<P>(sg);
     if (sums) {
       sums[c] = sg;
       sums[channels + c] = sgx;
@@ -72,7 +92,7 @@ inline void check_shape(const char* op, const BatchNormShape& sh) {
 // under a fused ReLU, else null. Instantiated in batchnorm_channels_last.cu for the dtype pairs of
 // dispatch_batch_norm (kernels/batchnorm.h).
 template <typename T, typename P>
-void stats_channels_last(const BatchNormShape& sh, const T* x, P* mean, P* var);
+void stats_channels_last(const BatchNormShape& sh, const T* x, const BatchNormStats& out);
 template <typename T, typename P>
 void apply_channels_last(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight,
                          const P* bias, T* y, const T* residual);
@@ -90,26 +110,39 @@ void channel_sums_channels_last(const BatchNormShape& sh, const T* x, T* out);
 
 inline double bn_elements(const BatchNormShape& sh) { return static_cast<double>(sh.n) * sh.c * sh.s; }
 
-// stats_kernel: x (read by both passes, counted once) -> mean and var; a sum, then (x - m)^2 summed.
-template <typename T, typename P>
-inline cuda::Cost stats_cost(const BatchNormShape& sh, const T*, const P*) {
-  return cuda::cost(bn_elements(sh) * sizeof(T), 2.0 * sh.c * sizeof(P), 4 * bn_elements(sh));
+// The per-channel vectors batch_norm_stats reads and writes, in bytes: the running statistics
+// (read and written), the wanted outputs and the batch counter.
+template <typename P>
+inline double stats_outputs_bytes(const BatchNormShape& sh, const BatchNormStats& out, bool written) {
+  const double c = static_cast<double>(sh.c) * sizeof(P);
+  const double running = out.running_mean ? 2 * c : 0.0, counter = out.batches_tracked ? 8.0 : 0.0;
+  if (!written) return running + counter;
+  return c * (1 + (out.var ? 1 : 0) + (out.invstd ? 1 : 0)) + running + counter;
 }
 
-// stats_partial_kernel / stats_partial_cl_kernel: x, and the acc_t mean when centred -> c * parts partials.
+// stats_kernel: x -> the wanted outputs in one block per channel; the shifted sums (a subtract and
+// two multiply-adds per element).
+template <typename T, typename P>
+inline cuda::Cost stats_cost(const BatchNormShape& sh, const T*, const P*, const BatchNormStats& out) {
+  return cuda::cost(bn_elements(sh) * sizeof(T) + stats_outputs_bytes<P>(sh, out, false),
+                    stats_outputs_bytes<P>(sh, out, true), 3 * bn_elements(sh));
+}
+
+// stats_partial_kernel / stats_partial_cl_kernel: x -> 2 c parts partial sums of acc_t<T>.
 template <typename T>
-inline cuda::Cost stats_partial_cost(const BatchNormShape& sh, const T*, int64_t parts, bool centred) {
+inline cuda::Cost stats_partial_cost(const BatchNormShape& sh, const T*, int64_t parts, bool moments) {
   using A = acc_t<T>;
-  return cuda::cost(bn_elements(sh) * sizeof(T) + (centred ? static_cast<double>(sh.c) * sizeof(A) : 0.0),
-                    static_cast<double>(sh.c) * parts * sizeof(A), (centred ? 3 : 1) * bn_elements(sh));
+  return cuda::cost(bn_elements(sh) * sizeof(T), 2.0 * sh.c * parts * sizeof(A), (moments ? 3 : 1) * bn_elements(sh));
 }
 
-// stats_finalize_kernel: c * parts partials -> out (P), and the acc_t mean when wanted.
+// stats_finalize_kernel: 2 c parts partials and the c shifts -> the wanted outputs.
 template <typename T, typename P>
-inline cuda::Cost stats_finalize_cost(const BatchNormShape& sh, const T*, const P*, int64_t parts, bool mean_out) {
+inline cuda::Cost stats_finalize_cost(const BatchNormShape& sh, const T*, const P*, int64_t parts,
+                                      const BatchNormStats& out) {
   using A = acc_t<T>;
   const double c = static_cast<double>(sh.c);
-  return cuda::cost(c * parts * sizeof(A), c * (sizeof(P) + (mean_out ? sizeof(A) : 0)), c * (parts + 1));
+  return cuda::cost(2 * c * parts * sizeof(A) + c * sizeof(T) + stats_outputs_bytes<P>(sh, out, false),
+                    stats_outputs_bytes<P>(sh, out, true), c * (2 * parts + 12));
 }
 
 // apply_kernel / apply_cl_kernel: x (and residual), mean, invstd (and weight, bias) -> y;
@@ -136,9 +169,9 @@ double backward_outputs_bytes(const BatchNormShape& sh, const P* gw, const P* gb
   return static_cast<double>(sh.c) * ((gw ? sizeof(P) : 0) + (gb ? sizeof(P) : 0) + (sums ? 2 * sizeof(A) : 0));
 }
 
-// backward_finalize_kernel: 2 c parts partials -> the wanted outputs.
+// finalize_sums_kernel: 2 c parts partials -> the wanted outputs.
 template <typename P, typename A>
-inline cuda::Cost backward_finalize_cost(const BatchNormShape& sh, int64_t parts, const P* gw, const P* gb, const A* sums) {
+inline cuda::Cost finalize_sums_cost(const BatchNormShape& sh, int64_t parts, const P* gw, const P* gb, const A* sums) {
   const double c = static_cast<double>(sh.c);
   return cuda::cost(2 * c * parts * sizeof(A), backward_outputs_bytes(sh, gw, gb, sums), 2 * c * parts);
 }

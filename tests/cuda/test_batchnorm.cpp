@@ -101,10 +101,39 @@ void require_backward_f32(const BatchNormShape& sh, const Inputs<float>& in, boo
   }
 }
 
+// The GPU's one-pass statistics (Note [One-pass batch norm statistics] in kernels/cuda/
+// batchnorm.cu) against the CPU's two-pass ones, per channel. With k the channel's first element
+// and d = x - k (one rounding), the sums s1 = sum d and s2 = sum d^2 err by at most K eps sum |d|
+// and (K + 2) eps sum d^2 (K as in require_backward_f32); mean = k + s1 / M errs by the first over
+// M, var = s2 / M - (s1 / M)^2 by the second over M plus 2 |s1 / M| times the first over M. Each
+// result also gets 4 eps of its own magnitude for the last roundings (and the CPU's).
+template <typename T>
+void require_stats(const BatchNormShape& sh, const std::vector<T>& x, const std::vector<T>& got_mean,
+                   const std::vector<T>& got_var, const std::vector<T>& want_mean, const std::vector<T>& want_var) {
+  const double eps = std::numeric_limits<T>::epsilon();
+  const int64_t M = sh.n * sh.s;
+  const double K = static_cast<double>(M) / 256.0 + 16.0;
+  for (int64_t c = 0; c < sh.c; ++c) {
+    if (std::isnan(want_mean[c])) continue;  // a NaN channel: its callers check it
+    const double k = x[static_cast<size_t>(c * sh.s)];
+    double abs_d = 0, sq_d = 0, s1 = 0;
+    for (int64_t i = 0; i < sh.n; ++i)
+      for (int64_t j = 0; j < sh.s; ++j) {
+        const double d = x[static_cast<size_t>((i * sh.c + c) * sh.s + j)] - k;
+        abs_d += std::fabs(d), sq_d += d * d, s1 += d;
+      }
+    const double e1 = K * eps * abs_d / M, e2 = (K + 2) * eps * sq_d / M;
+    INFO("channel " << c << ": mean " << got_mean[c] << " vs " << want_mean[c] << ", var " << got_var[c] << " vs "
+                    << want_var[c]);
+    REQUIRE(std::fabs(got_mean[c] - want_mean[c]) <= e1 + 4 * eps * std::fabs(want_mean[c]) + 1e-300);
+    REQUIRE(std::fabs(got_var[c] - want_var[c]) <= e2 + 2 * std::fabs(s1 / M) * e1 + 4 * eps * want_var[c] + 1e-300);
+  }
+}
+
 }  // namespace
 
-TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (two-pass mean and biased variance)", "[cuda][batchnorm]",
-                   float, double) {
+TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (one-pass shifted sums against two passes)",
+                   "[cuda][batchnorm]", float, double) {
   using T = TestType;
   const DType dt = ember::dtype_of<T>::value;
   uint64_t seed = 1;
@@ -112,11 +141,10 @@ TEMPLATE_TEST_CASE("cuda batch_norm_stats matches the CPU (two-pass mean and bia
     INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s);
     const Inputs<T> in(sh, seed += 10);
     DeviceBuffer<T> dx(in.x), dmean(static_cast<size_t>(sh.c)), dvar(static_cast<size_t>(sh.c));
-    ember::kernels::gpu::batch_norm_stats(dt, dt, sh, dx.data(), dmean.data(), dvar.data());
+    ember::kernels::gpu::batch_norm_stats(dt, dt, sh, dx.data(), {.mean = dmean.data(), .var = dvar.data()});
     std::vector<T> mean(static_cast<size_t>(sh.c)), var(static_cast<size_t>(sh.c));
-    ember::kernels::cpu::batch_norm_stats(dt, dt, sh, in.x.data(), mean.data(), var.data());
-    ember::testing::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
-    ember::testing::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
+    ember::kernels::cpu::batch_norm_stats(dt, dt, sh, in.x.data(), {.mean = mean.data(), .var = var.data()});
+    require_stats(sh, in.x, checked(dmean), checked(dvar), mean, var);
   }
 }
 
@@ -189,18 +217,23 @@ TEMPLATE_TEST_CASE("cuda batch norm: NaN in a channel stays in that channel, and
   Inputs<T> in(sh, 7);
   in.x[static_cast<size_t>((1 * sh.c + 2) * sh.s + 3)] = std::numeric_limits<T>::quiet_NaN();  // channel 2
   DeviceBuffer<T> dx(in.x), dmean(4), dvar(4);
-  ember::kernels::gpu::batch_norm_stats(dt, dt, sh, dx.data(), dmean.data(), dvar.data());
+  ember::kernels::gpu::batch_norm_stats(dt, dt, sh, dx.data(), {.mean = dmean.data(), .var = dvar.data()});
   std::vector<T> mean(4), var(4);
-  ember::kernels::cpu::batch_norm_stats(dt, dt, sh, in.x.data(), mean.data(), var.data());
+  ember::kernels::cpu::batch_norm_stats(dt, dt, sh, in.x.data(), {.mean = mean.data(), .var = var.data()});
   REQUIRE(std::isnan(mean[2]));
-  ember::testing::require_close(checked(dmean), mean, sum_atol<T>(), sum_rtol<T>(), "mean");
-  ember::testing::require_close(checked(dvar), var, sum_atol<T>(), sum_rtol<T>(), "var");
+  const std::vector<T> gmean = checked(dmean), gvar = checked(dvar);
+  for (size_t c = 0; c < 4; ++c) {
+    INFO("channel " << c);
+    CHECK(std::isnan(gmean[c]) == (c == 2));
+    CHECK(std::isnan(gvar[c]) == (c == 2));
+  }
+  require_stats(sh, in.x, gmean, gvar, mean, var);
 
   // No channels / no elements: nothing is written (no channels) or statistics are NaN (0 / 0).
   DeviceBuffer<T> one(1), m1(1), v1(1);
-  ember::kernels::gpu::batch_norm_stats(dt, dt, {0, 0, 1}, one.data(), m1.data(), v1.data());
+  ember::kernels::gpu::batch_norm_stats(dt, dt, {0, 0, 1}, one.data(), {.mean = m1.data(), .var = v1.data()});
   ember::kernels::gpu::batch_norm_apply(dt, dt, {0, 3, 4}, one.data(), m1.data(), v1.data(), nullptr, nullptr, m1.data());
-  ember::kernels::gpu::batch_norm_stats(dt, dt, {0, 1, 1}, one.data(), m1.data(), v1.data());
+  ember::kernels::gpu::batch_norm_stats(dt, dt, {0, 1, 1}, one.data(), {.mean = m1.data(), .var = v1.data()});
   REQUIRE(std::isnan(checked(m1)[0]));
   one.check_guards();
 }
@@ -254,7 +287,7 @@ struct CpuBackend {
            std::vector<T>& y, std::vector<T>& gx, std::vector<float>& gw, std::vector<float>& gb) const {
     namespace k = ember::kernels::cpu;
     const BatchNormShape sh = shape;
-    k::batch_norm_stats(dt, DType::f32, sh, x.data(), mean.data(), var.data());
+    k::batch_norm_stats(dt, DType::f32, sh, x.data(), {.mean = mean.data(), .var = var.data()});
     std::vector<float> invstd(var.size());
     for (size_t i = 0; i < var.size(); ++i) invstd[i] = 1.0f / std::sqrt(var[i] + 1e-5f);
     k::batch_norm_apply(dt, DType::f32, sh, x.data(), mean.data(), invstd.data(), w.data(), b.data(), y.data());
@@ -273,7 +306,7 @@ struct CudaBackend {
     const BatchNormShape sh = shape;
     DeviceBuffer<T> dx(x), dgy(gy), dy(x.size()), dgx(x.size());
     DeviceBuffer<float> dw(w), db(b), dmean(w.size()), dvar(w.size()), dgw(w.size()), dgb(w.size());
-    k::batch_norm_stats(dt, DType::f32, sh, dx.data(), dmean.data(), dvar.data());
+    k::batch_norm_stats(dt, DType::f32, sh, dx.data(), {.mean = dmean.data(), .var = dvar.data()});
     mean = checked(dmean);
     var = checked(dvar);
     std::vector<float> invstd(var.size());
@@ -314,8 +347,101 @@ TEST_CASE("batch norm kernels refuse per-channel vectors of another dtype than x
   std::vector<float> x(4, 1.0f), m(1), v(1);
   DeviceBuffer<float> dx(x), dm(1), dv(1);
   // float32 x with bf16 statistics; f64 x with float32 statistics: neither is a supported pair.
-  CHECK_THROWS_WITH(ember::kernels::cpu::batch_norm_stats(DType::f32, DType::bf16, sh, x.data(), m.data(), v.data()),
-                    Catch::Contains("per-channel vectors") && Catch::Contains("bfloat16"));
-  CHECK_THROWS_WITH(ember::kernels::gpu::batch_norm_stats(DType::f64, DType::f32, sh, dx.data(), dm.data(), dv.data()),
+  CHECK_THROWS_WITH(
+      ember::kernels::cpu::batch_norm_stats(DType::f32, DType::bf16, sh, x.data(), {.mean = m.data(), .var = v.data()}),
+      Catch::Contains("per-channel vectors") && Catch::Contains("bfloat16"));
+  CHECK_THROWS_WITH(ember::kernels::gpu::batch_norm_stats(DType::f64, DType::f32, sh, dx.data(),
+                                                          {.mean = dm.data(), .var = dv.data()}),
                     Catch::Contains("per-channel vectors") && Catch::Contains("float64"));
+}
+
+TEMPLATE_TEST_CASE("cuda batch_norm_stats finishes like the CPU: invstd, the running statistics, the batch count",
+                   "[cuda][batchnorm]", float, double) {
+  using T = TestType;
+  const DType dt = ember::dtype_of<T>::value;
+  const double eps = std::numeric_limits<T>::epsilon(), bn_eps = 1e-5, momentum = 0.1;
+  uint64_t seed = 900;
+  for (const BatchNormShape& sh : kShapes) {
+    if (sh.n * sh.s < 2) continue;  // the unbiased variance needs two values
+    INFO("n=" << sh.n << " c=" << sh.c << " s=" << sh.s);
+    const size_t c = static_cast<size_t>(sh.c);
+    const Inputs<T> in(sh, seed += 10);
+    const std::vector<T> rm0 = random_vector<T>(c, seed + 7), rv0 = random_vector<T>(c, seed + 8, 0.5, 2.0);
+    DeviceBuffer<T> dx(in.x), dmean(c), dvar(c), dinv(c), drm(rm0), drv(rv0);
+    DeviceBuffer<int64_t> dcount(std::vector<int64_t>{41});
+    ember::kernels::gpu::batch_norm_stats(dt, dt, sh, dx.data(),
+                                          {.mean = dmean.data(),
+                                           .var = dvar.data(),
+                                           .invstd = dinv.data(),
+                                           .eps = bn_eps,
+                                           .running_mean = drm.data(),
+                                           .running_var = drv.data(),
+                                           .momentum = momentum,
+                                           .batches_tracked = dcount.data()});
+    std::vector<T> mean(c), var(c), inv(c), rm = rm0, rv = rv0;
+    int64_t count = 41;
+    ember::kernels::cpu::batch_norm_stats(dt, dt, sh, in.x.data(),
+                                          {.mean = mean.data(),
+                                           .var = var.data(),
+                                           .invstd = inv.data(),
+                                           .eps = bn_eps,
+                                           .running_mean = rm.data(),
+                                           .running_var = rv.data(),
+                                           .momentum = momentum,
+                                           .batches_tracked = &count});
+    const std::vector<T> gmean = checked(dmean), gvar = checked(dvar), ginv = checked(dinv), grm = checked(drm),
+                         grv = checked(drv);
+    require_stats(sh, in.x, gmean, gvar, mean, var);
+    CHECK(count == 42);
+    CHECK(checked(dcount)[0] == 42);
+    const double M = static_cast<double>(sh.n * sh.s);
+    for (size_t i = 0; i < c; ++i) {
+      INFO("channel " << i);
+      // Each finished value from the GPU's own mean and variance, within a few roundings: the
+      // finish is the same code on both backends (finish_channel_stats in kernels/batchnorm.h).
+      const double want_inv = 1.0 / std::sqrt(static_cast<double>(gvar[i]) + bn_eps);
+      const double want_rm = (1 - momentum) * rm0[i] + momentum * gmean[i];
+      const double want_rv = (1 - momentum) * rv0[i] + momentum * gvar[i] * M / (M - 1);
+      CHECK(std::fabs(ginv[i] - want_inv) <= 4 * eps * want_inv);
+      CHECK(std::fabs(grm[i] - want_rm) <= 4 * eps * (std::fabs(rm0[i]) + std::fabs(gmean[i])));
+      CHECK(std::fabs(grv[i] - want_rv) <= 4 * eps * (rv0[i] + gvar[i] * M / (M - 1)));
+      // And the CPU's, from its own statistics.
+      CHECK(std::fabs(inv[i] - 1.0 / std::sqrt(static_cast<double>(var[i]) + bn_eps)) <= 2 * eps * inv[i]);
+      CHECK(std::fabs(rm[i] - ((1 - momentum) * rm0[i] + momentum * mean[i])) <=
+            2 * eps * (std::fabs(rm0[i]) + std::fabs(mean[i])));
+    }
+  }
+}
+
+TEST_CASE("cuda batch_norm_stats keeps the variance of a channel far from zero (shifted sums)", "[cuda][batchnorm]") {
+  // Values 1000 + 0.01 u, u uniform in [-1, 1]: E[x^2] - E[x]^2 in float cancels every digit of a
+  // variance of 3.3e-5 (x^2 ~ 1e6 has an ulp of 0.06). Shifted by the channel's first element the
+  // sums hold the spread only. Both layouts, the split path (64 000 values per channel).
+  for (const bool channels_last : {false, true}) {
+    INFO("channels_last " << channels_last);
+    const BatchNormShape sh{.n = 64, .c = 8, .s = 1000, .channels_last = channels_last};
+    const size_t total = static_cast<size_t>(sh.n * sh.c * sh.s);
+    const std::vector<double> u = random_vector<double>(total, 4242, -1.0, 1.0);
+    std::vector<float> x(total);
+    for (size_t i = 0; i < total; ++i) x[i] = static_cast<float>(1000.0 + 0.01 * u[i]);
+    DeviceBuffer<float> dx(x), dmean(8), dvar(8);
+    ember::kernels::gpu::batch_norm_stats(DType::f32, DType::f32, sh, dx.data(),
+                                          {.mean = dmean.data(), .var = dvar.data()});
+    const std::vector<float> mean = checked(dmean), var = checked(dvar);
+    for (int64_t c = 0; c < sh.c; ++c) {
+      double m = 0, v = 0;
+      const auto at = [&](int64_t i, int64_t j) {
+        return x[static_cast<size_t>(channels_last ? (i * sh.s + j) * sh.c + c : (i * sh.c + c) * sh.s + j)];
+      };
+      for (int64_t i = 0; i < sh.n; ++i)
+        for (int64_t j = 0; j < sh.s; ++j) m += at(i, j);
+      m /= static_cast<double>(sh.n * sh.s);
+      for (int64_t i = 0; i < sh.n; ++i)
+        for (int64_t j = 0; j < sh.s; ++j) v += (at(i, j) - m) * (at(i, j) - m);
+      v /= static_cast<double>(sh.n * sh.s);
+      INFO("channel " << c << ": var " << var[c] << ", exact " << v);
+      CHECK(std::fabs(mean[c] - m) <= 1e-4);
+      CHECK(std::fabs(var[c] - v) <= 1e-3 * v);
+    }
+  }
 }

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,15 @@ std::vector<cuda::LedgerEntry> of_kind(const std::vector<cuda::LedgerEntry>& all
   for (const cuda::LedgerEntry& e : all)
     if (e.kind == kind) out.push_back(e);
   return out;
+}
+
+// The largest |a - b| over two float tensors of one shape (any device, any layout).
+double max_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<float> va = a.cpu().contiguous().to_vector<float>(), vb = b.cpu().contiguous().to_vector<float>();
+  REQUIRE(va.size() == vb.size());
+  double m = 0;
+  for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(va[i]) - vb[i]));
+  return m;
 }
 
 }  // namespace
@@ -152,4 +163,35 @@ TEST_CASE("ledger: the step model names per-tensor optimizer launches and host s
   // Under a CUDA graph: the graph's launch cost and no sync.
   const train::StepPrediction g = train::predict_step(ledger, train::gpu_spec("h200"), cal, true);
   CHECK(g.predicted_ms == Approx(62 * (4096 * 28.0 / (4800e3 * e_mem) + cal.graph_launch_us) * 1e-3).epsilon(1e-9));
+}
+
+TEST_CASE("ledger: a training batch norm forward is three launches, running statistics and batch count included",
+          "[cuda][ledger][batchnorm]") {
+  // Note [One-pass batch norm statistics] in kernels/cuda/batchnorm.cu: partial sums, one finalize
+  // kernel (mean, invstd, the running statistics, num_batches_tracked), apply. Both layouts, on
+  // shapes that take the split reductions; the results against the same module on the CPU.
+  const Device d = Device::cuda(0);
+  for (const bool channels_last : {false, true}) {
+    INFO("channels_last " << channels_last);
+    const int64_t c = channels_last ? 64 : 16;
+    manual_seed(7);
+    Tensor x = add(mul(randn({8, c, 32, 32}), 2.0), 0.5);
+    nn::BatchNorm2d cpu_bn(c), gpu_bn(c);
+    gpu_bn.to(d);
+    Tensor xd = x.to(d);
+    if (channels_last) xd = xd.contiguous(MemoryFormat::channels_last);
+    cuda::Ledger ledger;
+    Tensor y = gpu_bn.forward(xd);
+    const std::vector<cuda::LedgerEntry> entries = ledger.stop();
+    const auto kernels = of_kind(entries, cuda::CallKind::kernel);
+    CHECK(kernels.size() == 3);
+    for (const cuda::LedgerEntry& k : kernels) CHECK(k.op == "batch_norm");
+    CHECK(of_kind(entries, cuda::CallKind::host_sync).empty());
+    CHECK(of_kind(entries, cuda::CallKind::copy).empty());
+    Tensor want = cpu_bn.forward(x);
+    CHECK(gpu_bn.num_batches_tracked.cpu().item<int64_t>() == 1);
+    CHECK(max_diff(y, want) <= 1e-5);
+    CHECK(max_diff(gpu_bn.running_mean, cpu_bn.running_mean) <= 1e-6);
+    CHECK(max_diff(gpu_bn.running_var, cpu_bn.running_var) <= 1e-5);
+  }
 }
