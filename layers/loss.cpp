@@ -70,10 +70,11 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
   // Validate the class indices before any kernel runs (kernels cannot throw from their threads).
   // The check reads its answer on the host; a CUDA graph cannot record that, so while one is being
   // captured the check is left to whoever fills the graph's static targets (ember train checks
-  // every batch's labels before it stages them: Note [CUDA graphs in ember] in core/cuda/graph.h).
+  // every batch's labels before it stages them: Note [CUDA graphs in ember] in core/cuda/graph.h),
+  // and so it is under a CheckedTargetsGuard.
   const Tensor t = target.contiguous();
   int64_t bad = -1;
-  if (!detail::capturing_graph(t.device()))
+  if (!detail::capturing_graph(t.device()) && !CheckedTargetsGuard::active())
     EMBER_KERNEL_CALL_INTO(bad, t.device(), op, find_invalid_target, t.data_ptr<int64_t>(), t.numel(), l.c,
                            ignore_index);
   *some_ignored = bad == kernels::kTargetsValidSomeIgnored;
@@ -113,7 +114,13 @@ std::pair<Tensor, double> reduce_loss(const Tensor& per_sample, const Tensor& ta
   return {};
 }
 
+thread_local bool t_targets_checked = false;
+
 }  // namespace
+
+CheckedTargetsGuard::CheckedTargetsGuard() : previous_(t_targets_checked) { t_targets_checked = true; }
+CheckedTargetsGuard::~CheckedTargetsGuard() { t_targets_checked = previous_; }
+bool CheckedTargetsGuard::active() { return t_targets_checked; }
 
 // The losses are on autocast's f32 list: under autocast, 16-bit inputs are computed in f32 and
 // the result is f32 (Note [Autocast] in core/autocast.h).

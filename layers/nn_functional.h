@@ -68,6 +68,25 @@ struct CrossEntropyOptions {
 // logits: (N, C) or (N, C, d1, ...); target: int64 class indices (N) / (N, d1, ...), or, for
 // (N, C) logits, floating class probabilities (N, C) (Note [Soft-target cross-entropy]).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opt = {});
+// While one lives on this thread, cross_entropy and nll_loss take their class-index targets as
+// checked by whoever made them: each is a class index in [0, C), none equals ignore_index. Then
+// they launch no check and read nothing back on the host for the targets (on a GPU that read
+// waits for the device: a host sync per call). ember train checks each batch's labels on the host
+// before it copies them to the device (train::check_class_indices in train/train_step.h), as
+// it does for a CUDA graph's staged targets. A target that breaks the promise is read out of
+// bounds: only code that has checked its targets makes one.
+class CheckedTargetsGuard {
+ public:
+  CheckedTargetsGuard();
+  ~CheckedTargetsGuard();
+  CheckedTargetsGuard(const CheckedTargetsGuard&) = delete;
+  CheckedTargetsGuard& operator=(const CheckedTargetsGuard&) = delete;
+  static bool active();  // on this thread
+
+ private:
+  bool previous_;
+};
+
 struct NllLossOptions {
   Tensor weight;
   Reduction reduction = Reduction::Mean;

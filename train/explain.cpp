@@ -88,6 +88,7 @@ ExplainResult explain_step(Run& r, const Tensor& images, const Tensor& labels, c
   const Calibration cal = o.calibration.empty() ? default_calibration() : read_calibration(o.calibration);
   const StepMode mode = r.cfg.cuda_graphs ? StepMode::captured : StepMode::eager;
   const Tensor x = images.to(r.device).contiguous(model_input_format(r.cfg));
+  check_class_indices(labels, static_cast<int64_t>(r.d.classes.size()));
   const Tensor y = labels.to(r.device);
   const cuda::LedgerMode ledger_mode = on_emulator() ? cuda::LedgerMode::record_only : cuda::LedgerMode::timed;
   {

@@ -9,19 +9,6 @@
 
 namespace ember::train {
 
-namespace {
-
-// The check cross_entropy makes on the device, made on the host before the labels are staged.
-void check_class_indices(const Tensor& labels, int64_t classes) {
-  if (labels.dim() != 1 || labels.dtype() != DType::i64) return;  // soft labels (Mixup, CutMix)
-  const std::vector<int64_t> v = labels.to_vector<int64_t>();
-  for (size_t i = 0; i < v.size(); ++i)
-    EMBER_CHECK(v[i] >= 0 && v[i] < classes, "cross_entropy: target ", v[i], " (at flat position ", i,
-                ") is out of bounds for ", classes, " classes (expected 0 to ", classes - 1, ")");
-}
-
-}  // namespace
-
 GraphedStep::GraphedStep(Device device, int64_t classes, const TrainStep& step)
     : device_(device), classes_(classes), step_(step) {
   EMBER_CHECK(device.is_cuda(), "--cuda-graphs needs a CUDA device (--device cuda), got --device ", device.str());

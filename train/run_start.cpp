@@ -26,6 +26,7 @@
 #include "run_report.h"
 #include "run_setup.h"
 #include "terminal_text.h"
+#include "train_step.h"
 #include "weights.h"
 
 namespace ember::train {
@@ -212,6 +213,10 @@ void open_loaders(Run& r, const TrainConfig& cfg, const Resumed& res, const std:
     train_options.data_on_device = cfg.data_on_device;
     train_options.pin_memory = cfg.data_on_device ? data::PinMemory::off : data::PinMemory::on;
   }
+  // A resident dataset's batches gather labels already on the device: its labels are checked
+  // once, here, as every host batch's are before its copy (check_class_indices).
+  if (const auto* resident = dynamic_cast<const data::TensorDataset*>(d.train.get()); resident && cfg.data_on_device)
+    check_class_indices(resident->labels().to(DType::i64), static_cast<int64_t>(d.classes.size()));
   r.loader = std::make_unique<data::DataLoader>(d.train, train_options);
   // Evaluation batches are as large as training batches (halved on out of memory: with_eval_backoff).
   r.eval_batch = cfg.batch_size;

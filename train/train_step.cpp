@@ -49,6 +49,16 @@ Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
 
 }  // namespace
 
+void check_class_indices(const Tensor& host_labels, int64_t classes) {
+  if (host_labels.dim() != 1 || host_labels.dtype() != DType::i64) return;  // soft labels (Mixup, CutMix)
+  if (!host_labels.device().is_cpu()) return;  // --data-on-device: the dataset's labels were checked whole
+  const Tensor t = host_labels.contiguous();  // host memory: reading it waits for no device
+  const int64_t* v = t.data_ptr<int64_t>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    EMBER_CHECK(v[i] >= 0 && v[i] < classes, "cross_entropy: target ", v[i], " (at flat position ", i,
+                ") is out of bounds for ", classes, " classes (expected 0 to ", classes - 1, ")");
+}
+
 TrainStep::TrainStep(const Parts& parts) : parts_(parts) {
   EMBER_CHECK(parts.model && parts.criterion && parts.optimizer && parts.scaler && parts.guard,
               "TrainStep: the model, criterion, optimizer, scaler and guard are required");
@@ -71,6 +81,7 @@ TrainStep::Outputs TrainStep::run(const Tensor& images, const Tensor& labels, St
     if (p.amp) amp.emplace(p.device.type, *p.amp);
     const Tensor x = images.contiguous(p.input_format);
     logits = p.ddp ? p.ddp->forward(x) : p.model->forward(x);
+    const CheckedTargetsGuard checked;  // the caller ran check_class_indices
     out.loss = (*p.criterion)(logits, labels);
     // EMBER_FAULT=nan-loss-at:K (a testing hook, eager steps): step K's loss is NaN, and so are its gradients.
     if (eager && io::fault_value("nan-loss-at") == step_number) out.loss = mul(out.loss, std::nan(""));

@@ -48,6 +48,15 @@ class StepGuard;
 // norm on the device in both. A feature added to the step (accumulation, an EMA of the weights)
 // is then added once, and runs under --cuda-graphs as long as it queues only device work.
 
+// The check cross_entropy would make of a batch's class indices (labels (N,) int64 on the host,
+// each in [0, classes)), made on the host before they are copied to the device: an ember::Error
+// naming the first bad label. Class probabilities ((N, classes) floats: Mixup, CutMix) pass, and
+// so do labels already on a device: --data-on-device gathers them from a dataset whose labels
+// ember train checked whole before its first step.
+// TrainStep::run takes its labels as checked (CheckedTargetsGuard in layers/nn_functional.h), so
+// an eager step reads nothing back for them: no host sync.
+void check_class_indices(const Tensor& host_labels, int64_t classes);
+
 // Where a step runs.
 enum class StepMode {
   eager,     // now, on the host's thread: host reads, hooks and profiler scopes allowed
@@ -84,7 +93,8 @@ class TrainStep {
   explicit TrainStep(const Parts& parts);
 
   // One step on a batch already on the training device: images (N, C, H, W), labels (N,) class
-  // indices or (N, classes) class probabilities (Mixup, CutMix). `step_number` is the run's
+  // indices checked by check_class_indices before they were copied, or (N, classes) class
+  // probabilities (Mixup, CutMix). `step_number` is the run's
   // number of this step (1-based; EMBER_FAULT=nan-loss-at reads it). A captured step takes no
   // DDP and no before_update (ember::Error).
   Outputs run(const Tensor& images, const Tensor& labels, StepMode mode, int64_t step_number = 0,

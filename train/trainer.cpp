@@ -189,6 +189,7 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
       {
         const profiler::Scope scope("to device", profiler::Phase::data);
         images = host_images.to(r.device).contiguous(model_input_format(r.cfg));
+        check_class_indices(host_labels, static_cast<int64_t>(r.d.classes.size()));
         labels = host_labels.to(r.device);
       }
       // With several processes every rank stops at the same step, before its update (Note

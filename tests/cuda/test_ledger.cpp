@@ -96,6 +96,27 @@ TEST_CASE("ledger: cross_entropy's target check is a named host sync inside the 
   REQUIRE(syncs.size() == 1);
   CHECK(syncs[0].note == "cross_entropy's target check");
   CHECK(syncs[0].op == "cross_entropy");
+  // Targets checked by their maker (ember train checks its labels on the host): no check kernel,
+  // no host sync, and the same loss and gradient bit for bit.
+  logits.set_requires_grad(true);
+  Tensor loss_checked, grad_checked;
+  {
+    const CheckedTargetsGuard checked;
+    cuda::Ledger quiet;
+    loss_checked = cross_entropy(logits, target);
+    loss_checked.backward();
+    const std::vector<cuda::LedgerEntry> entries = quiet.stop();
+    CHECK(of_kind(entries, cuda::CallKind::host_sync).empty());
+    for (const cuda::LedgerEntry& e : of_kind(entries, cuda::CallKind::kernel))
+      CHECK(e.kernel.find("find_invalid_target") == std::string::npos);
+    grad_checked = logits.grad().clone();
+  }
+  CHECK_FALSE(CheckedTargetsGuard::active());
+  logits.set_grad(Tensor());
+  Tensor loss = cross_entropy(logits, target);
+  loss.backward();
+  CHECK(loss.cpu().item<float>() == loss_checked.cpu().item<float>());
+  CHECK(max_diff(logits.grad(), grad_checked) == 0);
 }
 
 TEST_CASE("ledger: a matrix product is a cuBLAS call declaring 2 m n k flops and its shape", "[cuda][ledger]") {
