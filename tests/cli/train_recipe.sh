@@ -8,7 +8,8 @@
 #   step, as with the large batch; --accum-steps 0 / -2, --cuda-graphs with it
 #   and a resume with another K are clear errors;
 # * --scheduler multistep:1 / exponential:0.5 (with and without --warmup-epochs) give the lrs of
-#   PyTorch's schedulers stepped per epoch, read from the step events; malformed values are errors;
+#   PyTorch's schedulers stepped per epoch, read from the step events, and resume exactly;
+#   malformed values are errors;
 # * --scheduler plateau and --early-stop-patience against a reference computed here from the
 #   run's own evaluations (PyTorch's ReduceLROnPlateau rule, Lightning's early stopping); the stop
 #   reason in the printed summary, the metrics and the report; a resume across an evaluation ends
@@ -123,6 +124,21 @@ for name, want in [("ms", want_ms), ("exp", want_exp), ("wms", want_wms)]:
     got = lrs(name)
     assert len(got) == len(want) and all(abs(g - w) <= 1e-12 * w for g, w in zip(got, want)), (name, got, want)
     print(f"--scheduler {name}: the {len(got)} step lrs of PyTorch's schedule")
+PY
+# A warmup-then-exponential run stopped inside epoch 2 and resumed: the same lrs and weights.
+sched=("${base[@]}" --batch-size 32 --lr 0.1 --scheduler exponential:0.5 --warmup-epochs 1 --epochs 3)
+"$ember" "${sched[@]}" --save "$work/e1" --metrics "$work/e1.jsonl"
+"$ember" "${sched[@]}" --save "$work/e2" --max-steps 11
+"$ember" train --resume "$work/e2" --threads 2 --quiet --metrics "$work/e2.jsonl"
+python3 "$here/tensors_equal.py" "$work/e1/$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["weights"]["path"])' "$work/e1/checkpoint.json")" \
+  "$work/e2/$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["weights"]["path"])' "$work/e2/checkpoint.json")"
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def lrs(name):
+    return [e["lr"] for e in map(json.loads, open(f"{work}/{name}.jsonl")) if e["event"] == "step"]
+assert lrs("e2") == lrs("e1")[11:], (lrs("e2"), lrs("e1"))
+print("--scheduler exponential:0.5 --warmup-epochs 1 resumed at step 11: the same lrs and weights")
 PY
 for bad in multistep multistep: multistep:x multistep:2,1 multistep:0 multistep:1, exponential:0 exponential:2 \
            exponential:abc plateau:3 cosine:1 warmup; do
