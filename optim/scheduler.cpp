@@ -428,4 +428,79 @@ void SequentialLR::load_state_dict(const SchedulerState& state) {
   last_lr_ = std::move(last);
 }
 
+// ---- ReduceLROnPlateau -------------------------------------------------------------------------
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, const ReduceLROnPlateauOptions& options)
+    : optimizer_(&optimizer), options_(options) {
+  EMBER_CHECK(options.factor > 0 && options.factor < 1, "ReduceLROnPlateau: factor must be in (0, 1), got ",
+              options.factor);
+  EMBER_CHECK(options.patience >= 0 && options.cooldown >= 0 && options.threshold >= 0 && options.min_lr >= 0,
+              "ReduceLROnPlateau: patience, cooldown, threshold and min_lr must be >= 0");
+  best_ = options.mode == PlateauMode::min ? INFINITY : -INFINITY;
+  for (size_t g = 0; g < optimizer.num_param_groups(); ++g) last_lr_.push_back(optimizer.get_lr(g));
+}
+
+bool ReduceLROnPlateau::is_better(double a) const {
+  const double t = options_.threshold;
+  if (options_.mode == PlateauMode::min)
+    return options_.threshold_mode == ThresholdMode::rel ? a < best_ * (1.0 - t) : a < best_ - t;
+  return options_.threshold_mode == ThresholdMode::rel ? a > best_ * (t + 1.0) : a > best_ + t;
+}
+
+bool ReduceLROnPlateau::step(double metric) {
+  ++last_epoch_;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_epochs_ = 0;
+  } else {
+    ++num_bad_epochs_;
+  }
+  if (cooldown_counter_ > 0) {  // in cooldown: bad epochs are not counted
+    --cooldown_counter_;
+    num_bad_epochs_ = 0;
+  }
+  bool reduced = false;
+  if (num_bad_epochs_ > options_.patience) {
+    for (size_t g = 0; g < optimizer_->num_param_groups(); ++g) {
+      const double old_lr = optimizer_->get_lr(g);
+      const double new_lr = std::max(old_lr * options_.factor, options_.min_lr);
+      if (old_lr - new_lr > options_.eps) {
+        optimizer_->set_lr(g, new_lr);
+        reduced = true;
+      }
+    }
+    cooldown_counter_ = options_.cooldown;
+    num_bad_epochs_ = 0;
+  }
+  last_lr_.clear();
+  for (size_t g = 0; g < optimizer_->num_param_groups(); ++g) last_lr_.push_back(optimizer_->get_lr(g));
+  return reduced;
+}
+
+SchedulerState ReduceLROnPlateau::state_dict() const {
+  SchedulerState s{{"best", best_},
+                   {"num_bad_epochs", static_cast<double>(num_bad_epochs_)},
+                   {"cooldown_counter", static_cast<double>(cooldown_counter_)},
+                   {"last_epoch", static_cast<double>(last_epoch_)}};
+  for (size_t g = 0; g < last_lr_.size(); ++g) s["last_lr." + std::to_string(g)] = last_lr_[g];
+  return s;
+}
+
+void ReduceLROnPlateau::load_state_dict(const SchedulerState& state) {
+  const auto get = [&](const std::string& key) {
+    const auto it = state.find(key);
+    EMBER_CHECK(it != state.end(), "ReduceLROnPlateau::load_state_dict: no '", key, "' in the state");
+    return it->second;
+  };
+  const double best = get("best"), bad = get("num_bad_epochs"), cooldown = get("cooldown_counter"),
+               epoch = get("last_epoch");
+  EMBER_CHECK(state.size() == 4 + optimizer_->num_param_groups(), "ReduceLROnPlateau::load_state_dict: a state of ",
+              state.size() - 4, " param group(s), but the optimizer has ", optimizer_->num_param_groups());
+  best_ = best;
+  num_bad_epochs_ = static_cast<int64_t>(bad);
+  cooldown_counter_ = static_cast<int64_t>(cooldown);
+  last_epoch_ = static_cast<int64_t>(epoch);
+  for (size_t g = 0; g < last_lr_.size(); ++g) last_lr_[g] = get("last_lr." + std::to_string(g));
+}
+
 }  // namespace ember::optim

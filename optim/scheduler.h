@@ -226,4 +226,52 @@ class SequentialLR final : public LRScheduler {
   std::vector<int64_t> milestones_;
 };
 
+// Lowers the lr when a monitored metric stops improving (PyTorch's ReduceLROnPlateau), stepped
+// with the metric once per evaluation: step(val_loss). A value is better than the best so far
+// when, in mode min, value < best * (1 - threshold) (threshold_mode rel) or value < best -
+// threshold (abs); in mode max, value > best * (1 + threshold) or value > best + threshold.
+// Each step that is not better adds one "bad epoch"; once there are more than `patience` in a
+// row, every group's lr becomes max(lr * factor, min_lr) (unchanged where that changes it by eps
+// or less), and `cooldown` steps follow in which bad epochs are not counted. A NaN metric is never
+// better. Unlike the schedulers above it reads and writes the optimizer's current lrs, whatever set
+// them, and its constructor changes no lr. Its saved state: "best", "num_bad_epochs",
+// "cooldown_counter", "last_epoch" and "last_lr.<g>".
+enum class PlateauMode { min, max };
+enum class ThresholdMode { rel, abs };
+struct ReduceLROnPlateauOptions {
+  PlateauMode mode = PlateauMode::min;
+  double factor = 0.1;  // in (0, 1)
+  int64_t patience = 10;  // >= 0
+  double threshold = 1e-4;  // >= 0
+  ThresholdMode threshold_mode = ThresholdMode::rel;
+  int64_t cooldown = 0;  // >= 0
+  double min_lr = 0;     // >= 0, for every group
+  double eps = 1e-8;
+};
+class ReduceLROnPlateau {
+ public:
+  ReduceLROnPlateau(Optimizer& optimizer, const ReduceLROnPlateauOptions& options);
+  ReduceLROnPlateau(const ReduceLROnPlateau&) = delete;
+  ReduceLROnPlateau& operator=(const ReduceLROnPlateau&) = delete;
+
+  // One evaluation's metric; returns whether it lowered the lr.
+  bool step(double metric);
+  double best() const { return best_; }
+  int64_t num_bad_epochs() const { return num_bad_epochs_; }
+  int64_t last_epoch() const { return last_epoch_; }
+  const std::vector<double>& last_lr() const { return last_lr_; }
+
+  SchedulerState state_dict() const;
+  // Throws ember::Error for a missing key or another number of param groups.
+  void load_state_dict(const SchedulerState& state);
+
+ private:
+  bool is_better(double a) const;
+  Optimizer* optimizer_;
+  ReduceLROnPlateauOptions options_;
+  double best_;
+  int64_t num_bad_epochs_ = 0, cooldown_counter_ = 0, last_epoch_ = 0;
+  std::vector<double> last_lr_;
+};
+
 }  // namespace ember::optim

@@ -258,3 +258,73 @@ TEST_CASE("LRScheduler: invalid arguments throw ember::Error", "[optim]") {
   Fixture other(1.0);
   CHECK_THROWS_WITH(optim::SequentialLR(other.opt, {s1, s2}, {2}), Catch::Contains("different optimizer"));
 }
+
+TEST_CASE("ReduceLROnPlateau: the lrs, bad-epoch counts and best of PyTorch's", "[optim][scheduler][plateau]") {
+  // torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode, patience=1, factor=0.5) on two groups
+  // (lr 0.1 and 1e-7) stepped with these metrics; the expected values printed by PyTorch 2.x
+  // (the scripts/python-env.sh venv). They cover the relative threshold (0.8999 beats 0.9 by more
+  // than 1e-4 relative, 0.89991 does not beat 0.8999), a NaN metric (never better) and eps (the
+  // second group stops at 1.25e-8: halving it would change it by less than 1e-8).
+  struct Case {
+    optim::PlateauMode mode;
+    VD metrics, lr0, lr1, bad, best;
+  };
+  const double nan = std::nan("");
+  const Case cases[] = {
+      {optim::PlateauMode::min,
+       {1.0, 0.9, 0.95, 0.92, 0.91, 0.8999, 0.89991, 0.5, 0.6, 0.6, 0.6, 0.6, nan, 0.7, 0.4},
+       {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.025, 0.025, 0.0125, 0.0125, 0.00625, 0.00625},
+       {1e-7, 1e-7, 1e-7, 5e-8, 5e-8, 5e-8, 5e-8, 5e-8, 5e-8, 2.5e-8, 2.5e-8, 1.25e-8, 1.25e-8, 1.25e-8, 1.25e-8},
+       {0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0},
+       {1.0, 0.9, 0.9, 0.9, 0.9, 0.8999, 0.8999, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.4}},
+      {optim::PlateauMode::max,
+       {0.5, 0.6, 0.6, 0.59, 0.61, 0.61, 0.6100001, 0.7, 0.7, 0.7, 0.7},
+       {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025, 0.0125, 0.0125},
+       {1e-7, 1e-7, 1e-7, 5e-8, 5e-8, 5e-8, 2.5e-8, 2.5e-8, 2.5e-8, 1.25e-8, 1.25e-8},
+       {0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 1},
+       {0.5, 0.6, 0.6, 0.6, 0.61, 0.61, 0.61, 0.7, 0.7, 0.7, 0.7}},
+  };
+  for (const Case& c : cases) {
+    Fixture f(0.1, 1e-7);
+    optim::ReduceLROnPlateau s(f.opt, {.mode = c.mode, .factor = 0.5, .patience = 1});
+    for (size_t i = 0; i < c.metrics.size(); ++i) {
+      INFO("step " << i + 1 << " metric " << c.metrics[i]);
+      s.step(c.metrics[i]);
+      CHECK(f.opt.get_lr(0) == Approx(c.lr0[i]).epsilon(1e-15));
+      CHECK(f.opt.get_lr(1) == Approx(c.lr1[i]).epsilon(1e-15));
+      CHECK(s.num_bad_epochs() == static_cast<int64_t>(c.bad[i]));
+      CHECK(s.best() == c.best[i]);
+      CHECK(s.last_lr() == VD{f.opt.get_lr(0), f.opt.get_lr(1)});
+    }
+  }
+}
+
+TEST_CASE("ReduceLROnPlateau: cooldown, min_lr, state round trip and bad arguments", "[optim][scheduler][plateau]") {
+  Fixture f(1.0);
+  optim::ReduceLROnPlateau s(f.opt, {.factor = 0.5, .patience = 0, .cooldown = 2, .min_lr = 0.2});
+  // patience 0: every bad step lowers the lr, except during the 2 cooldown steps after a cut.
+  const VD metrics{1, 2, 2, 2, 2, 2, 2, 2};
+  const VD want{1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.2};  // floored at min_lr
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    s.step(metrics[i]);
+    CHECK(f.opt.get_lr(0) == want[i]);
+  }
+  // A copy of the state continues exactly as the original.
+  Fixture g(1.0);
+  optim::ReduceLROnPlateau t(g.opt, {.factor = 0.5, .patience = 0, .cooldown = 2, .min_lr = 0.2});
+  t.load_state_dict(s.state_dict());
+  g.opt.set_lr(0, f.opt.get_lr(0));  // the lr itself is the optimizer's state
+  CHECK(t.state_dict() == s.state_dict());
+  for (double m : {0.1, 0.2, 0.3}) {
+    s.step(m);
+    t.step(m);
+    CHECK(g.opt.get_lr(0) == f.opt.get_lr(0));
+    CHECK(t.state_dict() == s.state_dict());
+  }
+  CHECK(s.last_epoch() == 11);
+  CHECK_THROWS_WITH(optim::ReduceLROnPlateau(f.opt, {.factor = 1.0}), Catch::Contains("factor must be in (0, 1)"));
+  CHECK_THROWS_WITH(optim::ReduceLROnPlateau(f.opt, {.patience = -1}), Catch::Contains("patience"));
+  optim::SchedulerState bad = s.state_dict();
+  bad.erase("best");
+  CHECK_THROWS_WITH(t.load_state_dict(bad), Catch::Contains("best"));
+}

@@ -504,12 +504,18 @@ io::TrainingState make_training_state(const TrainConfig& cfg, const DataInfo& d,
                      {"data_dir", cfg.data_dir},
                      {"epochs", std::to_string(cfg.epochs)},
                      {"batch_size", std::to_string(cfg.batch_size)},
+                     {"accum_steps", std::to_string(cfg.accum_steps)},
                      {"lr", fmt(cfg.lr)},
                      {"optimizer", cfg.optimizer},
                      {"momentum", fmt(cfg.momentum)},
                      {"weight_decay", fmt(cfg.weight_decay)},
                      {"scheduler", cfg.scheduler},
                      {"warmup_epochs", fmt(cfg.warmup_epochs)},
+                     {"plateau_patience", std::to_string(cfg.plateau_patience)},
+                     {"plateau_factor", fmt(cfg.plateau_factor)},
+                     {"plateau_metric", cfg.plateau_metric},
+                     {"early_stop_patience", std::to_string(cfg.early_stop_patience)},
+                     {"early_stop_metric", cfg.early_stop_metric},
                      {"label_smoothing", fmt(cfg.label_smoothing)},
                      {"clip_grad_norm", fmt(cfg.clip_grad_norm)},
                      {"amp", cfg.amp},
@@ -592,12 +598,20 @@ void apply_saved_config(const io::TrainingState& st, TrainConfig& cfg, std::vect
   keep("data", cfg.data, get("data"), as_text);
   keep("data-dir", cfg.data_dir, get("data_dir"), as_text);
   keep("batch-size", cfg.batch_size, static_cast<int64_t>(std::stoll(get("batch_size"))), as_text);
+  keep("accum-steps", cfg.accum_steps, static_cast<int64_t>(std::stoll(get_or("accum_steps", "1"))), as_text);
   keep("lr", cfg.lr, std::stod(get("lr")), as_text);
   keep("optimizer", cfg.optimizer, get("optimizer"), as_text);
   keep("momentum", cfg.momentum, std::stod(get("momentum")), as_text);
   keep("weight-decay", cfg.weight_decay, std::stod(get("weight_decay")), as_text);
   keep("scheduler", cfg.scheduler, get("scheduler"), as_text);
   keep("warmup-epochs", cfg.warmup_epochs, std::stod(get("warmup_epochs")), as_text);
+  keep("plateau-patience", cfg.plateau_patience, static_cast<int64_t>(std::stoll(get_or("plateau_patience", "10"))),
+       as_text);
+  keep("plateau-factor", cfg.plateau_factor, std::stod(get_or("plateau_factor", "0.1")), as_text);
+  keep("plateau-metric", cfg.plateau_metric, get_or("plateau_metric", ""), as_text);
+  keep("early-stop-patience", cfg.early_stop_patience,
+       static_cast<int64_t>(std::stoll(get_or("early_stop_patience", "0"))), as_text);
+  keep("early-stop-metric", cfg.early_stop_metric, get_or("early_stop_metric", ""), as_text);
   keep("label-smoothing", cfg.label_smoothing, std::stod(get("label_smoothing")), as_text);
   keep("clip-grad-norm", cfg.clip_grad_norm, std::stod(get_or("clip_grad_norm", "0")), as_text);
   keep("amp", cfg.amp, get_or("amp", "off"), as_text);

@@ -24,13 +24,27 @@ struct TrainConfig {
   // model and recipe ("" or negative = chosen by the default recipe; see resolve())
   std::string model;
   int epochs = -1;
-  int64_t batch_size = -1;
+  int64_t batch_size = -1;  // images per loader batch (a micro-batch with --accum-steps)
+  // --accum-steps K: each optimizer step accumulates the gradients of K loader batches (Note [One
+  // training step] in train/train_step.h); the batch a step sees is K * batch_size images.
+  int64_t accum_steps = 1;
   double lr = -1;
   std::string optimizer;  // adam | adamw | sgd
   double momentum = 0.9;  // sgd
   double weight_decay = -1;
-  std::string scheduler;  // none | step | cosine | onecycle
+  // none | step | cosine | onecycle | multistep:M1,M2,... | exponential:G | plateau (parse_scheduler)
+  std::string scheduler;
   double warmup_epochs = -1;
+  // --scheduler plateau (optim::ReduceLROnPlateau, stepped after each evaluation): the lr times
+  // plateau_factor after more than plateau_patience evaluations without improvement of
+  // plateau_metric ("": the evaluation's loss, test_loss or val_loss; resolve_monitored).
+  int64_t plateau_patience = 10;
+  double plateau_factor = 0.1;
+  std::string plateau_metric;
+  // --early-stop-patience P (0: off): the run stops after P evaluations in a row without
+  // improvement of early_stop_metric ("": the evaluation's loss; train/early_stopping.h).
+  int64_t early_stop_patience = 0;
+  std::string early_stop_metric;
   double label_smoothing = -1;
   double clip_grad_norm = 0;  // > 0: gradients scaled to this total norm at most (optim/clip.h); 0: off
   // --amp: mixed precision (Note [Mixed-precision training] in train/train_step.cpp; docs/amp.md).
@@ -96,10 +110,25 @@ struct TrainConfig {
   std::map<std::string, std::string> given_text;
 };
 
+// --scheduler, parsed. Milestones are in epochs; every schedule is stepped once per optimizer step
+// (train/run_setup.cpp).
+struct ScheduleSpec {
+  std::string kind;                 // none | step | cosine | onecycle | multistep | exponential | plateau
+  std::vector<int64_t> milestones;  // multistep: epochs, increasing, each >= 1
+  double gamma = 0.1;               // multistep: 0.1; exponential: G in (0, 1]
+};
+// Throws ember::Error naming --scheduler and what is wrong ("multistep:30,x", "exponential:2").
+ScheduleSpec parse_scheduler(const std::string& text);
+
 // Fills every "chosen by the recipe" field: the default recipe for the dataset (the one that
 // reaches >= 92% on Fashion-MNIST in a few minutes on 2 cores), or PyTorch-comparable settings
 // where the user gave them. Returns human-readable lines saying what it chose.
 std::vector<std::string> resolve(TrainConfig& cfg);
+// The metrics --scheduler plateau and --early-stop-patience watch: "" becomes the evaluation's
+// loss; a name the run does not produce is an ember::Error naming the option. `held_out`: the run
+// evaluates on a validation set (ImageFolder --val or --val-split: val_loss, val_acc), else on
+// the test set (test_loss, test_acc).
+void resolve_monitored(TrainConfig& cfg, bool held_out);
 // Throws ember::Error for impossible settings (batch size 0, negative epochs, unknown names,...).
 void validate(const TrainConfig& cfg);
 // The ranges of the values given (fields in explicitly_set, and any field not at its "not given"

@@ -1,6 +1,7 @@
 // The default recipe and the validation of a TrainConfig.
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
@@ -27,6 +28,53 @@ std::string got(const TrainConfig& c, const std::string& name, T value) {
   return os.str();
 }
 }  // namespace
+
+ScheduleSpec parse_scheduler(const std::string& text) {
+  ScheduleSpec s;
+  const size_t colon = text.find(':');
+  s.kind = text.substr(0, colon);
+  const std::string arg = colon == std::string::npos ? "" : text.substr(colon + 1);
+  const bool takes_arg = s.kind == "multistep" || s.kind == "exponential";
+  EMBER_CHECK(s.kind == "none" || s.kind == "step" || s.kind == "cosine" || s.kind == "onecycle" ||
+                  s.kind == "plateau" || takes_arg,
+              "--scheduler must be none, step, cosine, onecycle, multistep:M1,M2,..., exponential:G or plateau, got '",
+              text, "'");
+  EMBER_CHECK(takes_arg == (colon != std::string::npos), "--scheduler ", s.kind, takes_arg ? " needs its value after "
+              "a colon (multistep:30,60 or exponential:0.97)" : " takes no value", ", got '", text, "'");
+  if (s.kind == "exponential") {
+    const char* end = arg.data() + arg.size();
+    auto [ptr, ec] = std::from_chars(arg.data(), end, s.gamma);
+    EMBER_CHECK(ec == std::errc() && ptr == end && s.gamma > 0 && s.gamma <= 1, "--scheduler exponential:G multiplies "
+                "the lr by G after every epoch, G in (0, 1]; got '", text, "'");
+  } else if (s.kind == "multistep") {
+    s.gamma = 0.1;
+    std::istringstream in(arg);
+    for (std::string item; std::getline(in, item, ',');) {
+      int64_t m = 0;
+      const char* end = item.data() + item.size();
+      auto [ptr, ec] = std::from_chars(item.data(), end, m);
+      EMBER_CHECK(ec == std::errc() && ptr == end && m >= 1 && (s.milestones.empty() || m > s.milestones.back()),
+                  "--scheduler multistep:M1,M2,... takes epochs (whole numbers >= 1, increasing) at which the lr is "
+                  "multiplied by 0.1; got '", item, "' in '", text, "'");
+      s.milestones.push_back(m);
+    }
+    EMBER_CHECK(!s.milestones.empty() && arg.back() != ',', "--scheduler multistep:M1,M2,... needs at least one "
+                "epoch and no empty item, got '", text, "'");
+  }
+  return s;
+}
+
+void resolve_monitored(TrainConfig& c, bool held_out) {
+  const std::string set = held_out ? "val" : "test";
+  const std::string where = held_out ? "a held-out validation set (val_loss, val_acc)"
+                                     : "the test set, with no held-out split (test_loss, test_acc)";
+  for (auto [option, metric] : {std::pair<const char*, std::string*>{"plateau-metric", &c.plateau_metric},
+                                {"early-stop-metric", &c.early_stop_metric}}) {
+    if (metric->empty()) *metric = set + "_loss";
+    EMBER_CHECK(*metric == set + "_loss" || *metric == set + "_acc", "--", option, " ", *metric, ": this run does "
+                "not produce it; it evaluates on ", where, " (data '", c.data, "')");
+  }
+}
 
 std::vector<std::string> resolve(TrainConfig& c) {
   // The default recipe (Fashion-MNIST, 2 CPU cores, a few minutes): the `cnn` model, AdamW with
@@ -81,6 +129,20 @@ void check_options(const TrainConfig& c) {
     EMBER_CHECK(c.epochs >= 1, "--epochs must be at least 1, got ", got(c, "epochs", c.epochs));
   if (given("batch-size", static_cast<double>(c.batch_size)))
     EMBER_CHECK(c.batch_size >= 1, "--batch-size must be at least 1, got ", got(c, "batch-size", c.batch_size));
+  EMBER_CHECK(c.accum_steps >= 1, "--accum-steps must be at least 1 (the batches whose gradients each optimizer "
+              "step accumulates), got ", got(c, "accum-steps", c.accum_steps));
+  EMBER_CHECK(c.plateau_patience >= 0, "--plateau-patience must be 0 or more (evaluations without improvement "
+              "before the lr is lowered), got ", got(c, "plateau-patience", c.plateau_patience));
+  EMBER_CHECK(finite(c.plateau_factor) && c.plateau_factor > 0 && c.plateau_factor < 1, "--plateau-factor must be in "
+              "(0, 1) (the lr is multiplied by it), got ", got(c, "plateau-factor", c.plateau_factor));
+  EMBER_CHECK(c.early_stop_patience >= 0 && (c.early_stop_patience > 0 || !was_set(c, "early-stop-patience")),
+              "--early-stop-patience must be at least 1 (evaluations without improvement before the run stops), got ",
+              got(c, "early-stop-patience", c.early_stop_patience));
+  for (const auto& [name, metric] : {std::pair<const char*, std::string>{"plateau-metric", c.plateau_metric},
+                                     {"early-stop-metric", c.early_stop_metric}})
+    EMBER_CHECK(metric.empty() || metric == "test_acc" || metric == "test_loss" || metric == "val_acc" ||
+                    metric == "val_loss",
+                "--", name, " must be test_acc, test_loss, val_acc or val_loss, got '", metric, "'");
   if (given("lr", c.lr))
     EMBER_CHECK(finite(c.lr) && c.lr > 0, "--lr must be a positive finite number, got ", got(c, "lr", c.lr));
   if (given("weight-decay", c.weight_decay))
@@ -160,8 +222,13 @@ void validate(const TrainConfig& c) {
               got(c, "warmup-epochs", c.warmup_epochs));
   EMBER_CHECK(c.optimizer == "adam" || c.optimizer == "adamw" || c.optimizer == "sgd", "--optimizer must be adam, "
               "adamw or sgd, got '", c.optimizer, "'");
-  EMBER_CHECK(c.scheduler == "none" || c.scheduler == "step" || c.scheduler == "cosine" || c.scheduler == "onecycle",
-              "--scheduler must be none, step, cosine or onecycle, got '", c.scheduler, "'");
+  const ScheduleSpec schedule = parse_scheduler(c.scheduler);
+  EMBER_CHECK(schedule.kind != "plateau" || c.warmup_epochs == 0, "--warmup-epochs cannot be combined with --scheduler "
+              "plateau: the plateau schedule lowers the lr that an evaluation finds, and a warmup sets it every step");
+  for (const char* name : {"plateau-patience", "plateau-factor", "plateau-metric"})
+    EMBER_CHECK(schedule.kind == "plateau" || !was_set(c, name), "--", name, " applies to --scheduler plateau only");
+  EMBER_CHECK(c.early_stop_patience > 0 || !was_set(c, "early-stop-metric"), "--early-stop-metric applies with "
+              "--early-stop-patience only");
   // Mixup and CutMix mix each image with another of its batch.
   EMBER_CHECK((c.mixup == 0 && c.cutmix == 0) || c.batch_size >= 2, "--", c.mixup > 0 ? "mixup" : "cutmix",
               " mixes each image with another image of its batch and needs --batch-size 2 or more, got ",
@@ -170,6 +237,9 @@ void validate(const TrainConfig& c) {
   EMBER_CHECK(!c.cuda_graphs || (!c.profile && c.profile_trace.empty()), "--cuda-graphs cannot be combined with "
               "--profile or --profile-trace: the profiler times each op as it runs, and a graph replays them all "
               "in one launch");
+  EMBER_CHECK(!c.cuda_graphs || c.accum_steps == 1, "--cuda-graphs cannot be combined with --accum-steps ",
+              c.accum_steps, ": a captured step is one batch; accumulate without --cuda-graphs, or give --batch-size ",
+              c.batch_size * c.accum_steps, " with --cuda-graphs if it fits in memory");
   if (!c.explain.empty()) {
     (void)gpu_spec(c.explain);  // names the GPUs the step model knows
     EMBER_CHECK(c.save_dir.empty() && c.resume_dir.empty() && c.metrics_path.empty() && !c.profile &&

@@ -319,6 +319,10 @@ std::string run_card(const RunRecord& r) {
   } else if (r.summary.value("interrupted", false)) {
     status = "interrupted at step " + text_of(r.summary["steps"]);
     cls = " warn";
+  } else if (r.summary.value("stop_reason", "") == "early_stop") {
+    status = "stopped early at step " + text_of(r.summary["steps"]) + ": " + text_of(r.summary["stop_detail"]);
+  } else if (r.summary.value("stop_reason", "") == "max_steps") {
+    status = "stopped by --max-steps at step " + text_of(r.summary["steps"]);
   }
   double test_acc = r.summary.is_null() ? NAN : number(r.summary, "test_acc");
   double test_loss = r.summary.is_null() ? NAN : number(r.summary, "test_loss");
@@ -337,6 +341,10 @@ std::string run_card(const RunRecord& r) {
   };
   row("model", text_of(c["model"]) + " on " + text_of(c["data"]));
   row("test loss", std::isfinite(test_loss) ? format("%.4f", test_loss) : "-");
+  // --accum-steps: the batch a step sees.
+  if (c.is_object() && c.value("accum_steps", 1) > 1)
+    row("batch", text_of(c["batch_size"]) + " x " + text_of(c["accum_steps"]) + " accumulated per step");
+  if (c.is_object() && c.contains("scheduler")) row("schedule", text_of(c["scheduler"]));
   row("steps", std::isfinite(last_step)
                    ? format("%.0f", last_step) + " (" +
                          format("%.2f", last_step / static_cast<double>(r.steps_per_epoch)) + " epochs)"

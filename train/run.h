@@ -20,6 +20,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "data_setup.h"
+#include "early_stopping.h"
 #include "trainer.h"
 #include "graph_step.h"
 #include "report.h"
@@ -43,6 +44,9 @@ struct Run {
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> scheduler;
+  // Stepped after each evaluation (Note [Plateaus and early stopping] in train/early_stopping.h).
+  std::unique_ptr<optim::ReduceLROnPlateau> plateau;  // --scheduler plateau
+  std::unique_ptr<EarlyStopping> early_stop;          // --early-stop-patience
   // --amp (Note [Mixed-precision training] in train/train_step.cpp): the autocast dtype, and the
   // loss scaler (enabled with fp16 only; disabled, each of its calls passes its argument through).
   std::optional<DType> amp_dtype;
@@ -69,6 +73,7 @@ struct Run {
   double best_acc = -1;
   bool stopped = false;      // --max-steps reached, or interrupted
   bool interrupted = false;  // SIGINT / SIGTERM (Note [Clean interrupts])
+  bool stopped_early = false;  // --early-stop-patience ended the run
   double last_finite_loss = NAN;
   int64_t last_finite_step = 0;
   double train_seconds = 0;
@@ -89,6 +94,12 @@ void build_step(Run& r);
 inline MemoryFormat model_input_format(const TrainConfig& c) {
   return c.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
 }
+
+// The training state of a checkpoint now (make_training_state), with the plateau's and the early
+// stopping's states as extras (Note [Plateaus and early stopping]).
+io::TrainingState run_training_state(const Run& r, int64_t epochs_completed);
+// Restores them from a resumed checkpoint's state (an ember::Error when one is missing).
+void restore_watchers(Run& r, const io::TrainingState& st);
 
 // One metrics event, into --metrics FILE and into the --save directory's metrics.jsonl.
 void write_metrics(Run& r, const std::string& line);

@@ -30,8 +30,14 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std
       groups, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .nesterov = c.momentum > 0});
 }
 
-// Every schedule is stepped once per optimizer step; lengths are in steps.
+// Every schedule is stepped once per optimizer step; lengths are in steps. Epoch-based ones
+// (multistep, exponential) change the lr at the steps that end those epochs, as PyTorch's
+// schedulers stepped once per epoch: exponential:G is StepLR(step_size = the epoch's steps, G),
+// whose lrs are ExponentialLR's per epoch (both multiply the current lr by G). After a warmup
+// (SequentialLR) the epochs count from the warmup's end, as in torchvision's reference scripts.
 std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainConfig& c, optim::Optimizer& opt, int64_t steps_per_epoch) {
+  const ScheduleSpec spec = parse_scheduler(c.scheduler);
+  if (spec.kind == "plateau") return nullptr;  // optim::ReduceLROnPlateau, stepped per evaluation (make_plateau)
   const int64_t total = static_cast<int64_t>(c.epochs) * steps_per_epoch;
   const auto warmup = static_cast<int64_t>(std::llround(c.warmup_epochs * static_cast<double>(steps_per_epoch)));
   std::shared_ptr<optim::LRScheduler> main;
@@ -50,6 +56,12 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainConfig& c, optim::
   } else if (c.scheduler == "step") {
     // x0.1 at 50% and 75% of the (post-warmup) run.
     main = std::make_shared<optim::MultiStepLR>(opt, optim::MultiStepLROptions{.milestones = {rest / 2, rest * 3 / 4}});
+  } else if (spec.kind == "multistep") {
+    std::vector<int64_t> steps;
+    for (const int64_t m : spec.milestones) steps.push_back(m * steps_per_epoch);
+    main = std::make_shared<optim::MultiStepLR>(opt, optim::MultiStepLROptions{.milestones = steps, .gamma = spec.gamma});
+  } else if (spec.kind == "exponential") {
+    main = std::make_shared<optim::StepLR>(opt, optim::StepLROptions{.step_size = steps_per_epoch, .gamma = spec.gamma});
   } else if (warmup == 0) {
     return nullptr;  // constant lr
   } else {
@@ -61,6 +73,14 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainConfig& c, optim::
                                                std::vector<int64_t>{warmup});
 }
 
+std::unique_ptr<optim::ReduceLROnPlateau> make_plateau(const TrainConfig& c, optim::Optimizer& opt) {
+  if (parse_scheduler(c.scheduler).kind != "plateau") return nullptr;
+  const bool accuracy = c.plateau_metric.ends_with("_acc");
+  return std::make_unique<optim::ReduceLROnPlateau>(
+      opt, optim::ReduceLROnPlateauOptions{.mode = accuracy ? optim::PlateauMode::max : optim::PlateauMode::min,
+                                           .factor = c.plateau_factor, .patience = c.plateau_patience});
+}
+
 json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoch) {
   return json{{"event", "config"},
               {"data", c.data},
@@ -68,12 +88,17 @@ json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoc
               {"model", c.model},
               {"epochs", c.epochs},
               {"batch_size", c.batch_size},
+              {"accum_steps", c.accum_steps},
               {"lr", c.lr},
               {"optimizer", c.optimizer},
               {"momentum", c.momentum},
               {"weight_decay", c.weight_decay},
               {"scheduler", c.scheduler},
               {"warmup_epochs", c.warmup_epochs},
+              {"plateau", c.scheduler == "plateau" ? json{{"patience", c.plateau_patience}, {"factor", c.plateau_factor},
+                                                          {"metric", c.plateau_metric}} : json()},
+              {"early_stop", c.early_stop_patience > 0 ? json{{"patience", c.early_stop_patience},
+                                                              {"metric", c.early_stop_metric}} : json()},
               {"label_smoothing", c.label_smoothing},
               {"clip_grad_norm", c.clip_grad_norm},
               {"amp", c.amp},

@@ -26,6 +26,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std
 // steps); null for a constant lr.
 std::shared_ptr<optim::LRScheduler> make_scheduler(const TrainConfig& c, optim::Optimizer& opt, int64_t steps_per_epoch);
 
+// --scheduler plateau: optim::ReduceLROnPlateau on --plateau-metric (mode max for an accuracy,
+// min for a loss; threshold 1e-4 relative, cooldown 0, min_lr 0, as PyTorch's defaults), stepped
+// after each evaluation; null for any other --scheduler.
+std::unique_ptr<optim::ReduceLROnPlateau> make_plateau(const TrainConfig& c, optim::Optimizer& opt);
+
 // The metrics' "config" event (docs/metrics.md): every setting of the run and the data's facts.
 nlohmann::json config_json(const TrainConfig& c, const DataInfo& d, int64_t steps_per_epoch);
 

@@ -54,6 +54,36 @@ std::unique_ptr<data::DataLoader> make_test_loader(const TrainConfig& cfg, const
                                             data::LoaderOptions{.batch_size = batch, .transform = make_eval_transform(d)});
 }
 
+io::TrainingState run_training_state(const Run& r, int64_t epochs_completed) {
+  io::TrainingState st = make_training_state(r.cfg, r.d, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader, r.step,
+                                             epochs_completed, r.run_id);
+  if (r.plateau)
+    for (const auto& [key, value] : r.plateau->state_dict()) st.extra["plateau." + key] = value;
+  if (r.early_stop) {
+    for (const auto& [key, value] : r.early_stop->state_dict()) st.extra["early_stop." + key] = value;
+    st.extra["early_stop.stopped"] = r.stopped_early ? 1.0 : 0.0;
+  }
+  return st;
+}
+
+void restore_watchers(Run& r, const io::TrainingState& st) {
+  const auto saved = [&](const std::string& prefix) {
+    std::map<std::string, double> out;
+    for (const auto& [key, value] : st.extra)
+      if (key.rfind(prefix, 0) == 0) out[key.substr(prefix.size())] = io::state_get<double>(st.extra, key);
+    EMBER_CHECK(!out.empty(), "--resume: the training state has no '", prefix, "*' extras, which a run with --",
+                prefix == "plateau." ? "scheduler plateau" : "early-stop-patience", " saves");
+    return out;
+  };
+  if (r.plateau) r.plateau->load_state_dict(saved("plateau."));
+  if (r.early_stop) {
+    std::map<std::string, double> s = saved("early_stop.");
+    r.stopped_early = s["stopped"] != 0;
+    s.erase("stopped");
+    r.early_stop->load_state_dict(s);
+  }
+}
+
 namespace {
 
 // An output file (--save-weights, --profile-trace): not a directory, not one of a run directory's
@@ -221,7 +251,8 @@ void open_loaders(Run& r, const TrainConfig& cfg, const Resumed& res, const std:
   // Evaluation batches are as large as training batches (halved on out of memory: with_eval_backoff).
   r.eval_batch = cfg.batch_size;
   r.test_loader = make_test_loader(cfg, d, r.eval_batch);
-  r.steps_per_epoch = r.loader->size();
+  // Optimizer steps: --accum-steps K takes the loader's batches K at a time.
+  r.steps_per_epoch = (r.loader->size() + cfg.accum_steps - 1) / cfg.accum_steps;
 }
 
 // The model (the same seed gives the same initial weights), its starting weights, the optimizer,
@@ -301,6 +332,11 @@ void build_model(Run& r, const TrainConfig& cfg) {
   if (cfg.freeze_backbone) freeze_backbone(*r.model, cfg.model);
   r.optimizer = make_optimizer(cfg, param_groups(cfg, *r.model));
   r.scheduler = make_scheduler(cfg, *r.optimizer, r.steps_per_epoch);
+  r.plateau = make_plateau(cfg, *r.optimizer);
+  if (cfg.early_stop_patience > 0)
+    r.early_stop = std::make_unique<EarlyStopping>(
+        cfg.early_stop_metric.ends_with("_acc") ? EarlyStopping::Mode::max : EarlyStopping::Mode::min,
+        cfg.early_stop_patience);
   if (cfg.amp != "off") r.amp_dtype = cfg.amp == "fp16" ? DType::f16 : DType::bf16;
   optim::GradScalerOptions scaling{.enabled = cfg.amp == "fp16"};
   // EMBER_FAULT=amp-growth-interval:N (a testing hook): S doubles after N clean steps instead of
@@ -337,6 +373,9 @@ Run start_run(TrainConfig cfg) {
   r.device = resolve_device(cfg.device);
   if (cfg.threads > 0) set_num_threads(cfg.threads);
   open_loaders(r, cfg, res, chose);
+  // What --scheduler plateau and --early-stop-patience watch, checked before the first step.
+  if (cfg.scheduler == "plateau" || cfg.early_stop_patience > 0)
+    resolve_monitored(cfg, r.d.split.has_value() || !cfg.val.empty());
   build_model(r, cfg);
   r.cfg = cfg;  // with_eval_backoff reads it
   try_one_eval_batch(r);
@@ -344,7 +383,12 @@ Run start_run(TrainConfig cfg) {
   if (res.state) {
     load_weights_into(*r.model, res.reader->path(res.manifest->weights));
     restore_training_state(*res.state, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader, r.step, r.start_epoch);
+    restore_watchers(r, *res.state);
     r.best_acc = res.manifest->has_best ? res.manifest->best_acc : -1;
+    // Checkpoints are written between optimizer steps: with --accum-steps K, at a multiple of K.
+    const int64_t at = r.loader->position().batch;
+    EMBER_CHECK(at % cfg.accum_steps == 0, "--resume: the checkpoint in '", cfg.resume_dir, "' stands at batch ", at,
+                " of its epoch, inside a step of --accum-steps ", cfg.accum_steps, "; it cannot continue exactly");
   }
   // Batch statistics over every rank's images (a model without BatchNorm is left as it is).
   if (r.distributed && cfg.sync_bn) parallel::convert_sync_batchnorm(*r.model, r.comm);

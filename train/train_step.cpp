@@ -64,34 +64,51 @@ TrainStep::TrainStep(const Parts& parts) : parts_(parts) {
               "TrainStep: the model, criterion, optimizer, scaler and guard are required");
 }
 
-TrainStep::Outputs TrainStep::run(const Tensor& images, const Tensor& labels, StepMode mode, int64_t step_number,
+TrainStep::Outputs TrainStep::run(std::span<const Batch> micro_batches, StepMode mode, int64_t step_number,
                                   const BeforeUpdate& before_update) const {
   const Parts& p = parts_;
   const bool eager = mode == StepMode::eager;
   EMBER_CHECK(eager || (p.ddp == nullptr && !before_update), "TrainStep: a captured step cannot use DDP or a "
               "before-update hook (both synchronize with the host)");
+  EMBER_CHECK(!micro_batches.empty() && (eager || micro_batches.size() == 1),
+              "TrainStep: a step takes at least one micro-batch, and a captured step exactly one (got ",
+              micro_batches.size(), ")");
+  int64_t images = 0;
+  for (const Batch& b : micro_batches) images += b.labels.size(0);
   Outputs out;
-  Tensor logits;
   // The profiler's phases, eager steps only: a graph replays its kernels in one launch.
   std::optional<profiler::Scope> phase;
-  if (eager) phase.emplace("forward", profiler::Phase::forward);
   p.optimizer->zero_grad();
-  {
-    std::optional<AutocastGuard> amp;  // Note [Mixed-precision training]
-    if (p.amp) amp.emplace(p.device.type, *p.amp);
-    const Tensor x = images.contiguous(p.input_format);
-    logits = p.ddp ? p.ddp->forward(x) : p.model->forward(x);
-    const CheckedTargetsGuard checked;  // the caller ran check_class_indices
-    out.loss = (*p.criterion)(logits, labels);
-    // EMBER_FAULT=nan-loss-at:K (a testing hook, eager steps): step K's loss is NaN, and so are its gradients.
-    if (eager && io::fault_value("nan-loss-at") == step_number) out.loss = mul(out.loss, std::nan(""));
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const Batch& b = micro_batches[i];
+    // Gradient accumulation with DDP: the ranks all-reduce at the last micro-batch's backward.
+    std::optional<parallel::DistributedDataParallel::NoSyncGuard> local;
+    if (p.ddp && i + 1 < micro_batches.size()) local.emplace(*p.ddp);
+    if (eager) phase.emplace("forward", profiler::Phase::forward);
+    Tensor logits, loss;
+    {
+      std::optional<AutocastGuard> amp;  // Note [Mixed-precision training]
+      if (p.amp) amp.emplace(p.device.type, *p.amp);
+      const Tensor x = b.images.contiguous(p.input_format);
+      logits = p.ddp ? p.ddp->forward(x) : p.model->forward(x);
+      const CheckedTargetsGuard checked;  // the caller ran check_class_indices
+      loss = (*p.criterion)(logits, b.labels);
+      // EMBER_FAULT=nan-loss-at:K (a testing hook, eager steps): step K's loss is NaN, and so are its gradients.
+      if (eager && io::fault_value("nan-loss-at") == step_number) loss = mul(loss, std::nan(""));
+      // Accumulation: this micro-batch's share of the mean over the step's images.
+      if (micro_batches.size() > 1)
+        loss = mul(loss, static_cast<double>(b.labels.size(0)) / static_cast<double>(images));
+    }
+    phase.reset();
+    if (eager) phase.emplace("backward", profiler::Phase::backward);
+    p.scaler->scale(loss).backward();  // with DDP (the last micro-batch): the gradients averaged over the ranks
+    phase.reset();
+    const Tensor correct = correct_predictions(logits, b.labels);
+    NoGradGuard g;
+    out.loss = i == 0 ? loss.detach() : add(out.loss, loss.detach());
+    out.correct = i == 0 ? correct : add(out.correct, correct);
   }
-  phase.reset();
-  if (eager) phase.emplace("backward", profiler::Phase::backward);
-  p.scaler->scale(out.loss).backward();  // with DDP: returns with the gradients averaged over the ranks
-  phase.reset();
-  out.correct = correct_predictions(logits, labels);
-  p.guard->record(out.loss, out.correct, labels.size(0));
+  p.guard->record(out.loss, out.correct, images);
   if (before_update) before_update();
   if (eager) phase.emplace("optimizer", profiler::Phase::optimizer);
   if (p.clip_grad_norm > 0) {

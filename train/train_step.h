@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 
 #include "../core/memory_format.h"
 #include "../core/tensor.h"
@@ -47,6 +48,16 @@ class StepGuard;
 // before each replay (Note [CUDA graphs in ember] in core/cuda/graph.h); the clipping keeps its
 // norm on the device in both. A feature added to the step (accumulation, an EMA of the weights)
 // is then added once, and runs under --cuda-graphs as long as it queues only device work.
+//
+// Gradient accumulation (--accum-steps K) is the same step over K micro-batches: zero_grad once;
+// for each micro-batch of n_i images (N in all) the forward pass, its mean loss weighted by
+// n_i / N (1/K when the micro-batches are full) and backward, which adds into the gradients;
+// with DDP every backward but the last inside no_sync, so the ranks all-reduce once per step;
+// then the guard's record of the step (the weighted losses summed: the mean over the N images),
+// the unscaling and clipping, the scaler's step and update, once. The gradients are those of one
+// batch of N images up to float32 rounding (the sums run in another order); the step counts,
+// the schedule, --max-steps and the checkpoints count optimizer steps. A captured step is one
+// micro-batch: --cuda-graphs with --accum-steps above 1 is refused (TrainConfig's validate).
 
 // The check cross_entropy would make of a batch's class indices (labels (N,) int64 on the host,
 // each in [0, classes)), made on the host before they are copied to the device: an ember::Error
@@ -89,16 +100,27 @@ class TrainStep {
   };
   // Called by an eager step after backward and the guard's record, before the update.
   using BeforeUpdate = std::function<void()>;
+  // One micro-batch, on the training device: images (N, C, H, W), labels (N,) class indices or
+  // (N, classes) class probabilities (Mixup, CutMix).
+  struct Batch {
+    Tensor images, labels;
+  };
 
   explicit TrainStep(const Parts& parts);
 
-  // One step on a batch already on the training device: images (N, C, H, W), labels (N,) class
-  // indices checked by check_class_indices before they were copied, or (N, classes) class
-  // probabilities (Mixup, CutMix). `step_number` is the run's
-  // number of this step (1-based; EMBER_FAULT=nan-loss-at reads it). A captured step takes no
-  // DDP and no before_update (ember::Error).
-  Outputs run(const Tensor& images, const Tensor& labels, StepMode mode, int64_t step_number = 0,
+  // One optimizer step on one or more micro-batches already on the training device, their
+  // gradients accumulated (the Note above); one micro-batch is the plain step. Class-index labels
+  // were checked by check_class_indices before they were copied. `step_number` is
+  // the run's number of this step (1-based; EMBER_FAULT=nan-loss-at reads it). A captured step
+  // takes one micro-batch, no DDP and no before_update (ember::Error otherwise).
+  Outputs run(std::span<const Batch> micro_batches, StepMode mode, int64_t step_number = 0,
               const BeforeUpdate& before_update = {}) const;
+  // The step on one batch.
+  Outputs run(const Tensor& images, const Tensor& labels, StepMode mode, int64_t step_number = 0,
+              const BeforeUpdate& before_update = {}) const {
+    const Batch batch{images, labels};
+    return run(std::span<const Batch>(&batch, 1), mode, step_number, before_update);
+  }
 
  private:
   Parts parts_;

@@ -131,6 +131,15 @@ StepGuard::Totals read_guard(Run& r) {
   return g;
 }
 
+// Why --early-stop-patience ended the run, in words.
+std::string early_stop_detail(const Run& r) {
+  char text[192];
+  std::snprintf(text, sizeof text, "%s did not improve for %lld evaluation(s); best %.6g at epoch %lld",
+                r.cfg.early_stop_metric.c_str(), static_cast<long long>(r.cfg.early_stop_patience), r.early_stop->best(),
+                static_cast<long long>(r.early_stop->best_at()));
+  return text;
+}
+
 // One epoch's running sums on this process.
 struct EpochTotals {
   double loss_sum = 0;
@@ -139,12 +148,102 @@ struct EpochTotals {
   double loader_wait_before = 0;  // the loader's wait_seconds when the epoch started
 };
 
+// One optimizer step on the micro-batches gathered from the loader (one without --accum-steps):
+// the step, eager or replayed, the scheduler, and the progress and step event. Returns whether
+// the epoch stops here (--max-steps, an interrupt).
+bool run_one_step(Run& r, EpochTotals& t, int epoch, std::vector<data::Batch>& group) {
+  const TrainConfig& cfg = r.cfg;
+  data::DataLoader& loader = *r.loader;
+  r.epoch_now = epoch;
+  const profiler::Scope step_scope("step", profiler::Phase::step);
+  // EMBER_FAULT=slow-step-ms:N (a testing hook): the whole N ms, even across a signal.
+  if (const int64_t ms = io::fault_value("slow-step-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  int64_t n = 0;
+  for (const data::Batch& b : group) n += b.labels.size(0);
+  const double lr_used = r.optimizer->get_lr(0);
+  // A step event reads the guard: only when a metrics stream takes it.
+  const bool step_event = (r.step + 1) % cfg.log_every == 0 && r.metrics_enabled;
+  bool interrupt = interrupt_requested();
+  const Tensor& host_images = group.front().images;
+  const Tensor& host_labels = group.front().labels;
+  if (r.graphed && group.size() == 1 && r.graphed->replays(host_images, host_labels)) {
+    // --cuda-graphs (Note [Training with CUDA graphs] in train/graph_step.h): the whole step,
+    // the guard's record included, is one replay.
+    const bool capture = r.graphed->node_count() == 0;
+    r.graphed->run(host_images, host_labels);
+    if (capture && r.lead && !cfg.quiet)
+      std::fprintf(stderr, "ember train: --cuda-graphs: step %lld captured as a CUDA graph of %zu nodes; every full "
+                   "batch replays it\n", static_cast<long long>(r.step + 1), r.graphed->node_count());
+  } else {
+    std::vector<TrainStep::Batch> micro;
+    {
+      const profiler::Scope scope("to device", profiler::Phase::data);
+      for (const data::Batch& b : group) {
+        check_class_indices(b.labels, static_cast<int64_t>(r.d.classes.size()));
+        micro.push_back({b.images.to(r.device).contiguous(model_input_format(r.cfg)), b.labels.to(r.device)});
+      }
+    }
+    // With several processes every rank stops at the same step, before its update (Note
+    // [Divergence guard]); an interrupt on one rank stops them all.
+    const auto agree_to_stop = [&] {
+      const bool diverged = r.guard->read().diverged;
+      Tensor flags = from_vector<double>({diverged ? 1.0 : 0.0, interrupt ? 1.0 : 0.0});
+      r.comm->all_reduce(flags);
+      const std::vector<double> v = flags.to_vector<double>();
+      interrupt = v[1] > 0;
+      if (v[0] > 0) {
+        read_guard(r);  // throws when this rank's own loss was not finite
+        throw_diverged(r, r.step + 1, "the loss of another process was not finite");
+      }
+    };
+    const TrainStep::Outputs out = r.train_step->run(micro, StepMode::eager, r.step + 1,
+                                                     r.distributed ? TrainStep::BeforeUpdate(agree_to_stop) : nullptr);
+    // --cuda-graphs: the first full batch that updated the optimizer is the warm-up; the next
+    // one of its shapes is captured (Note [Training with CUDA graphs]).
+    if (r.graphed && n == cfg.batch_size && out.stepped) r.graphed->eager_step_done(host_images, host_labels);
+  }
+  if (r.scheduler) r.scheduler->step();
+  ++r.step;
+  t.seen += n;
+  const double ips = static_cast<double>(t.seen) / std::max(1e-9, seconds_since(t.started));
+  // The optimizer steps of the epoch so far (--accum-steps: micro-batches / K, rounded up).
+  const int64_t batch = loader.position().batch;
+  const int64_t shown = batch == 0 ? r.steps_per_epoch : (batch + cfg.accum_steps - 1) / cfg.accum_steps;
+  if (r.progress.due(shown) || step_event) {
+    const StepGuard::Totals g = read_guard(r);  // throws after a non-finite loss
+    if (r.progress.due(shown))
+      r.progress.step(shown, g.loss_sum / static_cast<double>(t.seen), g.correct / static_cast<double>(t.seen), ips);
+    if (step_event) {
+      json event{{"event", "step"},
+                 {"epoch", epoch + 1},
+                 {"step", r.step},
+                 {"loss", g.step_loss},
+                 {"acc", g.step_correct / static_cast<double>(n)},
+                 {"lr", lr_used},
+                 {"images_per_sec", ips}};
+      if (r.scaler->is_enabled()) event["loss_scale"] = r.scaler->get_scale();  // S for the next step
+      write_metrics(r, event.dump());
+    }
+  }
+  if (cfg.max_steps > 0 && r.step >= cfg.max_steps) {
+    r.stopped = true;
+    return true;
+  }
+  if (interrupt) {
+    r.stopped = r.interrupted = true;
+    return true;
+  }
+  return false;
+}
+
 // The steps of one epoch (or of its remainder, after a resume), until the loader's epoch ends or
-// --max-steps is reached. Returns this process's sums.
+// --max-steps is reached. Returns this process's sums. With --accum-steps K a step takes the
+// loader's batches K at a time, from the epoch's start (the last step of an epoch may take
+// fewer), so every step, and every checkpoint, ends at a loader position that is a multiple of K
+// or the epoch's end.
 EpochTotals train_one_epoch(Run& r, int epoch) {
   const TrainConfig& cfg = r.cfg;
   data::DataLoader& loader = *r.loader;
-  optim::Optimizer& opt = *r.optimizer;
   // The loader is a cursor (data/loader.h): a resumed run picks up mid-epoch where it stopped.
   if (loader.position().epoch != epoch) loader.set_epoch(epoch);
   EpochTotals t;
@@ -160,92 +259,46 @@ EpochTotals train_one_epoch(Run& r, int epoch) {
   // The epoch's loss and correct sums stay on the training device until a read (Note [Divergence
   // guard] in train/step_guard.h): a step event, a progress line, the end of the epoch.
   r.guard->start_epoch(r.step);
-  for (auto& [host_images, host_labels] : loader) {
-    if (host_labels.numel() == 0) {  // every file of the batch was unreadable and skipped
+  std::vector<data::Batch> group;  // the micro-batches of the step being gathered
+  for (data::Batch& batch : loader) {
+    if (batch.labels.numel() == 0) {  // every file of the batch was unreadable and skipped
       // Every rank must take part in each step's gradient all-reduce: no step can be left out.
       EMBER_CHECK(!r.distributed, "every image of a batch was unreadable (--skip-bad-images); with several "
                   "processes a step cannot be skipped: remove the files (ember inspect lists them)");
-      continue;
-    }
-    r.epoch_now = epoch;
-    const profiler::Scope step_scope("step", profiler::Phase::step);
-    // EMBER_FAULT=slow-step-ms:N (a testing hook): the whole N ms, even across a signal.
-    if (const int64_t ms = io::fault_value("slow-step-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    const int64_t n = host_labels.size(0);
-    const double lr_used = opt.get_lr(0);
-    // A step event reads the guard: only when a metrics stream takes it.
-    const bool step_event = (r.step + 1) % cfg.log_every == 0 && r.metrics_enabled;
-    bool interrupt = interrupt_requested();
-    if (r.graphed && r.graphed->replays(host_images, host_labels)) {
-      // --cuda-graphs (Note [Training with CUDA graphs] in train/graph_step.h): the whole step,
-      // the guard's record included, is one replay.
-      const bool capture = r.graphed->node_count() == 0;
-      r.graphed->run(host_images, host_labels);
-      if (capture && r.lead && !cfg.quiet)
-        std::fprintf(stderr, "ember train: --cuda-graphs: step %lld captured as a CUDA graph of %zu nodes; every full "
-                     "batch replays it\n", static_cast<long long>(r.step + 1), r.graphed->node_count());
     } else {
-      Tensor images, labels;
-      {
-        const profiler::Scope scope("to device", profiler::Phase::data);
-        images = host_images.to(r.device).contiguous(model_input_format(r.cfg));
-        check_class_indices(host_labels, static_cast<int64_t>(r.d.classes.size()));
-        labels = host_labels.to(r.device);
-      }
-      // With several processes every rank stops at the same step, before its update (Note
-      // [Divergence guard]); an interrupt on one rank stops them all.
-      const auto agree_to_stop = [&] {
-        const bool diverged = r.guard->read().diverged;
-        Tensor flags = from_vector<double>({diverged ? 1.0 : 0.0, interrupt ? 1.0 : 0.0});
-        r.comm->all_reduce(flags);
-        const std::vector<double> v = flags.to_vector<double>();
-        interrupt = v[1] > 0;
-        if (v[0] > 0) {
-          read_guard(r);  // throws when this rank's own loss was not finite
-          throw_diverged(r, r.step + 1, "the loss of another process was not finite");
-        }
-      };
-      const TrainStep::Outputs out = r.train_step->run(images, labels, StepMode::eager, r.step + 1,
-                                                       r.distributed ? TrainStep::BeforeUpdate(agree_to_stop) : nullptr);
-      // --cuda-graphs: the first full batch that updated the optimizer is the warm-up; the next
-      // one of its shapes is captured (Note [Training with CUDA graphs]).
-      if (r.graphed && n == cfg.batch_size && out.stepped) r.graphed->eager_step_done(host_images, host_labels);
+      group.push_back(std::move(batch));
     }
-    if (r.scheduler) r.scheduler->step();
-    ++r.step;
-    t.seen += n;
-    const double ips = static_cast<double>(t.seen) / std::max(1e-9, seconds_since(t.started));
-    const int64_t shown = loader.position().batch == 0 ? r.steps_per_epoch : loader.position().batch;
-    if (r.progress.due(shown) || step_event) {
-      const StepGuard::Totals g = read_guard(r);  // throws after a non-finite loss
-      if (r.progress.due(shown))
-        r.progress.step(shown, g.loss_sum / static_cast<double>(t.seen), g.correct / static_cast<double>(t.seen), ips);
-      if (step_event) {
-        json event{{"event", "step"},
-                   {"epoch", epoch + 1},
-                   {"step", r.step},
-                   {"loss", g.step_loss},
-                   {"acc", g.step_correct / static_cast<double>(n)},
-                   {"lr", lr_used},
-                   {"images_per_sec", ips}};
-        if (r.scaler->is_enabled()) event["loss_scale"] = r.scaler->get_scale();  // S for the next step
-        write_metrics(r, event.dump());
-      }
-    }
-    if (cfg.max_steps > 0 && r.step >= cfg.max_steps) {
-      r.stopped = true;
-      break;
-    }
-    if (interrupt) {
-      r.stopped = r.interrupted = true;
-      break;
-    }
+    const int64_t next = loader.position().batch;  // 0 once the epoch's last batch is handed out
+    if (next % cfg.accum_steps != 0 || group.empty()) continue;
+    const bool stop = run_one_step(r, t, epoch, group);
+    group.clear();
+    if (stop) break;
   }
   const StepGuard::Totals g = read_guard(r);
   t.loss_sum = g.loss_sum;
   t.correct = static_cast<int64_t>(g.correct);
   r.progress.end_epoch();
   return t;
+}
+
+// An evaluation's metric for --scheduler plateau and --early-stop-patience (Note [Plateaus and
+// early stopping] in train/early_stopping.h): the plateau's step (a lowered lr is said), and
+// early stopping's, which ends the run after this epoch.
+void watch_evaluation(Run& r, const EpochStats& es) {
+  const TrainConfig& cfg = r.cfg;
+  const auto metric = [&](const std::string& name) { return name.ends_with("_acc") ? es.test_acc : es.test_loss; };
+  if (r.plateau) {
+    const double before = r.optimizer->get_lr(0);
+    if (r.plateau->step(metric(cfg.plateau_metric)) && !cfg.quiet && r.lead)
+      std::fprintf(stderr, "ember train: %s did not improve for %lld evaluation(s) after its best (%.6g): lr %.6g -> "
+                   "%.6g\n", cfg.plateau_metric.c_str(), static_cast<long long>(cfg.plateau_patience + 1),
+                   r.plateau->best(), before, r.optimizer->get_lr(0));
+  }
+  if (r.early_stop && r.early_stop->step(metric(cfg.early_stop_metric), es.epoch)) {
+    r.stopped = r.stopped_early = true;
+    if (!cfg.quiet && r.lead)
+      std::fprintf(stderr, "ember train: stopping early: %s\n", early_stop_detail(r).c_str());
+  }
 }
 
 // After an epoch's steps: the epoch's numbers over every rank, the checkpoint (before anything
@@ -278,9 +331,7 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
   // show it): checked before they could be saved. The weights are the same on every rank.
   if (!parameters_finite(*r.model)) throw_diverged(r, r.step, "the weights hold a NaN or an infinity after the update");
   if (r.checkpoint) {
-    r.checkpoint->save(cfg, r.d, *r.model,
-                       make_training_state(cfg, r.d, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader,
-                                           r.step, epoch_done ? epoch + 1 : epoch, r.run_id));
+    r.checkpoint->save(cfg, r.d, *r.model, run_training_state(r, epoch_done ? epoch + 1 : epoch));
     // A new run's metrics stream takes the place of an earlier run's at its first save.
     if (r.run_metrics) r.run_metrics->commit();
   }
@@ -304,6 +355,13 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
     es.test_acc = ev.accuracy;
     r.summary.test_acc = ev.accuracy;
     r.summary.test_loss = ev.loss;
+    // Only the evaluations at the end of an epoch: a --max-steps stop mid-epoch leaves them to the
+    // resumed run's epoch end, as an uninterrupted run would.
+    if (!r.interrupted && epoch_done && (r.plateau || r.early_stop)) {
+      watch_evaluation(r, es);
+      // The checkpoint again, with the decisions the evaluation took (Note [Plateaus and early stopping]).
+      if (r.checkpoint) r.checkpoint->save(cfg, r.d, *r.model, run_training_state(r, epoch_done ? epoch + 1 : epoch));
+    }
   }
   write_metrics(r, json{{"event", "epoch"}, {"epoch", es.epoch}, {"train_loss", es.train_loss},
                         {"train_acc", es.train_acc}, {"test_loss", std::isnan(es.test_loss) ? json() : json(es.test_loss)},
@@ -334,17 +392,18 @@ void finish_epoch(Run& r, int epoch, EpochTotals t) {
 // the run saves them first, as an interrupt does (the loader stands at the batch that failed, so
 // the resumed run retries it), then fails with the file's message and how to continue. It saves
 // nothing when the steps since the checkpoint diverged (read_guard throws first), with several
-// processes (the other ranks cannot join a save begun by one rank's failure), or when nothing
-// was trained since the last save. With --skip-bad-images the file is left out and reported at
+// processes (the other ranks cannot join a save begun by one rank's failure), when nothing
+// was trained since the last save, or with --accum-steps when the file is inside a step's group of
+// micro-batches (a step's gradients are not saved, and the micro-batches before the file have
+// moved BatchNorm's statistics: the last checkpoint is the exact one). With --skip-bad-images the file is left out and reported at
 // the end of the epoch instead, whenever it went bad.
 [[noreturn]] void stop_at_bad_file(Run& r, int epoch, const data::BadImageError& e) {
   const int64_t saved_step = r.checkpoint && r.checkpoint->saved() ? r.checkpoint->step() : 0;
-  if (r.checkpoint && !r.distributed && r.step > saved_step) {
+  const bool step_boundary = r.loader->position().batch % r.cfg.accum_steps == 0;
+  if (r.checkpoint && !r.distributed && r.step > saved_step && step_boundary) {
     read_guard(r);  // a divergence since the last read is the error to report, and is not saved
     if (parameters_finite(*r.model)) {
-      r.checkpoint->save(r.cfg, r.d, *r.model,
-                         make_training_state(r.cfg, r.d, *r.optimizer, r.scheduler.get(), *r.scaler, *r.loader, r.step,
-                                             epoch, r.run_id));
+      r.checkpoint->save(r.cfg, r.d, *r.model, run_training_state(r, epoch));
       EMBER_THROW(e.what(), "; the run's ", r.step - saved_step, " step(s) since its last checkpoint are saved in '",
                   printable(r.cfg.save_dir), "' (step ", r.step, "): make the file readable again, then continue "
                   "with: ember train --resume ", shell_quote(r.cfg.save_dir));
@@ -374,12 +433,18 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
   summary.epochs_run = r.epoch_now + 1;
   const bool epoch_done = r.loader->position().batch == 0;
   summary.stopped_early = r.stopped && !r.interrupted && !(epoch_done && r.epoch_now + 1 == cfg.epochs);
+  summary.stop_reason = r.interrupted            ? "interrupted"
+                        : !summary.stopped_early ? "completed"
+                        : r.stopped_early        ? "early_stop"
+                                                 : "max_steps";
+  if (summary.stop_reason == "early_stop") summary.stop_detail = early_stop_detail(r);
   summary.seconds = seconds_since(t_start);
   summary.images_per_sec = static_cast<double>(r.train_images) / std::max(1e-9, r.train_seconds);
   write_metrics(r, json{{"event", "summary"}, {"test_acc", std::isnan(summary.test_acc) ? json() : json(summary.test_acc)},
                         {"test_loss", std::isnan(summary.test_loss) ? json() : json(summary.test_loss)},
                         {"images_per_sec", summary.images_per_sec}, {"seconds", summary.seconds}, {"steps", r.step},
-                        {"interrupted", r.interrupted}}
+                        {"interrupted", r.interrupted}, {"stop_reason", summary.stop_reason},
+                        {"stop_detail", summary.stop_detail.empty() ? json() : json(summary.stop_detail)}}
                    .dump());
   // The run directory's report (train/run_report.h). The run is saved whatever happens here: a
   // report that cannot be written is a warning.
@@ -418,15 +483,19 @@ TrainSummary finish_run(Run& r, std::chrono::steady_clock::time_point t_start) {
   }
   if (!cfg.quiet) {
     const std::string procs = r.distributed ? ", " + std::to_string(cfg.world_size) + " processes" : "";
-    char span[96];
-    if (summary.stopped_early)
+    char span[128];
+    if (summary.stop_reason == "early_stop")
+      std::snprintf(span, sizeof span, "stopped early after epoch %d of %d (--early-stop-patience)", r.epoch_now + 1,
+                    cfg.epochs);
+    else if (summary.stopped_early)
       std::snprintf(span, sizeof span, "stopped by --max-steps at step %lld in epoch %d of %d",
                     static_cast<long long>(r.step), r.epoch_now + 1, cfg.epochs);
     else
       std::snprintf(span, sizeof span, "%d epochs", cfg.epochs);
-    std::printf("ember train: %s on %s, %s%s, test accuracy %.2f%%, %.0f images/s, %s\n", cfg.model.c_str(),
+    const std::string why = summary.stop_detail.empty() ? "" : " (" + summary.stop_detail + ")";
+    std::printf("ember train: %s on %s, %s%s, test accuracy %.2f%%, %.0f images/s, %s%s\n", cfg.model.c_str(),
                 printable(cfg.data).c_str(), span, procs.c_str(), 100 * summary.test_acc, summary.images_per_sec,
-                format_duration(summary.seconds).c_str());
+                format_duration(summary.seconds).c_str(), why.c_str());
   }
   print_saved();
   return summary;
@@ -453,6 +522,18 @@ TrainSummary run_training(TrainConfig cfg) {
                    run.cfg.epochs, run.cfg.epochs);
     run.summary.steps = run.step;
     run.summary.epochs_run = run.cfg.epochs;
+    return run.summary;
+  }
+  // A run that --early-stop-patience ended stays ended (Note [Plateaus and early stopping]).
+  if (run.stopped_early) {
+    if (!run.cfg.quiet && run.lead)
+      std::fprintf(stderr, "ember train: the run in %s stopped early at step %lld (%s): nothing to train\n",
+                   printable(run.cfg.resume_dir).c_str(), static_cast<long long>(run.step),
+                   early_stop_detail(run).c_str());
+    run.summary.steps = run.step;
+    run.summary.stopped_early = true;
+    run.summary.stop_reason = "early_stop";
+    run.summary.stop_detail = early_stop_detail(run);
     return run.summary;
   }
   // --max-steps counts from the run's start: a resumed run at or past it has nothing to train.

@@ -31,7 +31,11 @@ struct EpochStats {
 
 struct TrainSummary {
   bool interrupted = false;     // SIGINT / SIGTERM stopped the run (after a checkpoint, with --save)
-  bool stopped_early = false;   // --max-steps stopped it before the last epoch ended
+  bool stopped_early = false;   // --max-steps or --early-stop-patience stopped it before the last epoch ended
+  // Why the run ended: "completed", "max_steps", "early_stop" or "interrupted"; stop_detail says
+  // it in words for early stopping ("val_loss did not improve for 3 evaluations; best 0.31 at epoch 4").
+  std::string stop_reason = "completed";
+  std::string stop_detail;
   int epochs_run = 0;           // epochs begun in this run's numbering (1-based epoch of the last step)
   double test_acc = NAN;
   double test_loss = NAN;

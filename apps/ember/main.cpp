@@ -60,11 +60,24 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--model", c.model, "simple_cnn | cnn | resnet18 | resnet18_cifar | resnet_small");
   app.add_option("--epochs", c.epochs, "number of epochs");
   app.add_option("--batch-size", c.batch_size, "images per step (per process under mpirun/srun)");
+  app.add_option("--accum-steps", c.accum_steps, "accumulate the gradients of K batches per optimizer step (the "
+                 "step's batch is K * --batch-size)")->capture_default_str();
   app.add_option("--lr", c.lr, "learning rate (the peak lr for onecycle)");
   app.add_option("--optimizer", c.optimizer, "adam | adamw | sgd");
   app.add_option("--momentum", c.momentum, "SGD momentum (Nesterov when > 0)")->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "weight decay (decoupled for adamw)");
-  app.add_option("--scheduler", c.scheduler, "none | step | cosine | onecycle (stepped every batch)");
+  app.add_option("--scheduler", c.scheduler, "none | step | cosine | onecycle | multistep:M1,M2,... (lr x0.1 at those "
+                 "epochs) | exponential:G (lr xG every epoch) | plateau (lr x--plateau-factor when an evaluation "
+                 "metric stops improving)");
+  app.add_option("--plateau-patience", c.plateau_patience, "plateau: evaluations without improvement before the lr is "
+                 "lowered")->capture_default_str();
+  app.add_option("--plateau-factor", c.plateau_factor, "plateau: the lr is multiplied by this")->capture_default_str();
+  app.add_option("--plateau-metric", c.plateau_metric, "plateau: test_loss | test_acc | val_loss | val_acc (default: "
+                 "the evaluation's loss)");
+  app.add_option("--early-stop-patience", c.early_stop_patience, "stop after P evaluations without improvement of "
+                 "--early-stop-metric (0: never)")->capture_default_str();
+  app.add_option("--early-stop-metric", c.early_stop_metric, "test_loss | test_acc | val_loss | val_acc (default: the "
+                 "evaluation's loss; val_* with a held-out split)");
   app.add_option("--warmup-epochs", c.warmup_epochs, "linear warmup length in epochs (may be fractional)");
   app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing in [0, 1)");
   app.add_option("--seed", c.seed, "seed for initialization, shuffling, augmentation and dropout")->capture_default_str();
@@ -119,9 +132,10 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   const std::pair<const char*, std::vector<const char*>> sections[] = {
       {"Data", {"--data", "--val", "--val-split", "--image-size", "--cache", "--skip-bad-images", "--data-dir",
                 "--no-shuffle", "--no-augment", "--augment", "--random-erasing", "--mixup", "--cutmix", "--workers"}},
-      {"Model and optimization", {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--momentum",
-                                  "--weight-decay", "--scheduler", "--warmup-epochs", "--label-smoothing",
-                                  "--clip-grad-norm", "--seed", "--max-steps"}},
+      {"Model and optimization", {"--model", "--epochs", "--batch-size", "--accum-steps", "--lr", "--optimizer", "--momentum",
+                                  "--weight-decay", "--scheduler", "--warmup-epochs", "--plateau-patience",
+                                  "--plateau-factor", "--plateau-metric", "--label-smoothing", "--clip-grad-norm",
+                                  "--seed", "--max-steps", "--early-stop-patience", "--early-stop-metric"}},
       {"Devices and threads", {"--device", "--data-on-device", "--cuda-graphs", "--threads", "--amp", "--channels-last"}},
       {"Checkpoints and weights", {"--save", "--resume", "--overwrite", "--init-weights", "--finetune", "--freeze-backbone",
                                    "--backbone-lr-scale", "--save-weights"}},
