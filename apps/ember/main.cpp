@@ -311,7 +311,7 @@ Command predict_command(CLI::App& app) {
                   "(image INDEX of an IDX file)")->required();
   cmd->add_option("--top", o->top_k, "how many classes to show")->capture_default_str();
   cmd->add_option("--model", o->model, "CHECKPOINT is PyTorch weights (a state_dict saved with safetensors) for "
-                  "this zoo model, e.g. resnet50");
+                  "this zoo model, e.g. resnet50 (docs/models.md)");
   cmd->add_option("--image-size", o->image_size, "with --model: the CenterCrop size (Resize to size*256/224 "
                   "first)")->capture_default_str();
   cmd->add_flag("--json", o->json, "one JSON object: every image's logits and top classes");
@@ -330,7 +330,7 @@ Command export_command(CLI::App& app) {
                   "file")->required();
   cmd->add_option("output", o->output, "the .onnx file to write")->required();
   cmd->add_option("--model", o->model, "CHECKPOINT is PyTorch weights (a state_dict saved with safetensors) for "
-                  "this zoo model, e.g. resnet50");
+                  "this zoo model, e.g. resnet50 (docs/models.md)");
   cmd->add_option("--image-size", o->image_size, "with --model: the input size")->capture_default_str();
   return {cmd, [o, cmd] {
             o->image_size_given = cmd->get_option("--image-size")->count() > 0;
