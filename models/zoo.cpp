@@ -37,6 +37,18 @@ Tensor CNN::forward(const Tensor& x) {
 
 // ---- factory ----------------------------------------------------------------------------------
 
+namespace {
+// torchvision's ImageNet ResNets by name: the blocks per stage and the block type.
+const std::map<std::string, std::pair<std::vector<int64_t>, ResNetBlock>>& torchvision_resnets() {
+  static const std::map<std::string, std::pair<std::vector<int64_t>, ResNetBlock>> table{
+      {"resnet18", {{2, 2, 2, 2}, ResNetBlock::Basic}},
+      {"resnet34", {{3, 4, 6, 3}, ResNetBlock::Basic}},
+      {"resnet50", {{3, 4, 6, 3}, ResNetBlock::Bottleneck}},
+      {"resnet101", {{3, 4, 23, 3}, ResNetBlock::Bottleneck}}};
+  return table;
+}
+}  // namespace
+
 std::vector<std::string> model_names() {
   return {"simple_cnn", "cnn", "resnet18", "resnet34", "resnet50", "resnet101", "resnet18_cifar", "resnet_small"};
 }
@@ -50,24 +62,10 @@ void check_model_name(const std::string& name) {
 }
 
 std::string torchvision_counterpart(const std::string& model) {
-  for (const char* tv : {"resnet18", "resnet34", "resnet50", "resnet101"})
-    if (model == tv) return "torchvision.models." + model;
-  return "";
+  return torchvision_resnets().count(model) ? "torchvision.models." + model : "";
 }
 
 std::string classifier_name(const std::string& model) { return model == "cnn" ? "fc2" : "fc"; }
-
-namespace {
-// torchvision's ImageNet ResNets by name: the blocks per stage and the block type.
-const std::map<std::string, std::pair<std::vector<int64_t>, ResNetBlock>>& torchvision_resnets() {
-  static const std::map<std::string, std::pair<std::vector<int64_t>, ResNetBlock>> table{
-      {"resnet18", {{2, 2, 2, 2}, ResNetBlock::Basic}},
-      {"resnet34", {{3, 4, 6, 3}, ResNetBlock::Basic}},
-      {"resnet50", {{3, 4, 6, 3}, ResNetBlock::Bottleneck}},
-      {"resnet101", {{3, 4, 23, 3}, ResNetBlock::Bottleneck}}};
-  return table;
-}
-}  // namespace
 
 std::shared_ptr<nn::Module> create_model(const ModelSpec& s) {
   check_model_name(s.name);
