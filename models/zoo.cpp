@@ -1,6 +1,6 @@
 #include "zoo.h"
 
-#include "../layers/init.h"
+#include <algorithm>
 
 namespace ember::models {
 
@@ -35,96 +35,57 @@ Tensor CNN::forward(const Tensor& x) {
   return fc2(relu(fc1(h.flatten(1))));
 }
 
-// ---- ResNet ---------------------------------------------------------------------------------
-
-BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
-    : conv1(in_planes, planes, 3, {.stride = stride, .padding = 1, .bias = false}),
-      conv2(planes, planes, 3, {.padding = 1, .bias = false}),
-      bn1(planes),
-      bn2(planes) {
-  register_module("conv1", conv1);
-  register_module("bn1", bn1);
-  register_module("conv2", conv2);
-  register_module("bn2", bn2);
-  if (stride != 1 || in_planes != planes) {
-    downsample = std::make_shared<nn::Sequential>();
-    downsample->push_back(std::make_shared<nn::Conv2d>(in_planes, planes, 1, nn::Conv2dOptions{.stride = stride, .bias = false}));
-    downsample->push_back(std::make_shared<nn::BatchNorm2d>(planes));
-    register_module("downsample", downsample);
-  }
-}
-
-// relu(bn1(conv1(x))) and relu(bn2(conv2(out)) + shortcut), each batch norm with its ReLU (and the
-// add) fused (Note [Batch norm with a fused ReLU] in kernels/batchnorm.h): the same values.
-Tensor BasicBlock::forward(const Tensor& x) {
-  const Tensor out = bn1.forward_relu(conv1(x));
-  return bn2.forward_relu(conv2(out), downsample ? downsample->forward(x) : x);
-}
-
-ResNet::ResNet(const ResNetConfig& c)
-    : config(c),
-      conv1(c.in_channels, c.widths.at(0), c.stem == ResNetStem::ImageNet ? 7 : 3,
-            {.stride = c.stem == ResNetStem::ImageNet ? 2 : 1, .padding = c.stem == ResNetStem::ImageNet ? 3 : 1,
-             .bias = false}),
-      bn1(c.widths.at(0)),
-      fc(c.widths.back(), c.num_classes) {
-  EMBER_CHECK(c.widths.size() == c.blocks.size() && !c.widths.empty(), "resnet: ", c.widths.size(), " widths for ",
-              c.blocks.size(), " stages");
-  register_module("conv1", conv1);
-  register_module("bn1", bn1);
-  int64_t in_planes = c.widths[0];
-  for (size_t stage = 0; stage < c.widths.size(); ++stage) {
-    auto layer = std::make_shared<nn::Sequential>();
-    for (int64_t b = 0; b < c.blocks[stage]; ++b) {
-      const int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
-      layer->push_back(std::make_shared<BasicBlock>(in_planes, c.widths[stage], stride));
-      in_planes = c.widths[stage];
-    }
-    register_module("layer" + std::to_string(stage + 1), layer);
-    layers.push_back(layer);
-  }
-  register_module("fc", fc);
-  // torchvision: kaiming_normal_(fan_out, relu) for convs; BN weight 1, bias 0 (already).
-  for (auto& [name, m] : named_modules()) {
-    if (auto* conv = dynamic_cast<nn::Conv2d*>(m))
-      nn::init::kaiming_normal_(conv->weight, 0.0, nn::init::FanMode::FanOut, nn::init::Nonlinearity::ReLU);
-  }
-}
-
-Tensor ResNet::forward(const Tensor& x) {
-  Tensor h = bn1.forward_relu(conv1(x));
-  if (config.stem == ResNetStem::ImageNet) h = maxpool(h);
-  for (auto& layer : layers) h = layer->forward(h);
-  return fc(avgpool(h).flatten(1));
-}
-
 // ---- factory ----------------------------------------------------------------------------------
 
-std::vector<std::string> model_names() { return {"simple_cnn", "cnn", "resnet18", "resnet18_cifar", "resnet_small"}; }
+namespace {
+// torchvision's ImageNet ResNets by name: the blocks per stage and the block type.
+const std::map<std::string, std::pair<std::vector<int64_t>, ResNetBlock>>& torchvision_resnets() {
+  static const std::map<std::string, std::pair<std::vector<int64_t>, ResNetBlock>> table{
+      {"resnet18", {{2, 2, 2, 2}, ResNetBlock::Basic}},
+      {"resnet34", {{3, 4, 6, 3}, ResNetBlock::Basic}},
+      {"resnet50", {{3, 4, 6, 3}, ResNetBlock::Bottleneck}},
+      {"resnet101", {{3, 4, 23, 3}, ResNetBlock::Bottleneck}}};
+  return table;
+}
+}  // namespace
+
+std::vector<std::string> model_names() {
+  return {"simple_cnn", "cnn", "resnet18", "resnet34", "resnet50", "resnet101", "resnet18_cifar", "resnet_small"};
+}
+
+void check_model_name(const std::string& name) {
+  const std::vector<std::string> names = model_names();
+  if (std::find(names.begin(), names.end(), name) != names.end()) return;
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+  EMBER_THROW("unknown model '", name, "' (known models: ", known, ")");
+}
+
+std::string torchvision_counterpart(const std::string& model) {
+  return torchvision_resnets().count(model) ? "torchvision.models." + model : "";
+}
 
 std::string classifier_name(const std::string& model) { return model == "cnn" ? "fc2" : "fc"; }
 
 std::shared_ptr<nn::Module> create_model(const ModelSpec& s) {
+  check_model_name(s.name);
   if (s.name == "simple_cnn") return std::make_shared<SimpleCNN>(s.in_channels, s.image_size, s.num_classes);
   if (s.name == "cnn") return std::make_shared<CNN>(s.in_channels, s.image_size, s.num_classes);
   ResNetConfig c;
   c.in_channels = s.in_channels;
   c.num_classes = s.num_classes;
-  if (s.name == "resnet18") return std::make_shared<ResNet>(c);
-  if (s.name == "resnet18_cifar") {
+  if (auto it = torchvision_resnets().find(s.name); it != torchvision_resnets().end()) {
+    c.blocks = it->second.first;
+    c.block = it->second.second;
+  } else if (s.name == "resnet18_cifar") {
     c.stem = ResNetStem::Cifar;
-    return std::make_shared<ResNet>(c);
-  }
-  if (s.name == "resnet_small") {
-    // A narrow ResNet for CPU-sized runs: widths 16/32/64, one block per stage, CIFAR stem.
+  } else {
+    // resnet_small, a narrow ResNet for CPU-sized runs: widths 16/32/64, one block per stage, CIFAR stem.
     c.widths = {16, 32, 64};
     c.blocks = {1, 1, 1};
     c.stem = ResNetStem::Cifar;
-    return std::make_shared<ResNet>(c);
   }
-  std::string known;
-  for (const std::string& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-  EMBER_THROW("unknown model '", s.name, "' (known models: ", known, ")");
+  return std::make_shared<ResNet>(c);
 }
 
 }  // namespace ember::models

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../layers/modules.h"
+#include "resnet.h"
 
 namespace ember::models {
 
@@ -36,47 +37,9 @@ class CNN : public nn::Module {
   nn::Linear fc1, fc2;
 };
 
-// torchvision's BasicBlock: conv1/bn1/relu/conv2/bn2 (+ downsample.0 conv 1x1, downsample.1 bn).
-class BasicBlock : public nn::Module {
- public:
-  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride);
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "BasicBlock"; }
-  nn::Conv2d conv1, conv2;
-  nn::BatchNorm2d bn1, bn2;
-  std::shared_ptr<nn::Sequential> downsample;  // null when the shapes already match
-};
-
-enum class ResNetStem { ImageNet, Cifar };  // 7x7/2 conv + maxpool, or 3x3/1 conv without maxpool
-
-struct ResNetConfig {
-  std::vector<int64_t> widths{64, 128, 256, 512};
-  std::vector<int64_t> blocks{2, 2, 2, 2};
-  int64_t in_channels = 3;
-  int64_t num_classes = 1000;
-  ResNetStem stem = ResNetStem::ImageNet;
-};
-
-// torchvision's ResNet layout: conv1, bn1, (maxpool), layer1..layer4 of BasicBlocks, avgpool, fc.
-// Convolutions have no bias; convs are kaiming_normal (fan_out, relu) and BN weight 1 / bias 0,
-// as torchvision initializes them.
-class ResNet : public nn::Module {
- public:
-  explicit ResNet(const ResNetConfig& config);
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "ResNet"; }
-  ResNetConfig config;
-  nn::Conv2d conv1;
-  nn::BatchNorm2d bn1;
-  nn::MaxPool2d maxpool{3, 2, 1};
-  std::vector<std::shared_ptr<nn::Sequential>> layers;
-  nn::AdaptiveAvgPool2d avgpool{1};
-  nn::Linear fc;
-};
-
 // What the trainer needs to build a model by name.
 struct ModelSpec {
-  std::string name;            // simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small
+  std::string name;            // one of model_names()
   int64_t in_channels = 1;
   int64_t image_size = 28;
   int64_t num_classes = 10;
@@ -84,7 +47,13 @@ struct ModelSpec {
 
 // Builds a model by name; an unknown name is an ember::Error listing the known ones.
 std::shared_ptr<nn::Module> create_model(const ModelSpec& spec);
+// simple_cnn, cnn, resnet18, resnet34, resnet50, resnet101, resnet18_cifar, resnet_small.
 std::vector<std::string> model_names();
+// Throws an ember::Error "unknown model 'NAME' (known models: ...)" unless `name` is in model_names().
+void check_model_name(const std::string& name);
+// The torchvision builder whose state_dict the zoo model loads as it is (torchvision.models.resnet50
+// for "resnet50"), or "" when torchvision has no such model (simple_cnn, resnet18_cifar, ...).
+std::string torchvision_counterpart(const std::string& model);
 // The name of a zoo model's classifier, the last Linear layer ("fc" for simple_cnn and the
 // ResNets, "fc2" for cnn): what fine-tuning replaces for a dataset's classes (train/finetune.h).
 std::string classifier_name(const std::string& model);

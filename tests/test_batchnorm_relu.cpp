@@ -1,8 +1,8 @@
 // batch_norm_relu (Note [Batch norm with a fused ReLU] in kernels/batchnorm.h) on the CPU: the
 // fused op against the separate ops, bit for bit, forward and backward, in every dtype pairing,
 // with and without a residual, training and eval, both memory formats and a NaN; the mixed-dtype
-// residual that falls back; and ResNet's BasicBlock, which uses it, against the block written with
-// the separate ops. The same comparison on a CUDA device: tests/cuda/test_batchnorm_relu.cpp.
+// residual that falls back; and ResNet's BasicBlock and Bottleneck, which use it, against the
+// blocks written with the separate ops. The same comparison on a CUDA device: tests/cuda/test_batchnorm_relu.cpp.
 
 #include <catch2/catch.hpp>
 
@@ -30,32 +30,54 @@ TEST_CASE("batch_norm_relu: a residual of another dtype runs the separate ops", 
                     Catch::Matchers::Contains("batch_norm_relu: weight must have shape"));
 }
 
+namespace {
+// A ResNet block (its fused forward) against the same block written with the separate ops, forward
+// and backward, bit for bit; `separate_body` is the block's ops up to its last batch norm.
+template <typename Block, typename Body>
+void check_block_equals_separate_ops(int64_t in_planes, int64_t planes, int64_t stride, Body separate_body) {
+  auto make = [&] {
+    manual_seed(5);
+    return Block(in_planes, planes, stride);
+  };
+  Block fused = make(), separate = make();
+  manual_seed(6);
+  const Tensor x0 = randn({2, in_planes, 6, 6});
+  const Tensor xf = x0.detach().requires_grad_(true), xs = x0.detach().requires_grad_(true);
+  const Tensor yf = fused.forward(xf);
+  const Tensor ys = relu(add(separate_body(separate, xs), separate.downsample ? separate.downsample->forward(xs) : xs));
+  CHECK(identical(yf, ys));
+  sum(mul(yf, yf)).backward();
+  sum(mul(ys, ys)).backward();
+  CHECK(identical(xf.grad(), xs.grad()));
+  const auto pf = fused.named_parameters(), ps = separate.named_parameters();
+  REQUIRE(pf.size() == ps.size());
+  for (size_t i = 0; i < pf.size(); ++i) {
+    INFO(pf[i].first);
+    CHECK(identical(pf[i].second.grad(), ps[i].second.grad()));
+  }
+  const auto bf = fused.named_buffers(), bs = separate.named_buffers();
+  for (size_t i = 0; i < bf.size(); ++i) CHECK(identical(bf[i].second, bs[i].second));
+}
+}  // namespace
+
 TEST_CASE("ResNet's BasicBlock with fused batch norms equals the block written with the separate ops", "[norm][models]") {
   for (bool downsample : {false, true}) {
     INFO("downsample " << downsample);
-    auto make = [&] {
-      manual_seed(5);
-      return models::BasicBlock(4, downsample ? 6 : 4, downsample ? 2 : 1);
-    };
-    models::BasicBlock fused = make(), separate = make();
-    manual_seed(6);
-    const Tensor x0 = randn({2, 4, 6, 6});
-    const Tensor xf = x0.detach().requires_grad_(true), xs = x0.detach().requires_grad_(true);
-    const Tensor yf = fused.forward(xf);
-    Tensor h = relu(separate.bn1(separate.conv1(xs)));
-    h = separate.bn2(separate.conv2(h));
-    const Tensor ys = relu(add(h, separate.downsample ? separate.downsample->forward(xs) : xs));
-    CHECK(identical(yf, ys));
-    sum(mul(yf, yf)).backward();
-    sum(mul(ys, ys)).backward();
-    CHECK(identical(xf.grad(), xs.grad()));
-    const auto pf = fused.named_parameters(), ps = separate.named_parameters();
-    REQUIRE(pf.size() == ps.size());
-    for (size_t i = 0; i < pf.size(); ++i) {
-      INFO(pf[i].first);
-      CHECK(identical(pf[i].second.grad(), ps[i].second.grad()));
-    }
-    const auto bf = fused.named_buffers(), bs = separate.named_buffers();
-    for (size_t i = 0; i < bf.size(); ++i) CHECK(identical(bf[i].second, bs[i].second));
+    check_block_equals_separate_ops<models::BasicBlock>(4, downsample ? 6 : 4, downsample ? 2 : 1,
+                                                        [](models::BasicBlock& b, const Tensor& x) {
+                                                          return b.bn2(b.conv2(relu(b.bn1(b.conv1(x)))));
+                                                        });
+  }
+}
+
+TEST_CASE("ResNet's Bottleneck with fused batch norms equals the block written with the separate ops", "[norm][models]") {
+  // 16 -> 4 * 4 channels at stride 1 has no downsample; 8 -> 16 and stride 2 have one.
+  for (auto [in_planes, stride] : {std::pair<int64_t, int64_t>{16, 1}, {8, 1}, {16, 2}}) {
+    INFO("in_planes " << in_planes << " stride " << stride);
+    check_block_equals_separate_ops<models::Bottleneck>(in_planes, 4, stride, [&](models::Bottleneck& b, const Tensor& x) {
+      CHECK((b.downsample != nullptr) == (in_planes != 16 || stride != 1));
+      const Tensor h = relu(b.bn2(b.conv2(relu(b.bn1(b.conv1(x))))));
+      return b.bn3(b.conv3(h));
+    });
   }
 }

@@ -89,7 +89,75 @@ TEST_CASE("models: PyTorch state_dict names and parameter counts", "[nn][models]
   CHECK(k.back() == "fc.bias");
   CHECK(sd[0].second.shape() == Shape{64, 3, 7, 7});
   CHECK_THROWS_WITH(models::create_model({.name = "vgg"}), Catch::Contains("unknown model 'vgg'") &&
-                                                                Catch::Contains("resnet18"));
+                                                                Catch::Contains("resnet18, resnet34, resnet50"));
+}
+
+TEST_CASE("models: every zoo model's parameter count at its default input, as docs/models.md lists", "[nn][models]") {
+  struct Expected {
+    models::ModelSpec spec;
+    int64_t parameters;
+  };
+  const std::vector<Expected> zoo{
+      {{.name = "simple_cnn", .in_channels = 1, .image_size = 28, .num_classes = 10}, 63050},  // 320 + 62730
+      {{.name = "cnn", .in_channels = 1, .image_size = 28, .num_classes = 10}, 421642},
+      {{.name = "resnet18", .in_channels = 3, .image_size = 224, .num_classes = 1000}, 11689512},  // torchvision's
+      {{.name = "resnet34", .in_channels = 3, .image_size = 224, .num_classes = 1000}, 21797672},
+      {{.name = "resnet50", .in_channels = 3, .image_size = 224, .num_classes = 1000}, 25557032},
+      {{.name = "resnet101", .in_channels = 3, .image_size = 224, .num_classes = 1000}, 44549160},
+      // resnet18's 11,689,512 - the 7x7 stem (9,408) + a 3x3 one (1,728) - fc (513,000) + 5,130
+      {{.name = "resnet18_cifar", .in_channels = 3, .image_size = 32, .num_classes = 10}, 11173962},
+      {{.name = "resnet_small", .in_channels = 3, .image_size = 32, .num_classes = 10}, 78042}};
+  REQUIRE(zoo.size() == models::model_names().size());
+  for (size_t i = 0; i < zoo.size(); ++i) {
+    INFO(zoo[i].spec.name);
+    CHECK(zoo[i].spec.name == models::model_names()[i]);
+    CHECK(models::create_model(zoo[i].spec)->num_parameters() == zoo[i].parameters);
+  }
+}
+
+TEST_CASE("models: resnet34, resnet50 and resnet101 have torchvision's state_dict", "[nn][models]") {
+  struct Expected {
+    std::string name;
+    size_t entries;         // len(torchvision.models.NAME().state_dict())
+    int64_t parameters;     // sum(p.numel() for p in ....parameters())
+    int64_t fc_in;          // 512 * expansion
+  };
+  for (const Expected& e : {Expected{"resnet34", 218, 21797672, 512}, Expected{"resnet50", 320, 25557032, 2048},
+                            Expected{"resnet101", 626, 44549160, 2048}}) {
+    INFO(e.name);
+    auto m = models::create_model({.name = e.name, .in_channels = 3, .image_size = 224, .num_classes = 1000});
+    const nn::StateDict sd = m->state_dict();
+    CHECK(sd.size() == e.entries);
+    CHECK(m->num_parameters() == e.parameters);
+    std::map<std::string, Shape> shapes;
+    for (const auto& [name, t] : sd) shapes[name] = t.shape();
+    CHECK(shapes.at("conv1.weight") == Shape{64, 3, 7, 7});
+    CHECK(shapes.at("fc.weight") == Shape{1000, e.fc_in});
+    CHECK(sd.back().first == "fc.bias");
+    CHECK(models::torchvision_counterpart(e.name) == "torchvision.models." + e.name);
+    CHECK(models::classifier_name(e.name) == "fc");
+  }
+  // Bottleneck (v1.5): conv1 1x1 into the width, the stride on conv2 (3x3), conv3 1x1 to 4x the
+  // width; the first block of a stage downsamples with a strided 1x1 convolution.
+  auto r50 = models::create_model({.name = "resnet50", .in_channels = 3, .image_size = 224, .num_classes = 1000});
+  std::map<std::string, Shape> s;
+  for (const auto& [name, t] : r50->state_dict()) s[name] = t.shape();
+  CHECK(s.at("layer1.0.conv1.weight") == Shape{64, 64, 1, 1});
+  CHECK(s.at("layer1.0.conv3.weight") == Shape{256, 64, 1, 1});
+  CHECK(s.at("layer1.0.downsample.0.weight") == Shape{256, 64, 1, 1});  // 64 -> 256 channels, stride 1
+  CHECK(s.at("layer2.0.conv1.weight") == Shape{128, 256, 1, 1});
+  CHECK(s.at("layer2.0.conv2.weight") == Shape{128, 128, 3, 3});
+  CHECK(s.at("layer4.2.bn3.running_var") == Shape{2048});
+  CHECK(s.count("layer1.1.downsample.0.weight") == 0);
+  auto& block = dynamic_cast<models::Bottleneck&>((*dynamic_cast<models::ResNet&>(*r50).layers[1])[0]);
+  CHECK(block.conv1.options.stride == 1);
+  CHECK(block.conv2.options.stride == 2);
+  CHECK(dynamic_cast<nn::Conv2d&>((*block.downsample)[0]).options.stride == 2);
+  auto r101 = models::create_model({.name = "resnet101"});
+  CHECK(dynamic_cast<models::ResNet&>(*r101).layers[2]->size() == 23);
+  CHECK(models::torchvision_counterpart("resnet18_cifar").empty());
+  CHECK_THROWS_WITH(models::check_model_name("resnet152"), Catch::Contains("unknown model 'resnet152'") &&
+                                                                 Catch::Contains("resnet101"));
 }
 
 TEST_CASE("nn: load_state_dict checks names, shapes and dtypes strictly", "[nn]") {
@@ -173,7 +241,8 @@ TEST_CASE("models: forward shapes and a backward pass through every model", "[nn
   for (const Case& c : {Case{{.name = "cnn"}, {2, 1, 28, 28}},
                         Case{{.name = "simple_cnn", .in_channels = 3, .image_size = 32}, {2, 3, 32, 32}},
                         Case{{.name = "resnet_small", .in_channels = 3, .image_size = 32}, {2, 3, 32, 32}},
-                        Case{{.name = "resnet18_cifar", .in_channels = 3, .image_size = 32}, {2, 3, 32, 32}}}) {
+                        Case{{.name = "resnet18_cifar", .in_channels = 3, .image_size = 32}, {2, 3, 32, 32}},
+                        Case{{.name = "resnet50", .in_channels = 3, .image_size = 32}, {2, 3, 32, 32}}}) {
     INFO(c.spec.name);
     manual_seed(0);
     auto m = models::create_model(c.spec);

@@ -60,7 +60,9 @@ int64_t load_pytorch_weights(nn::Module& model, const std::string& model_name, c
   if (!missing.empty()) problems += "; missing: " + join_names(missing, 6);
   if (!unexpected.empty()) problems += "; not in " + model_name + ": " + join_names(unexpected, 6);
   EMBER_CHECK(problems.empty(), path, " is not a ", model_name, " state_dict", skip_classifier ? " (classifier aside)" : "",
-              problems, model_name.rfind("resnet18", 0) == 0 ? " (docs/training.md shows how to save torchvision's)" : "");
+              problems, models::torchvision_counterpart(model_name).empty()
+                            ? ""
+                            : " (docs/training.md shows how to save torchvision's)");
   NoGradGuard g;
   // state_dict() tensors are detached views of the model's own storage: copy_ writes the model.
   for (auto& [dst, src] : copies) dst.copy_(src);

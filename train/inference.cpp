@@ -90,9 +90,7 @@ LoadedModel load_model(const std::string& checkpoint) {
 LoadedModel load_pytorch_model(const std::string& path, const std::string& model_name, int64_t image_size) {
   EMBER_CHECK(fs::is_regular_file(path), "weights file '", path, "' does not exist");
   EMBER_CHECK(image_size >= 8, "--image-size must be at least 8, got ", image_size);
-  const std::vector<std::string> names = models::model_names();
-  EMBER_CHECK(std::find(names.begin(), names.end(), model_name) != names.end(), "unknown model '", model_name,
-              "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");
+  models::check_model_name(model_name);
   // The shapes that size the model: the first convolution's input channels, the classifier's rows.
   const io::SafetensorsFile f = io::load_safetensors(path);
   const std::string classifier = models::classifier_name(model_name) + ".weight";

@@ -247,9 +247,7 @@ void validate(const TrainConfig& c) {
                 "--explain records one step and trains nothing: it takes no --save, --resume, --metrics, --profile "
                 "or --profile-trace");
   }
-  const std::vector<std::string> names = models::model_names();
-  EMBER_CHECK(std::find(names.begin(), names.end(), c.model) != names.end(), "unknown model '", c.model,
-              "' (known models: simple_cnn, cnn, resnet18, resnet18_cifar, resnet_small)");
+  models::check_model_name(c.model);
 }
 
 }  // namespace ember::train

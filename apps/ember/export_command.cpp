@@ -174,6 +174,13 @@ class ModelWriter {
       const std::string shortcut = b->downsample ? module(*b->downsample, prefix + "downsample.", x) : x;
       return relu(w_.node("Add", {out, shortcut}));
     }
+    if (auto* b = dynamic_cast<models::Bottleneck*>(&m)) {
+      std::string out = relu(batch_norm(b->bn1, prefix + "bn1.", conv(b->conv1, prefix + "conv1.", x)));
+      out = relu(batch_norm(b->bn2, prefix + "bn2.", conv(b->conv2, prefix + "conv2.", out)));
+      out = batch_norm(b->bn3, prefix + "bn3.", conv(b->conv3, prefix + "conv3.", out));
+      const std::string shortcut = b->downsample ? module(*b->downsample, prefix + "downsample.", x) : x;
+      return relu(w_.node("Add", {out, shortcut}));
+    }
     if (auto* r = dynamic_cast<models::ResNet*>(&m)) {
       std::string h = relu(batch_norm(r->bn1, "bn1.", conv(r->conv1, "conv1.", x)));
       if (r->config.stem == models::ResNetStem::ImageNet) h = max_pool(r->maxpool, h);

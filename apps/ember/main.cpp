@@ -44,6 +44,13 @@ using namespace ember;
 
 namespace {
 
+// "simple_cnn | cnn | resnet18 | ...": the zoo's names for --model's help.
+std::string model_choices() {
+  std::string s;
+  for (const std::string& n : models::model_names()) s += (s.empty() ? "" : " | ") + n;
+  return s;
+}
+
 void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--data", c.data,
                  "fashion-mnist | mnist | a directory: an ImageFolder tree (class subdirectories of images), "
@@ -57,7 +64,7 @@ void add_train_options(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--cache", c.cache_dir, "ImageFolder: decode and resize once into a cache file in this directory");
   app.add_flag("--skip-bad-images", c.skip_bad_images, "ImageFolder: leave unreadable files out (reported each epoch)");
   app.add_option("--data-dir", c.data_dir, "where the dataset files are (default: Debian's dataset package)");
-  app.add_option("--model", c.model, "simple_cnn | cnn | resnet18 | resnet18_cifar | resnet_small");
+  app.add_option("--model", c.model, model_choices());
   app.add_option("--epochs", c.epochs, "number of epochs");
   app.add_option("--batch-size", c.batch_size, "images per step (per process under mpirun/srun)");
   app.add_option("--accum-steps", c.accum_steps, "accumulate the gradients of K batches per optimizer step (the "
@@ -217,7 +224,7 @@ Command explain_command(CLI::App& app) {
   o->cfg.device = "cuda";
   CLI::App* cmd = app.add_subcommand("explain", "one training step's GPU launches, bytes and FLOPs, and its time "
                                      "predicted on an H100 or H200 (on the emulator: without running a kernel)");
-  cmd->add_option("--model", o->cfg.model, "simple_cnn | cnn | resnet18 | resnet18_cifar | resnet_small")
+  cmd->add_option("--model", o->cfg.model, model_choices())
       ->capture_default_str();
   cmd->add_option("--batch-size", o->cfg.batch_size, "images per step")->capture_default_str();
   cmd->add_option("--image-size", o->cfg.image_size, "input images of N x N pixels")->capture_default_str();
@@ -318,7 +325,7 @@ Command predict_command(CLI::App& app) {
                   "(image INDEX of an IDX file)")->required();
   cmd->add_option("--top", o->top_k, "how many classes to show")->capture_default_str();
   cmd->add_option("--model", o->model, "CHECKPOINT is PyTorch weights (a state_dict saved with safetensors) for "
-                  "this zoo model, e.g. resnet18");
+                  "this zoo model, e.g. resnet50 (docs/models.md)");
   cmd->add_option("--image-size", o->image_size, "with --model: the CenterCrop size (Resize to size*256/224 "
                   "first)")->capture_default_str();
   cmd->add_flag("--json", o->json, "one JSON object: every image's logits and top classes");
@@ -337,7 +344,7 @@ Command export_command(CLI::App& app) {
                   "file")->required();
   cmd->add_option("output", o->output, "the .onnx file to write")->required();
   cmd->add_option("--model", o->model, "CHECKPOINT is PyTorch weights (a state_dict saved with safetensors) for "
-                  "this zoo model, e.g. resnet18");
+                  "this zoo model, e.g. resnet50 (docs/models.md)");
   cmd->add_option("--image-size", o->image_size, "with --model: the input size")->capture_default_str();
   return {cmd, [o, cmd] {
             o->image_size_given = cmd->get_option("--image-size")->count() > 0;

@@ -40,14 +40,14 @@ except ImportError as e:  # not a skip: see the docstring
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Harness, perturbed_resnet18  # noqa: E402
+from harness import Harness, perturbed_resnet, write_images  # noqa: E402
 
 harness = Harness(sys.argv)
 WORK, check, ember = harness.work, harness.check, harness.ember
 TOLERANCE = 1e-4
 
 # ---- 1. parity -------------------------------------------------------------------------------
-model = perturbed_resnet18(torch, torchvision, 20260101, batches_tracked=12345)
+model = perturbed_resnet(torch, torchvision, "resnet18", 20260101, batches_tracked=12345)
 model.eval()
 state = model.state_dict()
 weights = f"{WORK}/resnet18.safetensors"
@@ -55,19 +55,9 @@ save_file(state, weights)
 weights_no_nbt = f"{WORK}/resnet18-no-nbt.safetensors"
 save_file({k: v for k, v in state.items() if not k.endswith("num_batches_tracked")}, weights_no_nbt)
 
-# Real images: smooth colour fields with edges and noise, so that resizing and cropping matter.
-rng = np.random.default_rng(5)
 images = f"{WORK}/images"
-os.makedirs(images)
-for i, (w, h, fmt, mode) in enumerate([(320, 240, "jpg", "RGB"), (257, 311, "png", "RGB"), (224, 224, "png", "RGB"),
-                                      (500, 280, "jpg", "RGB"), (300, 300, "png", "L")]):
-    y, x = np.mgrid[0:h, 0:w]
-    px = np.stack([(x * (3 + i)) % 256, (y * 2 + x) % 256, ((x - y) * (i + 1)) % 256], -1).astype(np.float64)
-    px[(x // 40 + y // 40) % 2 == 0] *= 0.5
-    px += rng.normal(0, 12, px.shape)
-    img = Image.fromarray(np.clip(px, 0, 255).astype(np.uint8), "RGB").convert(mode)
-    img.save(f"{images}/{i}.{fmt}", **({"quality": 90} if fmt == "jpg" else {}))
-files = sorted(os.path.join(images, f) for f in os.listdir(images))
+files = write_images(np, Image, images, [(320, 240, "jpg", "RGB"), (257, 311, "png", "RGB"), (224, 224, "png", "RGB"),
+                                         (500, 280, "jpg", "RGB"), (300, 300, "png", "L")], seed=5)
 
 tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
                          transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])

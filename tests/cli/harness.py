@@ -1,7 +1,8 @@
 """What the Python CLI tests share (tests/cli/*.py): the ember binary and a fresh work directory
 from the command line, counted checks and the exit status they make, running ember, and
-torchvision's ResNet-18 with its BatchNorm layers moved away from their defaults (so that a
-wrong running statistic or affine parameter shows in the logits).
+torchvision's ResNets with their BatchNorm layers moved away from their defaults (so that a
+wrong running statistic or affine parameter shows in the logits), and the real images the parity
+tests feed both (write_images).
 
     from harness import Harness
     harness = Harness(sys.argv)    # argv: script, ember binary, work dir (emptied)
@@ -39,11 +40,29 @@ class Harness:
         sys.exit(0)
 
 
-def perturbed_resnet18(torch, torchvision, seed, num_classes=1000, batches_tracked=None):
-    """torchvision's resnet18 (no pretrained weights) seeded with `seed`, its BatchNorm running
-    statistics and affine parameters drawn away from 0 and 1; num_batches_tracked set when given."""
+def write_images(np, Image, directory, specs, seed, tile=40):
+    """Real images for the parity tests, one per (width, height, "jpg" | "png", PIL mode) in `specs`,
+    written to `directory` as 0.jpg, 1.png, ...: smooth colour fields with a checkerboard of `tile`
+    pixels and noise drawn from `seed`, so that resizing and cropping matter. Returns their paths,
+    sorted."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(directory, exist_ok=True)
+    for i, (w, h, fmt, mode) in enumerate(specs):
+        y, x = np.mgrid[0:h, 0:w]
+        px = np.stack([(x * (3 + i)) % 256, (y * 2 + x) % 256, ((x - y) * (i + 1)) % 256], -1).astype(np.float64)
+        px[(x // tile + y // tile) % 2 == 0] *= 0.5
+        px += rng.normal(0, 12, px.shape)
+        img = Image.fromarray(np.clip(px, 0, 255).astype(np.uint8), "RGB").convert(mode)
+        img.save(f"{directory}/{i}.{fmt}", **({"quality": 90} if fmt == "jpg" else {}))
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory))
+
+
+def perturbed_resnet(torch, torchvision, name, seed, num_classes=1000, batches_tracked=None):
+    """torchvision.models.<name> (resnet18, resnet34, resnet50, resnet101; no pretrained weights)
+    seeded with `seed`, its BatchNorm running statistics and affine parameters drawn away from 0
+    and 1; num_batches_tracked set when given."""
     torch.manual_seed(seed)
-    model = torchvision.models.resnet18(weights=None, num_classes=num_classes)
+    model = getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):

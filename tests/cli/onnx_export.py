@@ -5,8 +5,8 @@
 
 For every zoo model (cnn, simple_cnn, resnet18, resnet18_cifar, resnet_small; small image sizes),
 each trained for two steps on a tiny ImageFolder tree (make_data.py) with `ember train --save RUN`,
-and for a torchvision resnet18 state_dict with perturbed BatchNorm statistics (`ember export FILE
-OUT --model resnet18`):
+and for torchvision resnet18 and resnet50 (Bottleneck) state_dicts with perturbed BatchNorm
+statistics (`ember export FILE OUT --model NAME`):
   - `ember export RUN model.onnx` writes a file that onnx.checker.check_model(full_check=True)
     accepts, with opset >= 13, a symbolic batch dimension, and metadata_props giving the model,
     the class names, ImageNet's mean/std and the input size;
@@ -41,7 +41,7 @@ except ImportError as e:  # not a skip: see the docstring
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Harness, perturbed_resnet18  # noqa: E402
+from harness import Harness, perturbed_resnet  # noqa: E402
 
 harness = Harness(sys.argv)
 WORK, check, ember = harness.work, harness.check, harness.ember
@@ -58,19 +58,21 @@ for i, (w, h) in enumerate([(40, 30), (23, 57), (64, 64)]):
 images = sorted(f"{tree}/class{c}/{i}.png" for c in range(3) for i in range(2)) + \
     sorted(os.path.join(extra, f) for f in os.listdir(extra))
 
-# A torchvision ResNet-18 state_dict with BatchNorm statistics far from their defaults, exported
-# with --model (the trained runs' statistics are still close to 0 and 1).
-tv = perturbed_resnet18(torch, torchvision, 11, num_classes=5)
-torchvision_weights = f"{WORK}/torchvision-resnet18.safetensors"
-save_file(tv.state_dict(), torchvision_weights)
+# torchvision ResNet state_dicts with BatchNorm statistics far from their defaults, exported with
+# --model (the trained runs' statistics are still close to 0 and 1).
+torchvision_weights = {}
+for seed, name in [(11, "resnet18"), (12, "resnet50")]:
+    torchvision_weights[name] = f"{WORK}/torchvision-{name}.safetensors"
+    save_file(perturbed_resnet(torch, torchvision, name, seed, num_classes=5).state_dict(), torchvision_weights[name])
 
 cases = [("cnn", 32), ("simple_cnn", 24), ("resnet18", 64), ("resnet18_cifar", 16), ("resnet_small", 16),
-         ("torchvision resnet18", 64)]
+         ("torchvision resnet18", 64), ("torchvision resnet50", 64)]
 for model_name, size in cases:
     out = f"{WORK}/{model_name.replace(' ', '-')}.onnx"
     if model_name.startswith("torchvision"):
-        source, classes, model_args = torchvision_weights, [str(c) for c in range(5)], \
-            ["--model", "resnet18", "--image-size", str(size)]
+        name = model_name.split()[-1]
+        source, classes, model_args = torchvision_weights[name], [str(c) for c in range(5)], \
+            ["--model", name, "--image-size", str(size)]
         r = ember("export", source, out, *model_args)
     else:
         source, classes, model_args = f"{WORK}/run-{model_name}", ["class0", "class1", "class2"], []
