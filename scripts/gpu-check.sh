@@ -11,7 +11,7 @@
 #      as a user would: `ember info` and `ember train --device cuda --amp fp16 --max-steps 300`;
 #   5. run bench_cuda (ember) and bench/cuda/torch_gpu.py (PyTorch eager on the same GPU): the same
 #      measurements on both sides, one JSON line each;
-#   5a. the launch ledger: `ember explain --json` for the four workloads of the CI gate
+#   5a. the launch ledger: `ember explain --json` for the five workloads of the CI gate
 #      (tests/explain/baseline.json), every launch timed with CUDA events (predicted beside
 #      measured), and bench/cuda/fit_calibration.py fits the step model's efficiencies from them
 #      (explain-*.json, gpu-calibration.json: copy it over calibration/gpu.json back here);
@@ -244,7 +244,8 @@ else
   explain_workloads=("cnn_f32:--model cnn --batch-size 64 --image-size 28 --channels 1 --classes 10"
                      "cnn_amp_bf16:--model cnn --batch-size 64 --image-size 28 --channels 1 --classes 10 --amp bf16"
                      "resnet18_amp_bf16_channels_last:--model resnet18 --batch-size 256 --image-size 224 --amp bf16 --channels-last"
-                     "resnet18_f32_nchw:--model resnet18 --batch-size 256 --image-size 224")
+                     "resnet18_f32_nchw:--model resnet18 --batch-size 256 --image-size 224"
+                     "resnet50_amp_bf16_channels_last:--model resnet50 --batch-size 128 --image-size 224 --amp bf16 --channels-last")
 fi
 log "ember explain --gpu $explain_gpu (${#explain_workloads[@]} workloads)"
 explain_rc=0

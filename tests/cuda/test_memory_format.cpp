@@ -31,11 +31,15 @@ TEST_CASE("cuda: a CNN in channels-last keeps the format and NCHW's values", "[m
   CHECK(max_rel_diff(nhwc.gw2, nchw.gw2) < 1e-4);
   CHECK(max_rel_diff(nhwc.gbn, nchw.gbn) < 1e-4);
   // Against the CPU: float32 sums in another order (cuDNN's or the tiled GEMM's), so a relative
-  // tolerance of 1e-4 on values of order 1 to 100.
+  // tolerance of 1e-4 on values of order 1 to 100. The device's batch norm statistics are one pass
+  // of float32 shifted sums against the CPU's two passes in double (Note [One-pass batch norm
+  // statistics] in kernels/cuda/batchnorm.cu): a few float32 ulps of each channel's invstd, which
+  // the input gradient's cancelling sums carry into gx and gw1 (1.05e-4 relative to 1 + |value|
+  // measured), so those two get 2e-4.
   const CnnRun cpu = run_cnn(true, Device::cpu());
   CHECK(max_rel_diff(nhwc.out, cpu.out) < 1e-4);
-  CHECK(max_rel_diff(nhwc.gx, cpu.gx) < 1e-4);
-  CHECK(max_rel_diff(nhwc.gw1, cpu.gw1) < 1e-4);
+  CHECK(max_rel_diff(nhwc.gx, cpu.gx) < 2e-4);
+  CHECK(max_rel_diff(nhwc.gw1, cpu.gw1) < 2e-4);
   CHECK(max_rel_diff(nhwc.gw2, cpu.gw2) < 1e-4);
 }
 
