@@ -26,9 +26,11 @@
 //       y may not alias x. With sh.relu, y = relu(that [+ residual]), residual (x's layout and
 //       dtype) may be null (Note [Batch norm with a fused ReLU])
 //   batch_norm_backward(dtype, param_dtype, sh, training, x, grad_y, mean, invstd, weight, grad_x,
-//                       grad_weight, grad_bias, y = null)
-//       with sh.relu, grad_y is the gradient of the fused ReLU's output y (given, x's layout),
-//       read through ReLU's backward (Note [Batch norm with a fused ReLU]);
+//                       grad_weight, grad_bias, y = null, bias = null)
+//       with sh.relu, grad_y is the gradient of the fused ReLU's output y (x's layout), read
+//       through ReLU's backward (Note [Batch norm with a fused ReLU]): its mask is y > 0, read
+//       from y when y is given; kernels::gpu recomputes it from x when y is null, with bias (or 0)
+//       as apply's shift (Note [The ReLU mask recomputed from x]); kernels::cpu requires y;
 //       with xhat = (x - mean) * invstd:
 //         grad_weight[c] = sum(grad_y * xhat),  grad_bias[c] = sum(grad_y)
 //         training (mean/invstd are the batch statistics, so they depend on x), M = n * s:
@@ -118,6 +120,26 @@ EMBER_HD inline T fused_epilogue(acc_t<T> v, const T* residual, int64_t i, bool 
   if (relu && static_cast<A>(t) <= A(0)) t = T(0);  // ReLU's forward: NaN stays NaN
   return t;
 }
+// Note [The ReLU mask recomputed from x]
+// A fused ReLU's backward needs its mask, y > 0. Reading y costs a read of the activation in each
+// of the backward's two passes, and keeping y alive from forward to backward costs its memory.
+// Without a residual, y = relu(round(v)) with v = (x - mean) * scale + shift the normalization
+// apply computed, so y > 0 exactly when round(v) > 0: the CUDA backward recomputes v from x,
+// which it reads anyway, with the same expression (batch_norm_affine below, shared with apply),
+// and reads no y. The layer then saves no y (layers/batchnorm.cpp). With a residual the mask
+// depends on the residual too, and the layer materializes the masked gradient from y as before.
+// NaN: round(NaN) > 0 is false, as NaN > 0 is, so a NaN output's gradient is masked either way.
+// The normalization apply computes, before rounding: (x - mean) * scale + shift with scale =
+// invstd * weight. One expression for apply and for the mask's recomputation, so both round alike.
+template <typename A>
+EMBER_HD inline A batch_norm_affine(A x, A mean, A scale, A shift) {
+  return (x - mean) * scale + shift;
+}
+template <typename T>
+EMBER_HD inline bool relu_passes(acc_t<T> v) {
+  return static_cast<acc_t<T>>(static_cast<T>(v)) > acc_t<T>(0);
+}
+
 // grad_y[i] as the batch norm sees it: masked by the fused ReLU's output y when y is given.
 template <typename T>
 EMBER_HD inline acc_t<T> masked_grad(const T* grad_y, const T* y, int64_t i) {

@@ -9,4 +9,5 @@ void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, 
                       const void* residual = nullptr);
 void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias, const void* y = nullptr);
+                         void* grad_weight, void* grad_bias, const void* y = nullptr,
+                         const void* bias = nullptr);

@@ -160,8 +160,13 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
     const DType dw = weight.defined() ? weight.dtype() : pdt, db = bias.defined() ? bias.dtype() : pdt;
     const bool has_residual = residual.defined();
     const char* node = !fused.relu ? "BatchNormBackward" : has_residual ? "BatchNormAddReluBackward" : "BatchNormReluBackward";
+    // The fused ReLU's mask: from its output y, or on a CUDA device without a residual recomputed
+    // from x with the bias (Note [The ReLU mask recomputed from x] in kernels/batchnorm.h), so y
+    // need not be kept.
+    const bool mask_from_x = fused.relu && !residual.defined() && x.device().is_cuda();
     SavedTensor sx(x, node), smean(mean, node), sinv(invstd, node), sw(w, node);
-    SavedTensor sy(fused.relu ? y.detach() : Tensor(), node);  // the fused ReLU's output, for its mask
+    SavedTensor sy(fused.relu && !mask_from_x ? y.detach() : Tensor(), node);
+    SavedTensor sb(mask_from_x ? b : Tensor(), node);
     record(node, {x0, weight, bias, fused.residual}, {y}, [=](const std::vector<Tensor>& grads) {
       if (!grads[0].defined()) return std::vector<Tensor>(4);
       Tensor gy = grads[0].to(dt).contiguous(kernel_fmt);
@@ -181,7 +186,8 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
       Tensor gb = need_b ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
       EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, pdt, shb, training, xs.data(),
                         gy.data(), smean.get().data(), sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
-                        data_or_null(gx), data_or_null(gw), data_or_null(gb), data_or_null(ys));
+                        data_or_null(gx), data_or_null(gw), data_or_null(gb), data_or_null(ys),
+                        sb.defined() ? sb.get().data() : nullptr);
       return std::vector<Tensor>{sh.channels_last ? gx : detail::to_format(gx, fmt), need_w ? gw.to(dw) : Tensor(),
                                  need_b ? gb.to(db) : Tensor(), gresidual};
     });

@@ -111,25 +111,28 @@ __global__ void apply_kernel(BatchNormShape sh, const T* x, const P* mean, const
     const A scale = static_cast<A>(invstd[c]) * (weight ? static_cast<A>(weight[c]) : A(1));
     const A shift = bias ? static_cast<A>(bias[c]) : A(0);
     for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < sh.s; j += int64_t{gridDim.x} * blockDim.x)
-      y[base + j] = fused_epilogue<T>((static_cast<A>(x[base + j]) - m) * scale + shift, residual, base + j, sh.relu);
+      y[base + j] = fused_epilogue<T>(batch_norm_affine(static_cast<A>(x[base + j]), m, scale, shift), residual, base + j,
+                                      sh.relu);
   }
 }
 
 // Backward pass 1, one block per channel: sum(grad_y) and sum(grad_y * xhat) in acc_t<T>. Writes
 // grad_weight / grad_bias when wanted and both sums to `sums` (2 C acc_t<T> values) for pass 2.
 template <typename T, typename P>
-__global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask, const P* mean,
-                                       const P* invstd, P* gw, P* gb, acc_t<T>* sums) {
+__global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* gy, ReluMask<T, P> mask,
+                                       const P* mean, const P* invstd, P* gw, P* gb, acc_t<T>* sums) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, count = sh.n * sh.s;
   const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
+  const ChannelMask<T> cm = channel_mask(mask, c, m, is);
   A sg = 0, sgx = 0;
   ChannelWalk w(threadIdx.x, blockDim.x, sh.s);
   for (int64_t k = threadIdx.x; k < count; k += blockDim.x, w.advance()) {
     const int64_t off = w.offset(sh.c, c);
-    const A g = masked_grad(gy, mask, off);
+    const A xv = static_cast<A>(x[off]);
+    const A g = cm.grad(gy, mask.y, off, xv);
     sg += g;
-    sgx += g * (static_cast<A>(x[off]) - m) * is;
+    sgx += g * (xv - m) * is;
   }
   sg = detail::block_sum(sg);
   sgx = detail::block_sum(sgx);
@@ -146,8 +149,8 @@ __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* g
 // Backward pass 2, one thread per element: the CPU's formula in acc_t<T>. `sums` is null in eval
 // mode (the statistics are constants, so only grad_y * weight * invstd remains).
 template <typename T, typename P>
-__global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask, const P* mean,
-                                      const P* invstd, const P* weight, const acc_t<T>* sums, T* gx) {
+__global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy, ReluMask<T, P> mask,
+                                      const P* mean, const P* invstd, const P* weight, const acc_t<T>* sums, T* gx) {
   using A = acc_t<T>;
   const A count = static_cast<A>(sh.n * sh.s);
   for (int64_t plane = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; plane < sh.n * sh.c;
@@ -157,10 +160,12 @@ __global__ void backward_input_kernel(BatchNormShape sh, const T* x, const T* gy
     const A w = weight ? static_cast<A>(weight[c]) : A(1);
     const A mean_g = sums ? sums[c] / count : A(0);
     const A mean_gx = sums ? sums[sh.c + c] / count : A(0);
+    const ChannelMask<T> cm = channel_mask(mask, c, m, is);
     for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < sh.s; j += int64_t{gridDim.x} * blockDim.x) {
       const int64_t idx = base + j;
-      const A xhat = (static_cast<A>(x[idx]) - m) * is;
-      gx[idx] = static_cast<T>(w * is * (masked_grad(gy, mask, idx) - mean_g - xhat * mean_gx));
+      const A xv = static_cast<A>(x[idx]);
+      const A xhat = (xv - m) * is;
+      gx[idx] = static_cast<T>(w * is * (cm.grad(gy, mask.y, idx, xv) - mean_g - xhat * mean_gx));
     }
   }
 }
@@ -193,20 +198,22 @@ __global__ void stats_partial_kernel(BatchNormShape sh, const T* x, bool moments
 
 // Block (c, part): sum(grad_y) and sum(grad_y * xhat) over its slice -> partial[2 (c * parts + part) + {0, 1}].
 template <typename T, typename P>
-__global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask, const P* mean,
-                                        const P* invstd, acc_t<T>* partial) {
+__global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* gy, ReluMask<T, P> mask,
+                                        const P* mean, const P* invstd, acc_t<T>* partial) {
   using A = acc_t<T>;
   const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   int64_t lo, hi;
   channel_slice(sh.n * sh.s, part, parts, &lo, &hi);
   const A m = static_cast<A>(mean[c]), is = static_cast<A>(invstd[c]);
+  const ChannelMask<T> cm = channel_mask(mask, c, m, is);
   A sg = 0, sgx = 0;
   ChannelWalk w(lo + threadIdx.x, blockDim.x, sh.s);
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x, w.advance()) {
     const int64_t off = w.offset(sh.c, c);
-    const A g = masked_grad(gy, mask, off);
+    const A xv = static_cast<A>(x[off]);
+    const A g = cm.grad(gy, mask.y, off, xv);
     sg += g;
-    sgx += g * (static_cast<A>(x[off]) - m) * is;
+    sgx += g * (xv - m) * is;
   }
   sg = detail::block_sum(sg);
   sgx = detail::block_sum(sgx);
@@ -281,11 +288,14 @@ void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* in
 
 template <typename T, typename P>
 void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const P* mean, const P* invstd,
-                   const P* weight, T* gx, P* gw, P* gb, const T* y) {
+                   const P* weight, T* gx, P* gw, P* gb, const T* y, const P* bias) {
   using A = acc_t<T>;
   check_shape("batch_norm backward", sh);
-  EMBER_CHECK(!sh.relu || y != nullptr, "batch_norm backward: a fused ReLU needs its output y");
-  const T* mask = sh.relu ? y : nullptr;  // Note [Batch norm with a fused ReLU]
+  // Note [Batch norm with a fused ReLU]; without y, Note [The ReLU mask recomputed from x].
+  const ReluMask<T, P> mask{.y = sh.relu ? y : nullptr,
+                            .recompute = sh.relu && y == nullptr,
+                            .weight = weight,
+                            .bias = bias};
   if (sh.c == 0) return;
   if (sh.channels_last)
     return backward_channels_last<T, P>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
@@ -294,14 +304,14 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   const int64_t splits = channel_splits(sh);
   if ((gw || gb || need_sums) && splits == 1) {
     EMBER_LAUNCH((backward_reduce_kernel<T, P>), static_cast<unsigned>(sh.c), kThreads, 0, cuda::current_stream(),
-                 backward_sums_cost(sh, mask, mean, backward_outputs_bytes(sh, gw, gb, sums.as<A>())), sh, x, gy, mask,
+                 backward_sums_cost(sh, mask, backward_outputs_bytes(sh, gw, gb, sums.as<A>())), sh, x, gy, mask,
                  mean, invstd, gw, gb, sums.as<A>());
     cuda::check_launch("batch_norm backward");
   } else if (gw || gb || need_sums) {
     cuda::Scratch partial(2 * static_cast<size_t>(sh.c * splits) * sizeof(A));
     const dim3 grid(static_cast<unsigned>(sh.c), static_cast<unsigned>(splits));
     EMBER_LAUNCH((backward_partial_kernel<T, P>), grid, kThreads, 0, cuda::current_stream(),
-                 backward_sums_cost(sh, mask, mean, static_cast<double>(partial.size())), sh, x, gy, mask, mean, invstd,
+                 backward_sums_cost(sh, mask, static_cast<double>(partial.size())), sh, x, gy, mask, mean, invstd,
                  partial.as<A>());
     cuda::check_launch("batch_norm backward");
     EMBER_LAUNCH_FLAT((finalize_sums_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads,
@@ -363,14 +373,14 @@ void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, 
 
 void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias, const void* y) {
+                         void* grad_weight, void* grad_bias, const void* y, const void* bias) {
   dispatch_batch_norm("batch_norm backward", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
     backward_impl<T, P>(sh, training, static_cast<const T*>(x), static_cast<const T*>(grad_y),
                         static_cast<const P*>(mean), static_cast<const P*>(invstd), static_cast<const P*>(weight),
                         static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias),
-                        static_cast<const T*>(y));
+                        static_cast<const T*>(y), static_cast<const P*>(bias));
   });
 }
 

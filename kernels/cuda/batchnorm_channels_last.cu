@@ -130,7 +130,7 @@ __global__ void stats_partial_cl_kernel(BatchNormShape sh, const T* x, bool mome
 // Block (chunk, part): sum(grad_y) and sum(grad_y * xhat) of each of its columns over the rows of
 // slice `part` -> partial[2 (c * parts + part) + {0, 1}] (backward_partial_kernel's layout).
 template <typename T, typename P, int V>
-__global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask,
+__global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const T* gy, ReluMask<T, P> mask,
                                            const P* mean, const P* invstd, acc_t<T>* partial) {
   using A = acc_t<T>;
   const int64_t c0 = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * V, part = blockIdx.y, parts = gridDim.y;
@@ -139,15 +139,20 @@ __global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const 
   A sums[2 * V] = {};  // sum(grad_y) of column c0 + j in sums[j], sum(grad_y * xhat) in sums[V + j]
   if (c0 < sh.c) {
     A m[V], is[V];
-    for (int j = 0; j < V; ++j) m[j] = static_cast<A>(mean[c0 + j]), is[j] = static_cast<A>(invstd[c0 + j]);
+    ChannelMask<T> cm[V];
+    for (int j = 0; j < V; ++j) {
+      m[j] = static_cast<A>(mean[c0 + j]), is[j] = static_cast<A>(invstd[c0 + j]);
+      cm[j] = channel_mask(mask, c0 + j, m[j], is[j]);
+    }
     for (int64_t r = lo + threadIdx.y; r < hi; r += blockDim.y) {
       const int64_t at = r * sh.c + c0;
       const Pack<T, V> xv = vector_load<V>(x + at), gv = vector_load<V>(gy + at);
-      const Pack<T, V> yv = mask ? vector_load<V>(mask + at) : Pack<T, V>{};
+      const Pack<T, V> yv = mask.y ? vector_load<V>(mask.y + at) : Pack<T, V>{};
       for (int j = 0; j < V; ++j) {
-        const A g = masked_grad(gv.v, mask ? yv.v : nullptr, j);
+        const A xj = static_cast<A>(xv.v[j]);
+        const A g = cm[j].grad(gv.v, mask.y ? yv.v : nullptr, j, xj);
         sums[j] += g;
-        sums[V + j] += g * (static_cast<A>(xv.v[j]) - m[j]) * is[j];
+        sums[V + j] += g * (xj - m[j]) * is[j];
       }
     }
   }
@@ -179,7 +184,8 @@ __global__ void apply_cl_kernel(BatchNormShape sh, const T* x, const P* mean, co
     const Pack<T, V> rv = residual ? vector_load<V>(residual + at) : Pack<T, V>{};
     Pack<T, V> out;
     for (int j = 0; j < V; ++j)
-      out.v[j] = fused_epilogue<T>((static_cast<A>(xv.v[j]) - m[j]) * scale[j] + shift[j], residual ? rv.v : nullptr,
+      out.v[j] = fused_epilogue<T>(batch_norm_affine(static_cast<A>(xv.v[j]), m[j], scale[j], shift[j]),
+                                   residual ? rv.v : nullptr,
                                    j, sh.relu);
     vector_store<V>(y + at, out);
   }
@@ -187,7 +193,7 @@ __global__ void apply_cl_kernel(BatchNormShape sh, const T* x, const P* mean, co
 
 // backward_input_kernel's expression, V columns per thread; `sums` is null in eval mode.
 template <typename T, typename P, int V>
-__global__ void backward_input_cl_kernel(BatchNormShape sh, const T* x, const T* gy, const T* mask,
+__global__ void backward_input_cl_kernel(BatchNormShape sh, const T* x, const T* gy, ReluMask<T, P> mask,
                                          const P* mean, const P* invstd, const P* weight, const acc_t<T>* sums,
                                          T* gx) {
   using A = acc_t<T>;
@@ -195,22 +201,25 @@ __global__ void backward_input_cl_kernel(BatchNormShape sh, const T* x, const T*
   if (c0 >= sh.c) return;
   const A count = static_cast<A>(rows);
   A m[V], is[V], w[V], mean_g[V], mean_gx[V];
+  ChannelMask<T> cm[V];
   for (int j = 0; j < V; ++j) {
     const int64_t c = c0 + j;
     m[j] = static_cast<A>(mean[c]), is[j] = static_cast<A>(invstd[c]);
     w[j] = weight ? static_cast<A>(weight[c]) : A(1);
     mean_g[j] = sums ? sums[c] / count : A(0);
     mean_gx[j] = sums ? sums[sh.c + c] / count : A(0);
+    cm[j] = channel_mask(mask, c, m[j], is[j]);
   }
   for (int64_t r = blockIdx.y * int64_t{blockDim.y} + threadIdx.y; r < rows; r += int64_t{gridDim.y} * blockDim.y) {
     const int64_t at = r * sh.c + c0;
     const Pack<T, V> xv = vector_load<V>(x + at), gv = vector_load<V>(gy + at);
-    const Pack<T, V> yv = mask ? vector_load<V>(mask + at) : Pack<T, V>{};
+    const Pack<T, V> yv = mask.y ? vector_load<V>(mask.y + at) : Pack<T, V>{};
     Pack<T, V> out;
     for (int j = 0; j < V; ++j) {
-      const A xhat = (static_cast<A>(xv.v[j]) - m[j]) * is[j];
-      out.v[j] = static_cast<T>(w[j] * is[j] * (masked_grad(gv.v, mask ? yv.v : nullptr, j) - mean_g[j] -
-                                                xhat * mean_gx[j]));
+      const A xj = static_cast<A>(xv.v[j]);
+      const A xhat = (xj - m[j]) * is[j];
+      out.v[j] = static_cast<T>(w[j] * is[j] *
+                                (cm[j].grad(gv.v, mask.y ? yv.v : nullptr, j, xj) - mean_g[j] - xhat * mean_gx[j]));
     }
     vector_store<V>(gx + at, out);
   }
@@ -280,8 +289,8 @@ void apply_cl(const BatchNormShape& sh, const T* x, const P* mean, const P* invs
 }
 
 template <typename T, typename P, int V>
-void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const T* mask, const P* mean,
-                 const P* invstd, const P* weight, T* gx, P* gw, P* gb) {
+void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const ReluMask<T, P>& mask,
+                 const P* mean, const P* invstd, const P* weight, T* gx, P* gw, P* gb) {
   using A = acc_t<T>;
   const cuda::Stream stream = cuda::current_stream();
   const ColumnBlock cb(sh, V);
@@ -291,7 +300,7 @@ void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* g
     const int64_t slices = cb.slices(sh);
     cuda::Scratch partial(2 * static_cast<size_t>(sh.c * slices) * sizeof(A));
     EMBER_LAUNCH((backward_partial_cl_kernel<T, P, V>), dim3(cb.chunks, static_cast<unsigned>(slices)), cb.block, 0,
-                 stream, backward_sums_cost(sh, mask, mean, static_cast<double>(partial.size())), sh, x, gy, mask, mean,
+                 stream, backward_sums_cost(sh, mask, static_cast<double>(partial.size())), sh, x, gy, mask, mean,
                  invstd, partial.as<A>());
     cuda::check_launch("batch_norm backward");
     EMBER_LAUNCH_FLAT((finalize_sums_kernel<T, P>), detail::grid_stride_blocks(sh.c, kThreads), kThreads, stream,
@@ -341,9 +350,10 @@ void apply_channels_last(const BatchNormShape& sh, const T* x, const P* mean, co
 }
 
 template <typename T, typename P>
-void backward_channels_last(const BatchNormShape& sh, bool training, const T* x, const T* gy, const T* mask,
-                            const P* mean, const P* invstd, const P* weight, T* gx, P* gw, P* gb) {
-  if (fits_lanes<T>(sh, {x, gy, mask, gx}))
+void backward_channels_last(const BatchNormShape& sh, bool training, const T* x, const T* gy,
+                            const ReluMask<T, P>& mask, const P* mean, const P* invstd, const P* weight, T* gx, P* gw,
+                            P* gb) {
+  if (fits_lanes<T>(sh, {x, gy, mask.y, gx}))
     return backward_cl<T, P, kLanes16<T>>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
   backward_cl<T, P, 1>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
 }
@@ -359,8 +369,8 @@ void channel_sums_channels_last(const BatchNormShape& sh, const T* x, T* out) {
   template void stats_channels_last<T, P>(const BatchNormShape&, const T*, const BatchNormStats&);          \
   template void apply_channels_last<T, P>(const BatchNormShape&, const T*, const P*, const P*, const P*,      \
                                           const P*, T*, const T*);                                            \
-  template void backward_channels_last<T, P>(const BatchNormShape&, bool, const T*, const T*, const T*,       \
-                                             const P*, const P*, const P*, T*, P*, P*);
+  template void backward_channels_last<T, P>(const BatchNormShape&, bool, const T*, const T*,                 \
+                                             const ReluMask<T, P>&, const P*, const P*, const P*, T*, P*, P*);
 EMBER_BATCH_NORM_CHANNELS_LAST(float, float)
 EMBER_BATCH_NORM_CHANNELS_LAST(double, double)
 EMBER_BATCH_NORM_CHANNELS_LAST(Half, Half)

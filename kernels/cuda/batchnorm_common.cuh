@@ -81,6 +81,44 @@ __global__ void finalize_sums_kernel(int64_t channels, int64_t parts, const acc_
   }
 }
 
+// The fused ReLU's mask as the backward reads it (Note [Batch norm with a fused ReLU], Note [The
+// ReLU mask recomputed from x] in kernels/batchnorm.h): from y when y is given, recomputed from x
+// with apply's scale and shift when `recompute`, else no mask.
+template <typename T, typename P>
+struct ReluMask {
+  const T* y = nullptr;
+  bool recompute = false;
+  const P* weight = nullptr;  // apply's scale and shift, for recompute
+  const P* bias = nullptr;
+};
+
+// One channel's view of a ReluMask: grad(grad_y, y, i, x_i) is grad_y[i] as the batch norm sees it.
+template <typename T>
+struct ChannelMask {
+  using A = acc_t<T>;
+  bool recompute = false;
+  A m = 0, scale = 0, shift = 0;
+  __device__ A grad(const T* gy, const T* y, int64_t i, A xv) const {
+    if (recompute) return relu_passes<T>(batch_norm_affine(xv, m, scale, shift)) ? static_cast<A>(gy[i]) : A(0);
+    return masked_grad(gy, y, i);
+  }
+};
+
+// Channel c's mask, from its mean m and invstd `is` as the backward reads them: scale = is * weight,
+// the product apply forms.
+template <typename T, typename P>
+__device__ inline ChannelMask<T> channel_mask(const ReluMask<T, P>& mask, int64_t c, acc_t<T> m, acc_t<T> is) {
+  using A = acc_t<T>;
+  ChannelMask<T> cm;
+  cm.recompute = mask.recompute;
+  if (mask.recompute) {
+    cm.m = m;
+    cm.scale = is * (mask.weight ? static_cast<A>(mask.weight[c]) : A(1));
+    cm.shift = mask.bias ? static_cast<A>(mask.bias[c]) : A(0);
+  }
+  return cm;
+}
+
 inline void check_shape(const char* op, const BatchNormShape& sh) {
   EMBER_CHECK(sh.n >= 0 && sh.c >= 0 && sh.s >= 0, op, ": negative size (n=", sh.n, " c=", sh.c, " s=", sh.s, ")");
   EMBER_CHECK(sh.c <= 2147483647, op, ": ", sh.c, " channels do not fit one grid");
@@ -97,8 +135,9 @@ template <typename T, typename P>
 void apply_channels_last(const BatchNormShape& sh, const T* x, const P* mean, const P* invstd, const P* weight,
                          const P* bias, T* y, const T* residual);
 template <typename T, typename P>
-void backward_channels_last(const BatchNormShape& sh, bool training, const T* x, const T* gy, const T* mask,
-                            const P* mean, const P* invstd, const P* weight, T* gx, P* gw, P* gb);
+void backward_channels_last(const BatchNormShape& sh, bool training, const T* x, const T* gy,
+                            const ReluMask<T, P>& mask, const P* mean, const P* invstd, const P* weight, T* gx, P* gw,
+                            P* gb);
 template <typename T>
 void channel_sums_channels_last(const BatchNormShape& sh, const T* x, T* out);
 
@@ -157,9 +196,12 @@ inline cuda::Cost apply_cost(const BatchNormShape& sh, const T* residual, const 
 // backward_reduce_kernel / backward_partial(_cl)_kernel: x, grad_y (and the mask), mean, invstd ->
 // `written` bytes of sums; sum(g) and sum(g (x - m) invstd) per element.
 template <typename T, typename P>
-inline cuda::Cost backward_sums_cost(const BatchNormShape& sh, const T* mask, const P*, double written) {
-  const double acts = mask ? 3 : 2;  // x, grad_y (, the mask)
-  return cuda::cost(bn_elements(sh) * acts * sizeof(T) + 2.0 * sh.c * sizeof(P), written, 5 * bn_elements(sh));
+inline cuda::Cost backward_sums_cost(const BatchNormShape& sh, const ReluMask<T, P>& mask, double written) {
+  const double acts = mask.y ? 3 : 2;                       // x, grad_y (, the mask y)
+  const double vectors = mask.recompute ? 4 : 2;            // mean, invstd (, weight, bias)
+  const double per_element = mask.recompute ? 8 : 5;       // (and apply's affine map and the test)
+  return cuda::cost(bn_elements(sh) * acts * sizeof(T) + vectors * sh.c * sizeof(P), written,
+                    per_element * bn_elements(sh));
 }
 
 // The per-channel results of the backward's sums that are wanted: grad_weight, grad_bias (P) and
@@ -179,11 +221,13 @@ inline cuda::Cost finalize_sums_cost(const BatchNormShape& sh, int64_t parts, co
 // backward_input_kernel / backward_input_cl_kernel: x, grad_y (and the mask), mean, invstd (and
 // weight, the acc_t sums) -> grad_x; xhat, then w * is * (g - mean_g - xhat * mean_gx) per element.
 template <typename T, typename P, typename A>
-inline cuda::Cost backward_input_cost(const BatchNormShape& sh, const T* mask, const P* weight, const A* sums) {
+inline cuda::Cost backward_input_cost(const BatchNormShape& sh, const ReluMask<T, P>& mask, const P* weight,
+                                      const A* sums) {
   const double c = static_cast<double>(sh.c);
-  return cuda::cost(bn_elements(sh) * (mask ? 3 : 2) * sizeof(T) + c * (2 + (weight ? 1 : 0)) * sizeof(P) +
+  const double vectors = 2 + (weight ? 1 : 0) + (mask.recompute && mask.bias ? 1 : 0);
+  return cuda::cost(bn_elements(sh) * (mask.y ? 3 : 2) * sizeof(T) + c * vectors * sizeof(P) +
                         (sums ? 2 * c * sizeof(A) : 0.0),
-                    bn_elements(sh) * sizeof(T), 7 * bn_elements(sh));
+                    bn_elements(sh) * sizeof(T), (mask.recompute ? 10 : 7) * bn_elements(sh));
 }
 
 }  // namespace ember::kernels::gpu::batchnorm_detail

@@ -216,3 +216,35 @@ TEST_CASE("ledger: a training batch norm forward is three launches, running stat
     CHECK(max_diff(gpu_bn.running_var, cpu_bn.running_var) <= 1e-5);
   }
 }
+
+TEST_CASE("ledger: a fused ReLU's batch norm backward reads no more than the plain one's (the mask from x)",
+          "[cuda][ledger][batchnorm]") {
+  // Note [The ReLU mask recomputed from x] in kernels/batchnorm.h: without a residual the CUDA
+  // backward recomputes the mask from x, so its passes read x and grad y, as the plain batch norm's
+  // do, and not the output y as well (a third activation: 1 MiB here); only per-channel vectors are
+  // added (weight and bias in the reduction pass, bias in the input pass: 3 x 64 floats).
+  const Device d = Device::cuda(0);
+  const Tensor x0 = add(mul(randn({8, 64, 32, 32}), 2.0), 0.5).to(d, DType::bf16).contiguous(MemoryFormat::channels_last);
+  const auto backward_bytes = [&](bool relu) {
+    nn::BatchNorm2d bn(64);
+    bn.to(d);
+    Tensor x = x0.detach();
+    x.requires_grad_(true);
+    Tensor y;
+    {
+      AutocastGuard amp(DeviceType::CUDA, DType::bf16);
+      y = relu ? bn.forward_relu(x, Tensor()) : bn.forward(x);
+    }
+    Tensor loss = sum(y.to(DType::f32));
+    cuda::Ledger ledger;
+    loss.backward();
+    double bytes = 0;
+    for (const cuda::LedgerEntry& e : of_kind(ledger.stop(), cuda::CallKind::kernel))
+      if (e.op == "batch_norm backward") bytes += e.cost.read;
+    return bytes;
+  };
+  const double plain = backward_bytes(false), fused = backward_bytes(true);
+  INFO("plain " << plain << " B, fused " << fused << " B");
+  CHECK(fused > plain);
+  CHECK(fused - plain <= 3 * 64 * 4);
+}

@@ -2,7 +2,7 @@
 """The CI gate on a training step's GPU work (docs/cuda.md, "The baseline gate").
 
     check_baseline.py EMBER BASELINE.json              check every workload
-    check_baseline.py EMBER BASELINE.json --update "why"   rewrite the counts, with the reason
+    check_baseline.py EMBER BASELINE.json --update "why"   rewrite the counts that moved, with the reason
 
 For each workload of the baseline file, runs `EMBER explain ARGS --json` (record-only on the
 emulator: a few seconds even at full size) and compares the step's launches, host syncs,
@@ -45,9 +45,11 @@ def main():
               f"{step['flops'] / 1e12:.4f} TFLOP, predicted {step['predicted_ms']:.2f} ms on {step['gpu']} "
               f"(floor {step['floor_ms']:.2f} ms); ledger in {seconds:.1f} s")
         if update:
-            for key in ("launches", "host_syncs", "bytes", "flops"):
-                w[key] = step[key]
-            w["reason"] = update
+            # A workload whose counts the change moved takes its reason; the others keep theirs.
+            if any(w.get(key) != step[key] for key in ("launches", "host_syncs", "bytes", "flops")):
+                for key in ("launches", "host_syncs", "bytes", "flops"):
+                    w[key] = step[key]
+                w["reason"] = update
             continue
         for key, strict in (("launches", False), ("bytes", False), ("host_syncs", True), ("flops", False)):
             was, now = w[key], step[key]
