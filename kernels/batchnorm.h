@@ -122,7 +122,8 @@ EMBER_HD inline T fused_epilogue(acc_t<T> v, const T* residual, int64_t i, bool 
 }
 // Note [The ReLU mask recomputed from x]
 // A fused ReLU's backward needs its mask, y > 0. Reading y costs a read of the activation in each
-// of the backward's two passes, and keeping y alive from forward to backward costs its memory.
+// of the backward's two passes, and saving y for backward keeps it alive (unless a later op saves
+// it anyway, as the convolution after it in a ResNet does).
 // Without a residual, y = relu(round(v)) with v = (x - mean) * scale + shift the normalization
 // apply computed, so y > 0 exactly when round(v) > 0: the CUDA backward recomputes v from x,
 // which it reads anyway, with the same expression (batch_norm_affine below, shared with apply),

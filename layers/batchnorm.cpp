@@ -161,8 +161,8 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
     const bool has_residual = residual.defined();
     const char* node = !fused.relu ? "BatchNormBackward" : has_residual ? "BatchNormAddReluBackward" : "BatchNormReluBackward";
     // The fused ReLU's mask: from its output y, or on a CUDA device without a residual recomputed
-    // from x with the bias (Note [The ReLU mask recomputed from x] in kernels/batchnorm.h), so y
-    // need not be kept.
+    // from x with the bias (Note [The ReLU mask recomputed from x] in kernels/batchnorm.h), so this
+    // node does not save y.
     const bool mask_from_x = fused.relu && !residual.defined() && x.device().is_cuda();
     SavedTensor sx(x, node), smean(mean, node), sinv(invstd, node), sw(w, node);
     SavedTensor sy(fused.relu && !mask_from_x ? y.detach() : Tensor(), node);
