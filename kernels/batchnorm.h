@@ -26,11 +26,15 @@
 //       y may not alias x. With sh.relu, y = relu(that [+ residual]), residual (x's layout and
 //       dtype) may be null (Note [Batch norm with a fused ReLU])
 //   batch_norm_backward(dtype, param_dtype, sh, training, x, grad_y, mean, invstd, weight, grad_x,
-//                       grad_weight, grad_bias, y = null, bias = null)
+//                       grad_weight, grad_bias, y = null, bias = null, grad_y_masked = null)
 //       with sh.relu, grad_y is the gradient of the fused ReLU's output y (x's layout), read
 //       through ReLU's backward (Note [Batch norm with a fused ReLU]): its mask is y > 0, read
 //       from y when y is given; kernels::gpu recomputes it from x when y is null, with bias (or 0)
-//       as apply's shift (Note [The ReLU mask recomputed from x]); kernels::cpu requires y;
+//       as apply's shift (Note [The ReLU mask recomputed from x]); kernels::cpu requires y.
+//       kernels::gpu, with sh.relu and a reduction pass to run (grad_weight, grad_bias, or grad_x
+//       in training), writes grad_y read through the mask to grad_y_masked when it is given (x's
+//       layout): the residual's gradient under a fused add and ReLU, made by the pass that reads
+//       grad_y anyway, which the input pass then reads in its place (kernels::cpu refuses it);
 //       with xhat = (x - mean) * invstd:
 //         grad_weight[c] = sum(grad_y * xhat),  grad_bias[c] = sum(grad_y)
 //         training (mean/invstd are the batch statistics, so they depend on x), M = n * s:

@@ -10,4 +10,4 @@ void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, 
 void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
                          void* grad_weight, void* grad_bias, const void* y = nullptr,
-                         const void* bias = nullptr);
+                         const void* bias = nullptr, void* grad_y_masked = nullptr);

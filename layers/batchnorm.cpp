@@ -173,21 +173,26 @@ Tensor batch_norm_impl(const Tensor& x0, const Tensor& running_mean, const Tenso
       Tensor ys = sy.defined() ? sy.get().contiguous(kernel_fmt) : Tensor();
       Tensor gresidual;
       kernels::BatchNormShape shb = sh;
-      if (has_residual) {
-        // The residual's gradient is the masked gradient itself: materialize it once, and let the
-        // batch norm read it unmasked.
+      const Tensor& xs = sx.get();
+      // The residual's gradient is the masked gradient itself. On a CUDA device the batch norm's
+      // reduction pass writes it while it reads grad y (when that pass runs); otherwise it is
+      // materialized first and the batch norm reads it unmasked.
+      const bool masked_by_reduction =
+          has_residual && xs.device().is_cuda() && (need_w || need_b || (need_x && training));
+      if (masked_by_reduction) {
+        gresidual = empty(gy.shape(), {.dtype = dt, .device = gy.device()}, kernel_fmt);
+      } else if (has_residual) {
         gy = gresidual = relu_backward(gy, ys);
         shb.relu = false;
         ys = Tensor();
       }
-      const Tensor& xs = sx.get();
       Tensor gx = need_x ? empty(xs.shape(), {.dtype = dt, .device = xs.device()}, kernel_fmt) : Tensor();
       Tensor gw = need_w ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
       Tensor gb = need_b ? empty({channels}, {.dtype = pdt, .device = xs.device()}) : Tensor();
       EMBER_KERNEL_CALL(xs.device(), "batch_norm backward", batch_norm_backward, dt, pdt, shb, training, xs.data(),
                         gy.data(), smean.get().data(), sinv.get().data(), sw.defined() ? sw.get().data() : nullptr,
                         data_or_null(gx), data_or_null(gw), data_or_null(gb), data_or_null(ys),
-                        sb.defined() ? sb.get().data() : nullptr);
+                        sb.defined() ? sb.get().data() : nullptr, masked_by_reduction ? gresidual.data() : nullptr);
       return std::vector<Tensor>{sh.channels_last ? gx : detail::to_format(gx, fmt), need_w ? gw.to(dw) : Tensor(),
                                  need_b ? gb.to(db) : Tensor(), gresidual};
     });

@@ -326,8 +326,10 @@ void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, 
 
 void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias, const void* y, const void* /*bias: the mask is y's*/) {
+                         void* grad_weight, void* grad_bias, const void* y, const void* /*bias: the mask is y's*/,
+                         void* grad_y_masked) {
   check_layout("batch_norm backward", sh);
+  EMBER_CHECK(grad_y_masked == nullptr, "batch_norm backward: the CPU kernels do not write the masked grad_y");
   dispatch_batch_norm("batch_norm backward", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);

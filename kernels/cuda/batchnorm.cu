@@ -131,6 +131,7 @@ __global__ void backward_reduce_kernel(BatchNormShape sh, const T* x, const T* g
     const int64_t off = w.offset(sh.c, c);
     const A xv = static_cast<A>(x[off]);
     const A g = cm.grad(gy, mask.y, off, xv);
+    if (mask.masked_out) mask.masked_out[off] = static_cast<T>(g);
     sg += g;
     sgx += g * (xv - m) * is;
   }
@@ -212,6 +213,7 @@ __global__ void backward_partial_kernel(BatchNormShape sh, const T* x, const T* 
     const int64_t off = w.offset(sh.c, c);
     const A xv = static_cast<A>(x[off]);
     const A g = cm.grad(gy, mask.y, off, xv);
+    if (mask.masked_out) mask.masked_out[off] = static_cast<T>(g);
     sg += g;
     sgx += g * (xv - m) * is;
   }
@@ -288,18 +290,22 @@ void apply_impl(const BatchNormShape& sh, const T* x, const P* mean, const P* in
 
 template <typename T, typename P>
 void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T* gy, const P* mean, const P* invstd,
-                   const P* weight, T* gx, P* gw, P* gb, const T* y, const P* bias) {
+                   const P* weight, T* gx, P* gw, P* gb, const T* y, const P* bias, T* gy_masked) {
   using A = acc_t<T>;
   check_shape("batch_norm backward", sh);
+  const bool need_sums = gx != nullptr && training;
+  EMBER_CHECK(!gy_masked || (sh.relu && (gw || gb || need_sums)), "batch_norm backward: the masked grad_y is "
+              "written by the reduction pass: it needs a fused ReLU and a wanted sum (grad_weight, grad_bias, or ",
+              "grad_x in training)");
   // Note [Batch norm with a fused ReLU]; without y, Note [The ReLU mask recomputed from x].
   const ReluMask<T, P> mask{.y = sh.relu ? y : nullptr,
                             .recompute = sh.relu && y == nullptr,
                             .weight = weight,
-                            .bias = bias};
+                            .bias = bias,
+                            .masked_out = gy_masked};
   if (sh.c == 0) return;
   if (sh.channels_last)
     return backward_channels_last<T, P>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
-  const bool need_sums = gx != nullptr && training;
   cuda::Scratch sums(need_sums ? 2 * static_cast<size_t>(sh.c) * sizeof(A) : 0);
   const int64_t splits = channel_splits(sh);
   if ((gw || gb || need_sums) && splits == 1) {
@@ -322,9 +328,11 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   const int64_t total = sh.n * sh.c * sh.s;
   if (!gx || total == 0) return;
   const PlaneGrid pg(sh);
+  // With the masked grad_y written, the input pass reads it, unmasked.
+  const ReluMask<T, P> input_mask = gy_masked ? ReluMask<T, P>{} : mask;
   EMBER_LAUNCH_FLAT((backward_input_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(),
-                    backward_input_cost(sh, mask, weight, sums.as<A>()), sh, x, gy, mask, mean, invstd, weight,
-                    static_cast<const A*>(sums.as<A>()), gx);
+                    backward_input_cost(sh, input_mask, weight, sums.as<A>()), sh, x, gy_masked ? gy_masked : gy,
+                    input_mask, mean, invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 
@@ -373,14 +381,15 @@ void batch_norm_apply(DType dtype, DType param_dtype, const BatchNormShape& sh, 
 
 void batch_norm_backward(DType dtype, DType param_dtype, const BatchNormShape& sh, bool training, const void* x,
                          const void* grad_y, const void* mean, const void* invstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias, const void* y, const void* bias) {
+                         void* grad_weight, void* grad_bias, const void* y, const void* bias,
+                         void* grad_y_masked) {
   dispatch_batch_norm("batch_norm backward", dtype, param_dtype, [&](auto t, auto p) {
     using T = decltype(t);
     using P = decltype(p);
     backward_impl<T, P>(sh, training, static_cast<const T*>(x), static_cast<const T*>(grad_y),
                         static_cast<const P*>(mean), static_cast<const P*>(invstd), static_cast<const P*>(weight),
                         static_cast<T*>(grad_x), static_cast<P*>(grad_weight), static_cast<P*>(grad_bias),
-                        static_cast<const T*>(y), static_cast<const P*>(bias));
+                        static_cast<const T*>(y), static_cast<const P*>(bias), static_cast<T*>(grad_y_masked));
   });
 }
 

@@ -148,12 +148,15 @@ __global__ void backward_partial_cl_kernel(BatchNormShape sh, const T* x, const 
       const int64_t at = r * sh.c + c0;
       const Pack<T, V> xv = vector_load<V>(x + at), gv = vector_load<V>(gy + at);
       const Pack<T, V> yv = mask.y ? vector_load<V>(mask.y + at) : Pack<T, V>{};
+      Pack<T, V> masked;
       for (int j = 0; j < V; ++j) {
         const A xj = static_cast<A>(xv.v[j]);
         const A g = cm[j].grad(gv.v, mask.y ? yv.v : nullptr, j, xj);
+        masked.v[j] = static_cast<T>(g);
         sums[j] += g;
         sums[V + j] += g * (xj - m[j]) * is[j];
       }
+      if (mask.masked_out) vector_store<V>(mask.masked_out + at, masked);
     }
   }
   column_sums(sums);
@@ -309,9 +312,12 @@ void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* g
     cuda::check_launch("batch_norm backward");
   }
   if (!gx || sh.n * sh.s == 0) return;
+  // With the masked grad_y written (backward_impl in batchnorm.cu), the input pass reads it, unmasked.
+  const ReluMask<T, P> input_mask = mask.masked_out ? ReluMask<T, P>{} : mask;
+  const T* input_gy = mask.masked_out ? mask.masked_out : gy;
   EMBER_LAUNCH_FLAT((backward_input_cl_kernel<T, P, V>), cb.elementwise_grid(sh), cb.block, stream,
-                    backward_input_cost(sh, mask, weight, sums.as<A>()), sh, x, gy, mask, mean, invstd, weight,
-                    static_cast<const A*>(sums.as<A>()), gx);
+                    backward_input_cost(sh, input_mask, weight, sums.as<A>()), sh, x, input_gy, input_mask, mean,
+                    invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 
@@ -353,7 +359,7 @@ template <typename T, typename P>
 void backward_channels_last(const BatchNormShape& sh, bool training, const T* x, const T* gy,
                             const ReluMask<T, P>& mask, const P* mean, const P* invstd, const P* weight, T* gx, P* gw,
                             P* gb) {
-  if (fits_lanes<T>(sh, {x, gy, mask.y, gx}))
+  if (fits_lanes<T>(sh, {x, gy, mask.y, mask.masked_out, gx}))
     return backward_cl<T, P, kLanes16<T>>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
   backward_cl<T, P, 1>(sh, training, x, gy, mask, mean, invstd, weight, gx, gw, gb);
 }

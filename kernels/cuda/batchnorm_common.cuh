@@ -90,6 +90,7 @@ struct ReluMask {
   bool recompute = false;
   const P* weight = nullptr;  // apply's scale and shift, for recompute
   const P* bias = nullptr;
+  T* masked_out = nullptr;    // the reduction pass writes grad_y read through the mask here
 };
 
 // One channel's view of a ReluMask: grad(grad_y, y, i, x_i) is grad_y[i] as the batch norm sees it.
@@ -198,6 +199,7 @@ inline cuda::Cost apply_cost(const BatchNormShape& sh, const T* residual, const 
 template <typename T, typename P>
 inline cuda::Cost backward_sums_cost(const BatchNormShape& sh, const ReluMask<T, P>& mask, double written) {
   const double acts = mask.y ? 3 : 2;                       // x, grad_y (, the mask y)
+  written += mask.masked_out ? bn_elements(sh) * sizeof(T) : 0.0;  // (the masked grad_y)
   const double vectors = mask.recompute ? 4 : 2;            // mean, invstd (, weight, bias)
   const double per_element = mask.recompute ? 8 : 5;       // (and apply's affine map and the test)
   return cuda::cost(bn_elements(sh) * acts * sizeof(T) + vectors * sh.c * sizeof(P), written,

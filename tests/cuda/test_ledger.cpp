@@ -248,3 +248,39 @@ TEST_CASE("ledger: a fused ReLU's batch norm backward reads no more than the pla
   CHECK(fused > plain);
   CHECK(fused - plain <= 3 * 64 * 4);
 }
+
+TEST_CASE("ledger: a residual batch norm's backward writes the residual's gradient in its reduction pass",
+          "[cuda][ledger][batchnorm]") {
+  // relu(batch_norm(x) + residual): the residual's gradient is grad y read through the ReLU's mask,
+  // which the CUDA backward's reduction pass writes while it reads grad y (kernels/batchnorm.h), so
+  // no ReLU backward runs and the backward is the batch norm's own three launches.
+  const Device d = Device::cuda(0);
+  const Tensor x0 = randn({8, 64, 16, 16}).to(d, DType::bf16).contiguous(MemoryFormat::channels_last);
+  const Tensor r0 = randn({8, 64, 16, 16}).to(d, DType::bf16).contiguous(MemoryFormat::channels_last);
+  nn::BatchNorm2d bn(64);
+  bn.to(d);
+  Tensor x = x0.detach(), r = r0.detach();
+  x.requires_grad_(true);
+  r.requires_grad_(true);
+  Tensor y;
+  {
+    AutocastGuard amp(DeviceType::CUDA, DType::bf16);
+    y = bn.forward_relu(x, r);
+  }
+  Tensor loss = sum(y.to(DType::f32));
+  cuda::Ledger ledger;
+  loss.backward();
+  int bn_launches = 0;
+  for (const cuda::LedgerEntry& e : of_kind(ledger.stop(), cuda::CallKind::kernel)) {
+    CHECK(e.op != "ReluBackward");
+    bn_launches += e.op == "batch_norm backward";
+  }
+  CHECK(bn_launches == 3);
+  // The residual's gradient is relu's backward of the output's gradient (all ones): 1 where y > 0.
+  const std::vector<float> gr = r.grad().to(DType::f32).cpu().contiguous().to_vector<float>();
+  const std::vector<float> yv = y.to(DType::f32).cpu().contiguous().to_vector<float>();
+  REQUIRE(gr.size() == yv.size());
+  size_t wrong = 0;
+  for (size_t i = 0; i < gr.size(); ++i) wrong += gr[i] != (yv[i] > 0 ? 1.0f : 0.0f);
+  CHECK(wrong == 0);
+}
