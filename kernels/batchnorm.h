@@ -132,8 +132,10 @@ EMBER_HD inline T fused_epilogue(acc_t<T> v, const T* residual, int64_t i, bool 
 // apply computed, so y > 0 exactly when round(v) > 0: the CUDA backward recomputes v from x,
 // which it reads anyway, with the same expression (batch_norm_affine below, shared with apply),
 // and reads no y. The layer then saves no y (layers/batchnorm.cpp). With a residual the mask
-// depends on the residual too, and the layer materializes the masked gradient from y as before.
+// depends on the residual too, so it is read from y; the masked gradient is then the residual's
+// gradient, which the reduction pass writes (grad_y_masked in batch_norm_backward's contract).
 // NaN: round(NaN) > 0 is false, as NaN > 0 is, so a NaN output's gradient is masked either way.
+
 // The normalization apply computes, before rounding: (x - mean) * scale + shift with scale =
 // invstd * weight. One expression for apply and for the mask's recomputation, so both round alike.
 template <typename A>

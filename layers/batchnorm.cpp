@@ -225,12 +225,16 @@ Tensor batch_norm_dispatch(const Tensor& x0, const Tensor& running_mean, const T
 Tensor counted_batches(const Tensor& batches, const Tensor& x0, const Tensor& running_mean, bool training) {
   if (!batches.defined() || !training || !running_mean.defined()) return Tensor();
   if (countable(batches, x0)) return batches;
-  NoGradGuard no_grad;
-  Tensor(batches).copy_(add(batches.to(DType::f64), 1.0));
+  detail::count_batch(batches);
   return Tensor();
 }
 
 }  // namespace
+
+void detail::count_batch(const Tensor& num_batches_tracked) {
+  NoGradGuard no_grad;
+  Tensor(num_batches_tracked).copy_(add(num_batches_tracked.to(DType::f64), 1.0));
+}
 
 Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, const Tensor& num_batches_tracked) {

@@ -72,17 +72,8 @@ ClassLayout check_class_loss(const char* op, const Tensor& scores, const Tensor&
   // captured the check is left to whoever fills the graph's static targets (ember train checks
   // every batch's labels before it stages them: Note [CUDA graphs in ember] in core/cuda/graph.h),
   // and so it is under a CheckedTargetsGuard.
-  const Tensor t = target.contiguous();
-  int64_t bad = -1;
-  if (!detail::capturing_graph(t.device()) && !CheckedTargetsGuard::active())
-    EMBER_KERNEL_CALL_INTO(bad, t.device(), op, find_invalid_target, t.data_ptr<int64_t>(), t.numel(), l.c,
-                           ignore_index);
-  *some_ignored = bad == kernels::kTargetsValidSomeIgnored;
-  if (bad >= 0) {
-    const int64_t value = t.reshape({-1}).slice(0, bad, bad + 1).item<int64_t>();
-    EMBER_THROW(op, ": target ", value, " (at flat position ", bad, ") is out of bounds for ", l.c,
-                " classes (expected 0 to ", l.c - 1, ", or ignore_index ", ignore_index, ")");
-  }
+  *some_ignored = !detail::capturing_graph(target.device()) && !CheckedTargetsGuard::active() &&
+                  check_class_targets(op, target, l.c, ignore_index);
   return l;
 }
 
@@ -117,6 +108,20 @@ std::pair<Tensor, double> reduce_loss(const Tensor& per_sample, const Tensor& ta
 thread_local bool t_targets_checked = false;
 
 }  // namespace
+
+bool check_class_targets(const char* op, const Tensor& target, int64_t classes, int64_t ignore_index) {
+  EMBER_CHECK(target.dtype() == DType::i64, op, ": expected int64 class indices as target, got ", describe(target));
+  const Tensor t = target.contiguous();
+  int64_t bad = kernels::kTargetsValid;
+  EMBER_KERNEL_CALL_INTO(bad, t.device(), op, find_invalid_target, t.data_ptr<int64_t>(), t.numel(), classes,
+                         ignore_index);
+  if (bad >= 0) {
+    const int64_t value = t.reshape({-1}).slice(0, bad, bad + 1).item<int64_t>();
+    EMBER_THROW(op, ": target ", value, " (at flat position ", bad, ") is out of bounds for ", classes,
+                " classes (expected 0 to ", classes - 1, ", or ignore_index ", ignore_index, ")");
+  }
+  return bad == kernels::kTargetsValidSomeIgnored;
+}
 
 CheckedTargetsGuard::CheckedTargetsGuard() : previous_(t_targets_checked) { t_targets_checked = true; }
 CheckedTargetsGuard::~CheckedTargetsGuard() { t_targets_checked = previous_; }

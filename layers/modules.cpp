@@ -117,14 +117,11 @@ Tensor BatchNorm2d::normalize(const Tensor& x, bool relu, const Tensor& residual
               ", H, W), got ", describe(x));
   // The replacement (set_training_function) runs in training mode only: in eval mode without
   // running statistics the batch's own statistics normalize it, as in PyTorch.
-  // In training num_batches_tracked is counted by batch_norm's statistics kernel (no read back, so
-  // a CUDA graph can record it), or here, through float64 (exact below 2^53), for a replacement.
+  // In training num_batches_tracked is counted by batch_norm (in its statistics kernel), or here
+  // for a replacement.
   auto normalize = [&](const Tensor& rm, const Tensor& rv, bool training, const Tensor& batches) {
     if (is_training() && training_fn_) {
-      if (batches.defined()) {
-        NoGradGuard no_grad;
-        Tensor(batches).copy_(add(batches.to(DType::f64), 1.0));
-      }
+      if (batches.defined()) detail::count_batch(batches);
       const Tensor y = training_fn_(x, rm, rv, weight, bias, training, options.momentum, options.eps);
       if (!relu) return y;
       return residual.defined() ? ember::relu(add(y, residual)) : ember::relu(y);

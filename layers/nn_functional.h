@@ -52,6 +52,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
                        const Tensor& residual = Tensor(), const Tensor& num_batches_tracked = Tensor());
+namespace detail {
+// num_batches_tracked (one int64 element) counted up by one with device work only, through float64
+// (exact below 2^53; no read back, so a CUDA graph can record it): what batch_norm does when its
+// statistics kernel cannot reach the counter, and what BatchNorm2d does around a replacement.
+void count_batch(const Tensor& num_batches_tracked);
+}  // namespace detail
 
 // Zeroes each element with probability p (mask from Philox via `gen`) and scales the rest by
 // 1 / (1 - p). Identity when !training or p == 0.
@@ -68,6 +74,13 @@ struct CrossEntropyOptions {
 // logits: (N, C) or (N, C, d1, ...); target: int64 class indices (N) / (N, d1, ...), or, for
 // (N, C) logits, floating class probabilities (N, C) (Note [Soft-target cross-entropy]).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opt = {});
+// The check cross_entropy and nll_loss make of int64 class indices (any shape, any device) before
+// a kernel reads them: an ember::Error naming `op`, the first target that is neither in
+// [0, classes) nor ignore_index, and its flat position. Returns whether some target equals
+// ignore_index. The answer is read on the host: on a GPU that waits for the device, on host
+// memory it does not (train::check_class_indices checks a batch's labels there, before the copy).
+bool check_class_targets(const char* op, const Tensor& target, int64_t classes, int64_t ignore_index);
+
 // While one lives on this thread, cross_entropy and nll_loss take their class-index targets as
 // checked by whoever made them: each is a class index in [0, C), none equals ignore_index. Then
 // they launch no check and read nothing back on the host for the targets (on a GPU that read

@@ -209,3 +209,21 @@ TEST_CASE("TrainStep: accumulation under DDP all-reduces once per step and equal
     }
   }
 }
+
+TEST_CASE("train: check_class_indices is cross_entropy's target check, made on the host labels", "[train]") {
+  // TrainStep runs the loss under a CheckedTargetsGuard (no device check, no host read), so this
+  // host check is what names a bad label: the same message as cross_entropy's own.
+  CHECK_NOTHROW(train::check_class_indices(from_vector<int64_t>({0, 3, 9, 4}), 10));
+  CHECK_THROWS_WITH(train::check_class_indices(from_vector<int64_t>({0, 3, 10, 4}), 10),
+                    Catch::Contains("cross_entropy: target 10 (at flat position 2) is out of bounds for 10 classes"));
+  CHECK_THROWS_WITH(train::check_class_indices(from_vector<int64_t>({-1, 3}), 10),
+                    Catch::Contains("target -1 (at flat position 0)"));
+  // ignore_index would make the guarded 'mean' divide by the wrong count: refused too.
+  CHECK_THROWS_WITH(train::check_class_indices(from_vector<int64_t>({1, -100}), 10),
+                    Catch::Contains("a label equals ignore_index (-100)"));
+  // Class probabilities (Mixup, CutMix) are not class indices: nothing to check.
+  CHECK_NOTHROW(train::check_class_indices(full({2, 10}, 0.1), 10));
+  // And cross_entropy itself, outside the guard, gives the same message.
+  CHECK_THROWS_WITH(cross_entropy(zeros({4, 10}), from_vector<int64_t>({0, 3, 10, 4})),
+                    Catch::Contains("cross_entropy: target 10 (at flat position 2) is out of bounds for 10 classes"));
+}

@@ -52,11 +52,11 @@ Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
 void check_class_indices(const Tensor& host_labels, int64_t classes) {
   if (host_labels.dim() != 1 || host_labels.dtype() != DType::i64) return;  // soft labels (Mixup, CutMix)
   if (!host_labels.device().is_cpu()) return;  // --data-on-device: the dataset's labels were checked whole
-  const Tensor t = host_labels.contiguous();  // host memory: reading it waits for no device
-  const int64_t* v = t.data_ptr<int64_t>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    EMBER_CHECK(v[i] >= 0 && v[i] < classes, "cross_entropy: target ", v[i], " (at flat position ", i,
-                ") is out of bounds for ", classes, " classes (expected 0 to ", classes - 1, ")");
+  // The criterion's ignore_index (CrossEntropyLoss's default) is no label of ember train's data,
+  // and under CheckedTargetsGuard none may equal it: the 'mean' would then be over the wrong count.
+  const int64_t ignore_index = CrossEntropyOptions{}.ignore_index;
+  EMBER_CHECK(!check_class_targets("cross_entropy", host_labels, classes, ignore_index), "cross_entropy: a label "
+              "equals ignore_index (", ignore_index, "); ember train's labels are class indices 0 to ", classes - 1);
 }
 
 TrainStep::TrainStep(const Parts& parts) : parts_(parts) {

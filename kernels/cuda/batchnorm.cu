@@ -328,11 +328,9 @@ void backward_impl(const BatchNormShape& sh, bool training, const T* x, const T*
   const int64_t total = sh.n * sh.c * sh.s;
   if (!gx || total == 0) return;
   const PlaneGrid pg(sh);
-  // With the masked grad_y written, the input pass reads it, unmasked.
-  const ReluMask<T, P> input_mask = gy_masked ? ReluMask<T, P>{} : mask;
   EMBER_LAUNCH_FLAT((backward_input_kernel<T, P>), pg.grid, pg.block, cuda::current_stream(),
-                    backward_input_cost(sh, input_mask, weight, sums.as<A>()), sh, x, gy_masked ? gy_masked : gy,
-                    input_mask, mean, invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
+                    backward_input_cost(sh, mask.for_input(), weight, sums.as<A>()), sh, x, mask.input_grad(gy),
+                    mask.for_input(), mean, invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 

@@ -312,12 +312,9 @@ void backward_cl(const BatchNormShape& sh, bool training, const T* x, const T* g
     cuda::check_launch("batch_norm backward");
   }
   if (!gx || sh.n * sh.s == 0) return;
-  // With the masked grad_y written (backward_impl in batchnorm.cu), the input pass reads it, unmasked.
-  const ReluMask<T, P> input_mask = mask.masked_out ? ReluMask<T, P>{} : mask;
-  const T* input_gy = mask.masked_out ? mask.masked_out : gy;
   EMBER_LAUNCH_FLAT((backward_input_cl_kernel<T, P, V>), cb.elementwise_grid(sh), cb.block, stream,
-                    backward_input_cost(sh, input_mask, weight, sums.as<A>()), sh, x, input_gy, input_mask, mean,
-                    invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
+                    backward_input_cost(sh, mask.for_input(), weight, sums.as<A>()), sh, x, mask.input_grad(gy),
+                    mask.for_input(), mean, invstd, weight, static_cast<const A*>(sums.as<A>()), gx);
   cuda::check_launch("batch_norm backward");
 }
 

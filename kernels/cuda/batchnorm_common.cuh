@@ -91,6 +91,11 @@ struct ReluMask {
   const P* weight = nullptr;  // apply's scale and shift, for recompute
   const P* bias = nullptr;
   T* masked_out = nullptr;    // the reduction pass writes grad_y read through the mask here
+
+  // What the input pass reads after the reduction pass: the masked grad_y it wrote, unmasked, or
+  // `gy` through this mask.
+  ReluMask for_input() const { return masked_out ? ReluMask{} : *this; }
+  const T* input_grad(const T* gy) const { return masked_out ? masked_out : gy; }
 };
 
 // One channel's view of a ReluMask: grad(grad_y, y, i, x_i) is grad_y[i] as the batch norm sees it.
@@ -200,7 +205,8 @@ template <typename T, typename P>
 inline cuda::Cost backward_sums_cost(const BatchNormShape& sh, const ReluMask<T, P>& mask, double written) {
   const double acts = mask.y ? 3 : 2;                       // x, grad_y (, the mask y)
   written += mask.masked_out ? bn_elements(sh) * sizeof(T) : 0.0;  // (the masked grad_y)
-  const double vectors = mask.recompute ? 4 : 2;            // mean, invstd (, weight, bias)
+  // mean and invstd (and apply's weight and bias, to recompute the mask)
+  const double vectors = 2 + (mask.recompute && mask.weight ? 1 : 0) + (mask.recompute && mask.bias ? 1 : 0);
   const double per_element = mask.recompute ? 8 : 5;       // (and apply's affine map and the test)
   return cuda::cost(bn_elements(sh) * acts * sizeof(T) + vectors * sh.c * sizeof(P), written,
                     per_element * bn_elements(sh));

@@ -40,7 +40,7 @@ except ImportError as e:  # not a skip: see the docstring
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Harness, perturbed_resnet, write_images  # noqa: E402
+from harness import Harness, perturbed_resnet, torchvision_logits, write_images  # noqa: E402
 
 harness = Harness(sys.argv)
 WORK, check, ember = harness.work, harness.check, harness.ember
@@ -59,28 +59,21 @@ images = f"{WORK}/images"
 files = write_images(np, Image, images, [(320, 240, "jpg", "RGB"), (257, 311, "png", "RGB"), (224, 224, "png", "RGB"),
                                          (500, 280, "jpg", "RGB"), (300, 300, "png", "L")], seed=5)
 
-tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
-                         transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
-with torch.no_grad():
-    batch = torch.stack([tf(Image.open(f).convert("RGB")) for f in files])
-    expected = model(batch).numpy()
+expected = torchvision_logits(torch, transforms, Image, model, files, 224)  # Resize 256, CenterCrop 224
 
 
 def ember_logits(weights_file):
-    r = ember("predict", weights_file, "--model", "resnet18", images, "--json", "--top", "3")
-    if r.returncode != 0:
-        check(False, f"ember predict {weights_file}: exit {r.returncode}: {r.stderr.strip()}")
-        return None
-    out = json.loads(r.stdout)
-    check([p["input"] for p in out["predictions"]] == files, "ember predict lists the directory's images in order")
-    check(len(out["classes"]) == 1000 and out["model"] == "resnet18", "1000 classes, model resnet18")
-    return np.array([p["logits"] for p in out["predictions"]], dtype=np.float64)
+    logits, out = harness.predict_logits(np, f"ember predict {weights_file}", images, files, weights_file, "--model",
+                                         "resnet18")
+    if out is not None:
+        check(len(out["classes"]) == 1000 and out["model"] == "resnet18", "1000 classes, model resnet18")
+    return logits
 
 
 got = ember_logits(weights)
 if got is not None:
     worst = 0.0
-    for f, e, t in zip(files, got, expected.astype(np.float64)):
+    for f, e, t in zip(files, got, expected):
         rel = np.abs(e - t).max() / np.abs(t).max()
         worst = max(worst, rel)
         check(rel <= TOLERANCE, f"{os.path.basename(f)}: max |ember - torch| / max |torch| = {rel:.2e} "

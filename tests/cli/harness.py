@@ -1,8 +1,8 @@
 """What the Python CLI tests share (tests/cli/*.py): the ember binary and a fresh work directory
 from the command line, counted checks and the exit status they make, running ember, and
 torchvision's ResNets with their BatchNorm layers moved away from their defaults (so that a
-wrong running statistic or affine parameter shows in the logits), and the real images the parity
-tests feed both (write_images).
+wrong running statistic or affine parameter shows in the logits), the real images the parity
+tests feed both (write_images), and the logits of each side (predict_logits, torchvision_logits).
 
     from harness import Harness
     harness = Harness(sys.argv)    # argv: script, ember binary, work dir (emptied)
@@ -11,6 +11,7 @@ tests feed both (write_images).
     harness.finish()               # exit 1 if any check failed, else 0
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,19 @@ class Harness:
 
     def ember(self, *args):
         return subprocess.run([self.binary, *args], capture_output=True, text=True)
+
+    def predict_logits(self, np, what, directory, files, *args):
+        """`ember predict ARGS DIRECTORY --json` -> (logits as a float64 array, one row per image in
+        `files`' order, the parsed output), or (None, None) after a failed check when ember exits
+        with an error."""
+        r = self.ember("predict", *args, directory, "--json", "--top", "1")
+        if r.returncode != 0:
+            self.check(False, f"{what}: ember predict: exit {r.returncode}: {r.stderr.strip()}")
+            return None, None
+        out = json.loads(r.stdout)
+        self.check([p["input"] for p in out["predictions"]] == files,
+                   f"{what}: ember predict lists the images in order")
+        return np.array([p["logits"] for p in out["predictions"]], dtype=np.float64), out
 
     def finish(self):
         if self.failures:
@@ -55,6 +69,18 @@ def write_images(np, Image, directory, specs, seed, tile=40):
         img = Image.fromarray(np.clip(px, 0, 255).astype(np.uint8), "RGB").convert(mode)
         img.save(f"{directory}/{i}.{fmt}", **({"quality": 90} if fmt == "jpg" else {}))
     return sorted(os.path.join(directory, f) for f in os.listdir(directory))
+
+
+IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def torchvision_logits(torch, transforms, Image, model, files, size, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    """`model`'s logits (float64, one row per file) through torchvision's eval transforms as ember
+    applies them: Resize(round(size * 256 / 224)), CenterCrop(size), ToTensor, Normalize."""
+    tf = transforms.Compose([transforms.Resize(round(size * 256 / 224)), transforms.CenterCrop(size),
+                             transforms.ToTensor(), transforms.Normalize(mean, std)])
+    with torch.no_grad():
+        return model(torch.stack([tf(Image.open(f).convert("RGB")) for f in files])).numpy().astype("float64")
 
 
 def perturbed_resnet(torch, torchvision, name, seed, num_classes=1000, batches_tracked=None):

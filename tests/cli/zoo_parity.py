@@ -45,7 +45,8 @@ except ImportError as e:  # not a skip: see the docstring
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Harness, perturbed_resnet, write_images  # noqa: E402
+from harness import (IMAGENET_MEAN, IMAGENET_STD, Harness, perturbed_resnet, torchvision_logits,  # noqa: E402
+                     write_images)
 
 harness = Harness(sys.argv)
 WORK, check, ember = harness.work, harness.check, harness.ember
@@ -59,21 +60,12 @@ files = write_images(np, Image, images, [(96, 80, "jpg", "RGB"), (71, 90, "png",
                      seed=35, tile=12)
 
 
-def torch_logits(model, size, mean, std):
-    tf = transforms.Compose([transforms.Resize(round(size * 256 / 224)), transforms.CenterCrop(size),
-                             transforms.ToTensor(), transforms.Normalize(mean, std)])
-    with torch.no_grad():
-        return model(torch.stack([tf(Image.open(f).convert("RGB")) for f in files])).numpy().astype(np.float64)
+def torch_logits(model, size, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    return torchvision_logits(torch, transforms, Image, model, files, size, mean, std)
 
 
 def ember_logits(what, *args):
-    r = ember("predict", *args, images, "--json", "--top", "1")
-    if r.returncode != 0:
-        check(False, f"{what}: ember predict: exit {r.returncode}: {r.stderr.strip()}")
-        return None
-    out = json.loads(r.stdout)
-    check([p["input"] for p in out["predictions"]] == files, f"{what}: ember predict lists the images in order")
-    return np.array([p["logits"] for p in out["predictions"]], dtype=np.float64)
+    return harness.predict_logits(np, what, images, files, *args)[0]
 
 
 def compare(what, got, expected):
@@ -90,15 +82,13 @@ def compare(what, got, expected):
     return worst
 
 
-IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-
 # ---- 1. parity ---------------------------------------------------------------------------------
 worst = {}
 for seed, name in enumerate(["resnet34", "resnet50", "resnet101"], start=3501):
     model = perturbed_resnet(torch, torchvision, name, seed, batches_tracked=77).eval()
     weights = f"{WORK}/{name}.safetensors"
     save_file(model.state_dict(), weights)
-    expected = torch_logits(model, SIZE, *IMAGENET)
+    expected = torch_logits(model, SIZE)
     worst[name] = compare(name, ember_logits(name, weights, "--model", name, "--image-size", str(SIZE)), expected)
     if name != "resnet50":
         os.remove(weights)  # 87 and 178 MB; resnet50's is fine-tuned below
@@ -110,7 +100,7 @@ model.eval()
 save_file(model.state_dict(), f"{WORK}/resnet18_cifar.safetensors")
 worst["resnet18_cifar"] = compare("resnet18_cifar", ember_logits(
     "resnet18_cifar", f"{WORK}/resnet18_cifar.safetensors", "--model", "resnet18_cifar", "--image-size", "32"),
-    torch_logits(model, 32, *IMAGENET))
+    torch_logits(model, 32))
 print("parity (max relative difference): " + ", ".join(
     f"{n} {w:.2e}" if w is not None else f"{n} -" for n, w in worst.items()))
 
@@ -140,7 +130,7 @@ if r.returncode == 0:
     head.eval()
     worst["resnet50 fine-tuned, --model"] = compare(
         "fine-tuned resnet50 (--model)", ember_logits("fine-tuned --model", tuned_path, "--model", "resnet50",
-                                                      "--image-size", str(SIZE)), torch_logits(head, SIZE, *IMAGENET))
+                                                      "--image-size", str(SIZE)), torch_logits(head, SIZE))
     with safe_open(tuned_path, "pt") as f:
         meta = f.metadata()
     mean, std = json.loads(meta["ember.mean"]), json.loads(meta["ember.std"])

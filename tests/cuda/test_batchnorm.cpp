@@ -369,26 +369,19 @@ TEMPLATE_TEST_CASE("cuda batch_norm_stats finishes like the CPU: invstd, the run
     const std::vector<T> rm0 = random_vector<T>(c, seed + 7), rv0 = random_vector<T>(c, seed + 8, 0.5, 2.0);
     DeviceBuffer<T> dx(in.x), dmean(c), dvar(c), dinv(c), drm(rm0), drv(rv0);
     DeviceBuffer<int64_t> dcount(std::vector<int64_t>{41});
-    ember::kernels::gpu::batch_norm_stats(dt, dt, sh, dx.data(),
-                                          {.mean = dmean.data(),
-                                           .var = dvar.data(),
-                                           .invstd = dinv.data(),
-                                           .eps = bn_eps,
-                                           .running_mean = drm.data(),
-                                           .running_var = drv.data(),
-                                           .momentum = momentum,
-                                           .batches_tracked = dcount.data()});
+    // Every output asked for, on either backend's memory.
+    const auto every_output = [&](T* mean, T* var, T* inv, T* rm, T* rv, int64_t* count) {
+      return ember::kernels::BatchNormStats{.mean = mean, .var = var, .invstd = inv, .eps = bn_eps,
+                                            .running_mean = rm, .running_var = rv, .momentum = momentum,
+                                            .batches_tracked = count};
+    };
+    ember::kernels::gpu::batch_norm_stats(
+        dt, dt, sh, dx.data(),
+        every_output(dmean.data(), dvar.data(), dinv.data(), drm.data(), drv.data(), dcount.data()));
     std::vector<T> mean(c), var(c), inv(c), rm = rm0, rv = rv0;
     int64_t count = 41;
-    ember::kernels::cpu::batch_norm_stats(dt, dt, sh, in.x.data(),
-                                          {.mean = mean.data(),
-                                           .var = var.data(),
-                                           .invstd = inv.data(),
-                                           .eps = bn_eps,
-                                           .running_mean = rm.data(),
-                                           .running_var = rv.data(),
-                                           .momentum = momentum,
-                                           .batches_tracked = &count});
+    ember::kernels::cpu::batch_norm_stats(
+        dt, dt, sh, in.x.data(), every_output(mean.data(), var.data(), inv.data(), rm.data(), rv.data(), &count));
     const std::vector<T> gmean = checked(dmean), gvar = checked(dvar), ginv = checked(dinv), grm = checked(drm),
                          grv = checked(drv);
     require_stats(sh, in.x, gmean, gvar, mean, var);
@@ -409,6 +402,8 @@ TEMPLATE_TEST_CASE("cuda batch_norm_stats finishes like the CPU: invstd, the run
       CHECK(std::fabs(inv[i] - 1.0 / std::sqrt(static_cast<double>(var[i]) + bn_eps)) <= 2 * eps * inv[i]);
       CHECK(std::fabs(rm[i] - ((1 - momentum) * rm0[i] + momentum * mean[i])) <=
             2 * eps * (std::fabs(rm0[i]) + std::fabs(mean[i])));
+      CHECK(std::fabs(rv[i] - ((1 - momentum) * rv0[i] + momentum * var[i] * M / (M - 1))) <=
+            2 * eps * (rv0[i] + var[i] * M / (M - 1)));
     }
   }
 }
