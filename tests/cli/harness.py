@@ -4,18 +4,31 @@ torchvision's ResNets with their BatchNorm layers moved away from their defaults
 wrong running statistic or affine parameter shows in the logits), the real images the parity
 tests feed both (write_images), and the logits of each side (predict_logits, torchvision_logits).
 
-    from harness import Harness
+    from harness import Harness, import_or_fail
+    np, torch = import_or_fail("numpy", "torch")   # a missing module fails the test
     harness = Harness(sys.argv)    # argv: script, ember binary, work dir (emptied)
     r = harness.ember("predict", ...)  # subprocess.CompletedProcess, text output captured
     harness.check(r.returncode == 0, "what was checked")
     harness.finish()               # exit 1 if any check failed, else 0
 """
 
+import importlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+
+
+def import_or_fail(*names):
+    """The modules `names` (dotted names: "PIL.Image", "safetensors.torch"), imported; a missing one
+    is a failed test, not a skip (a cross-check that did not run must not pass): FAIL and exit 1,
+    naming it and the way to install it."""
+    try:
+        return tuple(importlib.import_module(n) for n in names)
+    except ImportError as e:
+        print(f"FAIL: {e.name} is not importable by {sys.executable}; run scripts/install-deps.sh --test")
+        sys.exit(1)
 
 
 class Harness:

@@ -26,22 +26,13 @@ import os
 import subprocess
 import sys
 
-try:
-    import numpy as np
-    import onnx
-    import onnxruntime
-    import torch
-    import torchvision
-    from PIL import Image
-    from safetensors.torch import save_file
-    from torchvision import transforms
-except ImportError as e:  # not a skip: see the docstring
-    print(f"FAIL: {e.name} is not importable by {sys.executable}; run scripts/install-deps.sh --test")
-    sys.exit(1)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Harness, perturbed_resnet  # noqa: E402
+from harness import Harness, import_or_fail, perturbed_resnet  # noqa: E402
+
+np, onnx, onnxruntime, torch, torchvision, Image, st, transforms = import_or_fail(
+    "numpy", "onnx", "onnxruntime", "torch", "torchvision", "PIL.Image", "safetensors.torch", "torchvision.transforms")
+save_file = st.save_file
 
 harness = Harness(sys.argv)
 WORK, check, ember = harness.work, harness.check, harness.ember

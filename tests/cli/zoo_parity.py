@@ -31,22 +31,14 @@ import subprocess
 import sys
 import time
 
-try:
-    import numpy as np
-    import torch
-    import torchvision
-    from PIL import Image
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-    from torchvision import transforms
-except ImportError as e:  # not a skip: see the docstring
-    print(f"FAIL: {e.name} is not importable by {sys.executable}; run scripts/install-deps.sh --test")
-    sys.exit(1)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import (IMAGENET_MEAN, IMAGENET_STD, Harness, perturbed_resnet, torchvision_logits,  # noqa: E402
-                     write_images)
+from harness import (IMAGENET_MEAN, IMAGENET_STD, Harness, import_or_fail, perturbed_resnet,  # noqa: E402
+                     torchvision_logits, write_images)
+
+np, torch, torchvision, Image, safetensors, st, transforms = import_or_fail(
+    "numpy", "torch", "torchvision", "PIL.Image", "safetensors", "safetensors.torch", "torchvision.transforms")
+safe_open, load_file, save_file = safetensors.safe_open, st.load_file, st.save_file
 
 harness = Harness(sys.argv)
 WORK, check, ember = harness.work, harness.check, harness.ember
